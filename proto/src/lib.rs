@@ -1,0 +1,27 @@
+//! The protocol of Troupe: generated gRPC code for `troupe.session.v1` and
+//! `troupe.runner.v1`, plus the hand-written helpers that go with it.
+//!
+//! - [`session`]: the session service (spawn tree ledger).
+//! - [`runner`]: the runner service (agent processes in workspace containers).
+//! - [`trust`]: text forms of trust levels, with the `trusted`/`untrusted` aliases.
+//! - [`status`]: text forms of session statuses and event kinds.
+//! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
+
+/// `troupe.session.v1`.
+pub mod session {
+    tonic::include_proto!("troupe.session.v1");
+}
+
+/// `troupe.runner.v1`.
+pub mod runner {
+    tonic::include_proto!("troupe.runner.v1");
+}
+
+pub mod status;
+pub mod trust;
+
+/// Encoded descriptors of both services, for server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("troupe_descriptor");
+
+/// The `google.rpc.ErrorInfo` domain of every Troupe refusal.
+pub const ERROR_DOMAIN: &str = "troupe";

@@ -1,0 +1,201 @@
+//! Agent definitions: `<workspaces-dir>/<workspace>/Agents/<name>.md`, else
+//! `<workspaces-dir>/Agents/<name>.md`. Markdown with YAML front matter in the
+//! format Claude Code uses for its agent files (`name`, `description`,
+//! `tools`, `model`), plus `command`, the argv Troupe runs.
+//!
+//! Workspace ids and agent names are slugs ([`validate_slug`]), so they can
+//! never name a path outside the workspaces directory.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::{Reason, SessionError};
+
+/// Longest workspace id or agent name.
+pub const MAX_SLUG_LEN: usize = 64;
+
+/// Checks that `value` is a slug: 1 to 64 of `[A-Za-z0-9_-]`, starting with a letter or digit.
+pub fn validate_slug(field: &'static str, value: &str) -> Result<(), SessionError> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_SLUG_LEN
+        && value.as_bytes()[0].is_ascii_alphanumeric()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(SessionError::invalid(
+            field,
+            format!(
+                "{value:?} is not a valid name: use 1 to {MAX_SLUG_LEN} letters, digits, '-' or '_', starting with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// A parsed agent definition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentDefinition {
+    pub name: String,
+    pub description: Option<String>,
+    /// The argv to run; never passed through a shell by Troupe.
+    pub command: Vec<String>,
+    /// The Markdown body (the agent's system prompt).
+    pub prompt: String,
+}
+
+#[derive(Deserialize)]
+struct FrontMatter {
+    name: Option<String>,
+    description: Option<String>,
+    command: Option<Command>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Command {
+    Argv(Vec<String>),
+    Line(String),
+}
+
+/// Finds and parses the definition of `agent` for `workspace`.
+pub fn lookup(
+    workspaces_dir: &Path,
+    workspace: &str,
+    agent: &str,
+) -> Result<AgentDefinition, SessionError> {
+    validate_slug("workspace_id", workspace)?;
+    validate_slug("agent_name", agent)?;
+    let file = format!("{agent}.md");
+    let candidates = [
+        workspaces_dir.join(workspace).join("Agents").join(&file),
+        workspaces_dir.join("Agents").join(&file),
+    ];
+    for path in &candidates {
+        match std::fs::read_to_string(path) {
+            Ok(text) => return parse(agent, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(SessionError::Internal(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Err(SessionError::refused(
+        Reason::AgentNotFound,
+        format!("agent not found: {agent}"),
+    ))
+}
+
+/// Parses an agent file named `agent`.
+pub fn parse(agent: &str, text: &str) -> Result<AgentDefinition, SessionError> {
+    let invalid = |why: String| {
+        SessionError::refused(
+            Reason::AgentInvalid,
+            format!("agent definition {agent:?} is invalid: {why}"),
+        )
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let rest = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+        .ok_or_else(|| {
+            invalid("it must start with YAML front matter between '---' lines".into())
+        })?;
+    let (yaml, body) = split_front_matter(rest)
+        .ok_or_else(|| invalid("the front matter has no closing '---' line".into()))?;
+    let front: FrontMatter =
+        serde_norway::from_str(yaml).map_err(|e| invalid(format!("front matter: {e}")))?;
+    let command = match front.command {
+        Some(Command::Argv(argv)) => argv,
+        Some(Command::Line(line)) => line.split_whitespace().map(str::to_owned).collect(),
+        None => return Err(invalid("the front matter has no `command`".into())),
+    };
+    if command.is_empty() || command[0].is_empty() {
+        return Err(invalid("`command` is empty".into()));
+    }
+    if let Some(name) = &front.name
+        && name != agent
+    {
+        return Err(invalid(format!(
+            "its `name` is {name:?} but the file is named {agent:?}.md"
+        )));
+    }
+    Ok(AgentDefinition {
+        name: agent.to_owned(),
+        description: front.description,
+        command,
+        prompt: body.trim().to_owned(),
+    })
+}
+
+fn split_front_matter(rest: &str) -> Option<(&str, &str)> {
+    let mut offset = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            return Some((&rest[..offset], &rest[offset + line.len()..]));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_reject_paths() {
+        for bad in [
+            "",
+            "../x",
+            "a/b",
+            ".hidden",
+            "x y",
+            "-lead",
+            &"a".repeat(65),
+        ] {
+            assert!(validate_slug("agent_name", bad).is_err(), "{bad:?}");
+        }
+        for good in ["a", "python-specialist", "team_2", "A1"] {
+            assert!(validate_slug("agent_name", good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn parses_claude_code_front_matter_with_a_command() {
+        let def = parse(
+            "reviewer",
+            "---\nname: reviewer\ndescription: Reviews code\ntools: Read, Grep\nmodel: sonnet\ncommand: [\"claude\", \"-p\"]\n---\nYou review code.\n",
+        )
+        .unwrap();
+        assert_eq!(def.command, ["claude", "-p"]);
+        assert_eq!(def.description.as_deref(), Some("Reviews code"));
+        assert_eq!(def.prompt, "You review code.");
+    }
+
+    #[test]
+    fn a_command_line_splits_on_whitespace() {
+        let def = parse("a", "---\ncommand: /tools/demo-agent --verbose\n---\n").unwrap();
+        assert_eq!(def.command, ["/tools/demo-agent", "--verbose"]);
+    }
+
+    #[test]
+    fn invalid_definitions_say_why() {
+        for (text, why) in [
+            ("no front matter", "front matter"),
+            ("---\ncommand: x\n", "closing"),
+            ("---\nname: a\n---\n", "no `command`"),
+            ("---\ncommand: []\n---\n", "empty"),
+            ("---\nname: other\ncommand: x\n---\n", "named"),
+        ] {
+            let err = parse("a", text).unwrap_err();
+            assert_eq!(err.reason(), Reason::AgentInvalid);
+            assert!(err.to_string().contains(why), "{err} should mention {why}");
+        }
+    }
+}

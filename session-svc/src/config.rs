@@ -1,0 +1,111 @@
+//! Configuration of the session service: the `troupe-session` flags (each
+//! with a `TROUPE_*` variable) and the spawn [`Limits`].
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser};
+
+/// `troupe-session`: the spawn-tree ledger of Troupe, served over gRPC.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "troupe-session", version, about)]
+pub struct Config {
+    /// Address to serve gRPC on.
+    #[arg(long, env = "TROUPE_LISTEN", default_value = "127.0.0.1:7400")]
+    pub listen: SocketAddr,
+    /// Where the embedded database and the operator token live.
+    #[arg(long, env = "TROUPE_DATA_DIR", default_value_os_t = default_data_dir())]
+    pub data_dir: PathBuf,
+    /// Database URL; default: SQLite at `<data-dir>/troupe.db`.
+    #[arg(long, env = "TROUPE_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Root of the workspaces: `<dir>/<workspace>/Agents/<name>.md`, then `<dir>/Agents/<name>.md`.
+    /// Default: `<data-dir>/workspaces`.
+    #[arg(long, env = "TROUPE_WORKSPACES_DIR")]
+    pub workspaces_dir: Option<PathBuf>,
+    /// Operator token; default: read from, or generated into, `<data-dir>/operator.token`.
+    #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
+    /// Lifetime of a session token, in seconds.
+    #[arg(long, env = "TROUPE_TOKEN_TTL_SECS", default_value_t = 24 * 3600)]
+    pub token_ttl_secs: u64,
+    /// Events kept for watchers that resume; older ones are pruned.
+    #[arg(long, env = "TROUPE_EVENT_RETENTION", default_value_t = 100_000)]
+    pub event_retention: u64,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// Spawn limits (Pinocchio's `NestedSpawnConfig`, Parachute's spawn-bomb guards).
+#[derive(Clone, Copy, Debug, Args)]
+pub struct Limits {
+    /// Deepest allowed session (a root is depth 0).
+    #[arg(long, env = "TROUPE_MAX_DEPTH", default_value_t = 2)]
+    pub max_depth: u32,
+    /// Sessions one spawn tree may ever hold, its root included.
+    #[arg(long, env = "TROUPE_MAX_TREE_SESSIONS", default_value_t = 10)]
+    pub max_tree_sessions: u32,
+    /// Children one session may ever create.
+    #[arg(long, env = "TROUPE_MAX_CHILDREN", default_value_t = 10)]
+    pub max_children: u32,
+    /// Sessions a workspace may have pending or running at once.
+    #[arg(long, env = "TROUPE_MAX_ACTIVE_PER_WORKSPACE", default_value_t = 100)]
+    pub max_active_per_workspace: u32,
+    /// Sustained spawns per second one session may make.
+    #[arg(long, env = "TROUPE_SPAWN_RATE", default_value_t = 1.0)]
+    pub spawn_rate_per_sec: f64,
+    /// Spawns one session may make in a burst above the sustained rate.
+    #[arg(long, env = "TROUPE_SPAWN_BURST", default_value_t = 3)]
+    pub spawn_burst: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: 2,
+            max_tree_sessions: 10,
+            max_children: 10,
+            max_active_per_workspace: 100,
+            spawn_rate_per_sec: 1.0,
+            spawn_burst: 3,
+        }
+    }
+}
+
+impl Config {
+    /// Returns a configuration with every default, rooted at `data_dir`.
+    pub fn with_data_dir(data_dir: impl Into<PathBuf>) -> Self {
+        let mut config = Config::parse_from(["troupe-session"]);
+        config.data_dir = data_dir.into();
+        config
+    }
+
+    pub fn database_url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}?mode=rwc",
+                self.data_dir.join("troupe.db").display()
+            )
+        })
+    }
+
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.workspaces_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("workspaces"))
+    }
+
+    pub fn token_ttl(&self) -> Duration {
+        Duration::from_secs(self.token_ttl_secs)
+    }
+}
+
+/// `$XDG_DATA_HOME/troupe`, else `$HOME/.local/share/troupe`, else `./troupe-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("troupe");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/troupe"),
+        None => PathBuf::from("troupe-data"),
+    }
+}

@@ -1,0 +1,214 @@
+//! [`SessionError`]: every way a call can fail, and the single table that
+//! turns it into a `tonic::Status` with a `google.rpc.ErrorInfo` detail.
+
+use std::{collections::HashMap, time::Duration};
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+use troupe_proto::ERROR_DOMAIN;
+
+/// Machine-readable reason of a refusal, sent as `ErrorInfo.reason` and kept in the audit log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    TokenMissing,
+    TokenInvalid,
+    TokenExpired,
+    TokenRevoked,
+    OperatorOnly,
+    ParentOverrideForbidden,
+    NotADescendant,
+    TrustEscalation,
+    DepthExceeded,
+    TreeQuotaExceeded,
+    ChildQuotaExceeded,
+    WorkspaceQuotaExceeded,
+    RateLimited,
+    ParentNotRunning,
+    SessionEnded,
+    SessionNotFound,
+    WorkspaceNotFound,
+    AgentNotFound,
+    AgentInvalid,
+    InvalidArgument,
+    IdempotencyConflict,
+    CursorExpired,
+    Internal,
+}
+
+impl Reason {
+    /// Returns the wire name (`DEPTH_EXCEEDED`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::TokenMissing => "TOKEN_MISSING",
+            Reason::TokenInvalid => "TOKEN_INVALID",
+            Reason::TokenExpired => "TOKEN_EXPIRED",
+            Reason::TokenRevoked => "TOKEN_REVOKED",
+            Reason::OperatorOnly => "OPERATOR_ONLY",
+            Reason::ParentOverrideForbidden => "PARENT_OVERRIDE_FORBIDDEN",
+            Reason::NotADescendant => "NOT_A_DESCENDANT",
+            Reason::TrustEscalation => "TRUST_ESCALATION",
+            Reason::DepthExceeded => "DEPTH_EXCEEDED",
+            Reason::TreeQuotaExceeded => "TREE_QUOTA_EXCEEDED",
+            Reason::ChildQuotaExceeded => "CHILD_QUOTA_EXCEEDED",
+            Reason::WorkspaceQuotaExceeded => "WORKSPACE_QUOTA_EXCEEDED",
+            Reason::RateLimited => "RATE_LIMITED",
+            Reason::ParentNotRunning => "PARENT_NOT_RUNNING",
+            Reason::SessionEnded => "SESSION_ENDED",
+            Reason::SessionNotFound => "SESSION_NOT_FOUND",
+            Reason::WorkspaceNotFound => "WORKSPACE_NOT_FOUND",
+            Reason::AgentNotFound => "AGENT_NOT_FOUND",
+            Reason::AgentInvalid => "AGENT_INVALID",
+            Reason::InvalidArgument => "INVALID_ARGUMENT",
+            Reason::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            Reason::CursorExpired => "CURSOR_EXPIRED",
+            Reason::Internal => "INTERNAL",
+        }
+    }
+
+    fn code(self) -> Code {
+        match self {
+            Reason::TokenMissing
+            | Reason::TokenInvalid
+            | Reason::TokenExpired
+            | Reason::TokenRevoked => Code::Unauthenticated,
+            Reason::OperatorOnly
+            | Reason::ParentOverrideForbidden
+            | Reason::NotADescendant
+            | Reason::TrustEscalation => Code::PermissionDenied,
+            Reason::DepthExceeded
+            | Reason::TreeQuotaExceeded
+            | Reason::ChildQuotaExceeded
+            | Reason::WorkspaceQuotaExceeded
+            | Reason::RateLimited => Code::ResourceExhausted,
+            Reason::ParentNotRunning | Reason::SessionEnded | Reason::AgentInvalid => {
+                Code::FailedPrecondition
+            }
+            Reason::SessionNotFound | Reason::WorkspaceNotFound | Reason::AgentNotFound => {
+                Code::NotFound
+            }
+            Reason::InvalidArgument => Code::InvalidArgument,
+            Reason::IdempotencyConflict => Code::AlreadyExists,
+            Reason::CursorExpired => Code::OutOfRange,
+            Reason::Internal => Code::Internal,
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Spawn quota left, reported with successful creates and quota refusals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaLeft {
+    pub tree_sessions_remaining: u32,
+    pub depth_remaining: u32,
+    pub children_remaining: u32,
+}
+
+/// Every error of the session service.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// A rule refused the call; the message says which and what to do.
+    #[error("{message}")]
+    Refused {
+        reason: Reason,
+        message: String,
+        quota: Option<QuotaLeft>,
+        retry_after: Option<Duration>,
+    },
+    /// The session does not exist or the caller may not see it (the two are indistinguishable).
+    #[error("session not found: {session_id}")]
+    SessionNotFound { session_id: String },
+    #[error("invalid {field}: {message}")]
+    InvalidArgument {
+        field: &'static str,
+        message: String,
+    },
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl SessionError {
+    /// Builds a refusal without quota or retry details.
+    pub fn refused(reason: Reason, message: impl Into<String>) -> Self {
+        SessionError::Refused {
+            reason,
+            message: message.into(),
+            quota: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        SessionError::InvalidArgument {
+            field,
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(session_id: impl Into<String>) -> Self {
+        SessionError::SessionNotFound {
+            session_id: session_id.into(),
+        }
+    }
+
+    /// Returns the machine-readable reason, as the audit log records it.
+    pub fn reason(&self) -> Reason {
+        match self {
+            SessionError::Refused { reason, .. } => *reason,
+            SessionError::SessionNotFound { .. } => Reason::SessionNotFound,
+            SessionError::InvalidArgument { .. } => Reason::InvalidArgument,
+            SessionError::Database(_) | SessionError::Internal(_) => Reason::Internal,
+        }
+    }
+}
+
+impl From<SessionError> for Status {
+    fn from(err: SessionError) -> Status {
+        let reason = err.reason();
+        let mut metadata = HashMap::new();
+        let mut details = ErrorDetails::new();
+        let message = match &err {
+            SessionError::Database(e) => {
+                tracing::error!(error = %e, "database error");
+                "internal error".to_owned()
+            }
+            SessionError::Internal(e) => {
+                tracing::error!(error = %e, "internal error");
+                "internal error".to_owned()
+            }
+            SessionError::InvalidArgument { field, .. } => {
+                metadata.insert("field".to_owned(), (*field).to_owned());
+                err.to_string()
+            }
+            SessionError::Refused {
+                quota, retry_after, ..
+            } => {
+                if let Some(q) = quota {
+                    metadata.insert(
+                        "tree_sessions_remaining".to_owned(),
+                        q.tree_sessions_remaining.to_string(),
+                    );
+                    metadata.insert("depth_remaining".to_owned(), q.depth_remaining.to_string());
+                    metadata.insert(
+                        "children_remaining".to_owned(),
+                        q.children_remaining.to_string(),
+                    );
+                }
+                if let Some(after) = retry_after {
+                    metadata.insert("retry_after_ms".to_owned(), after.as_millis().to_string());
+                    details.set_retry_info(Some(*after));
+                }
+                err.to_string()
+            }
+            SessionError::SessionNotFound { .. } => err.to_string(),
+        };
+        details.set_error_info(reason.as_str(), ERROR_DOMAIN, metadata);
+        Status::with_error_details(reason.code(), message, details)
+    }
+}

@@ -1,0 +1,126 @@
+//! Troupe's session service: the spawn-tree ledger and every rule of it,
+//! served over gRPC as `troupe.session.v1.SessionService`.
+//!
+//! - [`config`]: flags, `TROUPE_*` variables and spawn limits.
+//! - [`auth`]: session tokens and the operator token.
+//! - [`policy`]: every rule (visibility, trust, quotas), as pure functions.
+//! - [`agents`]: agent definitions and slug validation.
+//! - [`store`]: the storage interface and its SQLite implementation.
+//! - [`service`]: the gRPC handlers, one module per RPC.
+//! - [`model`], [`error`]: shared records and the error table.
+//!
+//! [`serve`] runs the whole service on a listener the caller bound.
+
+pub mod agents;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod policy;
+pub mod service;
+pub mod store;
+
+use std::{future::Future, time::Duration};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use troupe_proto::session::session_service_server::SessionServiceServer;
+
+pub use config::{Config, Limits};
+
+use crate::{
+    auth::Tokens,
+    service::{Inner, Service},
+    store::{SqliteStore, Store},
+};
+
+/// How often old events are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(5);
+
+/// Serves the session service on `listener` until `shutdown` completes.
+///
+/// Opens (and migrates) the database, loads or creates the token signing
+/// key and the operator token, then serves `SessionService`, gRPC health
+/// and server reflection (v1 and v1alpha).
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let url = config.database_url();
+    anyhow::ensure!(
+        url.starts_with("sqlite:"),
+        "unsupported database url {url:?}: this release stores in SQLite (sqlite://PATH)"
+    );
+    let store = SqliteStore::open(&url)
+        .await
+        .with_context(|| format!("cannot open database {url}"))?;
+    let operator = auth::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
+    let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
+    serve_with_store(config, store, tokens, listener, shutdown).await
+}
+
+async fn serve_with_store<S: Store + Clone>(
+    config: Config,
+    store: S,
+    tokens: Tokens,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    let service = Service::new(Inner {
+        store: store.clone(),
+        tokens,
+        limits: config.limits,
+        workspaces_dir: config.workspaces_dir(),
+        shutdown: cancel.clone(),
+    });
+    let pruner = tokio::spawn(prune_events(store, config.event_retention, cancel.clone()));
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<SessionServiceServer<Service<S>>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    tracing::info!(addr = %listener.local_addr()?, "session service listening");
+    let stop = cancel.clone();
+    let result = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(SessionServiceServer::new(service))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.await;
+            // Ends open watch streams so the server can drain.
+            stop.cancel();
+        })
+        .await;
+    cancel.cancel();
+    let _ = pruner.await;
+    result.context("grpc server failed")
+}
+
+async fn prune_events<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
+    let mut every = tokio::time::interval(PRUNE_EVERY);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = cancel.cancelled() => return,
+        }
+        if let Err(e) = store.prune_events(keep).await {
+            tracing::warn!(error = %e, "event pruning failed");
+        }
+    }
+}

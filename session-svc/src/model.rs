@@ -1,0 +1,188 @@
+//! The records the service reasons about: sessions, callers, events, audit
+//! entries. Plain data, shared by the rules ([`crate::policy`]) and the
+//! store ([`crate::store`]).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use troupe_proto::session::{SessionStatus, TrustLevel};
+
+/// A session's trust level. Only ever narrows from parent to child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trust {
+    Direct,
+    Sandboxed,
+}
+
+impl Trust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Direct => "direct",
+            Trust::Sandboxed => "sandboxed",
+        }
+    }
+
+    /// Parses the stored form (`direct` / `sandboxed`).
+    pub fn from_db(text: &str) -> Option<Trust> {
+        match text {
+            "direct" => Some(Trust::Direct),
+            "sandboxed" => Some(Trust::Sandboxed),
+            _ => None,
+        }
+    }
+
+    /// Maps the wire enum; `None` for unspecified.
+    pub fn from_proto(level: TrustLevel) -> Option<Trust> {
+        match level {
+            TrustLevel::Direct => Some(Trust::Direct),
+            TrustLevel::Sandboxed => Some(Trust::Sandboxed),
+            TrustLevel::Unspecified => None,
+        }
+    }
+
+    pub fn to_proto(self) -> TrustLevel {
+        match self {
+            Trust::Direct => TrustLevel::Direct,
+            Trust::Sandboxed => TrustLevel::Sandboxed,
+        }
+    }
+}
+
+/// One row of the spawn tree.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRow {
+    pub session_id: String,
+    pub workspace_id: String,
+    pub parent_session_id: Option<String>,
+    pub parent_trust: Option<Trust>,
+    pub tree_id: String,
+    pub depth: u32,
+    pub trust: Trust,
+    pub agent_name: String,
+    /// JSON array of the agent's argv.
+    pub agent_command: String,
+    pub title: String,
+    pub status: SessionStatus,
+    pub created_by: String,
+    pub created_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+    pub end_reason: Option<String>,
+    pub spawn_tat_ms: i64,
+    pub inbox_seq: i64,
+}
+
+impl SessionRow {
+    /// Returns true while the session is pending or running.
+    pub fn is_active(&self) -> bool {
+        !troupe_proto::status::is_ended(self.status)
+    }
+}
+
+/// Who is calling, as established from the token and the database.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    Operator,
+    /// An agent, acting as this session (the row as read when the call arrived).
+    Session(Box<SessionRow>),
+}
+
+impl Caller {
+    /// Returns the audit form: `operator` or `session:<id>`.
+    pub fn label(&self) -> String {
+        match self {
+            Caller::Operator => "operator".to_owned(),
+            Caller::Session(s) => format!("session:{}", s.session_id),
+        }
+    }
+}
+
+/// A session to insert.
+#[derive(Clone, Debug)]
+pub struct NewSession {
+    pub session_id: String,
+    pub workspace_id: String,
+    pub trust: Trust,
+    pub agent_name: String,
+    pub agent_command: String,
+    pub title: String,
+    pub created_by: String,
+    /// Stored as the first message of the new session's inbox.
+    pub initial_message: Option<NewMessage>,
+}
+
+/// A message to store in an inbox.
+#[derive(Clone, Debug)]
+pub struct NewMessage {
+    pub message_id: String,
+    /// `operator` or `session:<id>`.
+    pub sender: String,
+    pub body: String,
+}
+
+/// The idempotency key of a call and the hash of what it asked for.
+#[derive(Clone, Debug)]
+pub struct Idempotency {
+    pub caller: String,
+    pub action: &'static str,
+    pub request_id: String,
+    pub payload_hash: String,
+}
+
+/// One audit entry to append.
+#[derive(Clone, Debug)]
+pub struct AuditRecord {
+    pub caller: String,
+    pub action: &'static str,
+    pub target: String,
+    pub allowed: bool,
+    pub reason: String,
+    pub detail: String,
+}
+
+/// One stored audit entry.
+#[derive(Clone, Debug)]
+pub struct AuditRow {
+    pub id: i64,
+    pub at_ms: i64,
+    pub caller: String,
+    pub action: String,
+    pub target: String,
+    pub allowed: bool,
+    pub reason: String,
+    pub detail: String,
+}
+
+/// One stored event, joined with its session's hierarchy fields.
+#[derive(Clone, Debug)]
+pub struct EventRow {
+    pub id: i64,
+    pub seq: i64,
+    pub kind: String,
+    pub status: String,
+    pub at_ms: i64,
+    pub detail: String,
+    pub session_id: String,
+    pub workspace_id: String,
+    pub parent_session_id: Option<String>,
+    pub parent_trust: Option<Trust>,
+    pub tree_id: String,
+    pub depth: u32,
+    pub trust: Trust,
+}
+
+/// Which events a watcher wants, already narrowed to what it may see.
+#[derive(Clone, Debug, Default)]
+pub struct EventFilter {
+    pub session_id: Option<String>,
+    pub tree_id: Option<String>,
+    pub workspace_id: Option<String>,
+    /// Only events of sandboxed sessions.
+    pub sandboxed_only: bool,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,292 @@
+//! Every rule of the spawn tree, as pure functions over rows the store read
+//! inside its transaction. Trust decisions are made here and nowhere else.
+//!
+//! - visibility: [`can_see`] (workspace boundary, sandboxed never sees direct);
+//! - trust: [`child_trust`] (inherit by default, never escalate);
+//! - quotas: [`admit_spawn`] (depth, tree, children, workspace, rate), [`admit_root`];
+//! - messaging and termination: [`may_message`], [`may_terminate`].
+
+use std::time::Duration;
+
+use crate::{
+    config::Limits,
+    error::{QuotaLeft, Reason, SessionError},
+    model::{Caller, SessionRow, Trust},
+};
+
+/// Returns true if `caller` may see `target`: same workspace, and a
+/// sandboxed caller sees only sandboxed sessions. Operators see everything.
+pub fn can_see(caller: &Caller, target: &SessionRow) -> bool {
+    match caller {
+        Caller::Operator => true,
+        Caller::Session(me) => can_see_as(me.trust, &me.workspace_id, target),
+    }
+}
+
+/// [`can_see`] for a viewer given by its trust level and workspace.
+pub fn can_see_as(trust: Trust, workspace_id: &str, target: &SessionRow) -> bool {
+    target.workspace_id == workspace_id
+        && (trust == Trust::Direct || target.trust == Trust::Sandboxed)
+}
+
+/// Returns true if a viewer of trust `viewer` may see a session of trust `target` in its workspace.
+pub fn trust_sees(viewer: Trust, target: Trust) -> bool {
+    viewer == Trust::Direct || target == Trust::Sandboxed
+}
+
+/// Decides a child's trust level: unspecified inherits the parent's; a
+/// request may narrow direct to sandboxed but never raise sandboxed.
+pub fn child_trust(parent: Trust, requested: Option<Trust>) -> Result<Trust, SessionError> {
+    match (parent, requested) {
+        (_, None) => Ok(parent),
+        (Trust::Sandboxed, Some(Trust::Direct)) => Err(SessionError::refused(
+            Reason::TrustEscalation,
+            "a sandboxed session may create only sandboxed sessions",
+        )),
+        (_, Some(level)) => Ok(level),
+    }
+}
+
+/// What the store read, inside its transaction, about a spawn's parent.
+#[derive(Clone, Debug)]
+pub struct SpawnContext<'a> {
+    pub parent: &'a SessionRow,
+    /// Sessions the parent's tree holds, ended ones included.
+    pub tree_sessions: u32,
+    /// Children the parent has ever created.
+    pub children: u32,
+    /// Sessions of the workspace that are pending or running.
+    pub workspace_active: u32,
+    pub now_ms: i64,
+}
+
+/// A spawn the rules allowed: where the child goes and what is left.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Admission {
+    pub depth: u32,
+    /// The parent's new rate-limit state.
+    pub parent_spawn_tat_ms: i64,
+    pub quota: QuotaLeft,
+}
+
+/// Applies, in order, the parent-running, depth, tree, children, workspace
+/// and rate rules to one spawn.
+pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission, SessionError> {
+    let parent = ctx.parent;
+    if !parent.is_active() {
+        return Err(SessionError::refused(
+            Reason::ParentNotRunning,
+            format!(
+                "parent session {} is {} and cannot create children",
+                parent.session_id,
+                troupe_proto::status::status_str(parent.status)
+            ),
+        ));
+    }
+    let depth = parent.depth + 1;
+    let left_now = QuotaLeft {
+        tree_sessions_remaining: limits.max_tree_sessions.saturating_sub(ctx.tree_sessions),
+        depth_remaining: limits.max_depth.saturating_sub(parent.depth),
+        children_remaining: limits.max_children.saturating_sub(ctx.children),
+    };
+    let refuse = |reason, message: String| SessionError::Refused {
+        reason,
+        message,
+        quota: Some(left_now),
+        retry_after: None,
+    };
+    if depth > limits.max_depth {
+        return Err(refuse(
+            Reason::DepthExceeded,
+            format!(
+                "depth limit exceeded: a child would be at depth {depth}, the limit is {}",
+                limits.max_depth
+            ),
+        ));
+    }
+    if ctx.tree_sessions >= limits.max_tree_sessions {
+        return Err(refuse(
+            Reason::TreeQuotaExceeded,
+            format!(
+                "tree quota exceeded: the tree holds {} of {} sessions",
+                ctx.tree_sessions, limits.max_tree_sessions
+            ),
+        ));
+    }
+    if ctx.children >= limits.max_children {
+        return Err(refuse(
+            Reason::ChildQuotaExceeded,
+            format!(
+                "child quota exceeded: the session has created {} of {} children",
+                ctx.children, limits.max_children
+            ),
+        ));
+    }
+    if ctx.workspace_active >= limits.max_active_per_workspace {
+        return Err(refuse(
+            Reason::WorkspaceQuotaExceeded,
+            format!(
+                "workspace quota exceeded: {} of {} sessions are active",
+                ctx.workspace_active, limits.max_active_per_workspace
+            ),
+        ));
+    }
+    let parent_spawn_tat_ms = match rate_check(parent.spawn_tat_ms, ctx.now_ms, limits) {
+        Ok(tat) => tat,
+        Err(wait) => {
+            return Err(SessionError::Refused {
+                reason: Reason::RateLimited,
+                message: format!(
+                    "spawn rate exceeded ({} per second, burst {}): retry in {} ms",
+                    limits.spawn_rate_per_sec,
+                    limits.spawn_burst,
+                    wait.as_millis()
+                ),
+                quota: Some(left_now),
+                retry_after: Some(wait),
+            });
+        }
+    };
+    Ok(Admission {
+        depth,
+        parent_spawn_tat_ms,
+        quota: QuotaLeft {
+            tree_sessions_remaining: left_now.tree_sessions_remaining - 1,
+            depth_remaining: limits.max_depth - depth,
+            children_remaining: left_now.children_remaining - 1,
+        },
+    })
+}
+
+/// Applies the workspace rule to a new root, and reports the new tree's quota.
+pub fn admit_root(workspace_active: u32, limits: &Limits) -> Result<QuotaLeft, SessionError> {
+    if workspace_active >= limits.max_active_per_workspace {
+        return Err(SessionError::refused(
+            Reason::WorkspaceQuotaExceeded,
+            format!(
+                "workspace quota exceeded: {workspace_active} of {} sessions are active",
+                limits.max_active_per_workspace
+            ),
+        ));
+    }
+    Ok(QuotaLeft {
+        tree_sessions_remaining: limits.max_tree_sessions.saturating_sub(1),
+        depth_remaining: limits.max_depth,
+        children_remaining: limits.max_children,
+    })
+}
+
+/// Generic cell rate algorithm: returns the new theoretical arrival time, or
+/// how long to wait. A rate of zero or less disables the limit.
+fn rate_check(tat_ms: i64, now_ms: i64, limits: &Limits) -> Result<i64, Duration> {
+    if limits.spawn_rate_per_sec <= 0.0 {
+        return Ok(tat_ms);
+    }
+    let interval = (1000.0 / limits.spawn_rate_per_sec).ceil() as i64;
+    let tolerance = interval * i64::from(limits.spawn_burst.max(1) - 1);
+    let tat = tat_ms.max(now_ms);
+    if tat - now_ms > tolerance {
+        Err(Duration::from_millis((tat - tolerance - now_ms) as u64))
+    } else {
+        Ok(tat + interval)
+    }
+}
+
+/// Checks that `caller` may message `target`. An invisible target is
+/// answered exactly as a missing one.
+pub fn may_message(caller: &Caller, target: &SessionRow) -> Result<(), SessionError> {
+    if !can_see(caller, target) {
+        return Err(SessionError::not_found(&target.session_id));
+    }
+    if !target.is_active() {
+        return Err(SessionError::refused(
+            Reason::SessionEnded,
+            format!(
+                "session {} has ended ({}); it takes no messages",
+                target.session_id,
+                troupe_proto::status::status_str(target.status)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `caller` may terminate `target`, given the target's ancestors
+/// (nearest first). Agents may end only their own descendants.
+pub fn may_terminate(
+    caller: &Caller,
+    target: &SessionRow,
+    ancestors: &[String],
+) -> Result<(), SessionError> {
+    match caller {
+        Caller::Operator => Ok(()),
+        Caller::Session(me) => {
+            if !can_see(caller, target) {
+                return Err(SessionError::not_found(&target.session_id));
+            }
+            if ancestors.iter().any(|id| *id == me.session_id) {
+                Ok(())
+            } else {
+                Err(SessionError::refused(
+                    Reason::NotADescendant,
+                    format!(
+                        "session {} is not a descendant of the caller; agents may terminate only their own descendants",
+                        target.session_id
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            spawn_rate_per_sec: 1.0,
+            spawn_burst: 3,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn rate_allows_the_burst_then_asks_to_wait_one_interval() {
+        let l = limits();
+        let mut tat = 0;
+        for _ in 0..3 {
+            tat = rate_check(tat, 10_000, &l).expect("within burst");
+        }
+        assert_eq!(
+            rate_check(tat, 10_000, &l),
+            Err(Duration::from_millis(1000))
+        );
+        assert!(rate_check(tat, 11_000, &l).is_ok());
+    }
+
+    #[test]
+    fn zero_rate_means_unlimited() {
+        let l = Limits {
+            spawn_rate_per_sec: 0.0,
+            ..limits()
+        };
+        for _ in 0..100 {
+            assert!(rate_check(0, 0, &l).is_ok());
+        }
+    }
+
+    #[test]
+    fn trust_only_narrows() {
+        use Trust::*;
+        assert_eq!(child_trust(Direct, None).ok(), Some(Direct));
+        assert_eq!(child_trust(Direct, Some(Sandboxed)).ok(), Some(Sandboxed));
+        assert_eq!(child_trust(Sandboxed, None).ok(), Some(Sandboxed));
+        assert_eq!(
+            child_trust(Sandboxed, Some(Direct))
+                .err()
+                .map(|e| e.reason()),
+            Some(Reason::TrustEscalation)
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! `CreateRootSession` and `CreateSession`.
+
+use troupe_proto::session as pb;
+
+use super::{
+    Inner, MAX_MESSAGE_BYTES, MAX_SHORT_TEXT, allowed, check_len, idempotency, require_operator,
+    view,
+};
+use crate::{
+    agents,
+    error::{Reason, SessionError},
+    model::{Caller, NewMessage, NewSession, Trust},
+    policy,
+    store::{Created, Store},
+};
+
+/// Fields shared by both creates, validated.
+struct Spec {
+    title: String,
+    agent_command: String,
+    initial_message: Option<String>,
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+fn spec(
+    workspaces_dir: &std::path::Path,
+    workspace: &str,
+    agent: &str,
+    title: &str,
+    initial_message: &str,
+) -> Result<Spec, SessionError> {
+    agents::validate_slug("workspace_id", workspace)?;
+    agents::validate_slug("agent_name", agent)?;
+    check_len("title", title, MAX_SHORT_TEXT)?;
+    check_len("initial_message", initial_message, MAX_MESSAGE_BYTES)?;
+    let definition = agents::lookup(workspaces_dir, workspace, agent)?;
+    let agent_command = serde_json::to_string(&definition.command)
+        .map_err(|e| SessionError::Internal(e.to_string()))?;
+    Ok(Spec {
+        title: if title.trim().is_empty() {
+            agent.to_owned()
+        } else {
+            title.to_owned()
+        },
+        agent_command,
+        initial_message: (!initial_message.is_empty()).then(|| initial_message.to_owned()),
+    })
+}
+
+fn new_session(
+    caller: &Caller,
+    workspace: &str,
+    agent: &str,
+    trust: Trust,
+    spec: Spec,
+) -> NewSession {
+    NewSession {
+        session_id: new_id("sess"),
+        workspace_id: workspace.to_owned(),
+        trust,
+        agent_name: agent.to_owned(),
+        agent_command: spec.agent_command,
+        title: spec.title,
+        created_by: caller.label(),
+        initial_message: spec.initial_message.map(|body| NewMessage {
+            message_id: new_id("msg"),
+            sender: caller.label(),
+            body,
+        }),
+    }
+}
+
+pub async fn root<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::CreateRootSessionRequest,
+) -> Result<pb::CreateRootSessionResponse, SessionError> {
+    require_operator(caller)?;
+    let level = pb::TrustLevel::try_from(req.trust_level)
+        .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
+    let trust = Trust::from_proto(level).unwrap_or(Trust::Sandboxed);
+    let spec = spec(
+        &inner.workspaces_dir,
+        &req.workspace_id,
+        &req.agent_name,
+        &req.title,
+        &req.initial_message,
+    )?;
+    let idem = idempotency(
+        caller,
+        "create_root_session",
+        &req.request_id,
+        &[
+            &req.workspace_id,
+            trust.as_str(),
+            &req.title,
+            &req.agent_name,
+            &req.initial_message,
+        ],
+    )?;
+    let new = new_session(caller, &req.workspace_id, &req.agent_name, trust, spec);
+    let audit = allowed(
+        caller,
+        "create_root_session",
+        &new.session_id,
+        String::new(),
+    );
+    let limits = inner.limits;
+    let created = inner
+        .store
+        .create_root(new, idem, audit, &|active| {
+            policy::admit_root(active, &limits)
+        })
+        .await?;
+    let (session, quota) = resolve(inner, created).await?;
+    let (token, exp) = inner.tokens.mint(&session.session_id)?;
+    Ok(pb::CreateRootSessionResponse {
+        session: Some(view::session(caller, &session)),
+        session_token: token,
+        token_expires_at: Some(view::timestamp(exp as i64 * 1000)),
+        quota: Some(view::quota(quota)),
+    })
+}
+
+pub async fn child<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::CreateSessionRequest,
+) -> Result<pb::CreateSessionResponse, SessionError> {
+    let parent = match caller {
+        Caller::Operator => {
+            if req.parent_session_id.is_empty() {
+                return Err(SessionError::invalid(
+                    "parent_session_id",
+                    "an operator must name the parent session (CreateRootSession starts a new tree)",
+                ));
+            }
+            inner
+                .store
+                .get_session(&req.parent_session_id)
+                .await?
+                .ok_or_else(|| SessionError::not_found(&req.parent_session_id))?
+        }
+        Caller::Session(me) => {
+            if !req.parent_session_id.is_empty() && req.parent_session_id != me.session_id {
+                return Err(SessionError::refused(
+                    Reason::ParentOverrideForbidden,
+                    "agents create children of their own session only; leave parent_session_id empty",
+                ));
+            }
+            (**me).clone()
+        }
+    };
+    let level = pb::TrustLevel::try_from(req.trust_level)
+        .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
+    let trust = policy::child_trust(parent.trust, Trust::from_proto(level))?;
+    let spec = spec(
+        &inner.workspaces_dir,
+        &parent.workspace_id,
+        &req.agent_name,
+        &req.title,
+        &req.initial_message,
+    )?;
+    let idem = idempotency(
+        caller,
+        "create_session",
+        &req.request_id,
+        &[
+            &parent.session_id,
+            trust.as_str(),
+            &req.title,
+            &req.agent_name,
+            &req.initial_message,
+        ],
+    )?;
+    let new = new_session(caller, &parent.workspace_id, &req.agent_name, trust, spec);
+    let audit = allowed(
+        caller,
+        "create_session",
+        &parent.session_id,
+        format!("created {}", new.session_id),
+    );
+    let limits = inner.limits;
+    let created = inner
+        .store
+        .create_child(&parent.session_id, new, idem, audit, &|ctx| {
+            policy::admit_spawn(ctx, &limits)
+        })
+        .await?;
+    let (session, quota) = resolve(inner, created).await?;
+    Ok(pb::CreateSessionResponse {
+        session: Some(view::session(caller, &session)),
+        quota: Some(view::quota(quota)),
+    })
+}
+
+async fn resolve<S: Store>(
+    inner: &Inner<S>,
+    created: Created,
+) -> Result<(crate::model::SessionRow, crate::error::QuotaLeft), SessionError> {
+    match created {
+        Created::New { session, quota } => Ok((session, quota)),
+        Created::Replayed { session_id, quota } => {
+            let session =
+                inner.store.get_session(&session_id).await?.ok_or_else(|| {
+                    SessionError::Internal("replayed session vanished".to_owned())
+                })?;
+            Ok((session, quota))
+        }
+    }
+}

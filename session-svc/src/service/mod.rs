@@ -1,0 +1,366 @@
+//! The `troupe.session.v1.SessionService` implementation: authentication,
+//! then one module per RPC. Every handler reads the caller from its token
+//! ([`Service::authenticate`]), applies the rules of [`crate::policy`], and
+//! audits its decision.
+
+mod audit;
+mod create;
+mod get;
+mod list;
+mod message;
+mod terminate;
+mod token;
+mod view;
+mod watch;
+
+use std::{path::PathBuf, pin::Pin, sync::Arc};
+
+use futures::Stream;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use troupe_proto::session::{self as pb, session_service_server::SessionService};
+
+use crate::{
+    auth::{Bearer, Tokens, bearer},
+    config::Limits,
+    error::{Reason, SessionError},
+    model::{AuditRecord, Caller, Idempotency},
+    store::Store,
+};
+
+/// Longest accepted title, reason or request id, in bytes.
+pub const MAX_SHORT_TEXT: usize = 256;
+/// Longest accepted message or initial message, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// Shared state of the service.
+pub struct Inner<S> {
+    pub store: S,
+    pub tokens: Tokens,
+    pub limits: Limits,
+    pub workspaces_dir: PathBuf,
+    /// Cancelled at shutdown; ends open watch streams.
+    pub shutdown: CancellationToken,
+}
+
+/// The gRPC service.
+pub struct Service<S> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S> Clone for Service<S> {
+    fn clone(&self) -> Self {
+        Service {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: Store> Service<S> {
+    pub fn new(inner: Inner<S>) -> Self {
+        Service {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Establishes the caller from the bearer token and the database.
+    /// Refusals are audited.
+    async fn authenticate<T>(
+        &self,
+        request: &Request<T>,
+        action: &'static str,
+    ) -> Result<Caller, Status> {
+        match self.caller(request).await {
+            Ok(caller) => Ok(caller),
+            Err(err) => {
+                self.audit(AuditRecord {
+                    caller: "anonymous".to_owned(),
+                    action,
+                    target: String::new(),
+                    allowed: false,
+                    reason: err.reason().as_str().to_owned(),
+                    detail: err.to_string(),
+                })
+                .await;
+                Err(err.into())
+            }
+        }
+    }
+
+    async fn caller<T>(&self, request: &Request<T>) -> Result<Caller, SessionError> {
+        let token = bearer(request.metadata())?;
+        match self.inner.tokens.verify(token, &self.inner.store).await? {
+            Bearer::Operator => Ok(Caller::Operator),
+            Bearer::Session(claims) => {
+                let row = self
+                    .inner
+                    .store
+                    .get_session(&claims.sub)
+                    .await?
+                    .ok_or_else(|| {
+                        SessionError::refused(Reason::TokenInvalid, "invalid session token")
+                    })?;
+                if !row.is_active() {
+                    return Err(SessionError::refused(
+                        Reason::TokenRevoked,
+                        format!(
+                            "session {} has ended ({}); its tokens are revoked",
+                            row.session_id,
+                            troupe_proto::status::status_str(row.status)
+                        ),
+                    ));
+                }
+                Ok(Caller::Session(Box::new(row)))
+            }
+        }
+    }
+
+    /// Appends an audit entry; a failure is logged, never returned.
+    async fn audit(&self, record: AuditRecord) {
+        if let Err(e) = self.inner.store.append_audit(record).await {
+            tracing::error!(error = %e, "audit append failed");
+        }
+    }
+
+    /// Audits a decision made outside a store transaction: every refusal,
+    /// and the allowed reads.
+    async fn audit_outcome<T>(
+        &self,
+        caller: &Caller,
+        action: &'static str,
+        target: &str,
+        result: &Result<T, SessionError>,
+        audit_allowed: bool,
+    ) {
+        let (allowed, reason, detail) = match result {
+            Ok(_) if audit_allowed => (true, "OK".to_owned(), String::new()),
+            Ok(_) => return,
+            Err(e) => (false, e.reason().as_str().to_owned(), e.to_string()),
+        };
+        self.audit(AuditRecord {
+            caller: caller.label(),
+            action,
+            target: target.to_owned(),
+            allowed,
+            reason,
+            detail,
+        })
+        .await;
+    }
+}
+
+/// Builds the idempotency key of a call, or none without a request id.
+fn idempotency(
+    caller: &Caller,
+    action: &'static str,
+    request_id: &str,
+    payload: &[&str],
+) -> Result<Option<Idempotency>, SessionError> {
+    if request_id.is_empty() {
+        return Ok(None);
+    }
+    check_len("request_id", request_id, MAX_SHORT_TEXT)?;
+    let mut hash = Sha256::new();
+    for part in payload {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    Ok(Some(Idempotency {
+        caller: caller.label(),
+        action,
+        request_id: request_id.to_owned(),
+        payload_hash: hex::encode(hash.finalize()),
+    }))
+}
+
+fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), SessionError> {
+    if value.len() > max {
+        return Err(SessionError::invalid(
+            field,
+            format!("{} bytes is over the limit of {max}", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// An allowed decision made inside a store transaction.
+fn allowed(caller: &Caller, action: &'static str, target: &str, detail: String) -> AuditRecord {
+    AuditRecord {
+        caller: caller.label(),
+        action,
+        target: target.to_owned(),
+        allowed: true,
+        reason: "OK".to_owned(),
+        detail,
+    }
+}
+
+fn require_operator(caller: &Caller) -> Result<(), SessionError> {
+    match caller {
+        Caller::Operator => Ok(()),
+        Caller::Session(_) => Err(SessionError::refused(
+            Reason::OperatorOnly,
+            "this call needs the operator token",
+        )),
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send + Sync>>;
+
+#[tonic::async_trait]
+impl<S: Store> SessionService for Service<S> {
+    #[tracing::instrument(name = "create_root", skip_all)]
+    async fn create_root_session(
+        &self,
+        request: Request<pb::CreateRootSessionRequest>,
+    ) -> Result<Response<pb::CreateRootSessionResponse>, Status> {
+        let caller = self.authenticate(&request, "create_root_session").await?;
+        let req = request.into_inner();
+        let result = create::root(&self.inner, &caller, &req).await;
+        self.audit_outcome(
+            &caller,
+            "create_root_session",
+            &req.workspace_id,
+            &result,
+            false,
+        )
+        .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "spawn", skip_all)]
+    async fn create_session(
+        &self,
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Result<Response<pb::CreateSessionResponse>, Status> {
+        let caller = self.authenticate(&request, "create_session").await?;
+        let req = request.into_inner();
+        let result = create::child(&self.inner, &caller, &req).await;
+        let target = match (&caller, req.parent_session_id.as_str()) {
+            (Caller::Session(me), "") => me.session_id.clone(),
+            (_, parent) => parent.to_owned(),
+        };
+        self.audit_outcome(&caller, "create_session", &target, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "send", skip_all)]
+    async fn send_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let caller = self.authenticate(&request, "send_message").await?;
+        let req = request.into_inner();
+        let result = message::send(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "send_message", &req.session_id, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "list", skip_all)]
+    async fn list_workspace_sessions(
+        &self,
+        request: Request<pb::ListWorkspaceSessionsRequest>,
+    ) -> Result<Response<pb::ListWorkspaceSessionsResponse>, Status> {
+        let caller = self
+            .authenticate(&request, "list_workspace_sessions")
+            .await?;
+        let req = request.into_inner();
+        let result = list::sessions(&self.inner, &caller, &req).await;
+        self.audit_outcome(
+            &caller,
+            "list_workspace_sessions",
+            &req.workspace_id,
+            &result,
+            true,
+        )
+        .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "get", skip_all)]
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::GetSessionResponse>, Status> {
+        let caller = self.authenticate(&request, "get_session").await?;
+        let req = request.into_inner();
+        let result = get::session(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "get_session", &req.session_id, &result, true)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "terminate", skip_all)]
+    async fn terminate_session(
+        &self,
+        request: Request<pb::TerminateSessionRequest>,
+    ) -> Result<Response<pb::TerminateSessionResponse>, Status> {
+        let caller = self.authenticate(&request, "terminate_session").await?;
+        let req = request.into_inner();
+        let result = terminate::session(&self.inner, &caller, &req).await;
+        self.audit_outcome(
+            &caller,
+            "terminate_session",
+            &req.session_id,
+            &result,
+            false,
+        )
+        .await;
+        Ok(Response::new(result?))
+    }
+
+    type WatchSessionsStream = EventStream;
+
+    #[tracing::instrument(name = "watch", skip_all)]
+    async fn watch_sessions(
+        &self,
+        request: Request<pb::WatchSessionsRequest>,
+    ) -> Result<Response<Self::WatchSessionsStream>, Status> {
+        let caller = self.authenticate(&request, "watch_sessions").await?;
+        let req = request.into_inner();
+        let result = watch::start(Arc::clone(&self.inner), &caller, &req).await;
+        let target = [&req.session_id, &req.tree_id, &req.workspace_id]
+            .into_iter()
+            .find(|t| !t.is_empty())
+            .cloned()
+            .unwrap_or_default();
+        self.audit_outcome(&caller, "watch_sessions", &target, &result, true)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "issue_token", skip_all)]
+    async fn issue_session_token(
+        &self,
+        request: Request<pb::IssueSessionTokenRequest>,
+    ) -> Result<Response<pb::IssueSessionTokenResponse>, Status> {
+        let caller = self.authenticate(&request, "issue_session_token").await?;
+        let req = request.into_inner();
+        let result = token::issue(&self.inner, &caller, &req).await;
+        self.audit_outcome(
+            &caller,
+            "issue_session_token",
+            &req.session_id,
+            &result,
+            true,
+        )
+        .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "audit", skip_all)]
+    async fn list_audit(
+        &self,
+        request: Request<pb::ListAuditRequest>,
+    ) -> Result<Response<pb::ListAuditResponse>, Status> {
+        let caller = self.authenticate(&request, "list_audit").await?;
+        let req = request.into_inner();
+        let result = audit::list(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "list_audit", &req.session_id, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+}

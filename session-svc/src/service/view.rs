@@ -1,0 +1,121 @@
+//! Rows as the caller may see them: a sandboxed viewer never learns the id
+//! of a direct session, even as a parent or creator.
+
+use prost_types::Timestamp;
+use troupe_proto::{
+    session::{self as pb, EventKind, SessionStatus, session_event::Detail},
+    status::{parse_kind, parse_status},
+};
+
+use crate::{
+    error::QuotaLeft,
+    model::{Caller, EventRow, SessionRow, Trust},
+    policy::trust_sees,
+};
+
+fn viewer_trust(viewer: &Caller) -> Trust {
+    match viewer {
+        Caller::Operator => Trust::Direct,
+        Caller::Session(me) => me.trust,
+    }
+}
+
+/// Returns the parent id if the viewer may see the parent.
+fn visible_parent(viewer: &Caller, parent: Option<&str>, parent_trust: Option<Trust>) -> String {
+    match (parent, parent_trust) {
+        (Some(id), Some(trust)) if trust_sees(viewer_trust(viewer), trust) => id.to_owned(),
+        _ => String::new(),
+    }
+}
+
+pub fn timestamp(ms: i64) -> Timestamp {
+    Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
+    let parent = visible_parent(viewer, row.parent_session_id.as_deref(), row.parent_trust);
+    let created_by = if row.created_by.starts_with("session:")
+        && row.parent_session_id.is_some()
+        && parent.is_empty()
+    {
+        "session".to_owned()
+    } else {
+        row.created_by.clone()
+    };
+    pb::Session {
+        session_id: row.session_id.clone(),
+        workspace_id: row.workspace_id.clone(),
+        parent_session_id: parent,
+        tree_id: row.tree_id.clone(),
+        depth: row.depth,
+        trust_level: row.trust.to_proto() as i32,
+        agent_name: row.agent_name.clone(),
+        title: row.title.clone(),
+        status: row.status as i32,
+        created_by,
+        created_at: Some(timestamp(row.created_at_ms)),
+        ended_at: row.ended_at_ms.map(timestamp),
+        end_reason: row.end_reason.clone().unwrap_or_default(),
+    }
+}
+
+pub fn quota(q: QuotaLeft) -> pb::QuotaInfo {
+    pb::QuotaInfo {
+        tree_sessions_remaining: q.tree_sessions_remaining,
+        depth_remaining: q.depth_remaining,
+        children_remaining: q.children_remaining,
+    }
+}
+
+pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
+    let kind = parse_kind(&row.kind).unwrap_or(EventKind::Unspecified);
+    let detail_json: serde_json::Value = serde_json::from_str(&row.detail).unwrap_or_default();
+    let text = |key: &str| detail_json[key].as_str().unwrap_or_default().to_owned();
+    let number = |key: &str| detail_json[key].as_u64().unwrap_or_default();
+    let detail = match kind {
+        EventKind::Created => Some(Detail::Created(pb::Created {
+            agent_name: text("agent_name"),
+            title: text("title"),
+        })),
+        EventKind::Message => Some(Detail::Message(pb::MessageQueued {
+            message_id: text("message_id"),
+            inbox_sequence: number("inbox_sequence"),
+            bytes: number("bytes"),
+        })),
+        EventKind::Terminated => {
+            let by = text("terminated_by");
+            // The terminating session may be a direct ancestor the viewer may not see.
+            let by = if viewer_trust(viewer) == Trust::Sandboxed && by.starts_with("session:") {
+                "session".to_owned()
+            } else {
+                by
+            };
+            Some(Detail::Terminated(pb::Terminated {
+                reason: text("reason"),
+                terminated_by: by,
+            }))
+        }
+        _ => None,
+    };
+    pb::SessionEvent {
+        cursor: row.id as u64,
+        sequence: row.seq as u64,
+        kind: kind as i32,
+        at: Some(timestamp(row.at_ms)),
+        session_id: row.session_id.clone(),
+        parent_session_id: visible_parent(
+            viewer,
+            row.parent_session_id.as_deref(),
+            row.parent_trust,
+        ),
+        tree_id: row.tree_id.clone(),
+        depth: row.depth,
+        workspace_id: row.workspace_id.clone(),
+        trust_level: row.trust.to_proto() as i32,
+        status: parse_status(&row.status).unwrap_or(SessionStatus::Unspecified) as i32,
+        detail,
+    }
+}

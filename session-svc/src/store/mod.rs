@@ -1,0 +1,177 @@
+//! The store interface: every read and write of the ledger. Each write that
+//! depends on a check runs the check (a [`crate::policy`] function passed in
+//! as a closure) inside the same transaction as the write, so concurrent
+//! calls cannot both pass a check that only one of them may pass.
+//!
+//! [`SqliteStore`] is the embedded default. The rules never see SQL, so
+//! another backend implements this trait without touching them.
+
+mod sqlite;
+
+use std::future::Future;
+
+use tokio::sync::watch;
+
+pub use sqlite::SqliteStore;
+
+use crate::{
+    error::{QuotaLeft, SessionError},
+    model::{
+        AuditRecord, AuditRow, EventFilter, EventRow, Idempotency, NewMessage, NewSession,
+        SessionRow,
+    },
+    policy::{Admission, SpawnContext},
+};
+
+/// Checks a spawn inside the store's transaction.
+pub type SpawnCheck<'a> = &'a (dyn Fn(&SpawnContext<'_>) -> Result<Admission, SessionError> + Sync);
+/// Checks a new root given the workspace's active session count.
+pub type RootCheck<'a> = &'a (dyn Fn(u32) -> Result<QuotaLeft, SessionError> + Sync);
+/// Checks a message given its recipient.
+pub type MessageCheck<'a> = &'a (dyn Fn(&SessionRow) -> Result<(), SessionError> + Sync);
+/// Checks a termination given its target and the target's ancestors, nearest first.
+pub type TerminateCheck<'a> =
+    &'a (dyn Fn(&SessionRow, &[String]) -> Result<(), SessionError> + Sync);
+
+/// What a create did.
+#[derive(Clone, Debug)]
+pub enum Created {
+    /// A new session, and the quota left after it.
+    New {
+        session: SessionRow,
+        quota: QuotaLeft,
+    },
+    /// An earlier call with the same request id created this session.
+    Replayed {
+        session_id: String,
+        quota: QuotaLeft,
+    },
+}
+
+/// What a send did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub message_id: String,
+    pub sequence: u64,
+    pub replayed: bool,
+}
+
+/// A page of events, and whether the cursor asked for was already pruned.
+#[derive(Clone, Debug)]
+pub enum EventPage {
+    Events(Vec<EventRow>),
+    /// Events after the cursor were pruned; the oldest kept follows this id.
+    Expired {
+        pruned_through: i64,
+    },
+}
+
+/// The ledger's storage.
+pub trait Store: Send + Sync + 'static {
+    /// Inserts a root session (a new tree whose id is the session id's tree).
+    fn create_root(
+        &self,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: RootCheck<'_>,
+    ) -> impl Future<Output = Result<Created, SessionError>> + Send;
+
+    /// Inserts a child of `parent_id` if `check` admits it.
+    fn create_child(
+        &self,
+        parent_id: &str,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: SpawnCheck<'_>,
+    ) -> impl Future<Output = Result<Created, SessionError>> + Send;
+
+    /// Appends a message to `recipient`'s inbox if `check` allows it.
+    fn send_message(
+        &self,
+        recipient: &str,
+        message: NewMessage,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> impl Future<Output = Result<Sent, SessionError>> + Send;
+
+    /// Ends `target` and every active descendant if `check` allows it.
+    /// Returns the ids it ended (target first) and the target's new row.
+    fn terminate(
+        &self,
+        target: &str,
+        terminated_by: &str,
+        reason: &str,
+        audit: AuditRecord,
+        check: TerminateCheck<'_>,
+    ) -> impl Future<Output = Result<(Vec<String>, SessionRow), SessionError>> + Send;
+
+    fn get_session(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Option<SessionRow>, SessionError>> + Send;
+
+    /// Returns a session's direct children, oldest first.
+    fn children(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Vec<SessionRow>, SessionError>> + Send;
+
+    /// Counts the messages in a session's inbox.
+    fn inbox_count(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
+
+    /// Lists a workspace's sessions in creation order, after `after` (a page
+    /// token), at most `limit`. Returns the page and the next page token.
+    fn list_workspace(
+        &self,
+        workspace_id: &str,
+        sandboxed_only: bool,
+        include_ended: bool,
+        after: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<(Vec<SessionRow>, Option<i64>), SessionError>> + Send;
+
+    /// Returns up to `limit` events after `after` that match `filter`.
+    fn events_after(
+        &self,
+        filter: &EventFilter,
+        after: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<EventPage, SessionError>> + Send;
+
+    /// Deletes all but the newest `keep` events; returns the highest id pruned.
+    fn prune_events(&self, keep: u64) -> impl Future<Output = Result<i64, SessionError>> + Send;
+
+    /// Returns a receiver of the id of the newest event, updated after every commit.
+    fn subscribe(&self) -> watch::Receiver<i64>;
+
+    fn append_audit(
+        &self,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Returns audit entries after `after_id`, optionally only those naming `session_id`.
+    fn list_audit(
+        &self,
+        session_id: Option<&str>,
+        after_id: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<AuditRow>, SessionError>> + Send;
+
+    /// Returns every token signing key, `(kid, secret)`, newest first.
+    fn signing_keys(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, SessionError>> + Send;
+
+    /// Stores a new token signing key.
+    fn add_signing_key(
+        &self,
+        kid: &str,
+        secret: &[u8],
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+}
