@@ -1,0 +1,247 @@
+//! Shared harness of Troupe's tests and benchmarks: a real session service on
+//! `127.0.0.1:0` with its own data directory, and clients that carry a token.
+//!
+//! - [`TestServer`]: start, restart on the same data, stop (propagating server errors).
+//! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
+//! - [`reason`]: the `ErrorInfo` reason of a refusal.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::{
+    Request, Status,
+    metadata::AsciiMetadataValue,
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::Channel,
+};
+use tonic_types::StatusExt;
+use troupe_proto::session::{
+    self as pb, TrustLevel, session_service_client::SessionServiceClient,
+};
+use troupe_session_svc::{Config, Limits};
+
+/// Adds the bearer token to every call.
+#[derive(Clone)]
+pub struct Bearer(Option<AsciiMetadataValue>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A session service client that authenticates with one token.
+pub type Client = SessionServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// The operator token every test server uses.
+pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
+
+/// A session service running in this process.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub config: Config,
+    dir: Option<tempfile::TempDir>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    /// Starts a server with default limits, except an unlimited spawn rate.
+    pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    /// Starts a server after `adjust` has changed its configuration.
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config::with_data_dir(dir.path().join("data"));
+        config.operator_token = Some(OPERATOR_TOKEN.to_owned());
+        config.workspaces_dir = Some(dir.path().join("workspaces"));
+        config.database_url = None;
+        config.limits = Limits {
+            spawn_rate_per_sec: 0.0,
+            ..Limits::default()
+        };
+        adjust(&mut config);
+        let mut server = TestServer {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            config,
+            dir: Some(dir),
+            shutdown: None,
+            task: None,
+        };
+        server.write_agent(None, "worker");
+        server.launch().await;
+        server
+    }
+
+    async fn launch(&mut self) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        self.addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel();
+        let config = self.config.clone();
+        self.shutdown = Some(tx);
+        self.task = Some(tokio::spawn(troupe_session_svc::serve(
+            config,
+            listener,
+            async move {
+                let _ = rx.await;
+            },
+        )));
+    }
+
+    /// Stops the server, waits for it, and starts it again on the same data.
+    pub async fn restart(&mut self) {
+        self.stop_inner().await;
+        self.launch().await;
+    }
+
+    async fn stop_inner(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("server task panicked")
+                .expect("server failed");
+        }
+    }
+
+    /// Stops the server; panics if it failed.
+    pub async fn stop(mut self) {
+        self.stop_inner().await;
+    }
+
+    /// Root of the workspaces directory.
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.config.workspaces_dir.clone().expect("workspaces dir")
+    }
+
+    /// Writes a valid agent definition, in `workspace` or (None) shared by all workspaces.
+    pub fn write_agent(&self, workspace: Option<&str>, name: &str) -> PathBuf {
+        self.write_agent_text(
+            workspace,
+            name,
+            &format!("---\nname: {name}\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\nYou are {name}.\n"),
+        )
+    }
+
+    /// Writes an agent file with the given contents.
+    pub fn write_agent_text(&self, workspace: Option<&str>, name: &str, text: &str) -> PathBuf {
+        let mut dir = self.workspaces_dir();
+        if let Some(ws) = workspace {
+            dir = dir.join(ws);
+        }
+        let dir = dir.join("Agents");
+        std::fs::create_dir_all(&dir).expect("agents dir");
+        let path = dir.join(format!("{name}.md"));
+        std::fs::write(&path, text).expect("agent file");
+        path
+    }
+
+    /// A client carrying `token` (or none).
+    pub async fn client(&self, token: Option<&str>) -> Client {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        let value = token.map(|t| format!("Bearer {t}").parse().expect("ascii token"));
+        SessionServiceClient::with_interceptor(channel, Bearer(value))
+    }
+
+    /// A client carrying the operator token.
+    pub async fn operator(&self) -> Client {
+        self.client(Some(OPERATOR_TOKEN)).await
+    }
+
+    /// Creates a root session; returns it and a client acting as it.
+    pub async fn root(&self, workspace: &str, trust: TrustLevel) -> (pb::Session, Client, String) {
+        let response = self
+            .operator()
+            .await
+            .create_root_session(pb::CreateRootSessionRequest {
+                workspace_id: workspace.to_owned(),
+                trust_level: trust as i32,
+                title: format!("{workspace} root"),
+                agent_name: "worker".to_owned(),
+                initial_message: "start".to_owned(),
+                request_id: String::new(),
+            })
+            .await
+            .expect("create root")
+            .into_inner();
+        let client = self.client(Some(&response.session_token)).await;
+        (
+            response.session.expect("session"),
+            client,
+            response.session_token,
+        )
+    }
+
+    /// Returns a client acting as `session_id`, with a token the operator had issued.
+    pub async fn act_as(&self, session_id: &str) -> Client {
+        let token = self.token_for(session_id).await;
+        self.client(Some(&token)).await
+    }
+
+    /// Issues a token for `session_id`.
+    pub async fn token_for(&self, session_id: &str) -> String {
+        self.operator()
+            .await
+            .issue_session_token(pb::IssueSessionTokenRequest {
+                session_id: session_id.to_owned(),
+            })
+            .await
+            .expect("issue token")
+            .into_inner()
+            .session_token
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        // Keep the data directory alive until the server task is gone.
+        if let (Some(task), Some(dir), Ok(runtime)) = (
+            self.task.take(),
+            self.dir.take(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            runtime.spawn(async move {
+                let _ = task.await;
+                drop(dir);
+            });
+        }
+    }
+}
+
+/// A child request with the test agent.
+pub fn child(title: &str) -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
+        title: title.to_owned(),
+        agent_name: "worker".to_owned(),
+        initial_message: format!("do {title}"),
+        ..Default::default()
+    }
+}
+
+/// Returns the `google.rpc.ErrorInfo` reason of a status, or "" without one.
+pub fn reason(status: &Status) -> String {
+    status
+        .get_details_error_info()
+        .map(|info| info.reason)
+        .unwrap_or_default()
+}
+
+/// Returns an `ErrorInfo` metadata value of a status.
+pub fn error_metadata(status: &Status, key: &str) -> Option<String> {
+    status
+        .get_details_error_info()
+        .and_then(|info| info.metadata.get(key).cloned())
+}
