@@ -1,0 +1,212 @@
+//! Every spawn refusal, and the atomicity of the quotas under concurrent spawns.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use tonic::Code;
+use troupe_proto::session::{self as pb, SessionStatus, TrustLevel};
+use troupe_session_svc::Limits;
+use troupe_tests::{TestServer, child, error_metadata, reason};
+
+async fn spawn(client: &mut troupe_tests::Client, title: &str) -> Result<pb::CreateSessionResponse, tonic::Status> {
+    client.create_session(child(title)).await.map(|r| r.into_inner())
+}
+
+#[tokio::test]
+async fn depth_limit_refuses_with_its_reason_and_reports_quota() {
+    let server = TestServer::start().await; // max depth 2
+    let (_, mut root, _) = server.root("alpha", TrustLevel::Direct).await;
+    let first = spawn(&mut root, "depth 1").await.expect("depth 1");
+    let quota = first.quota.expect("quota");
+    assert_eq!(quota.depth_remaining, 1);
+    assert_eq!(quota.tree_sessions_remaining, 8);
+    let d1 = first.session.expect("session");
+    assert_eq!(d1.depth, 1);
+    let mut as_d1 = server.act_as(&d1.session_id).await;
+    let second = spawn(&mut as_d1, "depth 2").await.expect("depth 2");
+    assert_eq!(second.quota.expect("quota").depth_remaining, 0);
+    let d2 = second.session.expect("session");
+    assert_eq!((d2.depth, d2.tree_id.clone()), (2, d1.tree_id.clone()));
+    let mut as_d2 = server.act_as(&d2.session_id).await;
+    let status = spawn(&mut as_d2, "depth 3").await.expect_err("too deep");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&status), "DEPTH_EXCEEDED");
+    assert_eq!(error_metadata(&status, "depth_remaining").as_deref(), Some("0"));
+    assert!(status.message().contains("depth"), "{}", status.message());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tree_child_and_workspace_quotas_refuse_with_their_reasons() {
+    let server = TestServer::start_with(|c| {
+        c.limits = Limits {
+            max_tree_sessions: 4,
+            max_children: 2,
+            max_active_per_workspace: 6,
+            spawn_rate_per_sec: 0.0,
+            ..Limits::default()
+        }
+    })
+    .await;
+    let (_, mut root, _) = server.root("alpha", TrustLevel::Direct).await;
+    let a = spawn(&mut root, "a").await.expect("a").session.expect("s");
+    spawn(&mut root, "b").await.expect("b");
+    let status = spawn(&mut root, "c").await.expect_err("third child");
+    assert_eq!(reason(&status), "CHILD_QUOTA_EXCEEDED");
+    assert_eq!(error_metadata(&status, "children_remaining").as_deref(), Some("0"));
+
+    let mut as_a = server.act_as(&a.session_id).await;
+    let last = spawn(&mut as_a, "a1").await.expect("fourth in tree");
+    assert_eq!(last.quota.expect("quota").tree_sessions_remaining, 0);
+    let status = spawn(&mut as_a, "a2").await.expect_err("fifth in tree");
+    assert_eq!(reason(&status), "TREE_QUOTA_EXCEEDED");
+
+    // Two more roots bring the workspace to 6 active sessions.
+    server.root("alpha", TrustLevel::Direct).await;
+    let (_, mut other, _) = server.root("alpha", TrustLevel::Direct).await;
+    let status = spawn(&mut other, "x").await.expect_err("workspace full");
+    assert_eq!(reason(&status), "WORKSPACE_QUOTA_EXCEEDED");
+    let status = server
+        .operator()
+        .await
+        .create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: "alpha".into(),
+            agent_name: "worker".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no room for a root either");
+    assert_eq!(reason(&status), "WORKSPACE_QUOTA_EXCEEDED");
+    // Another workspace is unaffected.
+    server.root("beta", TrustLevel::Direct).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn spawn_rate_is_limited_per_session_with_retry_info() {
+    let server = TestServer::start_with(|c| {
+        c.limits.spawn_rate_per_sec = 1.0;
+        c.limits.spawn_burst = 2;
+    })
+    .await;
+    let (_, mut root, _) = server.root("alpha", TrustLevel::Direct).await;
+    spawn(&mut root, "1").await.expect("burst 1");
+    spawn(&mut root, "2").await.expect("burst 2");
+    let status = spawn(&mut root, "3").await.expect_err("over the rate");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&status), "RATE_LIMITED");
+    let wait: u64 = error_metadata(&status, "retry_after_ms")
+        .expect("retry_after_ms")
+        .parse()
+        .expect("number");
+    assert!(wait > 0 && wait <= 1000, "wait {wait}");
+    // Another session's budget is its own.
+    let (_, mut other, _) = server.root("alpha", TrustLevel::Direct).await;
+    spawn(&mut other, "other").await.expect("other session");
+    tokio::time::sleep(Duration::from_millis(wait + 20)).await;
+    spawn(&mut root, "after wait").await.expect("after waiting");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_parent_that_ended_cannot_create_children() {
+    let server = TestServer::start().await;
+    let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
+    let kid = spawn(&mut as_root, "kid").await.expect("kid").session.expect("s");
+    let mut op = server.operator().await;
+    op.terminate_session(pb::TerminateSessionRequest {
+        session_id: kid.session_id.clone(),
+        reason: String::new(),
+    })
+    .await
+    .expect("terminate kid");
+    // The operator acting on the ended session's behalf gets the rule's refusal.
+    let status = op
+        .create_session(pb::CreateSessionRequest {
+            parent_session_id: kid.session_id.clone(),
+            ..child("orphan")
+        })
+        .await
+        .expect_err("parent ended");
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&status), "PARENT_NOT_RUNNING");
+    // The operator acting for a live session gets every rule as that session would.
+    let made = op
+        .create_session(pb::CreateSessionRequest {
+            parent_session_id: root.session_id.clone(),
+            ..child("on behalf")
+        })
+        .await
+        .expect("on behalf")
+        .into_inner()
+        .session
+        .expect("s");
+    assert_eq!(made.parent_session_id, root.session_id);
+    assert_eq!(made.created_by, "operator");
+    server.stop().await;
+}
+
+/// Fires `n` spawns at once through separate connections and counts successes.
+async fn race(server: &TestServer, parent: &str, n: usize) -> (usize, Vec<String>) {
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        clients.push(server.act_as(parent).await);
+    }
+    let results = join_all(
+        clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| async move { c.create_session(child(&format!("racer {i}"))).await }),
+    )
+    .await;
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    let reasons = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(reason))
+        .collect();
+    (ok, reasons)
+}
+
+#[tokio::test]
+async fn concurrent_spawns_at_limit_minus_one_give_exactly_one_success() {
+    // Tree quota: the tree holds 9 of 10 after eight children of the root... built with depth room.
+    let server = TestServer::start_with(|c| {
+        c.limits.max_tree_sessions = 10;
+        c.limits.max_children = 100;
+    })
+    .await;
+    let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
+    for i in 0..8 {
+        spawn(&mut as_root, &format!("fill {i}")).await.expect("fill");
+    }
+    let (ok, reasons) = race(&server, &root.session_id, 16).await;
+    assert_eq!(ok, 1, "tree quota race: {reasons:?}");
+    assert!(reasons.iter().all(|r| r == "TREE_QUOTA_EXCEEDED"), "{reasons:?}");
+
+    // Child quota.
+    let server = TestServer::start_with(|c| {
+        c.limits.max_tree_sessions = 100;
+        c.limits.max_children = 5;
+    })
+    .await;
+    let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
+    for i in 0..4 {
+        spawn(&mut as_root, &format!("fill {i}")).await.expect("fill");
+    }
+    let (ok, reasons) = race(&server, &root.session_id, 16).await;
+    assert_eq!(ok, 1, "child quota race: {reasons:?}");
+    assert!(reasons.iter().all(|r| r == "CHILD_QUOTA_EXCEEDED"), "{reasons:?}");
+
+    let children = server
+        .operator()
+        .await
+        .get_session(pb::GetSessionRequest {
+            session_id: root.session_id.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .children;
+    assert_eq!(children.len(), 5);
+    assert!(children.iter().all(|c| c.status == SessionStatus::Pending as i32));
+}
