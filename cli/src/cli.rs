@@ -1,0 +1,225 @@
+//! The `troupe` command line, as clap derive types. Parsing only: what each
+//! command does lives in [`crate::cmd`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use troupe_proto::session::TrustLevel;
+
+/// `troupe`: operate Troupe's session service (spawn trees of AI agents).
+#[derive(Debug, Parser)]
+#[command(name = "troupe", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command takes, before or after the subcommand.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Address of troupe-session.
+    #[arg(
+        long,
+        global = true,
+        env = "TROUPE_ENDPOINT",
+        default_value = "http://127.0.0.1:7400"
+    )]
+    pub endpoint: String,
+    /// Bearer token to use instead of the operator token (e.g. a session's
+    /// token, to act as that session). Without it the operator token is taken
+    /// from TROUPE_OPERATOR_TOKEN, else from `<data-dir>/operator.token`.
+    #[arg(long, global = true, env = "TROUPE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Where troupe-session keeps its data (and the operator token); default:
+    /// `$XDG_DATA_HOME/troupe`, else `$HOME/.local/share/troupe`, else `./troupe-data`.
+    #[arg(long, global = true, env = "TROUPE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Print JSON (JSON lines for streams) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, inspect, message, watch and end sessions.
+    Session {
+        #[command(subcommand)]
+        command: SessionCommand,
+    },
+    /// Read the audit log (operator only).
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Create a root session (a new spawn tree), or with --parent a child of that session.
+    Create(CreateArgs),
+    /// List the sessions of a workspace.
+    List(ListArgs),
+    /// Show one session, its direct children and its inbox count.
+    Get(IdArg),
+    /// Show the whole spawn tree containing a session.
+    Tree(TreeArgs),
+    /// End a session and its whole subtree.
+    Terminate(TerminateArgs),
+    /// Mint a token for an active session and print it alone.
+    Token(IdArg),
+    /// Store a message in a session's inbox.
+    Send(SendArgs),
+    /// Stream session events, one line each.
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct IdArg {
+    /// Session id (`sess_...`).
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Workspace of the new tree (with --parent: checked against the parent's, if given).
+    #[arg(long, required_unless_present = "parent")]
+    pub workspace: Option<String>,
+    /// Agent to run (`<workspace>/Agents/<name>.md`).
+    #[arg(long)]
+    pub agent: String,
+    #[arg(long, default_value = "")]
+    pub title: String,
+    /// First message of the session's inbox.
+    #[arg(long, default_value = "")]
+    pub message: String,
+    /// direct, sandboxed (aliases: trusted, untrusted). Default: sandboxed for
+    /// a root, the parent's level for a child.
+    #[arg(long, value_name = "LEVEL", value_parser = parse_trust)]
+    pub trust_level: Option<TrustLevel>,
+    /// Create a child of this session, on its behalf.
+    #[arg(long, value_name = "SESSION_ID")]
+    pub parent: Option<String>,
+    /// Makes the call safe to retry: the same id and payload give the same session.
+    #[arg(long, value_name = "ID", default_value = "")]
+    pub request_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub workspace: String,
+    /// Include completed, failed and terminated sessions.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    /// Any session of the tree.
+    pub id: String,
+    /// Show only the subtree rooted at ID instead of the whole tree.
+    #[arg(long)]
+    pub subtree: bool,
+    /// Keep watching the tree and reprint it on every change (Ctrl-C ends).
+    #[arg(long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TerminateArgs {
+    pub id: String,
+    /// Why (default "manual").
+    #[arg(long, default_value = "")]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    pub id: String,
+    #[arg(long)]
+    pub message: String,
+    #[arg(long, value_name = "ID", default_value = "")]
+    pub request_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Only this session's events.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["tree", "workspace"])]
+    pub session: Option<String>,
+    /// Only this tree's events (`tree_...`).
+    #[arg(long, value_name = "ID", conflicts_with = "workspace")]
+    pub tree: Option<String>,
+    /// Only this workspace's events. Without a filter: every event the caller may see.
+    #[arg(long, value_name = "W")]
+    pub workspace: Option<String>,
+    /// Resume after this cursor (0: from the oldest event kept).
+    #[arg(
+        long,
+        value_name = "CURSOR",
+        default_value_t = 0,
+        conflicts_with = "live"
+    )]
+    pub after: u64,
+    /// Only events that happen from now on.
+    #[arg(long)]
+    pub live: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only entries whose caller or target is this session.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Only entries after this entry id.
+    #[arg(long, value_name = "ID", default_value_t = 0)]
+    pub after: u64,
+    /// At most this many entries (server default 100, at most 10000).
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub limit: u32,
+}
+
+/// Parses a trust level with the protocol's own rules (aliases included).
+fn parse_trust(text: &str) -> Result<TrustLevel, String> {
+    troupe_proto::trust::parse(text).ok_or_else(|| {
+        format!("unknown trust level {text:?}: expected direct, sandboxed, trusted or untrusted")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_flag_is_accepted_after_the_subcommand() {
+        let cli = Cli::try_parse_from(["troupe", "session", "get", "sess_1", "--json"]).unwrap();
+        assert!(cli.global.json);
+    }
+
+    #[test]
+    fn bad_trust_text_lists_accepted_values() {
+        let err = Cli::try_parse_from([
+            "troupe",
+            "session",
+            "create",
+            "--workspace",
+            "w",
+            "--agent",
+            "a",
+            "--trust-level",
+            "root",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("direct, sandboxed, trusted or untrusted"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,23 @@
+//! The commands: `session` subcommands in [`session`] (create, list, get,
+//! terminate, token, send), [`tree`] and [`watch`]; the audit log in [`audit`].
+
+pub mod audit;
+pub mod session;
+pub mod tree;
+pub mod watch;
+
+use crate::{Ctx, cli::SessionCommand};
+
+/// Runs one `troupe session ...` command.
+pub async fn session(ctx: &mut Ctx, command: &SessionCommand) -> anyhow::Result<()> {
+    match command {
+        SessionCommand::Create(args) => session::create(ctx, args).await,
+        SessionCommand::List(args) => session::list(ctx, args).await,
+        SessionCommand::Get(args) => session::get(ctx, &args.id).await,
+        SessionCommand::Tree(args) => tree::run(ctx, args).await,
+        SessionCommand::Terminate(args) => session::terminate(ctx, args).await,
+        SessionCommand::Token(args) => session::token(ctx, &args.id).await,
+        SessionCommand::Send(args) => session::send(ctx, args).await,
+        SessionCommand::Watch(args) => watch::run(ctx, args).await,
+    }
+}

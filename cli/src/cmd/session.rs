@@ -1,0 +1,226 @@
+//! `troupe session create|list|get|terminate|token|send`: one call each
+//! (list follows every page), printed as text or JSON.
+
+use anyhow::bail;
+use serde_json::Value;
+use troupe_proto::{
+    session::{
+        CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest,
+        IssueSessionTokenRequest, ListWorkspaceSessionsRequest, QuotaInfo, SendMessageRequest,
+        Session, TerminateSessionRequest, TrustLevel,
+    },
+    status::status_str,
+    trust,
+};
+
+use crate::{
+    Ctx,
+    cli::{CreateArgs, ListArgs, SendArgs, TerminateArgs},
+    out, render, table, tree,
+};
+
+pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
+    let trust_level = args.trust_level.unwrap_or(TrustLevel::Unspecified) as i32;
+    let Some(parent) = &args.parent else {
+        let workspace_id = args.workspace.clone().unwrap_or_default();
+        let r = ctx
+            .client
+            .create_root_session(CreateRootSessionRequest {
+                workspace_id,
+                trust_level,
+                title: args.title.clone(),
+                agent_name: args.agent.clone(),
+                initial_message: args.message.clone(),
+                request_id: args.request_id.clone(),
+            })
+            .await?
+            .into_inner();
+        if ctx.json {
+            return out::json(&render::created_root(&r));
+        }
+        let mut text = session_or_nothing(r.session.as_ref());
+        text.push_str(&format!("{:<11} {}\n", "token", r.session_token));
+        text.push_str(&format!(
+            "{:<11} {}\n",
+            "expires",
+            render::time(r.token_expires_at.as_ref())
+        ));
+        text.push_str(&quota_text(r.quota.as_ref()));
+        return out::text(&text);
+    };
+    if let Some(workspace) = &args.workspace {
+        let parent_session = ctx
+            .client
+            .get_session(GetSessionRequest {
+                session_id: parent.clone(),
+            })
+            .await?
+            .into_inner()
+            .session
+            .unwrap_or_default();
+        if &parent_session.workspace_id != workspace {
+            bail!(
+                "session {parent} belongs to workspace {}, not {workspace}; \
+                 a child is created in its parent's workspace",
+                parent_session.workspace_id
+            );
+        }
+    }
+    let r = ctx
+        .client
+        .create_session(CreateSessionRequest {
+            title: args.title.clone(),
+            agent_name: args.agent.clone(),
+            initial_message: args.message.clone(),
+            request_id: args.request_id.clone(),
+            trust_level,
+            parent_session_id: parent.clone(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return out::json(&render::created(&r));
+    }
+    let mut text = session_or_nothing(r.session.as_ref());
+    text.push_str(&quota_text(r.quota.as_ref()));
+    out::text(&text)
+}
+
+fn session_or_nothing(session: Option<&Session>) -> String {
+    session.map(render::session_text).unwrap_or_default()
+}
+
+fn quota_text(quota: Option<&QuotaInfo>) -> String {
+    match quota {
+        None => String::new(),
+        Some(q) => format!(
+            "{:<11} {} more sessions in this tree, {} more levels, {} more children\n",
+            "quota", q.tree_sessions_remaining, q.depth_remaining, q.children_remaining
+        ),
+    }
+}
+
+pub async fn list(ctx: &mut Ctx, args: &ListArgs) -> anyhow::Result<()> {
+    let mut sessions = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = ctx
+            .client
+            .list_workspace_sessions(ListWorkspaceSessionsRequest {
+                workspace_id: args.workspace.clone(),
+                include_ended: args.all,
+                page_size: 0,
+                page_token: std::mem::take(&mut page_token),
+            })
+            .await?
+            .into_inner();
+        sessions.extend(page.sessions);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    if ctx.json {
+        return out::json(&Value::Array(
+            sessions.iter().map(render::session).collect(),
+        ));
+    }
+    if sessions.is_empty() {
+        let which = if args.all { "" } else { "active " };
+        eprintln!("no {which}sessions in workspace {}", args.workspace);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .map(|s| {
+            vec![
+                s.session_id.clone(),
+                status_str(s.status()).to_owned(),
+                trust::as_str(s.trust_level()).to_owned(),
+                s.depth.to_string(),
+                render::or_dash(&s.agent_name).to_owned(),
+                render::or_dash(&s.parent_session_id).to_owned(),
+                s.title.clone(),
+            ]
+        })
+        .collect();
+    out::text(&table::render(
+        &["ID", "STATUS", "TRUST", "DEPTH", "AGENT", "PARENT", "TITLE"],
+        &rows,
+    ))
+}
+
+pub async fn get(ctx: &mut Ctx, id: &str) -> anyhow::Result<()> {
+    let r = ctx
+        .client
+        .get_session(GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return out::json(&render::got(&r));
+    }
+    let mut text = session_or_nothing(r.session.as_ref());
+    text.push_str(&format!("{:<11} {}\n", "inbox", r.inbox_count));
+    text.push_str(&format!("{:<11} {}\n", "children", r.children.len()));
+    for child in &r.children {
+        text.push_str(&format!("  {}\n", tree::line(child)));
+    }
+    out::text(&text)
+}
+
+pub async fn terminate(ctx: &mut Ctx, args: &TerminateArgs) -> anyhow::Result<()> {
+    let r = ctx
+        .client
+        .terminate_session(TerminateSessionRequest {
+            session_id: args.id.clone(),
+            reason: args.reason.clone(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return out::json(&render::terminated(&r));
+    }
+    if r.terminated_session_ids.is_empty() {
+        eprintln!("nothing to terminate: {} had already ended", args.id);
+        return Ok(());
+    }
+    out::text(&r.terminated_session_ids.join("\n"))
+}
+
+pub async fn token(ctx: &mut Ctx, id: &str) -> anyhow::Result<()> {
+    let r = ctx
+        .client
+        .issue_session_token(IssueSessionTokenRequest {
+            session_id: id.to_owned(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return out::json(&render::token(&r));
+    }
+    out::text(&r.session_token)
+}
+
+pub async fn send(ctx: &mut Ctx, args: &SendArgs) -> anyhow::Result<()> {
+    let r = ctx
+        .client
+        .send_message(SendMessageRequest {
+            session_id: args.id.clone(),
+            message: args.message.clone(),
+            request_id: args.request_id.clone(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return out::json(&render::sent(&r));
+    }
+    out::text(&format!(
+        "{} {} to {} (inbox #{})",
+        r.message_id,
+        render::delivery_str(r.delivery()),
+        r.session_id,
+        r.sequence
+    ))
+}

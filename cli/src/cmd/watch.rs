@@ -1,0 +1,108 @@
+//! `troupe session watch`: streams events, one line each (JSON lines with
+//! `--json`), until Ctrl-C. When the stream breaks, the last cursor seen is
+//! told on stderr so the watch can resume with `--after`.
+
+use anyhow::anyhow;
+use troupe_proto::{
+    session::{SessionEvent, WatchSessionsRequest},
+    status::{kind_str, status_str},
+};
+
+use crate::{
+    Ctx,
+    cli::WatchArgs,
+    error::{self, Reported},
+    out, render,
+};
+
+pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
+    let request = WatchSessionsRequest {
+        session_id: args.session.clone().unwrap_or_default(),
+        tree_id: args.tree.clone().unwrap_or_default(),
+        workspace_id: args.workspace.clone().unwrap_or_default(),
+        after_cursor: args.after,
+        live_only: args.live,
+    };
+    // An error of the call itself (a bad filter, an expired cursor) has no resume point.
+    let mut events = ctx.client.watch_sessions(request).await?.into_inner();
+    let mut last = (!args.live).then_some(args.after);
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    let failure = loop {
+        let event = tokio::select! {
+            _ = &mut interrupted => {
+                if let Some(cursor) = last {
+                    eprintln!("stopped; resume with --after {cursor}");
+                }
+                return Ok(());
+            }
+            event = events.message() => event,
+        };
+        match event {
+            Ok(Some(event)) => {
+                let written = if ctx.json {
+                    out::json_line(&render::event(&event))
+                } else {
+                    out::text(&line(&event))
+                };
+                if let Err(err) = written {
+                    break err;
+                }
+                last = Some(event.cursor);
+            }
+            Ok(None) => break anyhow!("the server ended the stream"),
+            Err(status) => break status.into(),
+        }
+    };
+    if error::is_broken_pipe(&failure) {
+        return Err(failure);
+    }
+    error::report(&failure, ctx.json, &ctx.setting);
+    match last {
+        Some(cursor) => eprintln!("last cursor: {cursor}; resume with --after {cursor}"),
+        None => eprintln!("no event was received; watch again with --live"),
+    }
+    Err(Reported.into())
+}
+
+/// Returns an event as `cursor kind session_id status depth detail`.
+pub fn line(event: &SessionEvent) -> String {
+    format!(
+        "{} {:<10} {} {:<10} {} {}",
+        event.cursor,
+        kind_str(event.kind()),
+        event.session_id,
+        status_str(event.status()),
+        event.depth,
+        render::event_detail_text(event.detail.as_ref()),
+    )
+    .trim_end()
+    .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use troupe_proto::session::{EventKind, SessionStatus, Terminated, session_event::Detail};
+
+    use super::*;
+
+    #[test]
+    fn event_line_has_cursor_kind_session_status_depth_detail() {
+        let event = SessionEvent {
+            cursor: 42,
+            kind: EventKind::Terminated as i32,
+            session_id: "sess_1".into(),
+            status: SessionStatus::Terminated as i32,
+            depth: 1,
+            detail: Some(Detail::Terminated(Terminated {
+                reason: "cascade".into(),
+                terminated_by: "operator".into(),
+            })),
+            ..Default::default()
+        };
+        assert_eq!(
+            line(&event),
+            "42 terminated sess_1 terminated 1 reason=cascade by=operator"
+        );
+    }
+}

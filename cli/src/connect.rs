@@ -1,0 +1,171 @@
+//! Reaching troupe-session: which token to send, where the operator token
+//! lives, and a client that puts `authorization: Bearer <token>` on every call.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context, bail};
+use tonic::{
+    Request, Status,
+    metadata::{Ascii, MetadataValue},
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::{Channel, Endpoint},
+};
+use troupe_proto::session::session_service_client::SessionServiceClient;
+
+use crate::cli::Global;
+
+/// The session service client the commands use.
+pub type Client = SessionServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// Adds the bearer token to every request.
+#[derive(Clone)]
+pub struct Bearer(MetadataValue<Ascii>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+/// Where the bearer token came from, for hints when the server refuses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenOrigin {
+    Flag,
+    OperatorEnv,
+    OperatorFile(PathBuf),
+}
+
+impl std::fmt::Display for TokenOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenOrigin::Flag => f.write_str("--token/TROUPE_TOKEN"),
+            TokenOrigin::OperatorEnv => f.write_str("TROUPE_OPERATOR_TOKEN"),
+            TokenOrigin::OperatorFile(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Returns `$XDG_DATA_HOME/troupe`, else `$HOME/.local/share/troupe`, else
+/// `./troupe-data`: the same rule as troupe-session's default data dir.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("troupe");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/troupe"),
+        None => PathBuf::from("troupe-data"),
+    }
+}
+
+/// Returns the token to send and where it came from: `--token`, else
+/// `TROUPE_OPERATOR_TOKEN`, else `<data-dir>/operator.token`.
+pub fn resolve_token(global: &Global) -> anyhow::Result<(String, TokenOrigin)> {
+    if let Some(token) = nonempty(global.token.as_deref()) {
+        return Ok((token, TokenOrigin::Flag));
+    }
+    let env = std::env::var("TROUPE_OPERATOR_TOKEN").ok();
+    if let Some(token) = nonempty(env.as_deref()) {
+        return Ok((token, TokenOrigin::OperatorEnv));
+    }
+    let dir = global.data_dir.clone().unwrap_or_else(default_data_dir);
+    let path = dir.join("operator.token");
+    let token = read_operator_token(&path)?;
+    Ok((token, TokenOrigin::OperatorFile(path)))
+}
+
+fn nonempty(token: Option<&str>) -> Option<String> {
+    token
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+}
+
+fn read_operator_token(path: &Path) -> anyhow::Result<String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "no operator token: {} does not exist; start troupe-session once with the same \
+             data dir (it writes the token there), pass --data-dir, or set TROUPE_OPERATOR_TOKEN",
+            path.display()
+        ),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot read operator token {}", path.display()));
+        }
+    };
+    match nonempty(Some(&text)) {
+        Some(token) => Ok(token),
+        None => bail!(
+            "no operator token: {} is empty; restart troupe-session to regenerate it, \
+             or set TROUPE_OPERATOR_TOKEN",
+            path.display()
+        ),
+    }
+}
+
+/// Returns the endpoint as a URL, adding `http://` when no scheme is given.
+pub fn endpoint_url(endpoint: &str) -> String {
+    if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else {
+        format!("http://{endpoint}")
+    }
+}
+
+/// Connects to troupe-session, failing early (with a hint) when nothing listens there.
+pub async fn connect(endpoint: &str, token: &str) -> anyhow::Result<Client> {
+    let header: MetadataValue<Ascii> = format!("Bearer {token}")
+        .parse()
+        .context("the token contains characters not allowed in a header")?;
+    let url = endpoint_url(endpoint);
+    let channel = Endpoint::from_shared(url.clone())
+        .with_context(|| format!("invalid endpoint {endpoint:?}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to {url}: {}; troupe-session must be running there \
+                 (start it, or point --endpoint/TROUPE_ENDPOINT at it)",
+                root_cause(&e)
+            )
+        })?;
+    Ok(SessionServiceClient::with_interceptor(
+        channel,
+        Bearer(header),
+    ))
+}
+
+/// Returns the innermost message of an error chain ("Connection refused (os error 111)").
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = err;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    current.to_string().to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_without_scheme_gets_http() {
+        assert_eq!(endpoint_url("127.0.0.1:7400"), "http://127.0.0.1:7400");
+        assert_eq!(endpoint_url("https://h:1"), "https://h:1");
+    }
+
+    #[test]
+    fn missing_operator_token_file_says_how_to_fix() {
+        let path = std::env::temp_dir().join("troupe-cli-no-such-dir/operator.token");
+        let err = read_operator_token(&path).unwrap_err().to_string();
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(err.contains("TROUPE_OPERATOR_TOKEN"), "{err}");
+    }
+}

@@ -1,0 +1,68 @@
+//! `troupe`, the operator's command line for Troupe's session service: create
+//! spawn trees and child sessions, list, inspect, message, watch and end them,
+//! read the audit log. Text output by default, JSON with `--json`.
+//!
+//! - [`cli`]: the command line (clap derive), flags with `TROUPE_*` variables.
+//! - [`connect`]: endpoint, token lookup (`--token`, `TROUPE_OPERATOR_TOKEN`,
+//!   `<data-dir>/operator.token`) and the authenticated client.
+//! - [`cmd`]: one module per command group.
+//! - [`render`]: text and JSON forms of every protocol message.
+//! - [`tree`], [`table`]: spawn trees and tables as text.
+//! - [`error`]: how failures are reported (ErrorInfo reason and metadata).
+//! - [`out`]: stdout writes that survive a closed pipe.
+
+pub mod cli;
+pub mod cmd;
+pub mod connect;
+pub mod error;
+pub mod out;
+pub mod render;
+pub mod table;
+pub mod tree;
+
+use std::process::ExitCode;
+
+use cli::{Cli, Command};
+use connect::Client;
+use error::{Reported, Setting};
+
+/// What every command runs with.
+pub struct Ctx {
+    pub client: Client,
+    pub json: bool,
+    pub setting: Setting,
+}
+
+/// Runs a parsed command line; returns 1 after reporting any failure.
+pub async fn run(cli: Cli) -> ExitCode {
+    let mut setting = Setting {
+        endpoint: connect::endpoint_url(&cli.global.endpoint),
+        token_origin: None,
+    };
+    match execute(&cli, &mut setting).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if error::is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) if err.is::<Reported>() => ExitCode::FAILURE,
+        Err(err) => {
+            error::report(&err, cli.global.json, &setting);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(cli: &Cli, setting: &mut Setting) -> anyhow::Result<()> {
+    let (token, origin) = connect::resolve_token(&cli.global)?;
+    setting.token_origin = Some(origin);
+    let client = connect::connect(&cli.global.endpoint, &token).await?;
+    let mut ctx = Ctx {
+        client,
+        json: cli.global.json,
+        setting: std::mem::take(setting),
+    };
+    let result = match &cli.command {
+        Command::Session { command } => cmd::session(&mut ctx, command).await,
+        Command::Audit(args) => cmd::audit::run(&mut ctx, args).await,
+    };
+    *setting = ctx.setting;
+    result
+}

@@ -1,0 +1,292 @@
+//! Text and JSON forms of the protocol's messages. prost types don't derive
+//! `Serialize`, so each message is mapped by hand, once, here: enums as
+//! lowercase text, timestamps as RFC 3339 UTC, empty strings as `null`.
+
+use prost_types::Timestamp;
+use serde_json::{Map, Value, json};
+use troupe_proto::{
+    session::{self as pb, DeliveryStatus, session_event::Detail},
+    status::{kind_str, status_str},
+    trust,
+};
+
+/// Returns a timestamp as RFC 3339 UTC (`2025-01-02T03:04:05.678Z`), or `-` when unset.
+pub fn time(ts: Option<&Timestamp>) -> String {
+    ts.map_or_else(|| "-".to_owned(), Timestamp::to_string)
+}
+
+/// Returns a timestamp as RFC 3339 UTC to the second, for tables.
+pub fn time_seconds(ts: Option<&Timestamp>) -> String {
+    match ts {
+        None => "-".to_owned(),
+        Some(t) => Timestamp {
+            seconds: t.normalized().seconds,
+            nanos: 0,
+        }
+        .to_string(),
+    }
+}
+
+/// Returns `-` for an empty string, for text output.
+pub fn or_dash(text: &str) -> &str {
+    if text.is_empty() { "-" } else { text }
+}
+
+fn text(s: &str) -> Value {
+    if s.is_empty() {
+        Value::Null
+    } else {
+        Value::String(s.to_owned())
+    }
+}
+
+fn timestamp(ts: Option<&Timestamp>) -> Value {
+    ts.map_or(Value::Null, |t| Value::String(t.to_string()))
+}
+
+pub fn delivery_str(delivery: DeliveryStatus) -> &'static str {
+    match delivery {
+        DeliveryStatus::Unspecified => "unspecified",
+        DeliveryStatus::Queued => "queued",
+        DeliveryStatus::Delivered => "delivered",
+    }
+}
+
+pub fn session(s: &pb::Session) -> Value {
+    json!({
+        "session_id": s.session_id,
+        "workspace_id": s.workspace_id,
+        "parent_session_id": text(&s.parent_session_id),
+        "tree_id": s.tree_id,
+        "depth": s.depth,
+        "trust_level": trust::as_str(s.trust_level()),
+        "agent_name": text(&s.agent_name),
+        "title": text(&s.title),
+        "status": status_str(s.status()),
+        "created_by": text(&s.created_by),
+        "created_at": timestamp(s.created_at.as_ref()),
+        "ended_at": timestamp(s.ended_at.as_ref()),
+        "end_reason": text(&s.end_reason),
+    })
+}
+
+/// Returns a session as `key  value` lines, for text output.
+pub fn session_text(s: &pb::Session) -> String {
+    let fields = [
+        ("session", s.session_id.as_str()),
+        ("workspace", &s.workspace_id),
+        ("tree", &s.tree_id),
+        ("parent", or_dash(&s.parent_session_id)),
+        ("depth", &s.depth.to_string()),
+        ("trust", trust::as_str(s.trust_level())),
+        ("agent", or_dash(&s.agent_name)),
+        ("title", or_dash(&s.title)),
+        ("status", status_str(s.status())),
+        ("created by", or_dash(&s.created_by)),
+        ("created at", &time(s.created_at.as_ref())),
+        ("ended at", &time(s.ended_at.as_ref())),
+        ("end reason", or_dash(&s.end_reason)),
+    ];
+    fields
+        .iter()
+        .map(|(key, value)| format!("{key:<11} {value}\n"))
+        .collect()
+}
+
+fn opt_session(s: Option<&pb::Session>) -> Value {
+    s.map_or(Value::Null, session)
+}
+
+pub fn quota(q: Option<&pb::QuotaInfo>) -> Value {
+    q.map_or(Value::Null, |q| {
+        json!({
+            "tree_sessions_remaining": q.tree_sessions_remaining,
+            "depth_remaining": q.depth_remaining,
+            "children_remaining": q.children_remaining,
+        })
+    })
+}
+
+pub fn created_root(r: &pb::CreateRootSessionResponse) -> Value {
+    json!({
+        "session": opt_session(r.session.as_ref()),
+        "session_token": r.session_token,
+        "token_expires_at": timestamp(r.token_expires_at.as_ref()),
+        "quota": quota(r.quota.as_ref()),
+    })
+}
+
+pub fn created(r: &pb::CreateSessionResponse) -> Value {
+    json!({
+        "session": opt_session(r.session.as_ref()),
+        "quota": quota(r.quota.as_ref()),
+    })
+}
+
+pub fn got(r: &pb::GetSessionResponse) -> Value {
+    json!({
+        "session": opt_session(r.session.as_ref()),
+        "children": r.children.iter().map(session).collect::<Vec<_>>(),
+        "inbox_count": r.inbox_count,
+    })
+}
+
+pub fn terminated(r: &pb::TerminateSessionResponse) -> Value {
+    json!({
+        "terminated_session_ids": r.terminated_session_ids,
+        "session": opt_session(r.session.as_ref()),
+    })
+}
+
+pub fn sent(r: &pb::SendMessageResponse) -> Value {
+    json!({
+        "message_id": r.message_id,
+        "session_id": r.session_id,
+        "sequence": r.sequence,
+        "delivery": delivery_str(r.delivery()),
+    })
+}
+
+pub fn token(r: &pb::IssueSessionTokenResponse) -> Value {
+    json!({
+        "session_token": r.session_token,
+        "expires_at": timestamp(r.expires_at.as_ref()),
+    })
+}
+
+pub fn event(e: &pb::SessionEvent) -> Value {
+    json!({
+        "cursor": e.cursor,
+        "sequence": e.sequence,
+        "kind": kind_str(e.kind()),
+        "at": timestamp(e.at.as_ref()),
+        "session_id": e.session_id,
+        "parent_session_id": text(&e.parent_session_id),
+        "tree_id": e.tree_id,
+        "depth": e.depth,
+        "workspace_id": e.workspace_id,
+        "trust_level": trust::as_str(e.trust_level()),
+        "status": status_str(e.status()),
+        "detail": event_detail(e.detail.as_ref()),
+    })
+}
+
+fn event_detail(detail: Option<&Detail>) -> Value {
+    match detail {
+        None => Value::Null,
+        Some(Detail::Created(c)) => json!({
+            "agent_name": text(&c.agent_name),
+            "title": text(&c.title),
+        }),
+        Some(Detail::Message(m)) => json!({
+            "message_id": m.message_id,
+            "inbox_sequence": m.inbox_sequence,
+            "bytes": m.bytes,
+        }),
+        Some(Detail::Terminated(t)) => json!({
+            "reason": text(&t.reason),
+            "terminated_by": text(&t.terminated_by),
+        }),
+    }
+}
+
+/// Returns an event's detail as `key=value` text (empty when it has none).
+pub fn event_detail_text(detail: Option<&Detail>) -> String {
+    match detail {
+        None => String::new(),
+        Some(Detail::Created(c)) if c.title.is_empty() => format!("agent={}", c.agent_name),
+        Some(Detail::Created(c)) => format!("agent={} title={}", c.agent_name, word(&c.title)),
+        Some(Detail::Message(m)) => format!(
+            "message={} inbox_sequence={} bytes={}",
+            m.message_id, m.inbox_sequence, m.bytes
+        ),
+        Some(Detail::Terminated(t)) => {
+            format!("reason={} by={}", word(&t.reason), word(&t.terminated_by))
+        }
+    }
+}
+
+/// Returns free text as one word: quoted (and escaped) when it is empty or
+/// holds spaces, quotes or control characters.
+fn word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && !text
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"');
+    if plain {
+        text.to_owned()
+    } else {
+        format!("{text:?}")
+    }
+}
+
+pub fn audit_entry(a: &pb::AuditEntry) -> Value {
+    json!({
+        "id": a.id,
+        "at": timestamp(a.at.as_ref()),
+        "caller": a.caller,
+        "action": a.action,
+        "target": text(&a.target),
+        "allowed": a.allowed,
+        "reason": text(&a.reason),
+        "detail": text(&a.detail),
+    })
+}
+
+/// Returns a session with its `children`, nested: the JSON form of a tree.
+pub fn tree(node: &crate::tree::Node) -> Value {
+    let mut object = match session(&node.session) {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    object.insert(
+        "children".to_owned(),
+        Value::Array(node.children.iter().map(tree).collect()),
+    );
+    Value::Object(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let at = |seconds, nanos| Timestamp { seconds, nanos };
+        assert_eq!(time(Some(&at(0, 0))), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            time(Some(&at(1_735_787_045, 678_000_000))),
+            "2025-01-02T03:04:05.678Z"
+        );
+        // 2024 is a leap year.
+        assert_eq!(time(Some(&at(1_709_164_800, 0))), "2024-02-29T00:00:00Z");
+        assert_eq!(time(None), "-");
+        assert_eq!(
+            time_seconds(Some(&at(1_735_787_045, 678_000_000))),
+            "2025-01-02T03:04:05Z"
+        );
+    }
+
+    #[test]
+    fn session_json_uses_text_enums_and_nulls() {
+        let s = pb::Session {
+            session_id: "sess_1".into(),
+            workspace_id: "w".into(),
+            tree_id: "tree_1".into(),
+            trust_level: pb::TrustLevel::Direct as i32,
+            status: pb::SessionStatus::Running as i32,
+            agent_name: "demo".into(),
+            created_at: Some(Timestamp {
+                seconds: 0,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        let v = session(&s);
+        assert_eq!(v["trust_level"], "direct");
+        assert_eq!(v["status"], "running");
+        assert_eq!(v["parent_session_id"], Value::Null);
+        assert_eq!(v["ended_at"], Value::Null);
+        assert_eq!(v["created_at"], "1970-01-01T00:00:00Z");
+    }
+}
