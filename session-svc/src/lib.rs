@@ -24,7 +24,6 @@ use std::{future::Future, time::Duration};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use troupe_proto::session::session_service_server::SessionServiceServer;
 
@@ -95,13 +94,15 @@ async fn serve_with_store<S: Store + Clone>(
         .build_v1alpha()?;
 
     tracing::info!(addr = %listener.local_addr()?, "session service listening");
+    // Without TCP_NODELAY, small HTTP/2 frames wait out delayed ACKs (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = cancel.clone();
     let result = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SessionServiceServer::new(service))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
             // Ends open watch streams so the server can drain.
             stop.cancel();

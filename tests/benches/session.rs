@@ -1,1 +1,124 @@
-fn main() {}
+//! Latency of the session service over gRPC on loopback, SQLite default:
+//! CreateSession, SendMessage, and ListWorkspaceSessions with 100, 1,000 and
+//! 10,000 sessions in the workspace. Prints p50/p99 per call as a Markdown
+//! table (the figures in BENCHMARKS.md).
+//!
+//! Run: `cargo bench -p troupe-tests --bench session`
+
+use std::time::{Duration, Instant};
+
+use troupe_proto::session::{self as pb, TrustLevel};
+use troupe_tests::{Client, TestServer, child};
+
+const SAMPLES: usize = 300;
+const LIST_SAMPLES: usize = 30;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+async fn measure<F, Fut>(samples: usize, mut call: F) -> (Duration, Duration)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    // Warm-up, not counted.
+    for i in 0..samples / 10 {
+        call(i).await;
+    }
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let start = Instant::now();
+        call(samples + i).await;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    (percentile(&times, 50.0), percentile(&times, 99.0))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+async fn seed(server: &TestServer, workspace: &str, count: usize) -> Client {
+    let (_, client, _) = server.root(workspace, TrustLevel::Direct).await;
+    let mut op = server.operator().await;
+    for _ in 1..count {
+        op.create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: workspace.into(),
+            trust_level: TrustLevel::Direct as i32,
+            agent_name: "worker".into(),
+            title: "seeded".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("seed");
+    }
+    client
+}
+
+#[tokio::main]
+async fn main() {
+    let server = TestServer::start_with(|c| {
+        c.limits.max_children = u32::MAX;
+        c.limits.max_tree_sessions = u32::MAX;
+        c.limits.max_active_per_workspace = u32::MAX;
+        c.limits.spawn_rate_per_sec = 0.0;
+    })
+    .await;
+    let mut rows = Vec::new();
+
+    let (_, spawner, _) = server.root("bench-create", TrustLevel::Direct).await;
+    let (p50, p99) = measure(SAMPLES, |i| {
+        let mut c = spawner.clone();
+        async move {
+            c.create_session(child(&format!("child {i}"))).await.expect("create");
+        }
+    })
+    .await;
+    eprintln!("create: p50 {} ms", ms(p50));
+    rows.push(("CreateSession".to_owned(), p50, p99));
+
+    let (target, sender, _) = server.root("bench-message", TrustLevel::Direct).await;
+    let (p50, p99) = measure(SAMPLES, |i| {
+        let mut c = sender.clone();
+        let id = target.session_id.clone();
+        async move {
+            c.send_message(pb::SendMessageRequest { session_id: id, message: format!("message {i}"), request_id: String::new() })
+                .await
+                .expect("send");
+        }
+    })
+    .await;
+    rows.push(("SendMessage".to_owned(), p50, p99));
+
+    for count in [100usize, 1_000, 10_000] {
+        let workspace = format!("bench-list-{count}");
+        let lister = seed(&server, &workspace, count).await;
+        let (p50, p99) = measure(LIST_SAMPLES, |_| {
+            let mut c = lister.clone();
+            async move {
+                let listed = c
+                    .list_workspace_sessions(pb::ListWorkspaceSessionsRequest { page_size: 10_000, ..Default::default() })
+                    .await
+                    .expect("list")
+                    .into_inner()
+                    .sessions
+                    .len();
+                assert_eq!(listed, count);
+            }
+        })
+        .await;
+        eprintln!("list of {count}: p50 {} ms", ms(p50));
+        rows.push((format!("ListWorkspaceSessions ({count} sessions)"), p50, p99));
+    }
+
+    println!("| call | samples | p50 (ms) | p99 (ms) |");
+    println!("|---|---|---|---|");
+    for (name, p50, p99) in rows {
+        let samples = if name.starts_with("List") { LIST_SAMPLES } else { SAMPLES };
+        println!("| {name} | {samples} | {} | {} |", ms(p50), ms(p99));
+    }
+    server.stop().await;
+}

@@ -54,7 +54,10 @@ pub async fn start<S: Store>(
             if !full {
                 tokio::select! {
                     changed = newest.changed() => if changed.is_err() { return },
-                    () = inner.shutdown.cancelled() => return,
+                    () = inner.shutdown.cancelled() => {
+                        let _ = tx.send(Err(Status::unavailable("the session service is shutting down; resume with the last cursor"))).await;
+                        return;
+                    }
                     () = tx.closed() => return,
                 }
             }
