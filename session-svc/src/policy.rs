@@ -224,7 +224,7 @@ pub fn may_terminate(
             if !can_see(caller, target) {
                 return Err(SessionError::not_found(&target.session_id));
             }
-            if ancestors.iter().any(|id| *id == me.session_id) {
+            if ancestors.contains(&me.session_id) {
                 Ok(())
             } else {
                 Err(SessionError::refused(

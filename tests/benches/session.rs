@@ -73,7 +73,9 @@ async fn main() {
     let (p50, p99) = measure(SAMPLES, |i| {
         let mut c = spawner.clone();
         async move {
-            c.create_session(child(&format!("child {i}"))).await.expect("create");
+            c.create_session(child(&format!("child {i}")))
+                .await
+                .expect("create");
         }
     })
     .await;
@@ -85,9 +87,13 @@ async fn main() {
         let mut c = sender.clone();
         let id = target.session_id.clone();
         async move {
-            c.send_message(pb::SendMessageRequest { session_id: id, message: format!("message {i}"), request_id: String::new() })
-                .await
-                .expect("send");
+            c.send_message(pb::SendMessageRequest {
+                session_id: id,
+                message: format!("message {i}"),
+                request_id: String::new(),
+            })
+            .await
+            .expect("send");
         }
     })
     .await;
@@ -100,7 +106,10 @@ async fn main() {
             let mut c = lister.clone();
             async move {
                 let listed = c
-                    .list_workspace_sessions(pb::ListWorkspaceSessionsRequest { page_size: 10_000, ..Default::default() })
+                    .list_workspace_sessions(pb::ListWorkspaceSessionsRequest {
+                        page_size: 10_000,
+                        ..Default::default()
+                    })
                     .await
                     .expect("list")
                     .into_inner()
@@ -111,13 +120,21 @@ async fn main() {
         })
         .await;
         eprintln!("list of {count}: p50 {} ms", ms(p50));
-        rows.push((format!("ListWorkspaceSessions ({count} sessions)"), p50, p99));
+        rows.push((
+            format!("ListWorkspaceSessions ({count} sessions)"),
+            p50,
+            p99,
+        ));
     }
 
     println!("| call | samples | p50 (ms) | p99 (ms) |");
     println!("|---|---|---|---|");
     for (name, p50, p99) in rows {
-        let samples = if name.starts_with("List") { LIST_SAMPLES } else { SAMPLES };
+        let samples = if name.starts_with("List") {
+            LIST_SAMPLES
+        } else {
+            SAMPLES
+        };
         println!("| {name} | {samples} | {} | {} |", ms(p50), ms(p99));
     }
     server.stop().await;

@@ -15,9 +15,7 @@ use tonic::{
     transport::Channel,
 };
 use tonic_types::StatusExt;
-use troupe_proto::session::{
-    self as pb, TrustLevel, session_service_client::SessionServiceClient,
-};
+use troupe_proto::session::{self as pb, TrustLevel, session_service_client::SessionServiceClient};
 use troupe_session_svc::{Config, Limits};
 
 /// Adds the bearer token to every call.
@@ -27,7 +25,9 @@ pub struct Bearer(Option<AsciiMetadataValue>);
 impl Interceptor for Bearer {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         if let Some(value) = &self.0 {
-            request.metadata_mut().insert("authorization", value.clone());
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
         }
         Ok(request)
     }

@@ -14,9 +14,20 @@ async fn retry_with_same_request_id_creates_one_session() {
         request_id: "req-1".into(),
         ..child("once")
     };
-    let first = as_root.create_session(request.clone()).await.expect("first").into_inner();
-    let again = as_root.create_session(request.clone()).await.expect("retry").into_inner();
-    assert_eq!(first.session.as_ref().map(|s| &s.session_id), again.session.as_ref().map(|s| &s.session_id));
+    let first = as_root
+        .create_session(request.clone())
+        .await
+        .expect("first")
+        .into_inner();
+    let again = as_root
+        .create_session(request.clone())
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!(
+        first.session.as_ref().map(|s| &s.session_id),
+        again.session.as_ref().map(|s| &s.session_id)
+    );
     assert_eq!(first.quota, again.quota);
     // Concurrent retries too.
     let retries = join_all((0..8).map(|_| {
@@ -29,7 +40,9 @@ async fn retry_with_same_request_id_creates_one_session() {
     let children = server
         .operator()
         .await
-        .get_session(pb::GetSessionRequest { session_id: root.session_id.clone() })
+        .get_session(pb::GetSessionRequest {
+            session_id: root.session_id.clone(),
+        })
         .await
         .expect("get")
         .into_inner()
@@ -43,11 +56,17 @@ async fn retry_with_same_request_id_creates_one_session() {
         })
         .await
         .expect_err("same id, other payload");
-    assert_eq!((status.code(), reason(&status).as_str()), (Code::AlreadyExists, "IDEMPOTENCY_CONFLICT"));
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::AlreadyExists, "IDEMPOTENCY_CONFLICT")
+    );
 
     // Another caller's request id is its own.
     let (_, mut other, _) = server.root("alpha", TrustLevel::Direct).await;
-    other.create_session(request).await.expect("other caller, same id");
+    other
+        .create_session(request)
+        .await
+        .expect("other caller, same id");
 
     // Messages.
     let target = children[0].session_id.clone();
@@ -56,11 +75,25 @@ async fn retry_with_same_request_id_creates_one_session() {
         message: "hi".into(),
         request_id: "m-1".into(),
     };
-    let a = as_root.send_message(send.clone()).await.expect("send").into_inner();
-    let b = as_root.send_message(send.clone()).await.expect("resend").into_inner();
-    assert_eq!((a.message_id.clone(), a.sequence), (b.message_id, b.sequence));
+    let a = as_root
+        .send_message(send.clone())
+        .await
+        .expect("send")
+        .into_inner();
+    let b = as_root
+        .send_message(send.clone())
+        .await
+        .expect("resend")
+        .into_inner();
+    assert_eq!(
+        (a.message_id.clone(), a.sequence),
+        (b.message_id, b.sequence)
+    );
     let status = as_root
-        .send_message(pb::SendMessageRequest { message: "other".into(), ..send })
+        .send_message(pb::SendMessageRequest {
+            message: "other".into(),
+            ..send
+        })
         .await
         .expect_err("conflict");
     assert_eq!(reason(&status), "IDEMPOTENCY_CONFLICT");
@@ -108,7 +141,10 @@ async fn messages_queue_in_order_and_ended_sessions_refuse_them() {
     server
         .operator()
         .await
-        .terminate_session(pb::TerminateSessionRequest { session_id: b.session_id.clone(), reason: "done".into() })
+        .terminate_session(pb::TerminateSessionRequest {
+            session_id: b.session_id.clone(),
+            reason: "done".into(),
+        })
         .await
         .expect("terminate");
     let status = a
@@ -119,7 +155,10 @@ async fn messages_queue_in_order_and_ended_sessions_refuse_them() {
         })
         .await
         .expect_err("ended");
-    assert_eq!((status.code(), reason(&status).as_str()), (Code::FailedPrecondition, "SESSION_ENDED"));
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::FailedPrecondition, "SESSION_ENDED")
+    );
     server.stop().await;
 }
 
@@ -127,46 +166,95 @@ async fn messages_queue_in_order_and_ended_sessions_refuse_them() {
 async fn terminate_ends_the_subtree_and_agents_only_their_descendants() {
     let server = TestServer::start().await;
     let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
-    let a = as_root.create_session(child("a")).await.expect("a").into_inner().session.expect("s");
-    let b = as_root.create_session(child("b")).await.expect("b").into_inner().session.expect("s");
+    let a = as_root
+        .create_session(child("a"))
+        .await
+        .expect("a")
+        .into_inner()
+        .session
+        .expect("s");
+    let b = as_root
+        .create_session(child("b"))
+        .await
+        .expect("b")
+        .into_inner()
+        .session
+        .expect("s");
     let mut as_a = server.act_as(&a.session_id).await;
-    let a1 = as_a.create_session(child("a1")).await.expect("a1").into_inner().session.expect("s");
+    let a1 = as_a
+        .create_session(child("a1"))
+        .await
+        .expect("a1")
+        .into_inner()
+        .session
+        .expect("s");
 
     // Not its own descendant: a sibling, its parent, itself.
     for target in [&b.session_id, &root.session_id, &a.session_id] {
         let status = as_a
-            .terminate_session(pb::TerminateSessionRequest { session_id: target.clone(), reason: String::new() })
+            .terminate_session(pb::TerminateSessionRequest {
+                session_id: target.clone(),
+                reason: String::new(),
+            })
             .await
             .expect_err("not a descendant");
-        assert_eq!((status.code(), reason(&status).as_str()), (Code::PermissionDenied, "NOT_A_DESCENDANT"));
+        assert_eq!(
+            (status.code(), reason(&status).as_str()),
+            (Code::PermissionDenied, "NOT_A_DESCENDANT")
+        );
     }
     // The root ends a's subtree.
     let ended = as_root
-        .terminate_session(pb::TerminateSessionRequest { session_id: a.session_id.clone(), reason: String::new() })
+        .terminate_session(pb::TerminateSessionRequest {
+            session_id: a.session_id.clone(),
+            reason: String::new(),
+        })
         .await
         .expect("terminate a")
         .into_inner();
-    assert_eq!(ended.terminated_session_ids, [a.session_id.clone(), a1.session_id.clone()]);
+    assert_eq!(
+        ended.terminated_session_ids,
+        [a.session_id.clone(), a1.session_id.clone()]
+    );
     let mut op = server.operator().await;
     let get = |id: String| {
         let mut op = op.clone();
-        async move { op.get_session(pb::GetSessionRequest { session_id: id }).await.expect("get").into_inner().session.expect("s") }
+        async move {
+            op.get_session(pb::GetSessionRequest { session_id: id })
+                .await
+                .expect("get")
+                .into_inner()
+                .session
+                .expect("s")
+        }
     };
     let a1_now = get(a1.session_id.clone()).await;
     assert_eq!(a1_now.status, SessionStatus::Terminated as i32);
     assert_eq!(a1_now.end_reason, "cascade");
     assert!(a1_now.ended_at.is_some());
     assert_eq!(get(a.session_id.clone()).await.end_reason, "manual");
-    assert_eq!(get(b.session_id.clone()).await.status, SessionStatus::Pending as i32);
+    assert_eq!(
+        get(b.session_id.clone()).await.status,
+        SessionStatus::Pending as i32
+    );
     // The operator ends the rest; terminating again ends nothing more.
     let rest = op
-        .terminate_session(pb::TerminateSessionRequest { session_id: root.session_id.clone(), reason: String::new() })
+        .terminate_session(pb::TerminateSessionRequest {
+            session_id: root.session_id.clone(),
+            reason: String::new(),
+        })
         .await
         .expect("terminate root")
         .into_inner();
-    assert_eq!(rest.terminated_session_ids, [root.session_id.clone(), b.session_id.clone()]);
+    assert_eq!(
+        rest.terminated_session_ids,
+        [root.session_id.clone(), b.session_id.clone()]
+    );
     let again = op
-        .terminate_session(pb::TerminateSessionRequest { session_id: root.session_id, reason: String::new() })
+        .terminate_session(pb::TerminateSessionRequest {
+            session_id: root.session_id,
+            reason: String::new(),
+        })
         .await
         .expect("idempotent")
         .into_inner();
@@ -198,19 +286,26 @@ async fn no_child_survives_a_termination_it_races_with() {
         for result in results {
             if let Err(status) = result {
                 assert!(
-                    matches!(reason(&status).as_str(), "TOKEN_REVOKED" | "PARENT_NOT_RUNNING"),
+                    matches!(
+                        reason(&status).as_str(),
+                        "TOKEN_REVOKED" | "PARENT_NOT_RUNNING"
+                    ),
                     "{status:?}"
                 );
             }
         }
         let children = op
-            .get_session(pb::GetSessionRequest { session_id: root.session_id.clone() })
+            .get_session(pb::GetSessionRequest {
+                session_id: root.session_id.clone(),
+            })
             .await
             .expect("get")
             .into_inner()
             .children;
         assert!(
-            children.iter().all(|c| c.status == SessionStatus::Terminated as i32),
+            children
+                .iter()
+                .all(|c| c.status == SessionStatus::Terminated as i32),
             "round {round}: a child outlived its terminated parent: {children:?}"
         );
     }
@@ -220,8 +315,16 @@ async fn no_child_survives_a_termination_it_races_with() {
 #[tokio::test]
 async fn agent_definitions_resolve_workspace_first_and_names_are_slugs() {
     let server = TestServer::start().await;
-    server.write_agent_text(None, "lead", "---\nname: lead\ncommand: [\"/shared/lead\"]\n---\n");
-    server.write_agent_text(Some("alpha"), "lead", "---\nname: lead\ncommand: [\"/alpha/lead\"]\n---\n");
+    server.write_agent_text(
+        None,
+        "lead",
+        "---\nname: lead\ncommand: [\"/shared/lead\"]\n---\n",
+    );
+    server.write_agent_text(
+        Some("alpha"),
+        "lead",
+        "---\nname: lead\ncommand: [\"/alpha/lead\"]\n---\n",
+    );
     let op = server.operator().await;
     let create = |ws: &str, agent: &str| {
         let mut op = op.clone();
@@ -238,13 +341,24 @@ async fn agent_definitions_resolve_workspace_first_and_names_are_slugs() {
     assert_eq!(status.code(), Code::NotFound);
     assert_eq!(status.message(), "agent not found: ghost");
     assert_eq!(reason(&status), "AGENT_NOT_FOUND");
-    for (ws, agent) in [("../x", "lead"), ("alpha", "../lead"), ("alpha", "Agents/lead"), ("", "lead"), ("alpha", "")] {
+    for (ws, agent) in [
+        ("../x", "lead"),
+        ("alpha", "../lead"),
+        ("alpha", "Agents/lead"),
+        ("", "lead"),
+        ("alpha", ""),
+    ] {
         let status = create(ws, agent).await.expect_err("not a slug");
         assert_eq!(status.code(), Code::InvalidArgument, "{ws:?} {agent:?}");
     }
     server.write_agent_text(None, "broken", "---\nname: broken\n---\nno command\n");
-    let status = create("alpha", "broken").await.expect_err("invalid definition");
-    assert_eq!((status.code(), reason(&status).as_str()), (Code::FailedPrecondition, "AGENT_INVALID"));
+    let status = create("alpha", "broken")
+        .await
+        .expect_err("invalid definition");
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::FailedPrecondition, "AGENT_INVALID")
+    );
     server.stop().await;
 }
 
@@ -266,22 +380,39 @@ async fn invisible_and_nonexistent_ids_answer_the_same() {
     let mut answers = Vec::new();
     for id in [&direct.session_id, &elsewhere.session_id, &missing] {
         let get = sandboxed
-            .get_session(pb::GetSessionRequest { session_id: id.clone() })
+            .get_session(pb::GetSessionRequest {
+                session_id: id.clone(),
+            })
             .await
             .expect_err("get");
         let send = sandboxed
-            .send_message(pb::SendMessageRequest { session_id: id.clone(), message: "x".into(), request_id: String::new() })
+            .send_message(pb::SendMessageRequest {
+                session_id: id.clone(),
+                message: "x".into(),
+                request_id: String::new(),
+            })
             .await
             .expect_err("send");
         let term = sandboxed
-            .terminate_session(pb::TerminateSessionRequest { session_id: id.clone(), reason: String::new() })
+            .terminate_session(pb::TerminateSessionRequest {
+                session_id: id.clone(),
+                reason: String::new(),
+            })
             .await
             .expect_err("terminate");
         let watch = sandboxed
-            .watch_sessions(pb::WatchSessionsRequest { session_id: id.clone(), ..Default::default() })
+            .watch_sessions(pb::WatchSessionsRequest {
+                session_id: id.clone(),
+                ..Default::default()
+            })
             .await
             .expect_err("watch");
-        answers.push([shape(get, id), shape(send, id), shape(term, id), shape(watch, id)]);
+        answers.push([
+            shape(get, id),
+            shape(send, id),
+            shape(term, id),
+            shape(watch, id),
+        ]);
     }
     assert_eq!(answers[0], answers[2], "direct session vs nonexistent");
     assert_eq!(answers[1], answers[2], "other workspace vs nonexistent");

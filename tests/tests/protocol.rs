@@ -2,15 +2,23 @@
 
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
-use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
 use troupe_tests::TestServer;
 
 #[tokio::test]
 async fn health_and_reflection_are_served() {
     let server = TestServer::start().await;
-    let channel = Channel::from_shared(format!("http://{}", server.addr)).expect("uri").connect().await.expect("connect");
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
     let health = HealthClient::new(channel.clone())
-        .check(HealthCheckRequest { service: "troupe.session.v1.SessionService".into() })
+        .check(HealthCheckRequest {
+            service: "troupe.session.v1.SessionService".into(),
+        })
         .await
         .expect("health")
         .into_inner();
@@ -20,23 +28,40 @@ async fn health_and_reflection_are_served() {
         ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
         server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
     };
-    let request = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
     let mut responses = ServerReflectionClient::new(channel.clone())
         .server_reflection_info(tokio_stream::once(request))
         .await
         .expect("reflection v1")
         .into_inner();
-    let Some(Ok(response)) = responses.next().await else { panic!("no reflection answer") };
-    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else { panic!("not a list") };
+    let Some(Ok(response)) = responses.next().await else {
+        panic!("no reflection answer")
+    };
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("not a list")
+    };
     let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
-    assert!(names.contains(&"troupe.session.v1.SessionService"), "{names:?}");
-    assert!(names.contains(&"troupe.runner.v1.RunnerService"), "the runner's protocol is published too: {names:?}");
+    assert!(
+        names.contains(&"troupe.session.v1.SessionService"),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"troupe.runner.v1.RunnerService"),
+        "the runner's protocol is published too: {names:?}"
+    );
 
     use tonic_reflection::pb::v1alpha::{
-        ServerReflectionRequest as AlphaRequest, server_reflection_client::ServerReflectionClient as AlphaClient,
+        ServerReflectionRequest as AlphaRequest,
+        server_reflection_client::ServerReflectionClient as AlphaClient,
         server_reflection_request::MessageRequest as AlphaMessage,
     };
-    let request = AlphaRequest { host: String::new(), message_request: Some(AlphaMessage::ListServices(String::new())) };
+    let request = AlphaRequest {
+        host: String::new(),
+        message_request: Some(AlphaMessage::ListServices(String::new())),
+    };
     let mut responses = AlphaClient::new(channel)
         .server_reflection_info(tokio_stream::once(request))
         .await

@@ -8,8 +8,14 @@ use troupe_proto::session::{self as pb, SessionStatus, TrustLevel};
 use troupe_session_svc::Limits;
 use troupe_tests::{TestServer, child, error_metadata, reason};
 
-async fn spawn(client: &mut troupe_tests::Client, title: &str) -> Result<pb::CreateSessionResponse, tonic::Status> {
-    client.create_session(child(title)).await.map(|r| r.into_inner())
+async fn spawn(
+    client: &mut troupe_tests::Client,
+    title: &str,
+) -> Result<pb::CreateSessionResponse, tonic::Status> {
+    client
+        .create_session(child(title))
+        .await
+        .map(|r| r.into_inner())
 }
 
 #[tokio::test]
@@ -31,7 +37,10 @@ async fn depth_limit_refuses_with_its_reason_and_reports_quota() {
     let status = spawn(&mut as_d2, "depth 3").await.expect_err("too deep");
     assert_eq!(status.code(), Code::ResourceExhausted);
     assert_eq!(reason(&status), "DEPTH_EXCEEDED");
-    assert_eq!(error_metadata(&status, "depth_remaining").as_deref(), Some("0"));
+    assert_eq!(
+        error_metadata(&status, "depth_remaining").as_deref(),
+        Some("0")
+    );
     assert!(status.message().contains("depth"), "{}", status.message());
     server.stop().await;
 }
@@ -53,7 +62,10 @@ async fn tree_child_and_workspace_quotas_refuse_with_their_reasons() {
     spawn(&mut root, "b").await.expect("b");
     let status = spawn(&mut root, "c").await.expect_err("third child");
     assert_eq!(reason(&status), "CHILD_QUOTA_EXCEEDED");
-    assert_eq!(error_metadata(&status, "children_remaining").as_deref(), Some("0"));
+    assert_eq!(
+        error_metadata(&status, "children_remaining").as_deref(),
+        Some("0")
+    );
 
     let mut as_a = server.act_as(&a.session_id).await;
     let last = spawn(&mut as_a, "a1").await.expect("fourth in tree");
@@ -112,7 +124,11 @@ async fn spawn_rate_is_limited_per_session_with_retry_info() {
 async fn a_parent_that_ended_cannot_create_children() {
     let server = TestServer::start().await;
     let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
-    let kid = spawn(&mut as_root, "kid").await.expect("kid").session.expect("s");
+    let kid = spawn(&mut as_root, "kid")
+        .await
+        .expect("kid")
+        .session
+        .expect("s");
     let mut op = server.operator().await;
     op.terminate_session(pb::TerminateSessionRequest {
         session_id: kid.session_id.clone(),
@@ -177,11 +193,16 @@ async fn concurrent_spawns_at_limit_minus_one_give_exactly_one_success() {
     .await;
     let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
     for i in 0..8 {
-        spawn(&mut as_root, &format!("fill {i}")).await.expect("fill");
+        spawn(&mut as_root, &format!("fill {i}"))
+            .await
+            .expect("fill");
     }
     let (ok, reasons) = race(&server, &root.session_id, 16).await;
     assert_eq!(ok, 1, "tree quota race: {reasons:?}");
-    assert!(reasons.iter().all(|r| r == "TREE_QUOTA_EXCEEDED"), "{reasons:?}");
+    assert!(
+        reasons.iter().all(|r| r == "TREE_QUOTA_EXCEEDED"),
+        "{reasons:?}"
+    );
 
     // Child quota.
     let server = TestServer::start_with(|c| {
@@ -191,11 +212,16 @@ async fn concurrent_spawns_at_limit_minus_one_give_exactly_one_success() {
     .await;
     let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
     for i in 0..4 {
-        spawn(&mut as_root, &format!("fill {i}")).await.expect("fill");
+        spawn(&mut as_root, &format!("fill {i}"))
+            .await
+            .expect("fill");
     }
     let (ok, reasons) = race(&server, &root.session_id, 16).await;
     assert_eq!(ok, 1, "child quota race: {reasons:?}");
-    assert!(reasons.iter().all(|r| r == "CHILD_QUOTA_EXCEEDED"), "{reasons:?}");
+    assert!(
+        reasons.iter().all(|r| r == "CHILD_QUOTA_EXCEEDED"),
+        "{reasons:?}"
+    );
 
     let children = server
         .operator()
@@ -208,5 +234,9 @@ async fn concurrent_spawns_at_limit_minus_one_give_exactly_one_success() {
         .into_inner()
         .children;
     assert_eq!(children.len(), 5);
-    assert!(children.iter().all(|c| c.status == SessionStatus::Pending as i32));
+    assert!(
+        children
+            .iter()
+            .all(|c| c.status == SessionStatus::Pending as i32)
+    );
 }

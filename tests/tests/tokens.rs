@@ -34,7 +34,9 @@ fn flip_char(s: &str, at: usize) -> String {
 async fn malformed_and_forged_tokens_are_refused() {
     let server = TestServer::start().await;
     let (root, _, token) = server.root("alpha", TrustLevel::Direct).await;
-    whoami(&server, Some(&token)).await.expect("the real token works");
+    whoami(&server, Some(&token))
+        .await
+        .expect("the real token works");
 
     expect_refused(whoami(&server, None).await, "TOKEN_MISSING");
     expect_refused(whoami(&server, Some("")).await, "TOKEN_MISSING");
@@ -58,8 +60,14 @@ async fn malformed_and_forged_tokens_are_refused() {
     let sig_tampered = format!("{}.{}.{}", parts[0], parts[1], flip_char(parts[2], 3));
     expect_refused(whoami(&server, Some(&sig_tampered)).await, "TOKEN_INVALID");
     // Truncated.
-    expect_refused(whoami(&server, Some(&token[..token.len() - 5])).await, "TOKEN_INVALID");
-    expect_refused(whoami(&server, Some(&format!("{}.{}", parts[0], parts[1]))).await, "TOKEN_INVALID");
+    expect_refused(
+        whoami(&server, Some(&token[..token.len() - 5])).await,
+        "TOKEN_INVALID",
+    );
+    expect_refused(
+        whoami(&server, Some(&format!("{}.{}", parts[0], parts[1]))).await,
+        "TOKEN_INVALID",
+    );
 
     // Signed with another key under the server's key id.
     let header = jsonwebtoken::decode_header(&token).expect("header");
@@ -69,12 +77,17 @@ async fn malformed_and_forged_tokens_are_refused() {
         "sub": root.session_id, "iss": "troupe", "aud": "troupe.session.v1",
         "iat": 1, "exp": u32::MAX, "jti": "forged",
     });
-    let wrong_key = jsonwebtoken::encode(&h, &claims, &EncodingKey::from_secret(b"not the server key at all, 32b!"))
-        .expect("encode");
+    let wrong_key = jsonwebtoken::encode(
+        &h,
+        &claims,
+        &EncodingKey::from_secret(b"not the server key at all, 32b!"),
+    )
+    .expect("encode");
     expect_refused(whoami(&server, Some(&wrong_key)).await, "TOKEN_INVALID");
     // Unknown key id.
     h.kid = Some("k-unknown".into());
-    let unknown_kid = jsonwebtoken::encode(&h, &claims, &EncodingKey::from_secret(b"x")).expect("encode");
+    let unknown_kid =
+        jsonwebtoken::encode(&h, &claims, &EncodingKey::from_secret(b"x")).expect("encode");
     expect_refused(whoami(&server, Some(&unknown_kid)).await, "TOKEN_INVALID");
     // "none" algorithm.
     let none = format!(
@@ -91,18 +104,28 @@ async fn malformed_and_forged_tokens_are_refused() {
         .list_audit(pb::ListAuditRequest::default())
         .await
         .expect_err("operator only");
-    assert_eq!((status.code(), reason(&status).as_str()), (Code::PermissionDenied, "OPERATOR_ONLY"));
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::PermissionDenied, "OPERATOR_ONLY")
+    );
 
     // Refusals are audited.
     let audit = server
         .operator()
         .await
-        .list_audit(pb::ListAuditRequest { limit: 1000, ..Default::default() })
+        .list_audit(pb::ListAuditRequest {
+            limit: 1000,
+            ..Default::default()
+        })
         .await
         .expect("audit")
         .into_inner()
         .entries;
-    assert!(audit.iter().any(|e| !e.allowed && e.reason == "TOKEN_INVALID" && e.caller == "anonymous"));
+    assert!(
+        audit
+            .iter()
+            .any(|e| !e.allowed && e.reason == "TOKEN_INVALID" && e.caller == "anonymous")
+    );
     server.stop().await;
 }
 
@@ -110,7 +133,10 @@ fn base64url(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::new();
     for chunk in data.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
         let chars = chunk.len() + 1;
         for i in 0..chars {
             out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
@@ -134,9 +160,17 @@ async fn expired_tokens_are_refused() {
 async fn tokens_of_ended_sessions_are_revoked_down_the_tree() {
     let server = TestServer::start().await;
     let (root, mut as_root, root_token) = server.root("alpha", TrustLevel::Direct).await;
-    let kid = as_root.create_session(child("kid")).await.expect("kid").into_inner().session.expect("s");
+    let kid = as_root
+        .create_session(child("kid"))
+        .await
+        .expect("kid")
+        .into_inner()
+        .session
+        .expect("s");
     let kid_token = server.token_for(&kid.session_id).await;
-    whoami(&server, Some(&kid_token)).await.expect("kid token works");
+    whoami(&server, Some(&kid_token))
+        .await
+        .expect("kid token works");
     server
         .operator()
         .await
@@ -152,7 +186,9 @@ async fn tokens_of_ended_sessions_are_revoked_down_the_tree() {
     let status = server
         .operator()
         .await
-        .issue_session_token(pb::IssueSessionTokenRequest { session_id: kid.session_id })
+        .issue_session_token(pb::IssueSessionTokenRequest {
+            session_id: kid.session_id,
+        })
         .await
         .expect_err("ended");
     assert_eq!(reason(&status), "SESSION_ENDED");
@@ -163,11 +199,19 @@ async fn tokens_of_ended_sessions_are_revoked_down_the_tree() {
 async fn restart_keeps_sessions_and_tokens_valid() {
     let mut server = TestServer::start().await;
     let (root, mut as_root, token) = server.root("alpha", TrustLevel::Direct).await;
-    let kid = as_root.create_session(child("kid")).await.expect("kid").into_inner().session.expect("s");
+    let kid = as_root
+        .create_session(child("kid"))
+        .await
+        .expect("kid")
+        .into_inner()
+        .session
+        .expect("s");
     server.restart().await;
     let mut again = server.client(Some(&token)).await;
     let got = again
-        .get_session(pb::GetSessionRequest { session_id: kid.session_id.clone() })
+        .get_session(pb::GetSessionRequest {
+            session_id: kid.session_id.clone(),
+        })
         .await
         .expect("the old token still works after restart")
         .into_inner()
@@ -175,7 +219,10 @@ async fn restart_keeps_sessions_and_tokens_valid() {
         .expect("s");
     assert_eq!(got.parent_session_id, root.session_id);
     assert_eq!(got.depth, 1);
-    again.create_session(child("after restart")).await.expect("can still spawn");
+    again
+        .create_session(child("after restart"))
+        .await
+        .expect("can still spawn");
     server.stop().await;
 }
 
@@ -187,6 +234,9 @@ async fn operator_token_file_is_generated_private_and_reused() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&path).expect("file").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    assert_eq!(troupe_session_svc::auth::operator_token(None, dir.path()).expect("reuse"), token);
+    assert_eq!(
+        troupe_session_svc::auth::operator_token(None, dir.path()).expect("reuse"),
+        token
+    );
     assert!(troupe_session_svc::auth::operator_token(Some("short"), dir.path()).is_err());
 }

@@ -48,7 +48,11 @@ async fn trust_matrix_holds_for_see_list_message_and_create() {
             Who::Sandboxed => sandboxed.clone(),
             _ => unreachable!("callers are in alpha"),
         };
-        let id = &targets.iter().find(|(w, _)| *w == target).expect("target").1;
+        let id = &targets
+            .iter()
+            .find(|(w, _)| *w == target)
+            .expect("target")
+            .1;
         let case = format!("{caller:?} -> {target:?}");
 
         let get = client
@@ -88,9 +92,21 @@ async fn trust_matrix_holds_for_see_list_message_and_create() {
     let create_cases: &[(Who, TrustLevel, Result<TrustLevel, &str>)] = &[
         (Who::Direct, TrustLevel::Unspecified, Ok(TrustLevel::Direct)),
         (Who::Direct, TrustLevel::Direct, Ok(TrustLevel::Direct)),
-        (Who::Direct, TrustLevel::Sandboxed, Ok(TrustLevel::Sandboxed)),
-        (Who::Sandboxed, TrustLevel::Unspecified, Ok(TrustLevel::Sandboxed)),
-        (Who::Sandboxed, TrustLevel::Sandboxed, Ok(TrustLevel::Sandboxed)),
+        (
+            Who::Direct,
+            TrustLevel::Sandboxed,
+            Ok(TrustLevel::Sandboxed),
+        ),
+        (
+            Who::Sandboxed,
+            TrustLevel::Unspecified,
+            Ok(TrustLevel::Sandboxed),
+        ),
+        (
+            Who::Sandboxed,
+            TrustLevel::Sandboxed,
+            Ok(TrustLevel::Sandboxed),
+        ),
         (Who::Sandboxed, TrustLevel::Direct, Err("TRUST_ESCALATION")),
     ];
     for &(caller, requested, expected) in create_cases {
@@ -110,7 +126,10 @@ async fn trust_matrix_holds_for_see_list_message_and_create() {
             (Ok(response), Ok(level)) => {
                 let session = response.into_inner().session.expect("session");
                 assert_eq!(session.trust_level, level as i32, "{case}");
-                assert_eq!(session.workspace_id, "alpha", "{case}: child stays in the workspace");
+                assert_eq!(
+                    session.workspace_id, "alpha",
+                    "{case}: child stays in the workspace"
+                );
             }
             (Err(status), Err(why)) => {
                 assert_eq!(status.code(), Code::PermissionDenied, "{case}");

@@ -23,20 +23,35 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
     let mut op = server.operator().await;
     let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
     let mut stream = op
-        .watch_sessions(pb::WatchSessionsRequest { tree_id: root.tree_id.clone(), ..Default::default() })
+        .watch_sessions(pb::WatchSessionsRequest {
+            tree_id: root.tree_id.clone(),
+            ..Default::default()
+        })
         .await
         .expect("watch")
         .into_inner();
     // History: the root's created and initial-message events.
     let created = next(&mut stream).await;
-    assert_eq!((created.kind, created.sequence, created.depth), (EventKind::Created as i32, 1, 0));
+    assert_eq!(
+        (created.kind, created.sequence, created.depth),
+        (EventKind::Created as i32, 1, 0)
+    );
     assert_eq!(created.session_id, root.session_id);
     assert_eq!(created.tree_id, root.tree_id);
     let message = next(&mut stream).await;
-    assert_eq!((message.kind, message.sequence), (EventKind::Message as i32, 2));
+    assert_eq!(
+        (message.kind, message.sequence),
+        (EventKind::Message as i32, 2)
+    );
 
     // Live: a child appears with its hierarchy fields.
-    let kid = as_root.create_session(child("kid")).await.expect("kid").into_inner().session.expect("s");
+    let kid = as_root
+        .create_session(child("kid"))
+        .await
+        .expect("kid")
+        .into_inner()
+        .session
+        .expect("s");
     let kid_created = next(&mut stream).await;
     assert_eq!(kid_created.session_id, kid.session_id);
     assert_eq!(kid_created.parent_session_id, root.session_id);
@@ -46,12 +61,19 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
 
     // Events while nobody watches, then resume after the last cursor seen.
     as_root
-        .send_message(pb::SendMessageRequest { session_id: kid.session_id.clone(), message: "more".into(), request_id: String::new() })
+        .send_message(pb::SendMessageRequest {
+            session_id: kid.session_id.clone(),
+            message: "more".into(),
+            request_id: String::new(),
+        })
         .await
         .expect("send");
-    op.terminate_session(pb::TerminateSessionRequest { session_id: root.session_id.clone(), reason: String::new() })
-        .await
-        .expect("terminate");
+    op.terminate_session(pb::TerminateSessionRequest {
+        session_id: root.session_id.clone(),
+        reason: String::new(),
+    })
+    .await
+    .expect("terminate");
     let mut resumed = op
         .watch_sessions(pb::WatchSessionsRequest {
             tree_id: root.tree_id.clone(),
@@ -67,7 +89,11 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
         let event = next(&mut resumed).await;
         assert!(event.cursor > cursor, "cursors only grow");
         cursor = event.cursor;
-        kinds.push((EventKind::try_from(event.kind).expect("kind"), event.session_id.clone(), event.sequence));
+        kinds.push((
+            EventKind::try_from(event.kind).expect("kind"),
+            event.session_id.clone(),
+            event.sequence,
+        ));
     }
     assert_eq!(
         kinds,
@@ -78,7 +104,11 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
         ]
     );
     // Nothing more: the next event is not a repeat.
-    assert!(tokio::time::timeout(Duration::from_millis(300), resumed.next()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), resumed.next())
+            .await
+            .is_err()
+    );
     server.stop().await;
 }
 
@@ -87,7 +117,10 @@ async fn sandboxed_watchers_never_see_direct_sessions() {
     let server = TestServer::start().await;
     let (direct, mut as_direct, _) = server.root("alpha", TrustLevel::Direct).await;
     let kid = as_direct
-        .create_session(pb::CreateSessionRequest { trust_level: TrustLevel::Sandboxed as i32, ..child("kid") })
+        .create_session(pb::CreateSessionRequest {
+            trust_level: TrustLevel::Sandboxed as i32,
+            ..child("kid")
+        })
         .await
         .expect("kid")
         .into_inner()
@@ -103,21 +136,37 @@ async fn sandboxed_watchers_never_see_direct_sessions() {
         .into_inner();
     let first = next(&mut stream).await;
     assert_eq!(first.session_id, kid.session_id);
-    assert_eq!(first.parent_session_id, "", "the direct parent stays hidden");
+    assert_eq!(
+        first.parent_session_id, "",
+        "the direct parent stays hidden"
+    );
     let _kid_message = next(&mut stream).await;
     // New direct activity stays invisible; sandboxed activity shows.
-    as_direct.create_session(child("direct sibling")).await.expect("direct child");
     as_direct
-        .send_message(pb::SendMessageRequest { session_id: direct.session_id.clone(), message: "self".into(), request_id: String::new() })
+        .create_session(child("direct sibling"))
+        .await
+        .expect("direct child");
+    as_direct
+        .send_message(pb::SendMessageRequest {
+            session_id: direct.session_id.clone(),
+            message: "self".into(),
+            request_id: String::new(),
+        })
         .await
         .expect("send");
     let (sandboxed_peer, _, _) = server.root("alpha", TrustLevel::Sandboxed).await;
     let seen = next(&mut stream).await;
-    assert_eq!(seen.session_id, sandboxed_peer.session_id, "direct events were skipped");
+    assert_eq!(
+        seen.session_id, sandboxed_peer.session_id,
+        "direct events were skipped"
+    );
     assert_eq!(seen.trust_level, TrustLevel::Sandboxed as i32);
     // The tree filter does not widen what it may see either.
     let mut by_tree = as_kid
-        .watch_sessions(pb::WatchSessionsRequest { tree_id: direct.tree_id.clone(), ..Default::default() })
+        .watch_sessions(pb::WatchSessionsRequest {
+            tree_id: direct.tree_id.clone(),
+            ..Default::default()
+        })
         .await
         .expect("watch tree")
         .into_inner();
@@ -125,7 +174,11 @@ async fn sandboxed_watchers_never_see_direct_sessions() {
     assert_eq!(event.session_id, kid.session_id);
     let event = next(&mut by_tree).await;
     assert_eq!(event.session_id, kid.session_id);
-    assert!(tokio::time::timeout(Duration::from_millis(300), by_tree.next()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), by_tree.next())
+            .await
+            .is_err()
+    );
     server.stop().await;
 }
 
@@ -135,9 +188,13 @@ async fn a_cursor_older_than_what_is_kept_is_refused() {
     let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
     let mut op = server.operator().await;
     for i in 0..5 {
-        op.send_message(pb::SendMessageRequest { session_id: root.session_id.clone(), message: format!("m{i}"), request_id: String::new() })
-            .await
-            .expect("send");
+        op.send_message(pb::SendMessageRequest {
+            session_id: root.session_id.clone(),
+            message: format!("m{i}"),
+            request_id: String::new(),
+        })
+        .await
+        .expect("send");
     }
     // Prune now through the store, as the service's background task does every few seconds.
     let store = troupe_session_svc::store::SqliteStore::open(&server.config.database_url())
@@ -146,14 +203,23 @@ async fn a_cursor_older_than_what_is_kept_is_refused() {
     let pruned = store.prune_events(3).await.expect("prune");
     assert_eq!(pruned, 4, "7 events, 3 kept");
     let status = op
-        .watch_sessions(pb::WatchSessionsRequest { after_cursor: 1, ..Default::default() })
+        .watch_sessions(pb::WatchSessionsRequest {
+            after_cursor: 1,
+            ..Default::default()
+        })
         .await
         .expect_err("expired");
-    assert_eq!((status.code(), reason(&status).as_str()), (Code::OutOfRange, "CURSOR_EXPIRED"));
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::OutOfRange, "CURSOR_EXPIRED")
+    );
     // From the oldest kept, or from the pruning mark exactly, works.
     for after in [0, 4] {
         let mut stream = op
-            .watch_sessions(pb::WatchSessionsRequest { after_cursor: after, ..Default::default() })
+            .watch_sessions(pb::WatchSessionsRequest {
+                after_cursor: after,
+                ..Default::default()
+            })
             .await
             .expect("watch")
             .into_inner();

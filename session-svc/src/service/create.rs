@@ -202,7 +202,7 @@ async fn resolve<S: Store>(
     created: Created,
 ) -> Result<(crate::model::SessionRow, crate::error::QuotaLeft), SessionError> {
     match created {
-        Created::New { session, quota } => Ok((session, quota)),
+        Created::New { session, quota } => Ok((*session, quota)),
         Created::Replayed { session_id, quota } => {
             let session =
                 inner.store.get_session(&session_id).await?.ok_or_else(|| {

@@ -38,7 +38,7 @@ pub type TerminateCheck<'a> =
 pub enum Created {
     /// A new session, and the quota left after it.
     New {
-        session: SessionRow,
+        session: Box<SessionRow>,
         quota: QuotaLeft,
     },
     /// An earlier call with the same request id created this session.

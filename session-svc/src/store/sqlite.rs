@@ -114,6 +114,56 @@ fn session_from_row(row: &SqliteRow) -> Result<SessionRow, SessionError> {
     })
 }
 
+/// A session row as `json_object` spells it (see `list_workspace`).
+#[derive(serde::Deserialize)]
+struct RawSession {
+    rowid: i64,
+    session_id: String,
+    workspace_id: String,
+    parent_session_id: Option<String>,
+    parent_trust_level: Option<String>,
+    tree_id: String,
+    depth: u32,
+    trust_level: String,
+    agent_name: String,
+    agent_command: String,
+    title: String,
+    status: String,
+    created_by: String,
+    created_at_ms: i64,
+    ended_at_ms: Option<i64>,
+    end_reason: Option<String>,
+    spawn_tat_ms: i64,
+    inbox_seq: i64,
+}
+
+impl RawSession {
+    fn into_row(self) -> Result<SessionRow, SessionError> {
+        Ok(SessionRow {
+            trust: Trust::from_db(&self.trust_level).ok_or_else(|| {
+                SessionError::Internal(format!("bad trust level {:?}", self.trust_level))
+            })?,
+            status: parse_status(&self.status)
+                .ok_or_else(|| SessionError::Internal(format!("bad status {:?}", self.status)))?,
+            parent_trust: self.parent_trust_level.as_deref().and_then(Trust::from_db),
+            session_id: self.session_id,
+            workspace_id: self.workspace_id,
+            parent_session_id: self.parent_session_id,
+            tree_id: self.tree_id,
+            depth: self.depth,
+            agent_name: self.agent_name,
+            agent_command: self.agent_command,
+            title: self.title,
+            created_by: self.created_by,
+            created_at_ms: self.created_at_ms,
+            ended_at_ms: self.ended_at_ms,
+            end_reason: self.end_reason,
+            spawn_tat_ms: self.spawn_tat_ms,
+            inbox_seq: self.inbox_seq,
+        })
+    }
+}
+
 async fn fetch_session(
     tx: &mut Transaction<'static, Sqlite>,
     session_id: &str,
@@ -381,7 +431,10 @@ impl Store for SqliteStore {
         )
         .await?;
         self.commit(tx).await?;
-        Ok(Created::New { session, quota })
+        Ok(Created::New {
+            session: Box::new(session),
+            quota,
+        })
     }
 
     async fn create_child(
@@ -399,26 +452,22 @@ impl Store for SqliteStore {
         let parent = fetch_session(&mut tx, parent_id)
             .await?
             .ok_or_else(|| SessionError::not_found(parent_id))?;
+        let (tree_sessions, children, workspace_active): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM sessions WHERE tree_id = ?1), \
+                    (SELECT COUNT(*) FROM sessions WHERE parent_session_id = ?2), \
+                    (SELECT COUNT(*) FROM sessions WHERE workspace_id = ?3 \
+                       AND status IN ('pending', 'running'))",
+        )
+        .bind(&parent.tree_id)
+        .bind(&parent.session_id)
+        .bind(&parent.workspace_id)
+        .fetch_one(&mut *tx)
+        .await?;
         let ctx = SpawnContext {
             parent: &parent,
-            tree_sessions: count(
-                &mut tx,
-                "SELECT COUNT(*) FROM sessions WHERE tree_id = ?",
-                &parent.tree_id,
-            )
-            .await?,
-            children: count(
-                &mut tx,
-                "SELECT COUNT(*) FROM sessions WHERE parent_session_id = ?",
-                &parent.session_id,
-            )
-            .await?,
-            workspace_active: count(
-                &mut tx,
-                "SELECT COUNT(*) FROM sessions WHERE workspace_id = ? AND status IN ('pending', 'running')",
-                &parent.workspace_id,
-            )
-            .await?,
+            tree_sessions: tree_sessions as u32,
+            children: children as u32,
+            workspace_active: workspace_active as u32,
             now_ms: now_ms(),
         };
         let admission = check(&ctx)?;
@@ -444,7 +493,7 @@ impl Store for SqliteStore {
         .await?;
         self.commit(tx).await?;
         Ok(Created::New {
-            session,
+            session: Box::new(session),
             quota: admission.quota,
         })
     }
@@ -600,28 +649,37 @@ impl Store for SqliteStore {
         after: i64,
         limit: u32,
     ) -> Result<(Vec<SessionRow>, Option<i64>), SessionError> {
-        let sql = concat!(
-            "SELECT rowid, ",
-            session_columns!(),
-            " FROM sessions WHERE workspace_id = ? AND rowid > ? \
-             AND (? = 0 OR trust_level = 'sandboxed') \
-             AND (? = 1 OR status IN ('pending', 'running')) \
-             ORDER BY rowid LIMIT ?"
-        );
-        let rows = sqlx::query(sql)
-            .bind(workspace_id)
-            .bind(after)
-            .bind(sandboxed_only)
-            .bind(include_ended)
-            .bind(i64::from(limit) + 1)
-            .fetch_all(&self.pool)
-            .await?;
-        let more = rows.len() > limit as usize;
-        let mut sessions = Vec::with_capacity(rows.len().min(limit as usize));
+        // The page comes back as one JSON value: one row crossing from the
+        // SQLite worker thread instead of one per session.
+        let page: String = sqlx::query_scalar(
+            "SELECT json_group_array(json_object( \
+               'rowid', rowid, 'session_id', session_id, 'workspace_id', workspace_id, \
+               'parent_session_id', parent_session_id, 'parent_trust_level', parent_trust_level, \
+               'tree_id', tree_id, 'depth', depth, 'trust_level', trust_level, \
+               'agent_name', agent_name, 'agent_command', agent_command, 'title', title, \
+               'status', status, 'created_by', created_by, 'created_at_ms', created_at_ms, \
+               'ended_at_ms', ended_at_ms, 'end_reason', end_reason, \
+               'spawn_tat_ms', spawn_tat_ms, 'inbox_seq', inbox_seq)) \
+             FROM (SELECT rowid, * FROM sessions WHERE workspace_id = ? AND rowid > ? \
+                   AND (? = 0 OR trust_level = 'sandboxed') \
+                   AND (? = 1 OR status IN ('pending', 'running')) \
+                   ORDER BY rowid LIMIT ?)",
+        )
+        .bind(workspace_id)
+        .bind(after)
+        .bind(sandboxed_only)
+        .bind(include_ended)
+        .bind(i64::from(limit) + 1)
+        .fetch_one(&self.pool)
+        .await?;
+        let raw: Vec<RawSession> = serde_json::from_str(&page)
+            .map_err(|e| SessionError::Internal(format!("bad session page: {e}")))?;
+        let more = raw.len() > limit as usize;
+        let mut sessions = Vec::with_capacity(raw.len().min(limit as usize));
         let mut last = after;
-        for row in rows.iter().take(limit as usize) {
-            last = row.try_get("rowid")?;
-            sessions.push(session_from_row(row)?);
+        for row in raw.into_iter().take(limit as usize) {
+            last = row.rowid;
+            sessions.push(row.into_row()?);
         }
         Ok((sessions, more.then_some(last)))
     }
