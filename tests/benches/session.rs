@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::{Client, TestServer, child};
 
-const SAMPLES: usize = 300;
-const LIST_SAMPLES: usize = 30;
+const SAMPLES: usize = 1000;
+const LIST_SAMPLES: usize = 100;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
