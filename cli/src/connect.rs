@@ -13,7 +13,10 @@ use tonic::{
     service::{Interceptor, interceptor::InterceptedService},
     transport::{Channel, Endpoint},
 };
-use troupe_proto::session::session_service_client::SessionServiceClient;
+use troupe_proto::{
+    paths::{default_data_dir, operator_token_path},
+    session::session_service_client::SessionServiceClient,
+};
 
 use crate::cli::Global;
 
@@ -51,18 +54,6 @@ impl std::fmt::Display for TokenOrigin {
     }
 }
 
-/// Returns `$XDG_DATA_HOME/troupe`, else `$HOME/.local/share/troupe`, else
-/// `./troupe-data`: the same rule as troupe-session's default data dir.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("troupe");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(home) => PathBuf::from(home).join(".local/share/troupe"),
-        None => PathBuf::from("troupe-data"),
-    }
-}
-
 /// Returns the token to send and where it came from: `--token`, else
 /// `TROUPE_OPERATOR_TOKEN`, else `<data-dir>/operator.token`.
 pub fn resolve_token(global: &Global) -> anyhow::Result<(String, TokenOrigin)> {
@@ -74,7 +65,7 @@ pub fn resolve_token(global: &Global) -> anyhow::Result<(String, TokenOrigin)> {
         return Ok((token, TokenOrigin::OperatorEnv));
     }
     let dir = global.data_dir.clone().unwrap_or_else(default_data_dir);
-    let path = dir.join("operator.token");
+    let path = operator_token_path(&dir);
     let token = read_operator_token(&path)?;
     Ok((token, TokenOrigin::OperatorFile(path)))
 }

@@ -5,6 +5,7 @@
 //! - [`runner`]: the runner service (agent processes in workspace containers).
 //! - [`trust`]: text forms of trust levels, with the `trusted`/`untrusted` aliases.
 //! - [`status`]: text forms of session statuses and event kinds.
+//! - [`paths`]: the default data directory and the operator token file.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
 /// `troupe.session.v1`.
@@ -17,6 +18,7 @@ pub mod runner {
     tonic::include_proto!("troupe.runner.v1");
 }
 
+pub mod paths;
 pub mod status;
 pub mod trust;
 

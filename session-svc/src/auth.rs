@@ -195,7 +195,7 @@ pub fn operator_token(configured: Option<&str>, data_dir: &Path) -> anyhow::Resu
         );
         return Ok(token.to_owned());
     }
-    let path = data_dir.join("operator.token");
+    let path = troupe_proto::paths::operator_token_path(data_dir);
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
         Ok(_) => {}

@@ -4,6 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser};
+use troupe_proto::paths::default_data_dir;
 
 /// `troupe-session`: the spawn-tree ledger of Troupe, served over gRPC.
 #[derive(Clone, Debug, Parser)]
@@ -96,16 +97,5 @@ impl Config {
 
     pub fn token_ttl(&self) -> Duration {
         Duration::from_secs(self.token_ttl_secs)
-    }
-}
-
-/// `$XDG_DATA_HOME/troupe`, else `$HOME/.local/share/troupe`, else `./troupe-data`.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("troupe");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(home) => PathBuf::from(home).join(".local/share/troupe"),
-        None => PathBuf::from("troupe-data"),
     }
 }

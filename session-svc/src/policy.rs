@@ -19,14 +19,10 @@ use crate::{
 pub fn can_see(caller: &Caller, target: &SessionRow) -> bool {
     match caller {
         Caller::Operator => true,
-        Caller::Session(me) => can_see_as(me.trust, &me.workspace_id, target),
+        Caller::Session(me) => {
+            target.workspace_id == me.workspace_id && trust_sees(me.trust, target.trust)
+        }
     }
-}
-
-/// [`can_see`] for a viewer given by its trust level and workspace.
-pub fn can_see_as(trust: Trust, workspace_id: &str, target: &SessionRow) -> bool {
-    target.workspace_id == workspace_id
-        && (trust == Trust::Direct || target.trust == Trust::Sandboxed)
 }
 
 /// Returns true if a viewer of trust `viewer` may see a session of trust `target` in its workspace.

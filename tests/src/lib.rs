@@ -245,3 +245,27 @@ pub fn error_metadata(status: &Status, key: &str) -> Option<String> {
         .get_details_error_info()
         .and_then(|info| info.metadata.get(key).cloned())
 }
+
+/// A message request without a request id.
+pub fn message(session_id: impl Into<String>, text: impl Into<String>) -> pb::SendMessageRequest {
+    pb::SendMessageRequest {
+        session_id: session_id.into(),
+        message: text.into(),
+        request_id: String::new(),
+    }
+}
+
+/// A termination request with the default reason.
+pub fn terminate(session_id: impl Into<String>) -> pb::TerminateSessionRequest {
+    pb::TerminateSessionRequest {
+        session_id: session_id.into(),
+        reason: String::new(),
+    }
+}
+
+/// A get request.
+pub fn get(session_id: impl Into<String>) -> pb::GetSessionRequest {
+    pb::GetSessionRequest {
+        session_id: session_id.into(),
+    }
+}

@@ -4,7 +4,7 @@
 use futures::future::join_all;
 use tonic::Code;
 use troupe_proto::session::{self as pb, SessionStatus, TrustLevel};
-use troupe_tests::{TestServer, child, reason};
+use troupe_tests::{TestServer, child, get, message, reason, terminate};
 
 #[tokio::test]
 async fn retry_with_same_request_id_creates_one_session() {
@@ -40,9 +40,7 @@ async fn retry_with_same_request_id_creates_one_session() {
     let children = server
         .operator()
         .await
-        .get_session(pb::GetSessionRequest {
-            session_id: root.session_id.clone(),
-        })
+        .get_session(get(root.session_id.clone()))
         .await
         .expect("get")
         .into_inner()
@@ -100,7 +98,7 @@ async fn retry_with_same_request_id_creates_one_session() {
     let inbox = server
         .operator()
         .await
-        .get_session(pb::GetSessionRequest { session_id: target })
+        .get_session(get(target))
         .await
         .expect("get")
         .into_inner()
@@ -130,11 +128,7 @@ async fn messages_queue_in_order_and_ended_sessions_refuse_them() {
     }
     assert_eq!(seqs, [2, 3, 4], "after the initial message");
     let status = a
-        .send_message(pb::SendMessageRequest {
-            session_id: b.session_id.clone(),
-            message: String::new(),
-            request_id: String::new(),
-        })
+        .send_message(message(b.session_id.clone(), String::new()))
         .await
         .expect_err("empty");
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -148,11 +142,7 @@ async fn messages_queue_in_order_and_ended_sessions_refuse_them() {
         .await
         .expect("terminate");
     let status = a
-        .send_message(pb::SendMessageRequest {
-            session_id: b.session_id,
-            message: "late".into(),
-            request_id: String::new(),
-        })
+        .send_message(message(b.session_id, "late"))
         .await
         .expect_err("ended");
     assert_eq!(
@@ -192,10 +182,7 @@ async fn terminate_ends_the_subtree_and_agents_only_their_descendants() {
     // Not its own descendant: a sibling, its parent, itself.
     for target in [&b.session_id, &root.session_id, &a.session_id] {
         let status = as_a
-            .terminate_session(pb::TerminateSessionRequest {
-                session_id: target.clone(),
-                reason: String::new(),
-            })
+            .terminate_session(terminate(target.clone()))
             .await
             .expect_err("not a descendant");
         assert_eq!(
@@ -205,10 +192,7 @@ async fn terminate_ends_the_subtree_and_agents_only_their_descendants() {
     }
     // The root ends a's subtree.
     let ended = as_root
-        .terminate_session(pb::TerminateSessionRequest {
-            session_id: a.session_id.clone(),
-            reason: String::new(),
-        })
+        .terminate_session(terminate(a.session_id.clone()))
         .await
         .expect("terminate a")
         .into_inner();
@@ -220,7 +204,7 @@ async fn terminate_ends_the_subtree_and_agents_only_their_descendants() {
     let get = |id: String| {
         let mut op = op.clone();
         async move {
-            op.get_session(pb::GetSessionRequest { session_id: id })
+            op.get_session(get(id))
                 .await
                 .expect("get")
                 .into_inner()
@@ -239,10 +223,7 @@ async fn terminate_ends_the_subtree_and_agents_only_their_descendants() {
     );
     // The operator ends the rest; terminating again ends nothing more.
     let rest = op
-        .terminate_session(pb::TerminateSessionRequest {
-            session_id: root.session_id.clone(),
-            reason: String::new(),
-        })
+        .terminate_session(terminate(root.session_id.clone()))
         .await
         .expect("terminate root")
         .into_inner();
@@ -251,10 +232,7 @@ async fn terminate_ends_the_subtree_and_agents_only_their_descendants() {
         [root.session_id.clone(), b.session_id.clone()]
     );
     let again = op
-        .terminate_session(pb::TerminateSessionRequest {
-            session_id: root.session_id,
-            reason: String::new(),
-        })
+        .terminate_session(terminate(root.session_id))
         .await
         .expect("idempotent")
         .into_inner();
@@ -277,10 +255,7 @@ async fn no_child_survives_a_termination_it_races_with() {
             async move { c.create_session(child(&format!("r{round}-{i}"))).await }
         }));
         let mut op = server.operator().await;
-        let kill = op.terminate_session(pb::TerminateSessionRequest {
-            session_id: root.session_id.clone(),
-            reason: String::new(),
-        });
+        let kill = op.terminate_session(terminate(root.session_id.clone()));
         let (results, killed) = tokio::join!(spawns, kill);
         killed.expect("terminate");
         for result in results {
@@ -295,9 +270,7 @@ async fn no_child_survives_a_termination_it_races_with() {
             }
         }
         let children = op
-            .get_session(pb::GetSessionRequest {
-                session_id: root.session_id.clone(),
-            })
+            .get_session(get(root.session_id.clone()))
             .await
             .expect("get")
             .into_inner()
@@ -380,24 +353,15 @@ async fn invisible_and_nonexistent_ids_answer_the_same() {
     let mut answers = Vec::new();
     for id in [&direct.session_id, &elsewhere.session_id, &missing] {
         let get = sandboxed
-            .get_session(pb::GetSessionRequest {
-                session_id: id.clone(),
-            })
+            .get_session(get(id.clone()))
             .await
             .expect_err("get");
         let send = sandboxed
-            .send_message(pb::SendMessageRequest {
-                session_id: id.clone(),
-                message: "x".into(),
-                request_id: String::new(),
-            })
+            .send_message(message(id.clone(), "x"))
             .await
             .expect_err("send");
         let term = sandboxed
-            .terminate_session(pb::TerminateSessionRequest {
-                session_id: id.clone(),
-                reason: String::new(),
-            })
+            .terminate_session(terminate(id.clone()))
             .await
             .expect_err("terminate");
         let watch = sandboxed

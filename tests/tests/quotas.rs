@@ -6,7 +6,7 @@ use futures::future::join_all;
 use tonic::Code;
 use troupe_proto::session::{self as pb, SessionStatus, TrustLevel};
 use troupe_session_svc::Limits;
-use troupe_tests::{TestServer, child, error_metadata, reason};
+use troupe_tests::{TestServer, child, error_metadata, get, reason, terminate};
 
 async fn spawn(
     client: &mut troupe_tests::Client,
@@ -130,12 +130,9 @@ async fn a_parent_that_ended_cannot_create_children() {
         .session
         .expect("s");
     let mut op = server.operator().await;
-    op.terminate_session(pb::TerminateSessionRequest {
-        session_id: kid.session_id.clone(),
-        reason: String::new(),
-    })
-    .await
-    .expect("terminate kid");
+    op.terminate_session(terminate(kid.session_id.clone()))
+        .await
+        .expect("terminate kid");
     // The operator acting on the ended session's behalf gets the rule's refusal.
     let status = op
         .create_session(pb::CreateSessionRequest {
@@ -226,9 +223,7 @@ async fn concurrent_spawns_at_limit_minus_one_give_exactly_one_success() {
     let children = server
         .operator()
         .await
-        .get_session(pb::GetSessionRequest {
-            session_id: root.session_id.clone(),
-        })
+        .get_session(get(root.session_id.clone()))
         .await
         .expect("get")
         .into_inner()

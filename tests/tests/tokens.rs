@@ -7,7 +7,7 @@ use std::time::Duration;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use tonic::Code;
 use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_tests::{TestServer, child, reason};
+use troupe_tests::{TestServer, child, get, reason, terminate};
 
 async fn whoami(server: &TestServer, token: Option<&str>) -> Result<(), tonic::Status> {
     server
@@ -174,10 +174,7 @@ async fn tokens_of_ended_sessions_are_revoked_down_the_tree() {
     server
         .operator()
         .await
-        .terminate_session(pb::TerminateSessionRequest {
-            session_id: root.session_id.clone(),
-            reason: String::new(),
-        })
+        .terminate_session(terminate(root.session_id.clone()))
         .await
         .expect("terminate");
     expect_refused(whoami(&server, Some(&root_token)).await, "TOKEN_REVOKED");
@@ -209,9 +206,7 @@ async fn restart_keeps_sessions_and_tokens_valid() {
     server.restart().await;
     let mut again = server.client(Some(&token)).await;
     let got = again
-        .get_session(pb::GetSessionRequest {
-            session_id: kid.session_id.clone(),
-        })
+        .get_session(get(kid.session_id.clone()))
         .await
         .expect("the old token still works after restart")
         .into_inner()

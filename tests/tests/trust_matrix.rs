@@ -3,7 +3,7 @@
 
 use tonic::Code;
 use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_tests::{TestServer, child, reason};
+use troupe_tests::{TestServer, child, get, message, reason};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Who {
@@ -55,11 +55,7 @@ async fn trust_matrix_holds_for_see_list_message_and_create() {
             .1;
         let case = format!("{caller:?} -> {target:?}");
 
-        let get = client
-            .get_session(pb::GetSessionRequest {
-                session_id: id.clone(),
-            })
-            .await;
+        let get = client.get_session(get(id.clone())).await;
         assert_eq!(get.is_ok(), allowed, "get {case}: {get:?}");
         if let Err(status) = &get {
             assert_eq!(status.code(), Code::NotFound, "get {case}");
@@ -75,13 +71,7 @@ async fn trust_matrix_holds_for_see_list_message_and_create() {
             .any(|s| &s.session_id == id);
         assert_eq!(listed, allowed, "list {case}");
 
-        let sent = client
-            .send_message(pb::SendMessageRequest {
-                session_id: id.clone(),
-                message: "hello".into(),
-                request_id: String::new(),
-            })
-            .await;
+        let sent = client.send_message(message(id.clone(), "hello")).await;
         assert_eq!(sent.is_ok(), allowed, "message {case}: {sent:?}");
         if let Err(status) = &sent {
             assert_eq!(status.code(), Code::NotFound, "message {case}");
@@ -166,9 +156,7 @@ async fn trust_matrix_holds_for_see_list_message_and_create() {
         .expect("session");
     let mut as_kid = server.act_as(&kid.session_id).await;
     let seen = as_kid
-        .get_session(pb::GetSessionRequest {
-            session_id: kid.session_id.clone(),
-        })
+        .get_session(get(kid.session_id.clone()))
         .await
         .expect("sees itself")
         .into_inner()
@@ -193,9 +181,7 @@ async fn trust_comes_from_the_token_not_the_request() {
         .await
         .expect_err("other workspace");
     assert_eq!(status.code(), Code::NotFound);
-    let mut request = tonic::Request::new(pb::GetSessionRequest {
-        session_id: direct.session_id.clone(),
-    });
+    let mut request = tonic::Request::new(get(direct.session_id.clone()));
     request
         .metadata_mut()
         .insert("x-trust-level", "direct".parse().expect("ascii"));

@@ -7,7 +7,7 @@ use tokio_stream::StreamExt;
 use tonic::{Code, Streaming};
 use troupe_proto::session::{self as pb, EventKind, TrustLevel};
 use troupe_session_svc::store::Store;
-use troupe_tests::{TestServer, child, reason};
+use troupe_tests::{TestServer, child, message, reason, terminate};
 
 async fn next(stream: &mut Streaming<pb::SessionEvent>) -> pb::SessionEvent {
     tokio::time::timeout(Duration::from_secs(10), stream.next())
@@ -38,9 +38,9 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
     );
     assert_eq!(created.session_id, root.session_id);
     assert_eq!(created.tree_id, root.tree_id);
-    let message = next(&mut stream).await;
+    let initial = next(&mut stream).await;
     assert_eq!(
-        (message.kind, message.sequence),
+        (initial.kind, initial.sequence),
         (EventKind::Message as i32, 2)
     );
 
@@ -61,19 +61,12 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
 
     // Events while nobody watches, then resume after the last cursor seen.
     as_root
-        .send_message(pb::SendMessageRequest {
-            session_id: kid.session_id.clone(),
-            message: "more".into(),
-            request_id: String::new(),
-        })
+        .send_message(message(kid.session_id.clone(), "more"))
         .await
         .expect("send");
-    op.terminate_session(pb::TerminateSessionRequest {
-        session_id: root.session_id.clone(),
-        reason: String::new(),
-    })
-    .await
-    .expect("terminate");
+    op.terminate_session(terminate(root.session_id.clone()))
+        .await
+        .expect("terminate");
     let mut resumed = op
         .watch_sessions(pb::WatchSessionsRequest {
             tree_id: root.tree_id.clone(),
@@ -147,11 +140,7 @@ async fn sandboxed_watchers_never_see_direct_sessions() {
         .await
         .expect("direct child");
     as_direct
-        .send_message(pb::SendMessageRequest {
-            session_id: direct.session_id.clone(),
-            message: "self".into(),
-            request_id: String::new(),
-        })
+        .send_message(message(direct.session_id.clone(), "self"))
         .await
         .expect("send");
     let (sandboxed_peer, _, _) = server.root("alpha", TrustLevel::Sandboxed).await;

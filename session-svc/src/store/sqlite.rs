@@ -27,7 +27,7 @@ use crate::{
 /// Expands to the columns [`session_from_row`] reads, for `concat!`.
 macro_rules! session_columns {
     () => {
-        "session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, depth, \
+        "rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, depth, \
          trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
          ended_at_ms, end_reason, spawn_tat_ms, inbox_seq"
     };
@@ -87,35 +87,13 @@ impl SqliteStore {
 }
 
 fn session_from_row(row: &SqliteRow) -> Result<SessionRow, SessionError> {
-    let trust: String = row.try_get("trust_level")?;
-    let parent_trust: Option<String> = row.try_get("parent_trust_level")?;
-    let status: String = row.try_get("status")?;
-    let depth: i64 = row.try_get("depth")?;
-    Ok(SessionRow {
-        session_id: row.try_get("session_id")?,
-        workspace_id: row.try_get("workspace_id")?,
-        parent_session_id: row.try_get("parent_session_id")?,
-        parent_trust: parent_trust.as_deref().and_then(Trust::from_db),
-        tree_id: row.try_get("tree_id")?,
-        depth: depth as u32,
-        trust: Trust::from_db(&trust)
-            .ok_or_else(|| SessionError::Internal(format!("bad trust level {trust:?}")))?,
-        agent_name: row.try_get("agent_name")?,
-        agent_command: row.try_get("agent_command")?,
-        title: row.try_get("title")?,
-        status: parse_status(&status)
-            .ok_or_else(|| SessionError::Internal(format!("bad status {status:?}")))?,
-        created_by: row.try_get("created_by")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        ended_at_ms: row.try_get("ended_at_ms")?,
-        end_reason: row.try_get("end_reason")?,
-        spawn_tat_ms: row.try_get("spawn_tat_ms")?,
-        inbox_seq: row.try_get("inbox_seq")?,
-    })
+    use sqlx::FromRow;
+    RawSession::from_row(row)?.into_row()
 }
 
-/// A session row as `json_object` spells it (see `list_workspace`).
-#[derive(serde::Deserialize)]
+/// A session row as stored: read from SQL rows, and from the JSON objects
+/// of `list_workspace`'s pages.
+#[derive(serde::Deserialize, sqlx::FromRow)]
 struct RawSession {
     rowid: i64,
     session_id: String,
