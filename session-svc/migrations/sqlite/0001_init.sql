@@ -50,6 +50,14 @@ CREATE TABLE events (
 );
 CREATE INDEX events_by_session ON events (session_id, seq);
 
+-- Sequence counters follow their inserts, so an insert is one statement.
+CREATE TRIGGER events_advance_session_seq AFTER INSERT ON events BEGIN
+    UPDATE sessions SET event_seq = NEW.seq WHERE session_id = NEW.session_id;
+END;
+CREATE TRIGGER messages_advance_inbox_seq AFTER INSERT ON messages BEGIN
+    UPDATE sessions SET inbox_seq = NEW.seq WHERE session_id = NEW.session_id;
+END;
+
 CREATE TABLE audit (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
     at_ms      INTEGER NOT NULL,

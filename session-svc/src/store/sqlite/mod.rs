@@ -1,19 +1,27 @@
-//! [`SqliteStore`]: the embedded store. WAL journal, migrations at open, and
-//! every check-then-write in a `BEGIN IMMEDIATE` transaction, which takes the
-//! database's write lock up front so checks and writes are serialised.
+//! [`SqliteStore`]: the embedded store. WAL journal, migrations at open.
+//!
+//! Every write goes through one writer connection, in a `BEGIN IMMEDIATE`
+//! transaction ([`write::Write`]): writes are serialised in this process
+//! without SQLite's sleeping busy handler, and the transaction takes the
+//! database's write lock up front, so a check and the write it guards see
+//! the same state even if another process writes. Reads use a pool of
+//! connections and never wait for writers (WAL).
 
-use std::{str::FromStr, time::Duration};
+mod write;
+
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use serde_json::json;
 use sqlx::{
-    Row, Sqlite, SqlitePool, Transaction,
+    Connection, Row, SqliteConnection, SqlitePool,
     sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
     },
 };
-use tokio::sync::watch;
-use troupe_proto::status::{parse_status, status_str};
+use tokio::sync::{Mutex, watch};
+use troupe_proto::status::parse_status;
 
+use self::write::{Write, insert_audit, quota_json, select_session};
 use super::{Created, EventPage, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck};
 use crate::{
     error::{QuotaLeft, SessionError},
@@ -24,19 +32,13 @@ use crate::{
     policy::SpawnContext,
 };
 
-/// Expands to the columns [`session_from_row`] reads, for `concat!`.
-macro_rules! session_columns {
-    () => {
-        "rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, depth, \
-         trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
-         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq"
-    };
-}
-
 /// The SQLite store.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
+    /// Readers.
     pool: SqlitePool,
+    /// The one connection every write goes through.
+    writer: Arc<Mutex<SqliteConnection>>,
     newest_event: watch::Sender<i64>,
 }
 
@@ -49,31 +51,33 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options)
+        let migrating = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
             .await?;
         sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
+            .run(&migrating)
             .await
             .map_err(|e| SessionError::Internal(format!("migration failed: {e}")))?;
+        migrating.close().await;
+        let writer = SqliteConnection::connect_with(&options).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options.read_only(true))
+            .await?;
         let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
             .fetch_one(&pool)
             .await?;
         let (newest_event, _) = watch::channel(newest);
-        Ok(SqliteStore { pool, newest_event })
+        Ok(SqliteStore {
+            pool,
+            writer: Arc::new(Mutex::new(writer)),
+            newest_event,
+        })
     }
 
-    async fn begin(&self) -> Result<Transaction<'static, Sqlite>, SessionError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
-    }
-
-    /// Commits and tells watchers about the newest event.
-    async fn commit(&self, tx: Transaction<'static, Sqlite>) -> Result<(), SessionError> {
-        tx.commit().await?;
-        let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
-            .fetch_one(&self.pool)
-            .await?;
+    /// Tells watchers about the newest event a commit wrote.
+    fn published(&self, newest: i64) {
         self.newest_event.send_if_modified(|current| {
             if newest > *current {
                 *current = newest;
@@ -82,7 +86,6 @@ impl SqliteStore {
                 false
             }
         });
-        Ok(())
     }
 }
 
@@ -142,142 +145,6 @@ impl RawSession {
     }
 }
 
-async fn fetch_session(
-    tx: &mut Transaction<'static, Sqlite>,
-    session_id: &str,
-) -> Result<Option<SessionRow>, SessionError> {
-    let sql = concat!(
-        "SELECT ",
-        session_columns!(),
-        " FROM sessions WHERE session_id = ?"
-    );
-    let row = sqlx::query(sql)
-        .bind(session_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-    row.as_ref().map(session_from_row).transpose()
-}
-
-async fn count(
-    tx: &mut Transaction<'static, Sqlite>,
-    sql: &'static str,
-    arg: &str,
-) -> Result<u32, SessionError> {
-    let n: i64 = sqlx::query_scalar(sql)
-        .bind(arg)
-        .fetch_one(&mut **tx)
-        .await?;
-    Ok(n as u32)
-}
-
-async fn insert_event(
-    tx: &mut Transaction<'static, Sqlite>,
-    session_id: &str,
-    kind: &str,
-    status: &str,
-    detail: serde_json::Value,
-) -> Result<(), SessionError> {
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE sessions SET event_seq = event_seq + 1 WHERE session_id = ? RETURNING event_seq",
-    )
-    .bind(session_id)
-    .fetch_one(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(session_id)
-    .bind(seq)
-    .bind(kind)
-    .bind(status)
-    .bind(now_ms())
-    .bind(detail.to_string())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn insert_audit(
-    tx: &mut Transaction<'static, Sqlite>,
-    record: &AuditRecord,
-) -> Result<(), SessionError> {
-    sqlx::query(
-        "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(now_ms())
-    .bind(&record.caller)
-    .bind(record.action)
-    .bind(&record.target)
-    .bind(record.allowed)
-    .bind(&record.reason)
-    .bind(&record.detail)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// Looks up an earlier call with the same key: its stored result if the
-/// payload matches, a conflict if it does not.
-async fn replay(
-    tx: &mut Transaction<'static, Sqlite>,
-    idem: Option<&Idempotency>,
-) -> Result<Option<serde_json::Value>, SessionError> {
-    let Some(idem) = idem else { return Ok(None) };
-    let row = sqlx::query(
-        "SELECT payload_hash, result FROM idempotency WHERE caller = ? AND action = ? AND request_id = ?",
-    )
-    .bind(&idem.caller)
-    .bind(idem.action)
-    .bind(&idem.request_id)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    let hash: String = row.try_get("payload_hash")?;
-    if hash != idem.payload_hash {
-        return Err(SessionError::refused(
-            crate::error::Reason::IdempotencyConflict,
-            format!(
-                "request_id {:?} was already used with a different payload",
-                idem.request_id
-            ),
-        ));
-    }
-    let result: String = row.try_get("result")?;
-    serde_json::from_str(&result)
-        .map(Some)
-        .map_err(|e| SessionError::Internal(format!("bad idempotency record: {e}")))
-}
-
-async fn remember(
-    tx: &mut Transaction<'static, Sqlite>,
-    idem: Option<&Idempotency>,
-    result: serde_json::Value,
-) -> Result<(), SessionError> {
-    let Some(idem) = idem else { return Ok(()) };
-    sqlx::query(
-        "INSERT INTO idempotency (caller, action, request_id, payload_hash, result, created_at_ms) \
-         VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&idem.caller)
-    .bind(idem.action)
-    .bind(&idem.request_id)
-    .bind(&idem.payload_hash)
-    .bind(result.to_string())
-    .bind(now_ms())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-fn quota_json(q: &QuotaLeft) -> serde_json::Value {
-    json!([
-        q.tree_sessions_remaining,
-        q.depth_remaining,
-        q.children_remaining
-    ])
-}
-
 fn replayed_create(result: serde_json::Value) -> Result<Created, SessionError> {
     let bad = || SessionError::Internal("bad idempotency record".to_owned());
     let session_id = result["session_id"].as_str().ok_or_else(bad)?.to_owned();
@@ -297,89 +164,6 @@ fn replayed_create(result: serde_json::Value) -> Result<Created, SessionError> {
     })
 }
 
-/// Inserts a session row, its created event, and its initial message.
-async fn insert_session(
-    tx: &mut Transaction<'static, Sqlite>,
-    new: &NewSession,
-    parent: Option<&SessionRow>,
-    tree_id: &str,
-    depth: u32,
-) -> Result<SessionRow, SessionError> {
-    let now = now_ms();
-    sqlx::query(
-        "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
-         tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-         created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
-    )
-    .bind(&new.session_id)
-    .bind(&new.workspace_id)
-    .bind(parent.map(|p| p.session_id.as_str()))
-    .bind(parent.map(|p| p.trust.as_str()))
-    .bind(tree_id)
-    .bind(i64::from(depth))
-    .bind(new.trust.as_str())
-    .bind(&new.agent_name)
-    .bind(&new.agent_command)
-    .bind(&new.title)
-    .bind(&new.created_by)
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
-    insert_event(
-        tx,
-        &new.session_id,
-        "created",
-        "pending",
-        json!({"agent_name": new.agent_name, "title": new.title}),
-    )
-    .await?;
-    if let Some(message) = &new.initial_message {
-        insert_message(tx, &new.session_id, "pending", message).await?;
-    }
-    fetch_session(tx, &new.session_id)
-        .await?
-        .ok_or_else(|| SessionError::Internal("inserted session vanished".to_owned()))
-}
-
-async fn insert_message(
-    tx: &mut Transaction<'static, Sqlite>,
-    recipient: &str,
-    recipient_status: &str,
-    message: &NewMessage,
-) -> Result<u64, SessionError> {
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE sessions SET inbox_seq = inbox_seq + 1 WHERE session_id = ? RETURNING inbox_seq",
-    )
-    .bind(recipient)
-    .fetch_one(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO messages (message_id, session_id, seq, sender, body, created_at_ms) \
-         VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&message.message_id)
-    .bind(recipient)
-    .bind(seq)
-    .bind(&message.sender)
-    .bind(&message.body)
-    .bind(now_ms())
-    .execute(&mut **tx)
-    .await?;
-    insert_event(
-        tx,
-        recipient,
-        "message",
-        recipient_status,
-        json!({
-            "message_id": message.message_id,
-            "inbox_sequence": seq,
-            "bytes": message.body.len(),
-        }),
-    )
-    .await?;
-    Ok(seq as u64)
-}
-
 impl Store for SqliteStore {
     async fn create_root(
         &self,
@@ -388,27 +172,21 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: RootCheck<'_>,
     ) -> Result<Created, SessionError> {
-        let mut tx = self.begin().await?;
-        if let Some(result) = replay(&mut tx, idem.as_ref()).await? {
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        if let Some(result) = w.replay(idem.as_ref()).await? {
             return replayed_create(result);
         }
-        let active = count(
-            &mut tx,
-            "SELECT COUNT(*) FROM sessions WHERE workspace_id = ? AND status IN ('pending', 'running')",
-            &new.workspace_id,
-        )
-        .await?;
-        let quota = check(active)?;
+        let quota = check(w.active_in_workspace(&new.workspace_id).await?)?;
         let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
-        let session = insert_session(&mut tx, &new, None, &tree_id, 0).await?;
-        insert_audit(&mut tx, &audit).await?;
-        remember(
-            &mut tx,
+        let session = w.insert_session(&new, None, &tree_id, 0).await?;
+        w.audit(&audit).await?;
+        w.remember(
             idem.as_ref(),
             json!({"session_id": session.session_id, "quota": quota_json(&quota)}),
         )
         .await?;
-        self.commit(tx).await?;
+        self.published(w.commit().await?);
         Ok(Created::New {
             session: Box::new(session),
             quota,
@@ -423,53 +201,37 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: SpawnCheck<'_>,
     ) -> Result<Created, SessionError> {
-        let mut tx = self.begin().await?;
-        if let Some(result) = replay(&mut tx, idem.as_ref()).await? {
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        if let Some(result) = w.replay(idem.as_ref()).await? {
             return replayed_create(result);
         }
-        let parent = fetch_session(&mut tx, parent_id)
+        let facts = w
+            .spawn_facts(parent_id)
             .await?
             .ok_or_else(|| SessionError::not_found(parent_id))?;
-        let (tree_sessions, children, workspace_active): (i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT COUNT(*) FROM sessions WHERE tree_id = ?1), \
-                    (SELECT COUNT(*) FROM sessions WHERE parent_session_id = ?2), \
-                    (SELECT COUNT(*) FROM sessions WHERE workspace_id = ?3 \
-                       AND status IN ('pending', 'running'))",
-        )
-        .bind(&parent.tree_id)
-        .bind(&parent.session_id)
-        .bind(&parent.workspace_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let ctx = SpawnContext {
-            parent: &parent,
-            tree_sessions: tree_sessions as u32,
-            children: children as u32,
-            workspace_active: workspace_active as u32,
+        let admission = check(&SpawnContext {
+            parent: &facts.parent,
+            tree_sessions: facts.tree_sessions,
+            children: facts.children,
+            workspace_active: facts.workspace_active,
             now_ms: now_ms(),
-        };
-        let admission = check(&ctx)?;
-        sqlx::query("UPDATE sessions SET spawn_tat_ms = ? WHERE session_id = ?")
-            .bind(admission.parent_spawn_tat_ms)
-            .bind(&parent.session_id)
-            .execute(&mut *tx)
+        })?;
+        let parent = &facts.parent;
+        if admission.parent_spawn_tat_ms != parent.spawn_tat_ms {
+            w.set_spawn_tat(&parent.session_id, admission.parent_spawn_tat_ms)
+                .await?;
+        }
+        let session = w
+            .insert_session(&new, Some(parent), &parent.tree_id, admission.depth)
             .await?;
-        let session = insert_session(
-            &mut tx,
-            &new,
-            Some(&parent),
-            &parent.tree_id,
-            admission.depth,
-        )
-        .await?;
-        insert_audit(&mut tx, &audit).await?;
-        remember(
-            &mut tx,
+        w.audit(&audit).await?;
+        w.remember(
             idem.as_ref(),
             json!({"session_id": session.session_id, "quota": quota_json(&admission.quota)}),
         )
         .await?;
-        self.commit(tx).await?;
+        self.published(w.commit().await?);
         Ok(Created::New {
             session: Box::new(session),
             quota: admission.quota,
@@ -484,8 +246,9 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
-        let mut tx = self.begin().await?;
-        if let Some(result) = replay(&mut tx, idem.as_ref()).await? {
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        if let Some(result) = w.replay(idem.as_ref()).await? {
             let bad = || SessionError::Internal("bad idempotency record".to_owned());
             return Ok(Sent {
                 message_id: result["message_id"].as_str().ok_or_else(bad)?.to_owned(),
@@ -493,20 +256,19 @@ impl Store for SqliteStore {
                 replayed: true,
             });
         }
-        let target = fetch_session(&mut tx, recipient)
+        let target = w
+            .session(recipient)
             .await?
             .ok_or_else(|| SessionError::not_found(recipient))?;
         check(&target)?;
-        let sequence =
-            insert_message(&mut tx, recipient, status_str(target.status), &message).await?;
-        insert_audit(&mut tx, &audit).await?;
-        remember(
-            &mut tx,
+        let sequence = w.message(&target, &message).await?;
+        w.audit(&audit).await?;
+        w.remember(
             idem.as_ref(),
             json!({"message_id": message.message_id, "sequence": sequence}),
         )
         .await?;
-        self.commit(tx).await?;
+        self.published(w.commit().await?);
         Ok(Sent {
             message_id: message.message_id,
             sequence,
@@ -522,75 +284,28 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: TerminateCheck<'_>,
     ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        let mut tx = self.begin().await?;
-        let row = fetch_session(&mut tx, target)
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        let row = w
+            .session(target)
             .await?
             .ok_or_else(|| SessionError::not_found(target))?;
-        let ancestors: Vec<String> = sqlx::query_scalar(
-            "WITH RECURSIVE anc(id, parent, n) AS ( \
-               SELECT session_id, parent_session_id, 0 FROM sessions WHERE session_id = ? \
-               UNION ALL \
-               SELECT s.session_id, s.parent_session_id, anc.n + 1 \
-               FROM sessions s JOIN anc ON s.session_id = anc.parent) \
-             SELECT id FROM anc WHERE n > 0 ORDER BY n",
-        )
-        .bind(target)
-        .fetch_all(&mut *tx)
-        .await?;
+        let ancestors = w.ancestors(target).await?;
         check(&row, &ancestors)?;
-        let subtree: Vec<(String, String)> = sqlx::query_as(
-            "WITH RECURSIVE sub(id, n) AS ( \
-               SELECT ?, 0 \
-               UNION ALL \
-               SELECT s.session_id, sub.n + 1 FROM sessions s JOIN sub ON s.parent_session_id = sub.id) \
-             SELECT s.session_id, s.status FROM sessions s JOIN sub ON s.session_id = sub.id \
-             ORDER BY sub.n, s.created_at_ms",
-        )
-        .bind(target)
-        .fetch_all(&mut *tx)
-        .await?;
-        let now = now_ms();
-        let mut ended = Vec::new();
-        for (id, status) in subtree {
-            if !matches!(status.as_str(), "pending" | "running") {
-                continue;
-            }
-            let why = if id == target { reason } else { "cascade" };
-            sqlx::query(
-                "UPDATE sessions SET status = 'terminated', ended_at_ms = ?, end_reason = ? \
-                 WHERE session_id = ?",
-            )
-            .bind(now)
-            .bind(why)
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-            insert_event(
-                &mut tx,
-                &id,
-                "terminated",
-                "terminated",
-                json!({"reason": why, "terminated_by": terminated_by}),
-            )
-            .await?;
-            ended.push(id);
-        }
+        let ended = w.end_subtree(target, reason, terminated_by).await?;
         let mut audit = audit;
         audit.detail = json!({"terminated": ended}).to_string();
-        insert_audit(&mut tx, &audit).await?;
-        let row = fetch_session(&mut tx, target)
+        w.audit(&audit).await?;
+        let row = w
+            .session(target)
             .await?
             .ok_or_else(|| SessionError::not_found(target))?;
-        self.commit(tx).await?;
+        self.published(w.commit().await?);
         Ok((ended, row))
     }
 
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {
-        let sql = concat!(
-            "SELECT ",
-            session_columns!(),
-            " FROM sessions WHERE session_id = ?"
-        );
+        let sql = concat!(select_session!(), " FROM sessions WHERE session_id = ?");
         let row = sqlx::query(sql)
             .bind(session_id)
             .fetch_optional(&self.pool)
@@ -600,8 +315,7 @@ impl Store for SqliteStore {
 
     async fn children(&self, session_id: &str) -> Result<Vec<SessionRow>, SessionError> {
         let sql = concat!(
-            "SELECT ",
-            session_columns!(),
+            select_session!(),
             " FROM sessions WHERE parent_session_id = ? ORDER BY rowid"
         );
         let rows = sqlx::query(sql)
@@ -726,28 +440,10 @@ impl Store for SqliteStore {
     }
 
     async fn prune_events(&self, keep: u64) -> Result<i64, SessionError> {
-        let mut tx = self.begin().await?;
-        let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
-            .fetch_one(&mut *tx)
-            .await?;
-        let through = newest - keep.min(i64::MAX as u64) as i64;
-        let pruned: i64 =
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'events_pruned_through'")
-                .fetch_one(&mut *tx)
-                .await?;
-        if through > pruned {
-            sqlx::query("DELETE FROM events WHERE id <= ?")
-                .bind(through)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("UPDATE meta SET value = ? WHERE key = 'events_pruned_through'")
-                .bind(through)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            return Ok(through);
-        }
-        tx.commit().await?;
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        let pruned = w.prune_events(keep).await?;
+        w.commit().await?;
         Ok(pruned)
     }
 
@@ -756,10 +452,8 @@ impl Store for SqliteStore {
     }
 
     async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {
-        let mut tx = self.pool.begin().await?;
-        insert_audit(&mut tx, &record).await?;
-        tx.commit().await?;
-        Ok(())
+        let mut conn = self.writer.lock().await;
+        insert_audit(&mut conn, &record).await
     }
 
     async fn list_audit(
@@ -809,7 +503,7 @@ impl Store for SqliteStore {
             .bind(kid)
             .bind(secret)
             .bind(now_ms())
-            .execute(&self.pool)
+            .execute(&mut *self.writer.lock().await)
             .await?;
         Ok(())
     }
