@@ -68,38 +68,48 @@ async fn main() {
     })
     .await;
     let mut rows = Vec::new();
+    // `BENCH_ONLY=list` (or `create`, `message`) runs one part, for profiling.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let wanted = |part: &str| only.is_empty() || only == part;
 
-    let (_, spawner, _) = server.root("bench-create", TrustLevel::Direct).await;
-    let (p50, p99) = measure(SAMPLES, |i| {
-        let mut c = spawner.clone();
-        async move {
-            c.create_session(child(&format!("child {i}")))
+    if wanted("create") {
+        let (_, spawner, _) = server.root("bench-create", TrustLevel::Direct).await;
+        let (p50, p99) = measure(SAMPLES, |i| {
+            let mut c = spawner.clone();
+            async move {
+                c.create_session(child(&format!("child {i}")))
+                    .await
+                    .expect("create");
+            }
+        })
+        .await;
+        eprintln!("create: p50 {} ms", ms(p50));
+        rows.push(("CreateSession".to_owned(), p50, p99));
+    }
+
+    if wanted("message") {
+        let (target, sender, _) = server.root("bench-message", TrustLevel::Direct).await;
+        let (p50, p99) = measure(SAMPLES, |i| {
+            let mut c = sender.clone();
+            let id = target.session_id.clone();
+            async move {
+                c.send_message(pb::SendMessageRequest {
+                    session_id: id,
+                    message: format!("message {i}"),
+                    request_id: String::new(),
+                })
                 .await
-                .expect("create");
-        }
-    })
-    .await;
-    eprintln!("create: p50 {} ms", ms(p50));
-    rows.push(("CreateSession".to_owned(), p50, p99));
+                .expect("send");
+            }
+        })
+        .await;
+        rows.push(("SendMessage".to_owned(), p50, p99));
+    }
 
-    let (target, sender, _) = server.root("bench-message", TrustLevel::Direct).await;
-    let (p50, p99) = measure(SAMPLES, |i| {
-        let mut c = sender.clone();
-        let id = target.session_id.clone();
-        async move {
-            c.send_message(pb::SendMessageRequest {
-                session_id: id,
-                message: format!("message {i}"),
-                request_id: String::new(),
-            })
-            .await
-            .expect("send");
-        }
-    })
-    .await;
-    rows.push(("SendMessage".to_owned(), p50, p99));
-
-    for count in [100usize, 1_000, 10_000] {
+    for count in [100usize, 1_000, 10_000]
+        .into_iter()
+        .filter(|_| wanted("list"))
+    {
         let workspace = format!("bench-list-{count}");
         let lister = seed(&server, &workspace, count).await;
         let (p50, p99) = measure(LIST_SAMPLES, |_| {

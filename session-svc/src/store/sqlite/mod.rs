@@ -94,8 +94,8 @@ fn session_from_row(row: &SqliteRow) -> Result<SessionRow, SessionError> {
     RawSession::from_row(row)?.into_row()
 }
 
-/// A session row as stored: read from SQL rows, and from the JSON objects
-/// of `list_workspace`'s pages.
+/// A session row as stored: read from SQL rows, and from the JSON arrays of
+/// `list_workspace`'s pages, whose element order is this field order.
 #[derive(serde::Deserialize, sqlx::FromRow)]
 struct RawSession {
     rowid: i64,
@@ -342,16 +342,13 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<(Vec<SessionRow>, Option<i64>), SessionError> {
         // The page comes back as one JSON value: one row crossing from the
-        // SQLite worker thread instead of one per session.
+        // SQLite worker thread instead of one per session. Each session is an
+        // array in `RawSession`'s field order (serde reads structs from arrays).
         let page: String = sqlx::query_scalar(
-            "SELECT json_group_array(json_object( \
-               'rowid', rowid, 'session_id', session_id, 'workspace_id', workspace_id, \
-               'parent_session_id', parent_session_id, 'parent_trust_level', parent_trust_level, \
-               'tree_id', tree_id, 'depth', depth, 'trust_level', trust_level, \
-               'agent_name', agent_name, 'agent_command', agent_command, 'title', title, \
-               'status', status, 'created_by', created_by, 'created_at_ms', created_at_ms, \
-               'ended_at_ms', ended_at_ms, 'end_reason', end_reason, \
-               'spawn_tat_ms', spawn_tat_ms, 'inbox_seq', inbox_seq)) \
+            "SELECT json_group_array(json_array( \
+               rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
+               depth, trust_level, agent_name, agent_command, title, status, created_by, \
+               created_at_ms, ended_at_ms, end_reason, spawn_tat_ms, inbox_seq)) \
              FROM (SELECT rowid, * FROM sessions WHERE workspace_id = ? AND rowid > ? \
                    AND (? = 0 OR trust_level = 'sandboxed') \
                    AND (? = 1 OR status IN ('pending', 'running')) \
