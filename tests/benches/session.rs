@@ -1,6 +1,7 @@
 //! Latency of the session service over gRPC on loopback, SQLite default:
 //! CreateSession, SendMessage, and ListWorkspaceSessions with 100, 1,000 and
-//! 10,000 sessions in the workspace. Prints p50/p99 per call as a Markdown
+//! 10,000 sessions in the workspace, and the floor under them: one SQL
+//! statement's round trip through sqlx. Prints p50/p99 per call as a Markdown
 //! table (the figures in BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p troupe-tests --bench session`
@@ -30,7 +31,7 @@ where
     let mut times = Vec::with_capacity(samples);
     for i in 0..samples {
         let start = Instant::now();
-        call(samples + i).await;
+        call(samples / 10 + i).await;
         times.push(start.elapsed());
     }
     times.sort();
@@ -68,14 +69,21 @@ async fn main() {
     })
     .await;
     let mut rows = Vec::new();
-    // `BENCH_ONLY=list` (or `create`, `message`) runs one part, for profiling.
+    // `BENCH_ONLY=list,floor` (parts: create, message, list, floor) runs some parts, for profiling.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-    let wanted = |part: &str| only.is_empty() || only == part;
+    let wanted = |part: &str| only.is_empty() || only.split(',').any(|p| p == part);
 
     if wanted("create") {
-        let (_, spawner, _) = server.root("bench-create", TrustLevel::Direct).await;
+        // Trees of the default shape: each root spawns CHILDREN_PER_ROOT
+        // children (fewer than the default tree quota of 10), all in one
+        // workspace that grows to about 1,250 sessions.
+        const CHILDREN_PER_ROOT: usize = 8;
+        let mut spawners = Vec::new();
+        for _ in 0..(SAMPLES + SAMPLES / 10).div_ceil(CHILDREN_PER_ROOT) {
+            spawners.push(server.root("bench-create", TrustLevel::Direct).await.1);
+        }
         let (p50, p99) = measure(SAMPLES, |i| {
-            let mut c = spawner.clone();
+            let mut c = spawners[i / CHILDREN_PER_ROOT].clone();
             async move {
                 c.create_session(child(&format!("child {i}")))
                     .await
@@ -134,6 +142,34 @@ async fn main() {
             format!("ListWorkspaceSessions ({count} sessions)"),
             p50,
             p99,
+        ));
+    }
+
+    if wanted("floor") {
+        // The floor under every call: one statement's round trip to the
+        // SQLite driver's worker thread, on a connection of the same database.
+        use sqlx::Connection;
+        let url = server.config.database_url();
+        let mut conn = sqlx::SqliteConnection::connect(&url)
+            .await
+            .expect("connect");
+        let mut times = Vec::with_capacity(SAMPLES);
+        for i in 0..SAMPLES + SAMPLES / 10 {
+            let start = Instant::now();
+            let one: i64 = sqlx::query_scalar("SELECT 1")
+                .fetch_one(&mut conn)
+                .await
+                .expect("select");
+            assert_eq!(one, 1);
+            if i >= SAMPLES / 10 {
+                times.push(start.elapsed());
+            }
+        }
+        times.sort();
+        rows.push((
+            "one SQL statement (SELECT 1, sqlx, held connection)".to_owned(),
+            percentile(&times, 50.0),
+            percentile(&times, 99.0),
         ));
     }
 
