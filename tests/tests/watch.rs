@@ -216,3 +216,36 @@ async fn a_cursor_older_than_what_is_kept_is_refused() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_live_watch_starts_after_what_is_stored() {
+    let server = TestServer::start().await;
+    let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
+    let mut op = server.operator().await;
+    let mut live = op
+        .watch_sessions(pb::WatchSessionsRequest {
+            live_only: true,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    op.send_message(message(root.session_id.clone(), "héllo"))
+        .await
+        .expect("send");
+    let event = next(&mut live).await;
+    assert_eq!(
+        event.kind,
+        EventKind::Message as i32,
+        "the stored history is skipped"
+    );
+    let Some(pb::session_event::Detail::Message(detail)) = event.detail else {
+        panic!("a message event carries its detail: {event:?}");
+    };
+    assert_eq!(
+        (detail.inbox_sequence, detail.bytes),
+        (2, 6),
+        "bytes, not characters"
+    );
+    server.stop().await;
+}

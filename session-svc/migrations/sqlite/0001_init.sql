@@ -58,6 +58,21 @@ CREATE TRIGGER messages_advance_inbox_seq AFTER INSERT ON messages BEGIN
     UPDATE sessions SET inbox_seq = NEW.seq WHERE session_id = NEW.session_id;
 END;
 
+-- Every session starts with a 'created' event and every inbox message has a
+-- 'message' event: written here, they cannot be forgotten by a write path.
+CREATE TRIGGER sessions_created_event AFTER INSERT ON sessions BEGIN
+    INSERT INTO events (session_id, seq, kind, status, at_ms, detail)
+    VALUES (NEW.session_id, NEW.event_seq + 1, 'created', NEW.status, NEW.created_at_ms,
+            json_object('agent_name', NEW.agent_name, 'title', NEW.title));
+END;
+CREATE TRIGGER messages_message_event AFTER INSERT ON messages BEGIN
+    INSERT INTO events (session_id, seq, kind, status, at_ms, detail)
+    SELECT s.session_id, s.event_seq + 1, 'message', s.status, NEW.created_at_ms,
+           json_object('message_id', NEW.message_id, 'inbox_sequence', NEW.seq,
+                       'bytes', length(CAST(NEW.body AS BLOB)))
+    FROM sessions s WHERE s.session_id = NEW.session_id;
+END;
+
 CREATE TABLE audit (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
     at_ms      INTEGER NOT NULL,

@@ -26,15 +26,16 @@ pub async fn start<S: Store>(
     req: &pb::WatchSessionsRequest,
 ) -> Result<EventStream, SessionError> {
     let filter = filter(&inner, caller, req).await?;
-    let mut newest = inner.store.subscribe();
+    // Subscribed before anything is read, so no commit falls between the two.
+    let mut changes = inner.store.subscribe();
     let mut after = if req.live_only {
-        *newest.borrow_and_update()
+        inner.store.newest_event().await?
     } else {
         i64::try_from(req.after_cursor)
             .map_err(|_| SessionError::invalid("after_cursor", "out of range"))?
     };
     // The first page is read before answering, so an expired cursor is the call's error.
-    newest.borrow_and_update();
+    changes.borrow_and_update();
     let first = match inner.store.events_after(&filter, after, PAGE).await? {
         EventPage::Events(events) => events,
         EventPage::Expired { pruned_through } => return Err(expired(pruned_through)),
@@ -53,7 +54,7 @@ pub async fn start<S: Store>(
             }
             if !full {
                 tokio::select! {
-                    changed = newest.changed() => if changed.is_err() { return },
+                    changed = changes.changed() => if changed.is_err() { return },
                     () = inner.shutdown.cancelled() => {
                         let _ = tx.send(Err(Status::unavailable("the session service is shutting down; resume with the last cursor"))).await;
                         return;
@@ -61,7 +62,7 @@ pub async fn start<S: Store>(
                     () = tx.closed() => return,
                 }
             }
-            newest.borrow_and_update();
+            changes.borrow_and_update();
             page = match inner.store.events_after(&filter, after, PAGE).await {
                 Ok(EventPage::Events(events)) => events,
                 Ok(EventPage::Expired { pruned_through }) => {

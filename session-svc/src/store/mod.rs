@@ -147,8 +147,11 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes all but the newest `keep` events; returns the highest id pruned.
     fn prune_events(&self, keep: u64) -> impl Future<Output = Result<i64, SessionError>> + Send;
 
-    /// Returns a receiver of the id of the newest event, updated after every commit.
-    fn subscribe(&self) -> watch::Receiver<i64>;
+    /// Returns a receiver that changes after every commit that wrote events.
+    fn subscribe(&self) -> watch::Receiver<u64>;
+
+    /// Returns the id of the newest event stored (0 if none).
+    fn newest_event(&self) -> impl Future<Output = Result<i64, SessionError>> + Send;
 
     fn append_audit(
         &self,

@@ -39,7 +39,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The one connection every write goes through.
     writer: Arc<Mutex<SqliteConnection>>,
-    newest_event: watch::Sender<i64>,
+    /// Bumped after every commit that wrote events.
+    events_written: watch::Sender<u64>,
 }
 
 impl SqliteStore {
@@ -65,27 +66,17 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options.read_only(true))
             .await?;
-        let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
-            .fetch_one(&pool)
-            .await?;
-        let (newest_event, _) = watch::channel(newest);
+        let (events_written, _) = watch::channel(0);
         Ok(SqliteStore {
             pool,
             writer: Arc::new(Mutex::new(writer)),
-            newest_event,
+            events_written,
         })
     }
 
-    /// Tells watchers about the newest event a commit wrote.
-    fn published(&self, newest: i64) {
-        self.newest_event.send_if_modified(|current| {
-            if newest > *current {
-                *current = newest;
-                true
-            } else {
-                false
-            }
-        });
+    /// Wakes the watchers after a commit that wrote events.
+    fn published(&self) {
+        self.events_written.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -186,7 +177,8 @@ impl Store for SqliteStore {
             json!({"session_id": session.session_id, "quota": quota_json(&quota)}),
         )
         .await?;
-        self.published(w.commit().await?);
+        w.commit().await?;
+        self.published();
         Ok(Created::New {
             session: Box::new(session),
             quota,
@@ -231,7 +223,8 @@ impl Store for SqliteStore {
             json!({"session_id": session.session_id, "quota": quota_json(&admission.quota)}),
         )
         .await?;
-        self.published(w.commit().await?);
+        w.commit().await?;
+        self.published();
         Ok(Created::New {
             session: Box::new(session),
             quota: admission.quota,
@@ -268,7 +261,8 @@ impl Store for SqliteStore {
             json!({"message_id": message.message_id, "sequence": sequence}),
         )
         .await?;
-        self.published(w.commit().await?);
+        w.commit().await?;
+        self.published();
         Ok(Sent {
             message_id: message.message_id,
             sequence,
@@ -300,7 +294,8 @@ impl Store for SqliteStore {
             .session(target)
             .await?
             .ok_or_else(|| SessionError::not_found(target))?;
-        self.published(w.commit().await?);
+        w.commit().await?;
+        self.published();
         Ok((ended, row))
     }
 
@@ -444,8 +439,16 @@ impl Store for SqliteStore {
         Ok(pruned)
     }
 
-    fn subscribe(&self) -> watch::Receiver<i64> {
-        self.newest_event.subscribe()
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.events_written.subscribe()
+    }
+
+    async fn newest_event(&self) -> Result<i64, SessionError> {
+        Ok(
+            sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 
     async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {

@@ -2,9 +2,9 @@
 //! connection, with the statements the store's write paths are made of.
 //!
 //! Each statement is a round trip to SQLite's worker thread, so each helper
-//! is one statement: sequence counters advance by trigger (see the
-//! migration), inserted rows are returned rather than read back, and the
-//! newest event id is tracked from `RETURNING` for the watchers.
+//! is one statement: sequence counters advance, and the created and message
+//! events are written, by trigger (see the migration), and inserted rows are
+//! returned rather than read back.
 
 use serde_json::json;
 use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
@@ -37,7 +37,6 @@ pub(super) struct SpawnFacts {
 /// An open write transaction.
 pub(super) struct Write<'c> {
     tx: Transaction<'c, Sqlite>,
-    newest_event: i64,
 }
 
 impl<'c> Write<'c> {
@@ -45,14 +44,11 @@ impl<'c> Write<'c> {
         use sqlx::Connection;
         Ok(Write {
             tx: conn.begin_with("BEGIN IMMEDIATE").await?,
-            newest_event: 0,
         })
     }
 
-    /// Commits; returns the id of the newest event written, 0 if none.
-    pub async fn commit(self) -> Result<i64, SessionError> {
-        self.tx.commit().await?;
-        Ok(self.newest_event)
+    pub async fn commit(self) -> Result<(), SessionError> {
+        Ok(self.tx.commit().await?)
     }
 
     pub async fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {
@@ -166,19 +162,17 @@ impl<'c> Write<'c> {
         status: &str,
         detail: serde_json::Value,
     ) -> Result<(), SessionError> {
-        let id: i64 = sqlx::query_scalar(
+        sqlx::query(
             "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
-             SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5 FROM sessions WHERE session_id = ?1 \
-             RETURNING id",
+             SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5 FROM sessions WHERE session_id = ?1",
         )
         .bind(session_id)
         .bind(kind)
         .bind(status)
         .bind(now_ms())
         .bind(detail.to_string())
-        .fetch_one(&mut *self.tx)
+        .execute(&mut *self.tx)
         .await?;
-        self.newest_event = self.newest_event.max(id);
         Ok(())
     }
 
@@ -186,7 +180,8 @@ impl<'c> Write<'c> {
         insert_audit(&mut self.tx, record).await
     }
 
-    /// Inserts a session, its created event and its initial message; returns its row.
+    /// Inserts a session and its initial message (their events follow by
+    /// trigger); returns its row.
     pub async fn insert_session(
         &mut self,
         new: &NewSession,
@@ -235,13 +230,6 @@ impl<'c> Write<'c> {
         .bind(row.created_at_ms)
         .execute(&mut *self.tx)
         .await?;
-        self.event(
-            &new.session_id,
-            "created",
-            "pending",
-            json!({"agent_name": new.agent_name, "title": new.title}),
-        )
-        .await?;
         let mut row = row.into_row()?;
         if let Some(message) = &new.initial_message {
             row.inbox_seq = self.message(&row, message).await? as i64;
@@ -249,7 +237,8 @@ impl<'c> Write<'c> {
         Ok(row)
     }
 
-    /// Appends a message to `recipient`'s inbox; returns its sequence.
+    /// Appends a message to `recipient`'s inbox (its event follows by
+    /// trigger); returns its sequence.
     pub async fn message(
         &mut self,
         recipient: &SessionRow,
@@ -266,17 +255,6 @@ impl<'c> Write<'c> {
         .bind(&message.body)
         .bind(now_ms())
         .fetch_one(&mut *self.tx)
-        .await?;
-        self.event(
-            &recipient.session_id,
-            "message",
-            troupe_proto::status::status_str(recipient.status),
-            json!({
-                "message_id": message.message_id,
-                "inbox_sequence": seq,
-                "bytes": message.body.len(),
-            }),
-        )
         .await?;
         Ok(seq as u64)
     }
