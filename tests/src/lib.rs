@@ -269,3 +269,14 @@ pub fn get(session_id: impl Into<String>) -> pb::GetSessionRequest {
         session_id: session_id.into(),
     }
 }
+
+/// Creates a child as the client's session; panics with the refusal if refused.
+pub async fn create_child(client: &mut Client, request: pb::CreateSessionRequest) -> pb::Session {
+    client
+        .create_session(request)
+        .await
+        .unwrap_or_else(|status| panic!("create refused: {status:?}"))
+        .into_inner()
+        .session
+        .expect("a created session")
+}

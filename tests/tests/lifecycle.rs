@@ -4,7 +4,7 @@
 use futures::future::join_all;
 use tonic::Code;
 use troupe_proto::session::{self as pb, SessionStatus, TrustLevel};
-use troupe_tests::{TestServer, child, get, message, reason, terminate};
+use troupe_tests::{TestServer, child, create_child, get, message, reason, terminate};
 
 #[tokio::test]
 async fn retry_with_same_request_id_creates_one_session() {
@@ -156,28 +156,10 @@ async fn messages_queue_in_order_and_ended_sessions_refuse_them() {
 async fn terminate_ends_the_subtree_and_agents_only_their_descendants() {
     let server = TestServer::start().await;
     let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
-    let a = as_root
-        .create_session(child("a"))
-        .await
-        .expect("a")
-        .into_inner()
-        .session
-        .expect("s");
-    let b = as_root
-        .create_session(child("b"))
-        .await
-        .expect("b")
-        .into_inner()
-        .session
-        .expect("s");
+    let a = create_child(&mut as_root, child("a")).await;
+    let b = create_child(&mut as_root, child("b")).await;
     let mut as_a = server.act_as(&a.session_id).await;
-    let a1 = as_a
-        .create_session(child("a1"))
-        .await
-        .expect("a1")
-        .into_inner()
-        .session
-        .expect("s");
+    let a1 = create_child(&mut as_a, child("a1")).await;
 
     // Not its own descendant: a sibling, its parent, itself.
     for target in [&b.session_id, &root.session_id, &a.session_id] {

@@ -6,7 +6,7 @@ use futures::future::join_all;
 use tonic::Code;
 use troupe_proto::session::{self as pb, SessionStatus, TrustLevel};
 use troupe_session_svc::Limits;
-use troupe_tests::{TestServer, child, error_metadata, get, reason, terminate};
+use troupe_tests::{TestServer, child, create_child, error_metadata, get, reason, terminate};
 
 async fn spawn(
     client: &mut troupe_tests::Client,
@@ -144,16 +144,14 @@ async fn a_parent_that_ended_cannot_create_children() {
     assert_eq!(status.code(), Code::FailedPrecondition);
     assert_eq!(reason(&status), "PARENT_NOT_RUNNING");
     // The operator acting for a live session gets every rule as that session would.
-    let made = op
-        .create_session(pb::CreateSessionRequest {
+    let made = create_child(
+        &mut op,
+        pb::CreateSessionRequest {
             parent_session_id: root.session_id.clone(),
             ..child("on behalf")
-        })
-        .await
-        .expect("on behalf")
-        .into_inner()
-        .session
-        .expect("s");
+        },
+    )
+    .await;
     assert_eq!(made.parent_session_id, root.session_id);
     assert_eq!(made.created_by, "operator");
     server.stop().await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use tonic::Code;
 use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_tests::{TestServer, child, get, reason, terminate};
+use troupe_tests::{TestServer, child, create_child, get, reason, terminate};
 
 async fn whoami(server: &TestServer, token: Option<&str>) -> Result<(), tonic::Status> {
     server
@@ -160,13 +160,7 @@ async fn expired_tokens_are_refused() {
 async fn tokens_of_ended_sessions_are_revoked_down_the_tree() {
     let server = TestServer::start().await;
     let (root, mut as_root, root_token) = server.root("alpha", TrustLevel::Direct).await;
-    let kid = as_root
-        .create_session(child("kid"))
-        .await
-        .expect("kid")
-        .into_inner()
-        .session
-        .expect("s");
+    let kid = create_child(&mut as_root, child("kid")).await;
     let kid_token = server.token_for(&kid.session_id).await;
     whoami(&server, Some(&kid_token))
         .await
@@ -196,13 +190,7 @@ async fn tokens_of_ended_sessions_are_revoked_down_the_tree() {
 async fn restart_keeps_sessions_and_tokens_valid() {
     let mut server = TestServer::start().await;
     let (root, mut as_root, token) = server.root("alpha", TrustLevel::Direct).await;
-    let kid = as_root
-        .create_session(child("kid"))
-        .await
-        .expect("kid")
-        .into_inner()
-        .session
-        .expect("s");
+    let kid = create_child(&mut as_root, child("kid")).await;
     server.restart().await;
     let mut again = server.client(Some(&token)).await;
     let got = again

@@ -7,7 +7,7 @@ use tokio_stream::StreamExt;
 use tonic::{Code, Streaming};
 use troupe_proto::session::{self as pb, EventKind, TrustLevel};
 use troupe_session_svc::store::Store;
-use troupe_tests::{TestServer, child, message, reason, terminate};
+use troupe_tests::{TestServer, child, create_child, message, reason, terminate};
 
 async fn next(stream: &mut Streaming<pb::SessionEvent>) -> pb::SessionEvent {
     tokio::time::timeout(Duration::from_secs(10), stream.next())
@@ -45,13 +45,7 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
     );
 
     // Live: a child appears with its hierarchy fields.
-    let kid = as_root
-        .create_session(child("kid"))
-        .await
-        .expect("kid")
-        .into_inner()
-        .session
-        .expect("s");
+    let kid = create_child(&mut as_root, child("kid")).await;
     let kid_created = next(&mut stream).await;
     assert_eq!(kid_created.session_id, kid.session_id);
     assert_eq!(kid_created.parent_session_id, root.session_id);
@@ -109,16 +103,14 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
 async fn sandboxed_watchers_never_see_direct_sessions() {
     let server = TestServer::start().await;
     let (direct, mut as_direct, _) = server.root("alpha", TrustLevel::Direct).await;
-    let kid = as_direct
-        .create_session(pb::CreateSessionRequest {
+    let kid = create_child(
+        &mut as_direct,
+        pb::CreateSessionRequest {
             trust_level: TrustLevel::Sandboxed as i32,
             ..child("kid")
-        })
-        .await
-        .expect("kid")
-        .into_inner()
-        .session
-        .expect("s");
+        },
+    )
+    .await;
     server.root("beta", TrustLevel::Sandboxed).await;
     let mut as_kid = server.act_as(&kid.session_id).await;
     // Workspace-wide history as the sandboxed kid sees it.
