@@ -5,7 +5,9 @@
 //! - [`runner`]: the runner service (agent processes in workspace containers).
 //! - [`trust`]: text forms of trust levels, with the `trusted`/`untrusted` aliases.
 //! - [`status`]: text forms of session statuses and event kinds.
-//! - [`paths`]: the default data directory and the operator token file.
+//! - [`paths`]: the default data directory and the operator token.
+//! - [`names`]: the rule for workspace ids and agent names.
+//! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
 /// `troupe.session.v1`.
@@ -18,6 +20,8 @@ pub mod runner {
     tonic::include_proto!("troupe.runner.v1");
 }
 
+pub mod endpoint;
+pub mod names;
 pub mod paths;
 pub mod status;
 pub mod trust;

@@ -1,7 +1,12 @@
-//! Where the session service keeps its data by default, and where the CLI
-//! looks for the operator token: one convention shared by both binaries.
+//! Where Troupe keeps its data by default, and the operator token: one
+//! convention shared by the services and the CLI.
 
-use std::path::{Path, PathBuf};
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use rand::RngCore;
 
 /// File name of the operator token inside the data directory.
 pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
@@ -20,4 +25,49 @@ pub fn default_data_dir() -> PathBuf {
 /// Returns the operator token's path in `data_dir`.
 pub fn operator_token_path(data_dir: &Path) -> PathBuf {
     data_dir.join(OPERATOR_TOKEN_FILE)
+}
+
+/// Returns the operator token: the configured one, else the one in
+/// `<data-dir>/operator.token`, generated (mode 0600) on first start.
+pub fn operator_token(configured: Option<&str>, data_dir: &Path) -> anyhow::Result<String> {
+    if let Some(token) = configured {
+        let token = token.trim();
+        anyhow::ensure!(
+            token.len() >= 16,
+            "the operator token must be at least 16 characters"
+        );
+        return Ok(token.to_owned());
+    }
+    let path = operator_token_path(data_dir);
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
+    }
+    let mut raw = [0u8; 32];
+    rand::rng().fill_bytes(&mut raw);
+    let token = format!("troupe-op-{}", hex::encode(raw));
+    write_private(&path, &token)?;
+    Ok(token)
+}
+
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    file.write_all(b"\n")?;
+    Ok(())
+}
+
+/// The session service's Unix socket in `data_dir`: in a directory of its
+/// own, which the runner mounts into workspace containers.
+pub fn session_socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("run").join("session.sock")
 }

@@ -13,16 +13,11 @@ use serde::Deserialize;
 use crate::error::{Reason, SessionError};
 
 /// Longest workspace id or agent name.
-pub const MAX_SLUG_LEN: usize = 64;
+pub use troupe_proto::names::MAX_SLUG_LEN;
 
 /// Checks that `value` is a slug: 1 to 64 of `[A-Za-z0-9_-]`, starting with a letter or digit.
 pub fn validate_slug(field: &'static str, value: &str) -> Result<(), SessionError> {
-    let ok = !value.is_empty()
-        && value.len() <= MAX_SLUG_LEN
-        && value.as_bytes()[0].is_ascii_alphanumeric()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let ok = troupe_proto::names::is_slug(value);
     if ok {
         Ok(())
     } else {

@@ -9,8 +9,6 @@
 
 use std::{
     collections::HashMap,
-    io::Write,
-    path::Path,
     sync::RwLock,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -182,45 +180,6 @@ pub fn bearer(metadata: &MetadataMap) -> Result<&str, SessionError> {
         return Err(missing());
     }
     Ok(token)
-}
-
-/// Returns the operator token: the configured one, else the one in
-/// `<data-dir>/operator.token`, generated (mode 0600) on first start.
-pub fn operator_token(configured: Option<&str>, data_dir: &Path) -> anyhow::Result<String> {
-    if let Some(token) = configured {
-        let token = token.trim();
-        anyhow::ensure!(
-            token.len() >= 16,
-            "the operator token must be at least 16 characters"
-        );
-        return Ok(token.to_owned());
-    }
-    let path = troupe_proto::paths::operator_token_path(data_dir);
-    match std::fs::read_to_string(&path) {
-        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
-    }
-    let mut raw = [0u8; 32];
-    rand::rng().fill_bytes(&mut raw);
-    let token = format!("troupe-op-{}", hex::encode(raw));
-    write_private(&path, &token)?;
-    Ok(token)
-}
-
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    file.write_all(contents.as_bytes())?;
-    file.write_all(b"\n")?;
-    Ok(())
 }
 
 fn unix_now() -> u64 {

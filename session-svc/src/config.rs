@@ -23,6 +23,11 @@ pub struct Config {
     /// Default: `<data-dir>/workspaces`.
     #[arg(long, env = "TROUPE_WORKSPACES_DIR")]
     pub workspaces_dir: Option<PathBuf>,
+    /// Unix socket to serve on as well (agents in workspace containers reach
+    /// the service through it, with no network); `none` to serve on TCP only.
+    /// Default: `<data-dir>/run/session.sock`.
+    #[arg(long, env = "TROUPE_SESSION_SOCKET")]
+    pub socket: Option<PathBuf>,
     /// Operator token; default: read from, or generated into, `<data-dir>/operator.token`.
     #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
@@ -93,6 +98,15 @@ impl Config {
         self.workspaces_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("workspaces"))
+    }
+
+    /// The Unix socket to serve on, if any.
+    pub fn socket(&self) -> Option<PathBuf> {
+        match &self.socket {
+            Some(path) if path.as_os_str() == "none" => None,
+            Some(path) => Some(path.clone()),
+            None => Some(troupe_proto::paths::session_socket_path(&self.data_dir)),
+        }
     }
 
     pub fn token_ttl(&self) -> Duration {

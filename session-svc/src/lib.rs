@@ -58,7 +58,8 @@ pub async fn serve(
     let store = SqliteStore::open(&url)
         .await
         .with_context(|| format!("cannot open database {url}"))?;
-    let operator = auth::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
+    let operator =
+        troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
     serve_with_store(config, store, tokens, listener, shutdown).await
 }
@@ -93,15 +94,34 @@ async fn serve_with_store<S: Store + Clone>(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
+    let mut routes = tonic::service::Routes::builder();
+    routes
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(SessionServiceServer::new(service));
+    let routes = routes.routes();
+
+    let unix = match config.socket() {
+        Some(path) => {
+            let listener = bind_unix(&path)?;
+            tracing::info!(socket = %path.display(), "session service listening");
+            let stream = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let stop = cancel.clone();
+            let server = tonic::transport::Server::builder()
+                .add_routes(routes.clone())
+                .serve_with_incoming_shutdown(stream, stop.cancelled_owned());
+            Some(tokio::spawn(server))
+        }
+        None => None,
+    };
+
     tracing::info!(addr = %listener.local_addr()?, "session service listening");
     // Without TCP_NODELAY, small HTTP/2 frames wait out delayed ACKs (~40 ms).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = cancel.clone();
     let result = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(SessionServiceServer::new(service))
+        .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
             // Ends open watch streams so the server can drain.
@@ -110,7 +130,31 @@ async fn serve_with_store<S: Store + Clone>(
         .await;
     cancel.cancel();
     let _ = pruner.await;
+    if let Some(unix) = unix {
+        unix.await
+            .context("unix socket server panicked")?
+            .context("grpc server on the unix socket failed")?;
+    }
     result.context("grpc server failed")
+}
+
+/// Binds the Unix socket, replacing a stale one, connectable by every uid:
+/// agents run under uids of their own, and every call needs a token anyway.
+fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => anyhow::bail!("{} exists and is not a socket", path.display()),
+        Err(_) => {}
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(listener)
 }
 
 async fn prune_events<S: Store>(store: S, keep: u64, cancel: CancellationToken) {

@@ -22,6 +22,13 @@ use troupe_session_svc::{Config, Limits};
 #[derive(Clone)]
 pub struct Bearer(Option<AsciiMetadataValue>);
 
+impl Bearer {
+    /// Carries `token`, or nothing.
+    pub fn new(token: Option<&str>) -> Self {
+        Bearer(token.map(|t| format!("Bearer {t}").parse().expect("ascii token")))
+    }
+}
+
 impl Interceptor for Bearer {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         if let Some(value) = &self.0 {
@@ -149,8 +156,7 @@ impl TestServer {
             .connect()
             .await
             .expect("connect");
-        let value = token.map(|t| format!("Bearer {t}").parse().expect("ascii token"));
-        SessionServiceClient::with_interceptor(channel, Bearer(value))
+        SessionServiceClient::with_interceptor(channel, Bearer::new(token))
     }
 
     /// A client carrying the operator token.

@@ -70,3 +70,44 @@ async fn health_and_reflection_are_served() {
     assert!(responses.next().await.expect("answer").is_ok());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_unix_socket_serves_the_same_rules() {
+    use troupe_proto::session::{
+        self as pb, TrustLevel, session_service_client::SessionServiceClient,
+    };
+    let server = TestServer::start().await;
+    let (root, _, token) = server.root("sock", TrustLevel::Sandboxed).await;
+    let socket = server.config.socket().expect("socket on by default");
+    let endpoint = format!("unix://{}", socket.display());
+    let channel = troupe_proto::endpoint::connect(&endpoint)
+        .await
+        .expect("connect over the socket");
+
+    let mut agent = SessionServiceClient::with_interceptor(
+        channel.clone(),
+        troupe_tests::Bearer::new(Some(&token)),
+    );
+    let listed = agent
+        .list_workspace_sessions(pb::ListWorkspaceSessionsRequest::default())
+        .await
+        .expect("list over the socket")
+        .into_inner();
+    assert_eq!(listed.sessions[0].session_id, root.session_id);
+
+    let mut anonymous =
+        SessionServiceClient::with_interceptor(channel, troupe_tests::Bearer::new(None));
+    let status = anonymous
+        .list_workspace_sessions(pb::ListWorkspaceSessionsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o666,
+        "agents of any uid must be able to connect"
+    );
+}

@@ -212,14 +212,14 @@ async fn restart_keeps_sessions_and_tokens_valid() {
 #[tokio::test]
 async fn operator_token_file_is_generated_private_and_reused() {
     let dir = tempfile::tempdir().expect("dir");
-    let token = troupe_session_svc::auth::operator_token(None, dir.path()).expect("generate");
+    let token = troupe_proto::paths::operator_token(None, dir.path()).expect("generate");
     let path = dir.path().join("operator.token");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&path).expect("file").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     assert_eq!(
-        troupe_session_svc::auth::operator_token(None, dir.path()).expect("reuse"),
+        troupe_proto::paths::operator_token(None, dir.path()).expect("reuse"),
         token
     );
-    assert!(troupe_session_svc::auth::operator_token(Some("short"), dir.path()).is_err());
+    assert!(troupe_proto::paths::operator_token(Some("short"), dir.path()).is_err());
 }

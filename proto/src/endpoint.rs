@@ -1,0 +1,38 @@
+//! Connecting to a Troupe service by its endpoint text: `http://host:port`
+//! or `unix:///path/to.sock` (how agents in workspace containers reach the
+//! session service, with no network).
+
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Opens a channel to `endpoint`.
+pub async fn connect(endpoint: &str) -> anyhow::Result<Channel> {
+    if let Some(path) = endpoint.strip_prefix("unix://") {
+        anyhow::ensure!(
+            path.starts_with('/'),
+            "unix endpoint {endpoint:?} needs an absolute path"
+        );
+        let path = path.to_owned();
+        // The URI is a placeholder: the connector below ignores it.
+        let channel = Endpoint::try_from("http://troupe.invalid")?
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
+            }))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to {endpoint}: {e}"))?;
+        return Ok(channel);
+    }
+    anyhow::ensure!(
+        endpoint.starts_with("http://") || endpoint.starts_with("https://"),
+        "endpoint {endpoint:?} must start with http://, https:// or unix://"
+    );
+    Endpoint::from_shared(endpoint.to_owned())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to {endpoint}: {e}"))
+}

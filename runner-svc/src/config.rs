@@ -1,0 +1,89 @@
+//! Configuration of the runner: the `troupe-runner` flags, each with a
+//! `TROUPE_*` variable.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use clap::Parser;
+use troupe_proto::paths::default_data_dir;
+
+/// `troupe-runner`: runs each session's agent by `docker exec` in its
+/// workspace's persistent container, and streams its output back.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "troupe-runner", version, about)]
+pub struct Config {
+    /// Address to serve gRPC on.
+    #[arg(long, env = "TROUPE_RUNNER_LISTEN", default_value = "127.0.0.1:7401")]
+    pub listen: SocketAddr,
+    /// Troupe's data directory; the runner keeps its state in `<data-dir>/runner`.
+    #[arg(long, env = "TROUPE_DATA_DIR", default_value_os_t = default_data_dir())]
+    pub data_dir: PathBuf,
+    /// Root of the workspaces; `<dir>/<workspace>` is mounted at `/workspace`.
+    /// Default: `<data-dir>/workspaces`.
+    #[arg(long, env = "TROUPE_WORKSPACES_DIR")]
+    pub workspaces_dir: Option<PathBuf>,
+    /// Operator token callers must present; default: read from, or generated
+    /// into, `<data-dir>/operator.token` (the session service's).
+    #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
+    /// Image of new workspace containers (build it with `scripts/build-image`).
+    #[arg(long, env = "TROUPE_IMAGE", default_value = "troupe-workspace:latest")]
+    pub image: String,
+    /// Directory mounted read-only at `/opt/troupe/bin`. Default: the
+    /// supervisor and bridge binaries next to `troupe-runner`, copied into
+    /// `<data-dir>/runner/tools`.
+    #[arg(long, env = "TROUPE_TOOLS_DIR")]
+    pub tools_dir: Option<PathBuf>,
+    /// The session service's Unix socket; its directory is mounted read-only
+    /// at `/run/troupe/session`, so agents reach the service with no network.
+    /// Default: `<data-dir>/run/session.sock`.
+    #[arg(long, env = "TROUPE_SESSION_SOCKET")]
+    pub session_socket: Option<PathBuf>,
+    /// Network of workspace containers (`none`, `bridge`, a network name).
+    #[arg(long, env = "TROUPE_NETWORK", default_value = "none")]
+    pub network: String,
+    /// Most processes (and threads) one workspace container may run.
+    #[arg(long, env = "TROUPE_PIDS_LIMIT", default_value_t = 1024)]
+    pub pids_limit: i64,
+    /// Most processes one exec's uid may run (RLIMIT_NPROC), so one agent's
+    /// fork bomb leaves room for the others.
+    #[arg(long, env = "TROUPE_EXEC_PIDS_LIMIT", default_value_t = 256)]
+    pub exec_pids_limit: u64,
+    /// Memory limit of a workspace container, in MiB (0: none).
+    #[arg(long, env = "TROUPE_MEMORY_MIB", default_value_t = 4096)]
+    pub memory_mib: i64,
+    /// Output an exec may produce ahead of its watchers before it is paused, in KiB.
+    #[arg(long, env = "TROUPE_OUTPUT_WINDOW_KIB", default_value_t = 16 * 1024)]
+    pub output_window_kib: u64,
+    /// First uid of exec processes; the workspace group is this gid.
+    #[arg(long, env = "TROUPE_UID_BASE", default_value_t = 100_000)]
+    pub uid_base: u32,
+    /// Grace between SIGTERM and SIGKILL when a timeout ends an exec.
+    #[arg(long, env = "TROUPE_TIMEOUT_GRACE_MS", default_value_t = 5000)]
+    pub timeout_grace_ms: u64,
+}
+
+impl Config {
+    /// A configuration with every default, rooted at `data_dir`.
+    pub fn with_data_dir(data_dir: impl Into<PathBuf>) -> Self {
+        let mut config = Config::parse_from(["troupe-runner"]);
+        config.data_dir = data_dir.into();
+        config
+    }
+
+    /// Where the runner keeps its own state.
+    pub fn state_dir(&self) -> PathBuf {
+        self.data_dir.join("runner")
+    }
+
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.workspaces_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("workspaces"))
+    }
+
+    pub fn session_socket(&self) -> PathBuf {
+        self.session_socket
+            .clone()
+            .unwrap_or_else(|| troupe_proto::paths::session_socket_path(&self.data_dir))
+    }
+}

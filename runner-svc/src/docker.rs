@@ -1,0 +1,296 @@
+//! Everything the runner asks of the Docker engine: the persistent
+//! container of each workspace and the `docker exec`s inside it. Nothing
+//! else in Troupe talks to Docker.
+
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
+
+use anyhow::Context;
+use bollard::{
+    Docker,
+    exec::{CreateExecOptions, StartExecOptions},
+    models::{ContainerCreateBody, HostConfig},
+    query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder},
+};
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+
+use crate::layout;
+
+/// Label every Troupe workspace container carries, valued with the workspace id.
+pub const WORKSPACE_LABEL: &str = "org.troupe.workspace";
+
+/// How workspace containers are made.
+#[derive(Clone, Debug)]
+pub struct ContainerSpec {
+    pub image: String,
+    pub network: String,
+    pub pids_limit: i64,
+    pub memory_bytes: i64,
+    /// Group of every exec; owns the workspace directory.
+    pub workspace_gid: u32,
+    pub tools_dir: PathBuf,
+    pub session_socket_dir: Option<PathBuf>,
+}
+
+/// Host directories of one workspace.
+#[derive(Clone, Debug)]
+pub struct WorkspaceDirs {
+    pub files: PathBuf,
+    pub execs: PathBuf,
+}
+
+/// The engine, plus the containers known to run.
+pub struct Engine {
+    docker: Docker,
+    spec: ContainerSpec,
+    /// Container id by workspace; a workspace's lock serializes its creation.
+    containers: Mutex<HashMap<String, Arc<Mutex<Option<String>>>>>,
+}
+
+/// What an exec's process is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecProcess {
+    Running,
+    Ended(Option<i64>),
+    /// The engine does not know it (its container is gone).
+    Unknown,
+}
+
+impl Engine {
+    /// Connects to `DOCKER_HOST` (or the default socket) and agrees on an API version.
+    pub async fn connect(spec: ContainerSpec) -> anyhow::Result<Self> {
+        let docker = Docker::connect_with_defaults()
+            .context("cannot reach a Docker engine (set DOCKER_HOST)")?
+            .negotiate_version()
+            .await
+            .context("cannot reach a Docker engine (set DOCKER_HOST)")?;
+        docker
+            .ping()
+            .await
+            .context("the Docker engine does not answer")?;
+        Ok(Engine {
+            docker,
+            spec,
+            containers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The container name of a workspace: readable, and unique even if two
+    /// ids differ only in case.
+    pub fn container_name(workspace: &str) -> String {
+        let digest = hex::encode(&Sha256::digest(workspace.as_bytes())[..4]);
+        format!("troupe-ws-{}-{digest}", workspace.to_ascii_lowercase())
+    }
+
+    /// Returns the id of the workspace's running container, creating it
+    /// (or recreating it, if it was removed or stopped) first.
+    pub async fn ensure_container(
+        &self,
+        workspace: &str,
+        dirs: &WorkspaceDirs,
+    ) -> anyhow::Result<String> {
+        let slot = self
+            .containers
+            .lock()
+            .await
+            .entry(workspace.to_owned())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some(id) = slot.as_ref() {
+            return Ok(id.clone());
+        }
+        let name = Self::container_name(workspace);
+        match self.docker.inspect_container(&name, None).await {
+            Ok(found) if found.state.as_ref().and_then(|s| s.running) == Some(true) => {
+                let id = found.id.context("container without id")?;
+                *slot = Some(id.clone());
+                return Ok(id);
+            }
+            Ok(_) => {
+                tracing::info!(workspace, "workspace container stopped; recreating it");
+                self.remove(&name).await?;
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e).context("cannot inspect the workspace container"),
+        }
+        let id = self.create(workspace, &name, dirs).await?;
+        *slot = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Forgets the workspace's container, so the next exec checks it again.
+    pub async fn forget_container(&self, workspace: &str) {
+        if let Some(slot) = self.containers.lock().await.get(workspace) {
+            *slot.lock().await = None;
+        }
+    }
+
+    async fn create(
+        &self,
+        workspace: &str,
+        name: &str,
+        dirs: &WorkspaceDirs,
+    ) -> anyhow::Result<String> {
+        let spec = &self.spec;
+        let mut binds = vec![
+            format!("{}:{}", dirs.files.display(), layout::CONTAINER_WORKSPACE),
+            format!(
+                "{}:{}:ro",
+                spec.tools_dir.display(),
+                layout::CONTAINER_TOOLS
+            ),
+            format!("{}:{}", dirs.execs.display(), layout::CONTAINER_EXECS),
+        ];
+        if let Some(dir) = &spec.session_socket_dir {
+            binds.push(format!(
+                "{}:{}:ro",
+                dir.display(),
+                layout::CONTAINER_SESSION_DIR
+            ));
+        }
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: Some(vec![
+                format!("{}/{}", layout::CONTAINER_TOOLS, layout::SUPERVISOR),
+                "idle".into(),
+            ]),
+            user: Some("65534:65534".into()),
+            working_dir: Some(layout::CONTAINER_WORKSPACE.into()),
+            labels: Some(HashMap::from([(
+                WORKSPACE_LABEL.to_owned(),
+                workspace.to_owned(),
+            )])),
+            network_disabled: Some(spec.network == "none"),
+            host_config: Some(HostConfig {
+                binds: Some(binds),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                pids_limit: Some(spec.pids_limit),
+                memory: (spec.memory_bytes > 0).then_some(spec.memory_bytes),
+                network_mode: Some(spec.network.clone()),
+                // A reaper at PID 1: orphans of agents do not stay zombies.
+                init: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(name).build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .with_context(|| format!("cannot create container {name} from {}", spec.image))?;
+        self.docker
+            .start_container(&created.id, None)
+            .await
+            .with_context(|| format!("cannot start container {name}"))?;
+        tracing::info!(workspace, container = %created.id, "workspace container started");
+        Ok(created.id)
+    }
+
+    async fn remove(&self, name: &str) -> anyhow::Result<()> {
+        let options = RemoveContainerOptionsBuilder::default().force(true).build();
+        match self.docker.remove_container(name, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("cannot remove container {name}")),
+        }
+    }
+
+    /// Starts `cmd` in the container, detached, as `uid`; returns the Docker exec id.
+    pub async fn exec(
+        &self,
+        container: &str,
+        uid: u32,
+        env: Vec<String>,
+        cmd: Vec<String>,
+        working_dir: &str,
+    ) -> Result<String, bollard::errors::Error> {
+        let options = CreateExecOptions {
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            env: Some(env),
+            cmd: Some(cmd),
+            user: Some(format!("{uid}:{}", self.spec.workspace_gid)),
+            working_dir: Some(working_dir.to_owned()),
+            ..Default::default()
+        };
+        let created = self.docker.create_exec(container, options).await?;
+        self.docker
+            .start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: true,
+                    ..Default::default()
+                }),
+            )
+            .await?;
+        Ok(created.id)
+    }
+
+    /// Whether the Docker exec still runs.
+    pub async fn exec_process(&self, exec_id: &str) -> anyhow::Result<ExecProcess> {
+        match self.docker.inspect_exec(exec_id).await {
+            Ok(found) if found.running == Some(true) => Ok(ExecProcess::Running),
+            Ok(found) => Ok(ExecProcess::Ended(found.exit_code)),
+            Err(e) if is_not_found(&e) => Ok(ExecProcess::Unknown),
+            Err(e) => Err(e).context("cannot inspect exec"),
+        }
+    }
+
+    /// Whether the container exists and runs.
+    pub async fn container_running(&self, container: &str) -> anyhow::Result<bool> {
+        match self.docker.inspect_container(container, None).await {
+            Ok(found) => Ok(found.state.and_then(|s| s.running) == Some(true)),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(e).context("cannot inspect container"),
+        }
+    }
+
+    /// Runs the supervisor's `kill-all` as `uid` and waits for it: every
+    /// process of that uid in the container ends.
+    pub async fn kill_uid(&self, container: &str, uid: u32) -> anyhow::Result<()> {
+        let cmd = vec![
+            format!("{}/{}", layout::CONTAINER_TOOLS, layout::SUPERVISOR),
+            "kill-all".into(),
+        ];
+        let id = self.exec(container, uid, Vec::new(), cmd, "/").await?;
+        for _ in 0..100 {
+            if self.exec_process(&id).await? != ExecProcess::Running {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        anyhow::bail!("kill-all did not finish")
+    }
+
+    /// The engine, for tests and tools that inspect containers.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+}
+
+/// True when the engine answered 404.
+pub fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// True when an exec could not be created because its container is gone
+/// (404) or not running (409).
+pub fn is_container_gone(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404 | 409,
+            ..
+        }
+    )
+}

@@ -1,0 +1,903 @@
+//! Execs: starting them, following their logs, watching, writing stdin,
+//! terminating, and finding them again after a restart.
+//!
+//! Every exec has:
+//! - a record of the runner's own, `<state>/execs/<exec_id>.json`, which the
+//!   agent cannot reach (uid, container, Docker exec id);
+//! - a directory the agent's uid owns, `<state>/workspaces/<ws>/execs/<exec_id>`,
+//!   mounted into the container (see [`crate::layout`]).
+//!
+//! Since the agent owns that directory, every file in it is opened without
+//! following symlinks and checked (type, owner) before the runner, as root,
+//! reads or writes it. The runner keeps those descriptors open for the
+//! exec's life.
+//!
+//! One follower task per exec parses the log's record headers as the
+//! supervisor appends them (woken by inotify), keeps a sparse index of
+//! record offsets, and publishes the exec's [`Progress`]. Watchers read the
+//! records themselves, by offset, so each goes at its own pace.
+
+use std::{
+    collections::HashMap,
+    fs::{File, OpenOptions},
+    io::ErrorKind,
+    os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt},
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::Context;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::{io::AsyncWriteExt, net::unix::pipe, sync::watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    docker::{Engine, ExecProcess, WorkspaceDirs, is_container_gone},
+    layout,
+    log::{self, Exit, HEADER_LEN, Kind, Reason},
+};
+
+/// Every this many records, the follower remembers an offset.
+const INDEX_EVERY: u64 = 256;
+/// How often a running exec's process is checked with the engine.
+const LIVENESS_EVERY: Duration = Duration::from_secs(1);
+/// A watcher reports its progress to the supervisor every this many bytes.
+const ACK_EVERY: u64 = 256 * 1024;
+
+/// What the runner needs to run execs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub workspaces_dir: PathBuf,
+    pub uid_base: u32,
+    pub exec_pids_limit: u64,
+    pub output_window: u64,
+    pub timeout_grace_ms: u64,
+    /// `TROUPE_SESSION_ENDPOINT` when the caller gives none.
+    pub default_endpoint: Option<String>,
+}
+
+/// What a caller asks to run.
+#[derive(Clone, Debug, Default)]
+pub struct StartSpec {
+    pub exec_id: String,
+    pub workspace_id: String,
+    pub command: Vec<String>,
+    pub env: HashMap<String, String>,
+    pub initial_stdin: Vec<u8>,
+    pub working_dir: String,
+    pub timeout_ms: u64,
+    pub traceparent: String,
+    pub labels: HashMap<String, String>,
+}
+
+/// The runner's record of an exec; never in a directory the agent can write.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    pub exec_id: String,
+    pub workspace_id: String,
+    pub container_id: String,
+    pub docker_exec_id: String,
+    pub uid: u32,
+    pub started_at_micros: u64,
+    pub labels: HashMap<String, String>,
+}
+
+/// How far an exec's log goes.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    /// Sequence of the last complete record.
+    pub last_sequence: u64,
+    /// Offset just after it.
+    pub end: u64,
+    pub exit: Option<Exit>,
+}
+
+/// Why a call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("exec {0:?} already exists")]
+    AlreadyExists(String),
+    #[error("no exec {0:?}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    OutOfRange(String),
+    #[error("runner is shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// One exec.
+pub struct Exec {
+    pub meta: Meta,
+    log: Arc<File>,
+    ack: File,
+    acked: AtomicU64,
+    ack_written: AtomicU64,
+    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+    control: tokio::sync::Mutex<pipe::Sender>,
+    progress: watch::Sender<Progress>,
+    /// `index[k]`: offset of record `k * INDEX_EVERY + 1`.
+    index: Mutex<Vec<u64>>,
+}
+
+impl Exec {
+    pub fn progress(&self) -> Progress {
+        self.progress.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// Offset of the record after `after`, which must exist or be the next one.
+    pub fn locate_after(&self, after: u64, progress: &Progress) -> Result<u64, ExecError> {
+        if after > progress.last_sequence {
+            return Err(ExecError::OutOfRange(format!(
+                "sequence {after} is beyond the last one, {}",
+                progress.last_sequence
+            )));
+        }
+        if after == progress.last_sequence {
+            return Ok(progress.end);
+        }
+        let block = after / INDEX_EVERY;
+        let mut pos = self.index.lock().expect("poisoned")[block as usize];
+        for _ in block * INDEX_EVERY..after {
+            pos += read_header(&self.log, pos)?.record_len();
+        }
+        Ok(pos)
+    }
+
+    /// Reads the record at `pos`; returns it and its length.
+    pub fn read_record(&self, pos: u64) -> Result<(log::Header, Vec<u8>), ExecError> {
+        let header = read_header(&self.log, pos)?;
+        let mut payload = vec![0u8; header.len as usize];
+        self.log
+            .read_exact_at(&mut payload, pos + HEADER_LEN as u64)
+            .context("cannot read the exec log")?;
+        Ok((header, payload))
+    }
+
+    /// Records that a watcher has read up to `pos`, releasing the supervisor's window.
+    pub fn ack(&self, pos: u64, caught_up: bool) {
+        let prev = self.acked.fetch_max(pos, Ordering::SeqCst).max(pos);
+        let written = self.ack_written.load(Ordering::SeqCst);
+        if prev >= written + ACK_EVERY || (caught_up && prev > written) {
+            self.ack_written.store(prev, Ordering::SeqCst);
+            if let Err(e) = self.ack.write_all_at(&prev.to_le_bytes(), 0) {
+                tracing::warn!(exec = %self.meta.exec_id, error = %e, "cannot write ack");
+            }
+        }
+    }
+}
+
+fn read_header(file: &File, pos: u64) -> Result<log::Header, ExecError> {
+    let mut bytes = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut bytes, pos)
+        .context("cannot read the exec log")?;
+    Ok(log::decode_header(&bytes).map_err(anyhow::Error::from)?)
+}
+
+/// All execs of this runner.
+pub struct Runner {
+    settings: Settings,
+    engine: Engine,
+    execs: Mutex<HashMap<String, Arc<Exec>>>,
+    next_uid: Mutex<u32>,
+    shutdown: CancellationToken,
+}
+
+impl Runner {
+    /// Opens the state directory and finds the execs of a previous run.
+    pub async fn open(
+        settings: Settings,
+        engine: Engine,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Arc<Self>> {
+        for dir in [meta_dir(&settings), settings.state_dir.join("workspaces")] {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let next_uid = read_next_uid(&settings)?;
+        let runner = Arc::new(Runner {
+            settings,
+            engine,
+            execs: Mutex::new(HashMap::new()),
+            next_uid: Mutex::new(next_uid),
+            shutdown,
+        });
+        runner.recover().await?;
+        Ok(runner)
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn get(&self, exec_id: &str) -> Result<Arc<Exec>, ExecError> {
+        self.execs
+            .lock()
+            .expect("poisoned")
+            .get(exec_id)
+            .cloned()
+            .ok_or_else(|| ExecError::NotFound(exec_id.to_owned()))
+    }
+
+    /// Every exec, of one workspace or all.
+    pub fn list(&self, workspace: Option<&str>) -> Vec<Arc<Exec>> {
+        let mut execs: Vec<_> = self
+            .execs
+            .lock()
+            .expect("poisoned")
+            .values()
+            .filter(|e| workspace.is_none_or(|w| e.meta.workspace_id == w))
+            .cloned()
+            .collect();
+        execs.sort_by_key(|e| e.meta.started_at_micros);
+        execs
+    }
+
+    /// Starts an exec; returns once its process runs.
+    pub async fn start(self: &Arc<Self>, spec: StartSpec) -> Result<Arc<Exec>, ExecError> {
+        validate(&spec)?;
+        let meta_path = meta_dir(&self.settings).join(format!("{}.json", spec.exec_id));
+        // Creating the record reserves the id, also against a concurrent start.
+        let reservation = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&meta_path);
+        match reservation {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                return Err(ExecError::AlreadyExists(spec.exec_id));
+            }
+            Err(e) => {
+                return Err(anyhow::Error::from(e)
+                    .context("cannot reserve the exec")
+                    .into());
+            }
+        }
+        match self.start_reserved(&spec, &meta_path).await {
+            Ok(exec) => Ok(exec),
+            Err(e) => {
+                let _ = std::fs::remove_file(&meta_path);
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_reserved(
+        self: &Arc<Self>,
+        spec: &StartSpec,
+        meta_path: &Path,
+    ) -> Result<Arc<Exec>, ExecError> {
+        let uid = self.allocate_uid()?;
+        let gid = self.settings.uid_base;
+        let dirs = self.workspace_dirs(&spec.workspace_id)?;
+        let dir = dirs.execs.join(&spec.exec_id);
+        let files = create_exec_dir(&dir, uid, gid)?;
+
+        let container_dir = format!("{}/{}", layout::CONTAINER_EXECS, spec.exec_id);
+        let mut cmd = vec![
+            format!("{}/{}", layout::CONTAINER_TOOLS, layout::SUPERVISOR),
+            "run".into(),
+            "--dir".into(),
+            container_dir.clone(),
+            "--nproc".into(),
+            self.settings.exec_pids_limit.to_string(),
+            "--window".into(),
+            self.settings.output_window.to_string(),
+            "--grace-ms".into(),
+            self.settings.timeout_grace_ms.to_string(),
+        ];
+        if spec.timeout_ms > 0 {
+            cmd.extend(["--timeout-ms".into(), spec.timeout_ms.to_string()]);
+        }
+        cmd.push("--".into());
+        cmd.extend(spec.command.iter().cloned());
+        let env = self.environment(spec, &container_dir);
+        let working_dir = if spec.working_dir.is_empty() {
+            layout::CONTAINER_WORKSPACE
+        } else {
+            &spec.working_dir
+        };
+
+        let mut attempt = 0;
+        let (container_id, docker_exec_id) = loop {
+            attempt += 1;
+            let container = self
+                .engine
+                .ensure_container(&spec.workspace_id, &dirs)
+                .await?;
+            match self
+                .engine
+                .exec(&container, uid, env.clone(), cmd.clone(), working_dir)
+                .await
+            {
+                Ok(id) => break (container, id),
+                Err(e) if is_container_gone(&e) && attempt == 1 => {
+                    self.engine.forget_container(&spec.workspace_id).await;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::from(e)
+                        .context("cannot start the exec")
+                        .into());
+                }
+            }
+        };
+
+        let meta = Meta {
+            exec_id: spec.exec_id.clone(),
+            workspace_id: spec.workspace_id.clone(),
+            container_id,
+            docker_exec_id,
+            uid,
+            started_at_micros: log::now_micros(),
+            labels: spec.labels.clone(),
+        };
+        write_meta(meta_path, &meta)?;
+        let exec = self.adopt(meta, files)?;
+        if !spec.initial_stdin.is_empty() {
+            self.write_stdin(&exec, &spec.initial_stdin, false).await?;
+        }
+        Ok(exec)
+    }
+
+    fn environment(&self, spec: &StartSpec, container_dir: &str) -> Vec<String> {
+        let mut env = spec.env.clone();
+        for (troupe, parachute) in [
+            ("TROUPE_SESSION_ID", "PARACHUTE_SESSION_ID"),
+            ("TROUPE_WORKSPACE_ID", "PARACHUTE_WORKSPACE_ID"),
+            ("TROUPE_TRUST_LEVEL", "PARACHUTE_TRUST_LEVEL"),
+        ] {
+            if let Some(value) = env.get(troupe).cloned() {
+                env.entry(parachute.into()).or_insert(value);
+            }
+        }
+        env.entry("TROUPE_SESSION_ID".into())
+            .or_insert_with(|| spec.exec_id.clone());
+        env.entry("TROUPE_WORKSPACE_ID".into())
+            .or_insert_with(|| spec.workspace_id.clone());
+        if let Some(endpoint) = &self.settings.default_endpoint {
+            env.entry("TROUPE_SESSION_ENDPOINT".into())
+                .or_insert_with(|| endpoint.clone());
+        }
+        if !spec.traceparent.is_empty() {
+            env.insert("TRACEPARENT".into(), spec.traceparent.clone());
+        }
+        env.entry("HOME".into())
+            .or_insert_with(|| format!("{container_dir}/{}", layout::HOME));
+        env.entry("PATH".into()).or_insert_with(|| {
+            format!(
+                "{}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+                layout::CONTAINER_TOOLS
+            )
+        });
+        let mut env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.sort();
+        env
+    }
+
+    /// Writes `data` (and maybe the end of input) to the exec's stdin.
+    pub async fn write_stdin(
+        &self,
+        exec: &Arc<Exec>,
+        data: &[u8],
+        close: bool,
+    ) -> Result<(), ExecError> {
+        if exec.progress().exit.is_some() {
+            return Err(ExecError::Conflict(format!(
+                "exec {:?} has exited",
+                exec.meta.exec_id
+            )));
+        }
+        let mut frames = Vec::with_capacity(data.len() + 8);
+        for chunk in data.chunks(layout::STDIN_FRAME) {
+            frames.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+            frames.extend_from_slice(chunk);
+        }
+        if close {
+            frames.extend_from_slice(&layout::STDIN_CLOSE.to_le_bytes());
+        }
+        let exec = exec.clone();
+        // In a task of its own, so a caller that goes away cannot leave half a frame.
+        let task = tokio::spawn(async move {
+            let mut stdin = exec.stdin.lock().await;
+            let Some(pipe) = stdin.as_mut() else {
+                return Err(ExecError::Conflict(format!(
+                    "stdin of exec {:?} is closed",
+                    exec.meta.exec_id
+                )));
+            };
+            let mut progress = exec.subscribe();
+            tokio::select! {
+                written = pipe.write_all(&frames) => {
+                    written.context("cannot write to the exec's stdin")?;
+                }
+                _ = progress.wait_for(|p| p.exit.is_some()) => {
+                    return Err(ExecError::Conflict(format!(
+                        "exec {:?} exited before reading its stdin",
+                        exec.meta.exec_id
+                    )));
+                }
+            }
+            if close {
+                *stdin = None;
+            }
+            Ok(())
+        });
+        task.await.map_err(anyhow::Error::from)?
+    }
+
+    /// Stops the exec and every process it started; returns once it has exited.
+    pub async fn terminate(&self, exec: &Arc<Exec>, grace: Duration) -> Result<(), ExecError> {
+        let mut progress = exec.subscribe();
+        if progress.borrow().exit.is_some() {
+            return Ok(());
+        }
+        let line = format!("term {}\n", grace.as_millis());
+        let sent = exec.control.lock().await.write_all(line.as_bytes()).await;
+        if let Err(e) = sent {
+            tracing::warn!(exec = %exec.meta.exec_id, error = %e, "cannot reach the supervisor");
+        }
+        let wait = grace + Duration::from_secs(3);
+        if tokio::time::timeout(wait, progress.wait_for(|p| p.exit.is_some()))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        // The supervisor is gone or stuck: kill the uid from outside.
+        tracing::warn!(exec = %exec.meta.exec_id, "supervisor did not stop the exec; killing its uid");
+        self.engine
+            .kill_uid(&exec.meta.container_id, exec.meta.uid)
+            .await?;
+        let wait = LIVENESS_EVERY * 3;
+        match tokio::time::timeout(wait, progress.wait_for(|p| p.exit.is_some())).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(anyhow::anyhow!("the exec did not end").into()),
+        }
+    }
+
+    fn allocate_uid(&self) -> Result<u32, ExecError> {
+        let mut next = self.next_uid.lock().expect("poisoned");
+        let uid = *next;
+        let path = self.settings.state_dir.join("next_uid");
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, (uid + 1).to_string())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .context("cannot persist the uid counter")?;
+        *next = uid + 1;
+        Ok(uid)
+    }
+
+    fn workspace_dirs(&self, workspace: &str) -> Result<WorkspaceDirs, ExecError> {
+        let files = self.settings.workspaces_dir.join(workspace);
+        if !files.exists() {
+            std::fs::create_dir_all(&files)
+                .with_context(|| format!("cannot create {}", files.display()))?;
+            // Shared by every agent of the workspace, through its group.
+            std::os::unix::fs::chown(&files, None, Some(self.settings.uid_base))
+                .context("cannot chown the workspace")?;
+            std::fs::set_permissions(&files, std::fs::Permissions::from_mode(0o2775))
+                .context("cannot chmod the workspace")?;
+        }
+        let execs = self
+            .settings
+            .state_dir
+            .join("workspaces")
+            .join(workspace)
+            .join("execs");
+        if !execs.exists() {
+            std::fs::create_dir_all(&execs)
+                .with_context(|| format!("cannot create {}", execs.display()))?;
+        }
+        // Agents may enter their own directory but not list their siblings'.
+        std::fs::set_permissions(&execs, std::fs::Permissions::from_mode(0o711))
+            .context("cannot chmod the exec directory")?;
+        Ok(WorkspaceDirs { files, execs })
+    }
+
+    fn adopt(self: &Arc<Self>, meta: Meta, files: ExecFiles) -> Result<Arc<Exec>, ExecError> {
+        let acked = read_ack(&files.ack);
+        let exec = Arc::new(Exec {
+            meta,
+            log: Arc::new(files.log),
+            ack: files.ack,
+            acked: AtomicU64::new(acked),
+            ack_written: AtomicU64::new(acked),
+            stdin: tokio::sync::Mutex::new(Some(files.stdin)),
+            control: tokio::sync::Mutex::new(files.control),
+            progress: watch::Sender::new(Progress::default()),
+            index: Mutex::new(Vec::new()),
+        });
+        self.execs
+            .lock()
+            .expect("poisoned")
+            .insert(exec.meta.exec_id.clone(), exec.clone());
+        let runner = self.clone();
+        let follower = exec.clone();
+        tokio::spawn(async move { runner.follow(follower).await });
+        Ok(exec)
+    }
+
+    /// Finds the execs of a previous run and follows them again.
+    async fn recover(self: &Arc<Self>) -> anyhow::Result<()> {
+        let dir = meta_dir(&self.settings);
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let meta: Meta = match std::fs::read(&path)
+                .map_err(anyhow::Error::from)
+                .and_then(|b| Ok(serde_json::from_slice(&b)?))
+            {
+                Ok(meta) => meta,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "dropping an unreadable exec record");
+                    let _ = std::fs::remove_file(&path);
+                    continue;
+                }
+            };
+            let exec_dir = self
+                .workspace_dirs(&meta.workspace_id)?
+                .execs
+                .join(&meta.exec_id);
+            match open_exec_files(&exec_dir, meta.uid) {
+                Ok(files) => {
+                    tracing::info!(exec = %meta.exec_id, "re-attached to exec");
+                    self.adopt(meta, files)?;
+                }
+                Err(e) => {
+                    tracing::warn!(exec = %meta.exec_id, error = %e, "exec files unusable; killing its processes");
+                    let _ = self.engine.kill_uid(&meta.container_id, meta.uid).await;
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Follows an exec's log until its exit record.
+    async fn follow(self: Arc<Self>, exec: Arc<Exec>) {
+        let mut scanner = Scanner::default();
+        let mut wakeups = match watch_file(&exec.log) {
+            Ok(stream) => Some(stream),
+            Err(e) => {
+                tracing::warn!(exec = %exec.meta.exec_id, error = %e, "no inotify; polling the log");
+                None
+            }
+        };
+        let mut liveness = tokio::time::interval(LIVENESS_EVERY);
+        liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut corrupt: Option<String> = None;
+        loop {
+            if corrupt.is_none() {
+                match scanner.scan(&exec) {
+                    Ok(Some(exit)) => {
+                        exec.progress.send_modify(|p| p.exit = Some(exit));
+                        return;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(exec = %exec.meta.exec_id, error = %e, "corrupt exec log; terminating the exec");
+                        corrupt = Some(e.to_string());
+                        let _ = exec.control.lock().await.write_all(b"term 0\n").await;
+                    }
+                }
+            }
+            let poll = tokio::time::sleep(Duration::from_millis(50));
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                _ = async {
+                    match wakeups.as_mut() {
+                        Some(s) => { s.next().await; }
+                        None => poll.await,
+                    }
+                } => {}
+                _ = liveness.tick() => {
+                    match self.check_liveness(&exec, &mut scanner, corrupt.as_deref()).await {
+                        Ok(Some(exit)) => {
+                            exec.progress.send_modify(|p| p.exit = Some(exit));
+                            return;
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::warn!(exec = %exec.meta.exec_id, error = %e, "liveness check failed"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the log for the supervisor when it can no longer do it itself.
+    async fn check_liveness(
+        &self,
+        exec: &Arc<Exec>,
+        scanner: &mut Scanner,
+        corrupt: Option<&str>,
+    ) -> anyhow::Result<Option<Exit>> {
+        let meta = &exec.meta;
+        let process = self.engine.exec_process(&meta.docker_exec_id).await?;
+        if process == ExecProcess::Running {
+            return Ok(None);
+        }
+        if corrupt.is_none() {
+            // The supervisor may have written its exit just now.
+            if let Some(exit) = scanner.scan(exec)? {
+                return Ok(Some(exit));
+            }
+        }
+        let container_alive = self.engine.container_running(&meta.container_id).await?;
+        let exit = if !container_alive {
+            self.engine.forget_container(&meta.workspace_id).await;
+            Exit {
+                code: -1,
+                reason: Reason::ContainerLost,
+                detail: "the workspace container stopped or was removed".into(),
+            }
+        } else {
+            // Whatever the agent left running goes with it.
+            self.engine.kill_uid(&meta.container_id, meta.uid).await?;
+            let code = match process {
+                ExecProcess::Ended(Some(code)) => i32::try_from(code).unwrap_or(-1),
+                _ => -1,
+            };
+            Exit {
+                code,
+                reason: Reason::Killed,
+                detail: match corrupt {
+                    Some(e) => format!("the agent corrupted its output log ({e})"),
+                    None => "the supervisor ended without recording an exit".into(),
+                },
+            }
+        };
+        // Only the runner writes now: cut a partial record, then append the exit.
+        let record = log::encode(Kind::Exited, &log::exit_payload(&exit));
+        exec.log.set_len(scanner.pos)?;
+        exec.log.write_all_at(&record, scanner.pos)?;
+        scanner
+            .scan(exec)?
+            .context("the appended exit record was not read back")
+            .map(Some)
+    }
+}
+
+/// Parses record headers from where it stopped.
+#[derive(Default)]
+struct Scanner {
+    pos: u64,
+    seq: u64,
+}
+
+impl Scanner {
+    /// Advances over complete records, publishing progress; returns the exit once read.
+    fn scan(&mut self, exec: &Exec) -> anyhow::Result<Option<Exit>> {
+        let len = exec.log.metadata()?.len();
+        let mut exit = None;
+        let start_seq = self.seq;
+        while self.pos + HEADER_LEN as u64 <= len {
+            let header = read_header(&exec.log, self.pos).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if self.pos + header.record_len() > len {
+                break;
+            }
+            if header.kind == Kind::Exited {
+                let (_, payload) = exec
+                    .read_record(self.pos)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                exit = Some(log::decode_exit(&payload)?);
+            }
+            if self.seq.is_multiple_of(INDEX_EVERY) {
+                let mut index = exec.index.lock().expect("poisoned");
+                if index.len() as u64 == self.seq / INDEX_EVERY {
+                    index.push(self.pos);
+                }
+            }
+            self.seq += 1;
+            self.pos += header.record_len();
+            if exit.is_some() {
+                break;
+            }
+        }
+        if self.seq != start_seq {
+            let (seq, end) = (self.seq, self.pos);
+            exec.progress.send_modify(|p| {
+                p.last_sequence = seq;
+                p.end = end;
+            });
+        }
+        Ok(exit)
+    }
+}
+
+/// Wakes whenever the file is written (inotify, which sees writes made
+/// from inside the container too).
+fn watch_file(file: &File) -> std::io::Result<impl futures::Stream<Item = ()> + Unpin + use<>> {
+    use inotify::{Inotify, WatchMask};
+    use std::os::fd::AsRawFd;
+    let inotify = Inotify::init()?;
+    // Through our own descriptor: the path in the agent's directory may change.
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    inotify
+        .watches()
+        .add(&path, WatchMask::MODIFY | WatchMask::ATTRIB)?;
+    Ok(inotify.into_event_stream([0u8; 1024])?.map(|_| ()).boxed())
+}
+
+struct ExecFiles {
+    log: File,
+    ack: File,
+    stdin: pipe::Sender,
+    control: pipe::Sender,
+}
+
+fn create_exec_dir(dir: &Path, uid: u32, gid: u32) -> Result<ExecFiles, ExecError> {
+    use std::os::unix::fs::{DirBuilderExt, chown};
+    let created = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    match created {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            // Left by an earlier exec of the same id whose record was dropped.
+            std::fs::remove_dir_all(dir).context("cannot clear an old exec directory")?;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .context("cannot create the exec directory")?;
+        }
+        Err(e) => {
+            return Err(anyhow::Error::from(e)
+                .context("cannot create the exec directory")
+                .into());
+        }
+    }
+    let setup = || -> anyhow::Result<()> {
+        for name in [layout::LOG, layout::ACK] {
+            File::options()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join(name))?;
+        }
+        for name in [layout::STDIN, layout::CONTROL] {
+            nix::unistd::mkfifo(
+                &dir.join(name),
+                nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+            )?;
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir.join(layout::HOME))?;
+        for name in [
+            layout::LOG,
+            layout::ACK,
+            layout::STDIN,
+            layout::CONTROL,
+            layout::HOME,
+            "",
+        ] {
+            chown(dir.join(name), Some(uid), Some(gid))?;
+        }
+        Ok(())
+    };
+    setup().context("cannot prepare the exec directory")?;
+    Ok(open_exec_files(dir, uid)?)
+}
+
+/// Opens the files of an exec directory without following links, checking
+/// each is what the runner made and belongs to the exec's uid.
+fn open_exec_files(dir: &Path, uid: u32) -> anyhow::Result<ExecFiles> {
+    let open = |name: &str, fifo: bool| -> anyhow::Result<File> {
+        let path = dir.join(name);
+        let mut flags = nix::libc::O_NOFOLLOW;
+        if fifo {
+            flags |= nix::libc::O_NONBLOCK;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let meta = file.metadata()?;
+        use std::os::unix::fs::FileTypeExt;
+        let right_type = if fifo {
+            meta.file_type().is_fifo()
+        } else {
+            meta.file_type().is_file()
+        };
+        anyhow::ensure!(
+            right_type && meta.uid() == uid,
+            "{} is not the runner's",
+            path.display()
+        );
+        Ok(file)
+    };
+    Ok(ExecFiles {
+        log: open(layout::LOG, false)?,
+        ack: open(layout::ACK, false)?,
+        stdin: pipe::Sender::from_file(open(layout::STDIN, true)?)?,
+        control: pipe::Sender::from_file(open(layout::CONTROL, true)?)?,
+    })
+}
+
+fn read_ack(file: &File) -> u64 {
+    let mut bytes = [0u8; 8];
+    match file.read_at(&mut bytes, 0) {
+        Ok(8) => u64::from_le_bytes(bytes),
+        _ => 0,
+    }
+}
+
+fn meta_dir(settings: &Settings) -> PathBuf {
+    settings.state_dir.join("execs")
+}
+
+fn write_meta(path: &Path, meta: &Meta) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(meta)?)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn read_next_uid(settings: &Settings) -> anyhow::Result<u32> {
+    let path = settings.state_dir.join("next_uid");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .with_context(|| format!("{} is not a uid", path.display())),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(settings.uid_base + 1),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Checks a start request before anything is created.
+fn validate(spec: &StartSpec) -> Result<(), ExecError> {
+    let invalid = |m: String| Err(ExecError::Invalid(m));
+    if !is_exec_id(&spec.exec_id) {
+        return invalid(format!(
+            "exec_id {:?} must be 1 to 64 letters, digits, '-' or '_'",
+            spec.exec_id
+        ));
+    }
+    if !troupe_proto::names::is_slug(&spec.workspace_id) {
+        return invalid(format!(
+            "workspace_id {:?} must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
+            spec.workspace_id
+        ));
+    }
+    if spec.command.is_empty() || spec.command[0].is_empty() {
+        return invalid("command must name a program".into());
+    }
+    if spec.command.iter().any(|a| a.contains('\0')) {
+        return invalid("command arguments must not contain NUL".into());
+    }
+    for (key, value) in &spec.env {
+        let good_key = !key.is_empty()
+            && !key.as_bytes()[0].is_ascii_digit()
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !good_key || value.contains('\0') {
+            return invalid(format!("environment variable {key:?} is not valid"));
+        }
+    }
+    if !spec.working_dir.is_empty() && !spec.working_dir.starts_with('/') {
+        return invalid("working_dir must be absolute".into());
+    }
+    Ok(())
+}
+
+fn is_exec_id(id: &str) -> bool {
+    troupe_proto::names::is_slug(id)
+}

@@ -1,0 +1,171 @@
+//! Troupe's runner service: each session's agent runs as a `docker exec`
+//! process in its workspace's persistent container; its output streams back
+//! as numbered events, served over gRPC as `troupe.runner.v1.RunnerService`.
+//!
+//! - [`config`]: flags and `TROUPE_*` variables.
+//! - [`docker`]: the workspace containers and execs (the only Docker client).
+//! - [`exec`]: execs, their logs, watchers, stdin, termination, recovery.
+//! - [`supervisor`]: the in-container supervisor (this binary, run as
+//!   `troupe-supervisor`).
+//! - [`log`], [`layout`]: the log format and the exec directory, shared by
+//!   the runner and the supervisor.
+//! - [`service`]: the gRPC handlers.
+//!
+//! [`serve`] runs the whole service on a listener the caller bound.
+
+pub mod config;
+pub mod docker;
+pub mod exec;
+pub mod layout;
+pub mod log;
+pub mod service;
+pub mod supervisor;
+
+use std::{
+    future::Future,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use troupe_proto::runner::runner_service_server::RunnerServiceServer;
+
+pub use config::Config;
+
+use crate::{
+    docker::{ContainerSpec, Engine},
+    exec::{Runner, Settings},
+    service::Service,
+};
+
+/// Serves the runner on `listener` until `shutdown` completes.
+///
+/// Connects to the Docker engine, prepares the tools directory, re-attaches
+/// to the execs of a previous run, then serves `RunnerService`, gRPC health
+/// and server reflection.
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state_dir = config.state_dir();
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("cannot create {}", state_dir.display()))?;
+    std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot chmod {}", config.data_dir.display()))?;
+    let operator =
+        troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
+    let tools_dir = match &config.tools_dir {
+        Some(dir) => dir.clone(),
+        None => install_tools(
+            &std::env::current_exe().context("cannot find this binary")?,
+            &state_dir.join("tools"),
+        )?,
+    };
+    anyhow::ensure!(
+        tools_dir.join(layout::SUPERVISOR).is_file(),
+        "{} has no {}",
+        tools_dir.display(),
+        layout::SUPERVISOR
+    );
+    let socket = config.session_socket();
+    let socket_dir = socket.parent().map(Path::to_path_buf);
+    if let Some(dir) = &socket_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let engine = Engine::connect(ContainerSpec {
+        image: config.image.clone(),
+        network: config.network.clone(),
+        pids_limit: config.pids_limit,
+        memory_bytes: config.memory_mib * 1024 * 1024,
+        workspace_gid: config.uid_base,
+        tools_dir,
+        session_socket_dir: socket_dir,
+    })
+    .await?;
+    let socket_name = socket
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let cancel = CancellationToken::new();
+    let runner = Runner::open(
+        Settings {
+            state_dir,
+            workspaces_dir: config.workspaces_dir(),
+            uid_base: config.uid_base,
+            exec_pids_limit: config.exec_pids_limit,
+            output_window: config.output_window_kib * 1024,
+            timeout_grace_ms: config.timeout_grace_ms,
+            default_endpoint: Some(format!(
+                "unix://{}/{socket_name}",
+                layout::CONTAINER_SESSION_DIR
+            )),
+        },
+        engine,
+        cancel.clone(),
+    )
+    .await?;
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<RunnerServiceServer<Service>>().await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    tracing::info!(addr = %listener.local_addr()?, "runner listening");
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let stop = cancel.clone();
+    let result = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(RunnerServiceServer::new(Service::new(runner, operator)))
+        .serve_with_incoming_shutdown(incoming, async move {
+            shutdown.await;
+            // Ends watch streams and followers so the server can drain; the
+            // execs themselves keep running.
+            stop.cancel();
+        })
+        .await;
+    cancel.cancel();
+    result.context("grpc server failed")
+}
+
+/// Copies the `troupe-runner` binary `runner` into `dir` as the supervisor
+/// (and the MCP bridge, when it sits next to it), so the tools in
+/// containers match the runner.
+pub fn install_tools(runner: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    install_file(runner, &dir.join(layout::SUPERVISOR))?;
+    if let Some(bridge) = runner.parent().map(|d| d.join("troupe-mcp"))
+        && bridge.is_file()
+    {
+        install_file(&bridge, &dir.join("troupe-mcp"))?;
+    }
+    Ok(dir.to_path_buf())
+}
+
+fn install_file(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let same = match (std::fs::read(from), std::fs::read(to)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        return Ok(());
+    }
+    // A new file renamed into place: a running container keeps the old inode.
+    let tmp = to.with_extension("new");
+    std::fs::copy(from, &tmp)
+        .with_context(|| format!("cannot copy {} to {}", from.display(), tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, to)?;
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! `troupe-runner`: parses the configuration, binds, and serves until
+//! SIGINT or SIGTERM. Called as `troupe-supervisor` (its copy in the tools
+//! directory), it is the in-container supervisor instead.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use troupe_runner_svc::{Config, layout};
+
+fn main() -> ExitCode {
+    let called_as = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_owned()));
+    if called_as.as_deref() == Some(std::ffi::OsStr::new(layout::SUPERVISOR)) {
+        return troupe_runner_svc::supervisor::main();
+    }
+    match runner() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("troupe-runner: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn runner() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config::parse();
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    troupe_runner_svc::serve(config, listener, shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,408 @@
+//! `troupe-supervisor`: runs inside a workspace container, from Troupe's
+//! read-only tools mount. It is the `troupe-runner` binary itself, copied
+//! into the tools directory under this name (so the two always match):
+//! [`main`] runs when the binary is called `troupe-supervisor`.
+//!
+//! - `run --dir DIR -- COMMAND...`: the process the runner `docker exec`s
+//!   for each session, as the session's own uid. It starts COMMAND in a new
+//!   process group, appends its output to `DIR/output.log` (see the runner's
+//!   `log` module), forwards stdin frames from the `DIR/stdin` FIFO, obeys
+//!   `term` lines on `DIR/control` and a timeout, and ends with an exit
+//!   record. Since the log is a file and the FIFOs are held open by the
+//!   runner, nothing the agent prints is lost while the runner restarts.
+//! - `idle`: the container's main process; waits forever.
+//! - `kill-all`: kills every other process of the caller's uid (the runner's
+//!   last resort when a supervisor itself is gone).
+//!
+//! Every process of the session runs under the session's uid, so killing
+//! "every process this uid may signal" (`kill(-1)`) reaches all of them,
+//! even those that left the process group; nothing else is touched, because
+//! without capabilities a process may signal only its own uid.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{ErrorKind, Read, Write},
+    os::{
+        fd::AsFd,
+        unix::{fs::FileExt, process::CommandExt},
+    },
+    path::PathBuf,
+    process::{Child, ChildStdin, Command, ExitCode, ExitStatus, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    layout,
+    log::{self, Exit, Kind, Reason},
+};
+use clap::Parser;
+use nix::{
+    errno::Errno,
+    poll::{PollFd, PollFlags, PollTimeout, poll},
+    sys::{
+        resource::{Resource, setrlimit},
+        signal::{Signal, kill},
+        stat::{Mode, umask},
+    },
+    unistd::Pid,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "troupe-supervisor",
+    about = "Troupe's in-container exec supervisor"
+)]
+enum Cli {
+    /// Runs COMMAND, spooling its output and exit to DIR/output.log.
+    Run(RunArgs),
+    /// Waits forever: the workspace container's main process.
+    Idle,
+    /// Kills every other process of the caller's uid.
+    KillAll,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The exec's directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Terminate COMMAND after this many milliseconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    timeout_ms: u64,
+    /// Grace between SIGTERM and SIGKILL on timeout.
+    #[arg(long, default_value_t = 5000)]
+    grace_ms: u64,
+    /// Most processes the session's uid may run (RLIMIT_NPROC).
+    #[arg(long)]
+    nproc: Option<u64>,
+    /// Output bytes the log may run ahead of the watchers before COMMAND's
+    /// output is no longer read.
+    #[arg(long, default_value_t = 16 << 20)]
+    window: u64,
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// The supervisor's entry point.
+pub fn main() -> ExitCode {
+    match Cli::parse() {
+        Cli::Run(args) => match run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("troupe-supervisor: {e:#}");
+                ExitCode::from(125)
+            }
+        },
+        Cli::Idle => loop {
+            thread::park();
+        },
+        Cli::KillAll => {
+            kill_all(Signal::SIGKILL);
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let open_rw = |name: &str| -> anyhow::Result<File> {
+        let path = args.dir.join(name);
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))
+    };
+    let log_file = OpenOptions::new()
+        .append(true)
+        .open(args.dir.join(layout::LOG))?;
+    // Read and write, so the FIFOs never report end of file while the
+    // runner restarts.
+    let stdin_fifo = open_rw(layout::STDIN)?;
+    let control = open_rw(layout::CONTROL)?;
+    let ack = File::open(args.dir.join(layout::ACK))?;
+    let mut log = LogWriter {
+        written: log_file.metadata()?.len(),
+        file: log_file,
+        ack,
+        acked: 0,
+        window: args.window,
+        unbounded: Arc::new(AtomicBool::new(false)),
+    };
+
+    // Files the agent creates are shared with the workspace's group.
+    umask(Mode::from_bits_truncate(0o002));
+    if let Some(n) = args.nproc {
+        setrlimit(Resource::RLIMIT_NPROC, n, n)?;
+    }
+
+    let mut child = match Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            let code = if e.kind() == ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            log.exit(&Exit {
+                code,
+                reason: Reason::Exited,
+                detail: format!("cannot start {:?}: {e}", args.command[0]),
+            })?;
+            return Ok(code as u8);
+        }
+    };
+    log.record(Kind::Started, &log::started_payload(i64::from(child.id())))?;
+
+    let ending = Ending {
+        reason: Arc::new(Mutex::new(None)),
+        unbounded: log.unbounded.clone(),
+    };
+    let stdin = child.stdin.take().expect("piped");
+    thread::spawn(move || forward_stdin(stdin_fifo, stdin));
+    {
+        let ending = ending.clone();
+        thread::spawn(move || obey_control(control, ending));
+    }
+    if args.timeout_ms > 0 {
+        let ending = ending.clone();
+        let (timeout, grace) = (args.timeout_ms, args.grace_ms);
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(timeout));
+            ending.terminate(Reason::TimedOut, Duration::from_millis(grace));
+        });
+    }
+
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let (done_tx, done_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let status = wait(child);
+        // Whatever the agent left running ends with it, so its pipes close.
+        kill_all(Signal::SIGKILL);
+        let _ = done_tx.send(status);
+    });
+
+    pump(stdout, stderr, &mut log)?;
+    let status = done_rx.recv()?;
+    let (code, detail) = describe(status);
+    let reason = ending
+        .reason
+        .lock()
+        .expect("poisoned")
+        .unwrap_or(Reason::Exited);
+    log.exit(&Exit {
+        code,
+        reason,
+        detail,
+    })?;
+    Ok(code.clamp(0, 255) as u8)
+}
+
+/// How an exec is being ended, when the runner or the timeout ends it.
+#[derive(Clone)]
+struct Ending {
+    reason: Arc<Mutex<Option<Reason>>>,
+    /// Set once ending: the last output is written whatever the window.
+    unbounded: Arc<AtomicBool>,
+}
+
+impl Ending {
+    /// SIGTERM to every process of the session, SIGKILL to those left after `grace`.
+    fn terminate(&self, reason: Reason, grace: Duration) {
+        self.reason.lock().expect("poisoned").get_or_insert(reason);
+        self.unbounded.store(true, Ordering::SeqCst);
+        kill_all(Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            // Signal 0 to -1 fails with ESRCH once no process is left to signal.
+            if kill(Pid::from_raw(-1), None) == Err(Errno::ESRCH) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        kill_all(Signal::SIGKILL);
+    }
+}
+
+/// Sends `signal` to every process of this uid but the caller.
+fn kill_all(signal: Signal) {
+    let _ = kill(Pid::from_raw(-1), signal);
+}
+
+fn wait(mut child: Child) -> ExitStatus {
+    loop {
+        match child.wait() {
+            Ok(status) => return status,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => panic!("cannot wait for the agent: {e}"),
+        }
+    }
+}
+
+fn describe(status: ExitStatus) -> (i32, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code, String::new()),
+        (None, Some(signal)) => {
+            let name = Signal::try_from(signal).map_or("unknown", |s| s.as_str());
+            (128 + signal, format!("killed by signal {signal} ({name})"))
+        }
+        (None, None) => (-1, "ended without a status".into()),
+    }
+}
+
+/// Copies stdin frames from the FIFO to the agent until the agent's stdin closes.
+fn forward_stdin(mut fifo: File, stdin: ChildStdin) {
+    let mut stdin = Some(stdin);
+    let mut len = [0u8; 4];
+    let mut buf = Vec::new();
+    loop {
+        if fifo.read_exact(&mut len).is_err() {
+            return;
+        }
+        let len = u32::from_le_bytes(len);
+        if len == layout::STDIN_CLOSE {
+            stdin = None;
+            continue;
+        }
+        buf.resize(len as usize, 0);
+        if fifo.read_exact(&mut buf).is_err() {
+            return;
+        }
+        if let Some(pipe) = stdin.as_mut()
+            && pipe.write_all(&buf).is_err()
+        {
+            // The agent closed its stdin; later frames are dropped.
+            stdin = None;
+        }
+    }
+}
+
+/// Reads `term <grace_ms>` lines from the control FIFO.
+fn obey_control(fifo: File, ending: Ending) {
+    use std::io::BufRead;
+    for line in std::io::BufReader::new(fifo).lines() {
+        let Ok(line) = line else { return };
+        if let Some(grace) = line.strip_prefix("term ") {
+            let grace = Duration::from_millis(grace.trim().parse().unwrap_or(5000));
+            let ending = ending.clone();
+            thread::spawn(move || ending.terminate(Reason::Killed, grace));
+        }
+    }
+}
+
+/// Moves the agent's output into the log until both pipes close.
+fn pump(
+    mut stdout: std::process::ChildStdout,
+    mut stderr: std::process::ChildStderr,
+    log: &mut LogWriter,
+) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; log::CHUNK];
+    let (mut out_open, mut err_open) = (true, true);
+    while out_open || err_open {
+        let (out_ready, err_ready) = {
+            let mut fds = Vec::with_capacity(2);
+            if out_open {
+                fds.push(PollFd::new(stdout.as_fd(), PollFlags::POLLIN));
+            }
+            if err_open {
+                fds.push(PollFd::new(stderr.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+            let mut it = fds.iter();
+            let out = out_open && it.next().is_some_and(ready);
+            let err = err_open && it.next().is_some_and(ready);
+            (out, err)
+        };
+        // stdout first when both are ready: the order a terminal shows.
+        if out_ready {
+            out_open = copy_once(&mut stdout, Kind::Stdout, &mut buf, log)?;
+        }
+        if err_ready {
+            err_open = copy_once(&mut stderr, Kind::Stderr, &mut buf, log)?;
+        }
+    }
+    Ok(())
+}
+
+/// One read from `pipe` into one record; false at end of file.
+fn copy_once(
+    pipe: &mut impl Read,
+    kind: Kind,
+    buf: &mut [u8],
+    log: &mut LogWriter,
+) -> anyhow::Result<bool> {
+    loop {
+        match pipe.read(buf) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                log.output(kind, &buf[..n])?;
+                return Ok(true);
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+struct LogWriter {
+    file: File,
+    written: u64,
+    ack: File,
+    acked: u64,
+    window: u64,
+    unbounded: Arc<AtomicBool>,
+}
+
+impl LogWriter {
+    fn record(&mut self, kind: Kind, payload: &[u8]) -> std::io::Result<()> {
+        let bytes = log::encode(kind, payload);
+        self.file.write_all(&bytes)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Appends output once the watchers are within the window.
+    fn output(&mut self, kind: Kind, data: &[u8]) -> std::io::Result<()> {
+        let mut pause = Duration::from_millis(1);
+        while self.written.saturating_sub(self.acked) > self.window
+            && !self.unbounded.load(Ordering::SeqCst)
+        {
+            self.acked = read_ack(&self.ack);
+            if self.written.saturating_sub(self.acked) > self.window {
+                thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+        }
+        self.record(kind, data)
+    }
+
+    fn exit(&mut self, exit: &Exit) -> std::io::Result<()> {
+        self.record(Kind::Exited, &log::exit_payload(exit))
+    }
+}
+
+fn read_ack(file: &File) -> u64 {
+    let mut bytes = [0u8; 8];
+    match file.read_at(&mut bytes, 0) {
+        Ok(8) => u64::from_le_bytes(bytes),
+        _ => 0,
+    }
+}

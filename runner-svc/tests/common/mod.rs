@@ -1,0 +1,327 @@
+//! Harness of the runner's tests: a real `troupe-runner` served in-process
+//! on 127.0.0.1, against the real Docker engine of `DOCKER_HOST` and the
+//! image `scripts/build-image` makes. Without an engine the tests fail:
+//! `scripts/test` starts one.
+
+#![allow(dead_code)]
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use tokio::sync::oneshot;
+use tokio_stream::StreamExt;
+use tonic::{
+    Request,
+    metadata::MetadataValue,
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::Channel,
+};
+use troupe_proto::runner::{
+    ExecEvent, ExitReason, OutputStream, StartExecRequest, WatchExecRequest, exec_event,
+    runner_service_client::RunnerServiceClient,
+};
+use troupe_runner_svc::{Config, docker::Engine};
+
+pub const TOKEN: &str = "test-operator-token-0123456789";
+pub const IMAGE: &str = "troupe-workspace:latest";
+
+pub type Client = RunnerServiceClient<InterceptedService<Channel, Bearer>>;
+
+#[derive(Clone)]
+pub struct Bearer(MetadataValue<tonic::metadata::Ascii>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, tonic::Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+/// A runner serving on a loopback port, with its own data directory.
+pub struct TestRunner {
+    pub dir: tempfile::TempDir,
+    pub config: Config,
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    workspaces: std::sync::Mutex<Vec<String>>,
+}
+
+impl TestRunner {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Self {
+        require_engine();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tools = dir.path().join("tools");
+        troupe_runner_svc::install_tools(Path::new(env!("CARGO_BIN_EXE_troupe-runner")), &tools)
+            .expect("install tools");
+        let mut config = Config::with_data_dir(dir.path().join("data"));
+        config.operator_token = Some(TOKEN.into());
+        config.tools_dir = Some(tools);
+        config.image = IMAGE.into();
+        config.timeout_grace_ms = 500;
+        configure(&mut config);
+        let mut runner = TestRunner {
+            dir,
+            config,
+            addr: "127.0.0.1:0".parse().unwrap(),
+            stop: None,
+            task: None,
+            workspaces: std::sync::Mutex::new(Vec::new()),
+        };
+        runner.serve().await;
+        runner
+    }
+
+    async fn serve(&mut self) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        self.addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        let config = self.config.clone();
+        self.task = Some(tokio::spawn(troupe_runner_svc::serve(
+            config,
+            listener,
+            async move {
+                let _ = rx.await;
+            },
+        )));
+        self.stop = Some(tx);
+        // Ready once the port answers a call.
+        for _ in 0..200 {
+            if let Ok(mut c) = self.try_client().await
+                && c.list_execs(troupe_proto::runner::ListExecsRequest::default())
+                    .await
+                    .is_ok()
+            {
+                return;
+            }
+            if self.task.as_ref().unwrap().is_finished() {
+                let result = self.task.take().unwrap().await.expect("join");
+                panic!("runner stopped at start: {result:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("runner did not come up");
+    }
+
+    /// Stops the server (the execs keep running) and starts it again on the same state.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.serve().await;
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("join").expect("runner failed");
+        }
+    }
+
+    async fn try_client(&self) -> Result<Client, tonic::transport::Error> {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await?;
+        Ok(RunnerServiceClient::with_interceptor(
+            channel,
+            Bearer(format!("Bearer {TOKEN}").parse().unwrap()),
+        )
+        .max_decoding_message_size(16 << 20))
+    }
+
+    pub async fn client(&self) -> Client {
+        self.try_client().await.expect("connect")
+    }
+
+    /// A fresh workspace id, whose container is removed when the runner drops.
+    pub fn workspace(&self, name: &str) -> String {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let id = format!(
+            "t-{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
+        self.workspaces.lock().unwrap().push(id.clone());
+        id
+    }
+
+    /// Host path of an exec's directory.
+    pub fn exec_dir(&self, workspace: &str, exec_id: &str) -> PathBuf {
+        self.config
+            .state_dir()
+            .join("workspaces")
+            .join(workspace)
+            .join("execs")
+            .join(exec_id)
+    }
+
+    /// Starts `sh -c script` in `workspace`.
+    pub async fn sh(&self, workspace: &str, exec_id: &str, script: &str) -> StartExecRequest {
+        let req = start_request(workspace, exec_id, &["sh", "-c", script]);
+        self.client()
+            .await
+            .start_exec(req.clone())
+            .await
+            .expect("start exec");
+        req
+    }
+}
+
+impl Drop for TestRunner {
+    fn drop(&mut self) {
+        let names: Vec<String> = self
+            .workspaces
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|w| Engine::container_name(w))
+            .collect();
+        if names.is_empty() {
+            return;
+        }
+        // Drop cannot await: remove the containers from a thread of its own.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let Ok(docker) = bollard::Docker::connect_with_defaults() else {
+                    return;
+                };
+                for name in names {
+                    let options =
+                        bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                            .force(true)
+                            .build();
+                    let _ = docker.remove_container(&name, Some(options)).await;
+                }
+            });
+        })
+        .join()
+        .ok();
+    }
+}
+
+/// Panics, with what to do, when no Docker engine is reachable.
+pub fn require_engine() {
+    let host = std::env::var("DOCKER_HOST").unwrap_or_default();
+    let socket = host
+        .strip_prefix("unix://")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"));
+    assert!(
+        !host.is_empty() && !host.starts_with("unix://") || socket.exists(),
+        "these tests need a Docker engine and the image {IMAGE}: run scripts/test, \
+         or `source scripts/docker-env && scripts/build-image` first (DOCKER_HOST={host:?})"
+    );
+}
+
+pub fn start_request(workspace: &str, exec_id: &str, command: &[&str]) -> StartExecRequest {
+    StartExecRequest {
+        exec_id: exec_id.into(),
+        workspace_id: workspace.into(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        env: HashMap::new(),
+        ..Default::default()
+    }
+}
+
+/// Everything an exec produced, from a watch that ran to its end.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub events: Vec<ExecEvent>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Output chunks in order, each with its stream.
+    pub chunks: Vec<(OutputStream, Vec<u8>)>,
+    pub exit: Option<(i32, ExitReason, String)>,
+}
+
+impl Collected {
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+
+    pub fn add(&mut self, event: ExecEvent) {
+        match &event.event {
+            Some(exec_event::Event::Output(out)) => {
+                let stream = out.stream();
+                match stream {
+                    OutputStream::Stderr => self.stderr.extend_from_slice(&out.data),
+                    _ => self.stdout.extend_from_slice(&out.data),
+                }
+                match self.chunks.last_mut() {
+                    Some((s, data)) if *s == stream => data.extend_from_slice(&out.data),
+                    _ => self.chunks.push((stream, out.data.clone())),
+                }
+            }
+            Some(exec_event::Event::Exited(exit)) => {
+                self.exit = Some((exit.exit_code, exit.reason(), exit.detail.clone()));
+            }
+            _ => {}
+        }
+        self.events.push(event);
+    }
+}
+
+/// Watches `exec_id` after `after` until its exit event (or `limit`).
+pub async fn collect(client: &mut Client, exec_id: &str, after: u64, limit: Duration) -> Collected {
+    let mut stream = client
+        .watch_exec(WatchExecRequest {
+            exec_id: exec_id.into(),
+            after_sequence: after,
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut out = Collected::default();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(event))) => out.add(event),
+            Ok(Some(Err(status))) => panic!("watch failed: {status:?}"),
+            Ok(None) => return out,
+            Err(_) => panic!(
+                "exec {exec_id} did not end within {limit:?}; so far: stdout {:?} stderr {:?}",
+                out.stdout_text(),
+                out.stderr_text()
+            ),
+        }
+    }
+}
+
+/// Runs `sh -c script` to its end and returns what it produced.
+pub async fn run_sh(
+    runner: &TestRunner,
+    workspace: &str,
+    exec_id: &str,
+    script: &str,
+) -> Collected {
+    runner.sh(workspace, exec_id, script).await;
+    collect(
+        &mut runner.client().await,
+        exec_id,
+        0,
+        Duration::from_secs(60),
+    )
+    .await
+}
