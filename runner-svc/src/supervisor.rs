@@ -46,7 +46,7 @@ use nix::{
     errno::Errno,
     poll::{PollFd, PollFlags, PollTimeout, poll},
     sys::{
-        resource::{Resource, setrlimit},
+        resource::{Resource, getrlimit, setrlimit},
         signal::{Signal, kill},
         stat::{Mode, umask},
     },
@@ -138,7 +138,12 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
     // Files the agent creates are shared with the workspace's group.
     umask(Mode::from_bits_truncate(0o002));
     if let Some(n) = args.nproc {
-        setrlimit(Resource::RLIMIT_NPROC, n, n)?;
+        // Without capabilities the hard limit can only be lowered.
+        let (_, hard) = getrlimit(Resource::RLIMIT_NPROC)?;
+        let n = n.min(hard);
+        if let Err(e) = setrlimit(Resource::RLIMIT_NPROC, n, n) {
+            return log.fail(&format!("cannot limit processes to {n}: {e}"));
+        }
     }
 
     let mut child = match Command::new(&args.command[0])
@@ -392,6 +397,16 @@ impl LogWriter {
             }
         }
         self.record(kind, data)
+    }
+
+    /// Ends the log with the supervisor's own failure to start the agent.
+    fn fail(&mut self, detail: &str) -> anyhow::Result<u8> {
+        self.exit(&Exit {
+            code: 125,
+            reason: Reason::Exited,
+            detail: format!("troupe-supervisor: {detail}"),
+        })?;
+        Ok(125)
     }
 
     fn exit(&mut self, exit: &Exit) -> std::io::Result<()> {

@@ -310,11 +310,9 @@ async fn fork_bomb_is_contained_while_other_execs_work() {
     let out = run_sh(&runner, &ws, "neighbour", "echo $(echo alive)").await;
     assert_eq!(out.stdout_text(), "alive\n");
     let before = last_tick(&runner, "ticker").await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(
-        last_tick(&runner, "ticker").await > before,
-        "the ticker stalled"
-    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let after = last_tick(&runner, "ticker").await;
+    assert!(after > before, "the ticker stalled at {before} ({after})");
 
     let reply = client
         .terminate_exec(TerminateExecRequest {
@@ -482,10 +480,10 @@ async fn a_hundred_megabytes_arrive_intact_and_a_slow_watcher_holds_the_agent_ba
     // Nobody watches yet: the log stops growing near the window.
     let log = runner.exec_dir(&ws, "big").join("output.log");
     let mut size = 0;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let now = std::fs::metadata(&log).unwrap().len();
-        if now == size && now > 0 {
+        if now == size && now > 1 << 20 {
             break;
         }
         size = now;
@@ -604,6 +602,17 @@ async fn processes(runner: &TestRunner, ws: &str, exec_id: &str) -> String {
 
 async fn last_tick(runner: &TestRunner, exec_id: &str) -> u32 {
     let mut client = runner.client().await;
+    // Everything printed so far: the events up to the current last sequence.
+    let last = client
+        .list_execs(ListExecsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .execs
+        .into_iter()
+        .find(|e| e.exec_id == exec_id)
+        .unwrap()
+        .last_sequence;
     let mut stream = client
         .watch_exec(troupe_proto::runner::WatchExecRequest {
             exec_id: exec_id.into(),
@@ -613,14 +622,9 @@ async fn last_tick(runner: &TestRunner, exec_id: &str) -> u32 {
         .unwrap()
         .into_inner();
     let mut seen = Collected::default();
-    // Read what is there now.
-    while let Ok(Some(Ok(event))) = tokio::time::timeout(
-        Duration::from_millis(200),
-        tokio_stream::StreamExt::next(&mut stream),
-    )
-    .await
-    {
-        seen.add(event);
+    while seen.events.last().is_none_or(|e| e.sequence < last) {
+        let event = tokio_stream::StreamExt::next(&mut stream).await.unwrap();
+        seen.add(event.unwrap());
     }
     seen.stdout_text()
         .lines()
