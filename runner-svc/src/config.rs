@@ -60,6 +60,10 @@ pub struct Config {
     /// Grace between SIGTERM and SIGKILL when a timeout ends an exec.
     #[arg(long, env = "TROUPE_TIMEOUT_GRACE_MS", default_value_t = 5000)]
     pub timeout_grace_ms: u64,
+    /// How long an exited exec stays listed and watchable before its log and
+    /// directory are removed.
+    #[arg(long, env = "TROUPE_KEEP_EXITED_SECS", default_value_t = 3600)]
+    pub keep_exited_secs: u64,
 }
 
 impl Config {

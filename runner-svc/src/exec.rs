@@ -58,6 +58,8 @@ pub struct Settings {
     pub exec_pids_limit: u64,
     pub output_window: u64,
     pub timeout_grace_ms: u64,
+    /// How long an exited exec stays listed and watchable.
+    pub keep_exited: Duration,
     /// `TROUPE_SESSION_ENDPOINT` when the caller gives none.
     pub default_endpoint: Option<String>,
 }
@@ -86,6 +88,9 @@ pub struct Meta {
     pub uid: u32,
     pub started_at_micros: u64,
     pub labels: HashMap<String, String>,
+    /// The exec's timeout (0: none), which the runner enforces as well.
+    #[serde(default)]
+    pub timeout_ms: u64,
 }
 
 /// How far an exec's log goes.
@@ -95,6 +100,7 @@ pub struct Progress {
     pub last_sequence: u64,
     /// Offset just after it.
     pub end: u64,
+    /// Authoritative: where the runner ended the exec, its reason, not the log's.
     pub exit: Option<Exit>,
 }
 
@@ -124,8 +130,14 @@ pub struct Exec {
     ack: File,
     acked: AtomicU64,
     ack_written: AtomicU64,
-    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
-    control: tokio::sync::Mutex<pipe::Sender>,
+    /// Dropped (`None`) once stdin is closed or the exec has exited.
+    stdin: Arc<tokio::sync::Mutex<Option<pipe::Sender>>>,
+    /// Only ever written without waiting: the agent can fill this FIFO.
+    control: Mutex<Option<pipe::Sender>>,
+    /// Set when the runner ends the exec (terminate, timeout): the reason
+    /// it reports, whatever the log says.
+    ending: Mutex<Option<Reason>>,
+    exited_at: Mutex<Option<std::time::Instant>>,
     progress: watch::Sender<Progress>,
     /// `index[k]`: offset of record `k * INDEX_EVERY + 1`.
     index: Mutex<Vec<u64>>,
@@ -167,6 +179,17 @@ impl Exec {
             .read_exact_at(&mut payload, pos + HEADER_LEN as u64)
             .context("cannot read the exec log")?;
         Ok((header, payload))
+    }
+
+    /// Asks the supervisor to end the exec, without waiting on the FIFO.
+    fn ask_to_end(&self, reason: Reason, grace: Duration) {
+        self.ending.lock().expect("poisoned").get_or_insert(reason);
+        let line = format!("term {}\n", grace.as_millis());
+        if let Some(control) = self.control.lock().expect("poisoned").as_ref()
+            && let Err(e) = control.try_write(line.as_bytes())
+        {
+            tracing::warn!(exec = %self.meta.exec_id, error = %e, "cannot reach the supervisor");
+        }
     }
 
     /// Records that a watcher has read up to `pos`, releasing the supervisor's window.
@@ -218,7 +241,56 @@ impl Runner {
             shutdown,
         });
         runner.recover().await?;
+        tokio::spawn(runner.clone().forget_old());
         Ok(runner)
+    }
+
+    /// Removes execs that exited more than `keep_exited` ago: their record,
+    /// their directory and log, their descriptors.
+    async fn forget_old(self: Arc<Self>) {
+        let every = (self.settings.keep_exited / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            let old: Vec<Arc<Exec>> = self
+                .execs
+                .lock()
+                .expect("poisoned")
+                .values()
+                .filter(|e| {
+                    e.exited_at
+                        .lock()
+                        .expect("poisoned")
+                        .is_some_and(|at| at.elapsed() >= self.settings.keep_exited)
+                })
+                .cloned()
+                .collect();
+            for exec in old {
+                let meta = &exec.meta;
+                self.execs.lock().expect("poisoned").remove(&meta.exec_id);
+                let record = meta_dir(&self.settings).join(format!("{}.json", meta.exec_id));
+                let dir = self
+                    .settings
+                    .state_dir
+                    .join("workspaces")
+                    .join(&meta.workspace_id)
+                    .join("execs")
+                    .join(&meta.exec_id);
+                if let Err(e) =
+                    std::fs::remove_file(&record).and_then(|()| std::fs::remove_dir_all(&dir))
+                {
+                    tracing::warn!(exec = %meta.exec_id, error = %e, "cannot remove an old exec");
+                }
+            }
+        }
+    }
+
+    /// Cancelled when the runner stops.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
     }
 
     pub fn engine(&self) -> &Engine {
@@ -346,11 +418,21 @@ impl Runner {
             uid,
             started_at_micros: log::now_micros(),
             labels: spec.labels.clone(),
+            timeout_ms: spec.timeout_ms,
         };
         write_meta(meta_path, &meta)?;
         let exec = self.adopt(meta, files)?;
         if !spec.initial_stdin.is_empty() {
-            self.write_stdin(&exec, &spec.initial_stdin, false).await?;
+            // Queued ahead of any later write, but not awaited: an agent
+            // that does not read its stdin must not block the start.
+            let pending = self
+                .queue_stdin(&exec, spec.initial_stdin.clone(), false)
+                .await;
+            tokio::spawn(async move {
+                if let Err(e) = pending.await {
+                    tracing::warn!(error = %e, "initial stdin not delivered");
+                }
+            });
         }
         Ok(exec)
     }
@@ -390,46 +472,47 @@ impl Runner {
         env
     }
 
-    /// Writes `data` (and maybe the end of input) to the exec's stdin.
+    /// Writes `data` (and maybe the end of input) to the exec's stdin;
+    /// returns once the supervisor has it.
     pub async fn write_stdin(
         &self,
         exec: &Arc<Exec>,
         data: &[u8],
         close: bool,
     ) -> Result<(), ExecError> {
-        if exec.progress().exit.is_some() {
-            return Err(ExecError::Conflict(format!(
-                "exec {:?} has exited",
-                exec.meta.exec_id
-            )));
-        }
-        let mut frames = Vec::with_capacity(data.len() + 8);
-        for chunk in data.chunks(layout::STDIN_FRAME) {
-            frames.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
-            frames.extend_from_slice(chunk);
-        }
-        if close {
-            frames.extend_from_slice(&layout::STDIN_CLOSE.to_le_bytes());
-        }
-        let exec = exec.clone();
-        // In a task of its own, so a caller that goes away cannot leave half a frame.
+        self.queue_stdin(exec, data.to_vec(), close).await.await
+    }
+
+    /// Takes the exec's stdin (so writes keep their order), then returns the
+    /// write to await. The write runs in a task of its own, so a caller that
+    /// goes away cannot leave half a frame.
+    async fn queue_stdin(
+        &self,
+        exec: &Arc<Exec>,
+        data: Vec<u8>,
+        close: bool,
+    ) -> impl Future<Output = Result<(), ExecError>> + use<> {
+        let id = exec.meta.exec_id.clone();
+        let exited = exec.progress().exit.is_some();
+        let stdin = exec.stdin.clone().lock_owned().await;
+        let mut progress = exec.subscribe();
         let task = tokio::spawn(async move {
-            let mut stdin = exec.stdin.lock().await;
+            let mut stdin = stdin;
+            if exited {
+                return Err(ExecError::Conflict(format!("exec {id:?} has exited")));
+            }
             let Some(pipe) = stdin.as_mut() else {
                 return Err(ExecError::Conflict(format!(
-                    "stdin of exec {:?} is closed",
-                    exec.meta.exec_id
+                    "stdin of exec {id:?} is closed"
                 )));
             };
-            let mut progress = exec.subscribe();
             tokio::select! {
-                written = pipe.write_all(&frames) => {
+                written = write_frames(pipe, &data, close) => {
                     written.context("cannot write to the exec's stdin")?;
                 }
                 _ = progress.wait_for(|p| p.exit.is_some()) => {
                     return Err(ExecError::Conflict(format!(
-                        "exec {:?} exited before reading its stdin",
-                        exec.meta.exec_id
+                        "exec {id:?} exited before reading its stdin"
                     )));
                 }
             }
@@ -438,7 +521,7 @@ impl Runner {
             }
             Ok(())
         });
-        task.await.map_err(anyhow::Error::from)?
+        async move { task.await.map_err(anyhow::Error::from)? }
     }
 
     /// Stops the exec and every process it started; returns once it has exited.
@@ -447,11 +530,7 @@ impl Runner {
         if progress.borrow().exit.is_some() {
             return Ok(());
         }
-        let line = format!("term {}\n", grace.as_millis());
-        let sent = exec.control.lock().await.write_all(line.as_bytes()).await;
-        if let Err(e) = sent {
-            tracing::warn!(exec = %exec.meta.exec_id, error = %e, "cannot reach the supervisor");
-        }
+        exec.ask_to_end(Reason::Killed, grace);
         let wait = grace + Duration::from_secs(3);
         if tokio::time::timeout(wait, progress.wait_for(|p| p.exit.is_some()))
             .await
@@ -459,7 +538,7 @@ impl Runner {
         {
             return Ok(());
         }
-        // The supervisor is gone or stuck: kill the uid from outside.
+        // The supervisor is gone, stopped or stuck: kill the uid from outside.
         tracing::warn!(exec = %exec.meta.exec_id, "supervisor did not stop the exec; killing its uid");
         self.engine
             .kill_uid(&exec.meta.container_id, exec.meta.uid)
@@ -518,8 +597,10 @@ impl Runner {
             ack: files.ack,
             acked: AtomicU64::new(acked),
             ack_written: AtomicU64::new(acked),
-            stdin: tokio::sync::Mutex::new(Some(files.stdin)),
-            control: tokio::sync::Mutex::new(files.control),
+            stdin: Arc::new(tokio::sync::Mutex::new(Some(files.stdin))),
+            control: Mutex::new(Some(files.control)),
+            ending: Mutex::new(None),
+            exited_at: Mutex::new(None),
             progress: watch::Sender::new(Progress::default()),
             index: Mutex::new(Vec::new()),
         });
@@ -571,9 +652,15 @@ impl Runner {
         Ok(())
     }
 
-    /// Follows an exec's log until its exit record.
+    /// Follows an exec's log until its exit record, then ends the exec.
     async fn follow(self: Arc<Self>, exec: Arc<Exec>) {
         let mut scanner = Scanner::default();
+        if let Some(exit) = self.follow_log(&exec, &mut scanner).await {
+            self.finish(&exec, exit, &scanner).await;
+        }
+    }
+
+    async fn follow_log(&self, exec: &Arc<Exec>, scanner: &mut Scanner) -> Option<Exit> {
         let mut wakeups = match watch_file(&exec.log) {
             Ok(stream) => Some(stream),
             Err(e) => {
@@ -583,43 +670,91 @@ impl Runner {
         };
         let mut liveness = tokio::time::interval(LIVENESS_EVERY);
         liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The runner's own deadline, should the supervisor not keep its timeout.
+        let deadline = (exec.meta.timeout_ms > 0).then(|| {
+            let started =
+                std::time::UNIX_EPOCH + Duration::from_micros(exec.meta.started_at_micros);
+            let overdue = started
+                + Duration::from_millis(exec.meta.timeout_ms + self.settings.timeout_grace_ms)
+                + LIVENESS_EVERY * 2;
+            let left = overdue
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            tokio::time::Instant::now() + left
+        });
+        let mut overdue = false;
         let mut corrupt: Option<String> = None;
         loop {
             if corrupt.is_none() {
-                match scanner.scan(&exec) {
-                    Ok(Some(exit)) => {
-                        exec.progress.send_modify(|p| p.exit = Some(exit));
-                        return;
-                    }
+                match scanner.scan_blocking(exec).await {
+                    Ok(Some(exit)) => return Some(exit),
                     Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(exec = %exec.meta.exec_id, error = %e, "corrupt exec log; terminating the exec");
                         corrupt = Some(e.to_string());
-                        let _ = exec.control.lock().await.write_all(b"term 0\n").await;
+                        exec.ask_to_end(Reason::Killed, Duration::ZERO);
                     }
                 }
             }
             let poll = tokio::time::sleep(Duration::from_millis(50));
+            let due = async {
+                match deadline {
+                    Some(at) if !overdue => tokio::time::sleep_until(at).await,
+                    _ => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                () = self.shutdown.cancelled() => return,
+                () = self.shutdown.cancelled() => return None,
                 _ = async {
                     match wakeups.as_mut() {
                         Some(s) => { s.next().await; }
                         None => poll.await,
                     }
                 } => {}
+                () = due => {
+                    overdue = true;
+                    tracing::warn!(exec = %exec.meta.exec_id, "exec outlived its timeout; killing its uid");
+                    exec.ending.lock().expect("poisoned").get_or_insert(Reason::TimedOut);
+                    if let Err(e) = self.engine.kill_uid(&exec.meta.container_id, exec.meta.uid).await {
+                        tracing::warn!(exec = %exec.meta.exec_id, error = %e, "cannot kill an overdue exec");
+                    }
+                }
                 _ = liveness.tick() => {
-                    match self.check_liveness(&exec, &mut scanner, corrupt.as_deref()).await {
-                        Ok(Some(exit)) => {
-                            exec.progress.send_modify(|p| p.exit = Some(exit));
-                            return;
-                        }
+                    match self.check_liveness(exec, scanner, corrupt.as_deref()).await {
+                        Ok(Some(exit)) => return Some(exit),
                         Ok(None) => {}
                         Err(e) => tracing::warn!(exec = %exec.meta.exec_id, error = %e, "liveness check failed"),
                     }
                 }
             }
         }
+    }
+
+    /// Publishes the end of an exec. Whatever its log says, every process
+    /// of its uid is killed first: an agent cannot outlive its exec by
+    /// writing an exit record itself.
+    async fn finish(&self, exec: &Arc<Exec>, mut exit: Exit, scanner: &Scanner) {
+        if exit.reason != Reason::ContainerLost
+            && let Err(e) = self
+                .engine
+                .kill_uid(&exec.meta.container_id, exec.meta.uid)
+                .await
+        {
+            tracing::warn!(exec = %exec.meta.exec_id, error = %e, "cannot kill what the exec left");
+        }
+        if let Some(reason) = *exec.ending.lock().expect("poisoned")
+            && exit.reason != Reason::ContainerLost
+        {
+            exit.reason = reason;
+        }
+        *exec.control.lock().expect("poisoned") = None;
+        *exec.exited_at.lock().expect("poisoned") = Some(std::time::Instant::now());
+        exec.progress.send_modify(|p| {
+            p.last_sequence = scanner.seq;
+            p.end = scanner.pos;
+            p.exit = Some(exit);
+        });
+        *exec.stdin.lock().await = None;
     }
 
     /// Ends the log for the supervisor when it can no longer do it itself.
@@ -636,7 +771,7 @@ impl Runner {
         }
         if corrupt.is_none() {
             // The supervisor may have written its exit just now.
-            if let Some(exit) = scanner.scan(exec)? {
+            if let Some(exit) = scanner.scan_blocking(exec).await? {
                 return Ok(Some(exit));
             }
         }
@@ -669,7 +804,8 @@ impl Runner {
         exec.log.set_len(scanner.pos)?;
         exec.log.write_all_at(&record, scanner.pos)?;
         scanner
-            .scan(exec)?
+            .scan_blocking(exec)
+            .await?
             .context("the appended exit record was not read back")
             .map(Some)
     }
@@ -680,9 +816,24 @@ impl Runner {
 struct Scanner {
     pos: u64,
     seq: u64,
+    /// Offset of the exit record, once read.
+    exit_at: u64,
 }
 
 impl Scanner {
+    /// [`Scanner::scan`] off the async threads: a log may hold many records.
+    async fn scan_blocking(&mut self, exec: &Arc<Exec>) -> anyhow::Result<Option<Exit>> {
+        let mut scanner = std::mem::take(self);
+        let exec = exec.clone();
+        let (scanner, result) = tokio::task::spawn_blocking(move || {
+            let result = scanner.scan(&exec);
+            (scanner, result)
+        })
+        .await?;
+        *self = scanner;
+        result
+    }
+
     /// Advances over complete records, publishing progress; returns the exit once read.
     fn scan(&mut self, exec: &Exec) -> anyhow::Result<Option<Exit>> {
         let len = exec.log.metadata()?.len();
@@ -694,6 +845,7 @@ impl Scanner {
                 break;
             }
             if header.kind == Kind::Exited {
+                self.exit_at = self.pos;
                 let (_, payload) = exec
                     .read_record(self.pos)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -712,7 +864,11 @@ impl Scanner {
             }
         }
         if self.seq != start_seq {
-            let (seq, end) = (self.seq, self.pos);
+            // The exit record is published with the exit itself, by `finish`.
+            let (seq, end) = match &exit {
+                Some(_) => (self.seq - 1, self.exit_at),
+                None => (self.seq, self.pos),
+            };
             exec.progress.send_modify(|p| {
                 p.last_sequence = seq;
                 p.end = end;
@@ -800,10 +956,9 @@ fn create_exec_dir(dir: &Path, uid: u32, gid: u32) -> Result<ExecFiles, ExecErro
 fn open_exec_files(dir: &Path, uid: u32) -> anyhow::Result<ExecFiles> {
     let open = |name: &str, fifo: bool| -> anyhow::Result<File> {
         let path = dir.join(name);
-        let mut flags = nix::libc::O_NOFOLLOW;
-        if fifo {
-            flags |= nix::libc::O_NONBLOCK;
-        }
+        // Non-blocking as well: a lease the agent takes on a file must not
+        // hold the runner up.
+        let flags = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -830,6 +985,31 @@ fn open_exec_files(dir: &Path, uid: u32) -> anyhow::Result<ExecFiles> {
         stdin: pipe::Sender::from_file(open(layout::STDIN, true)?)?,
         control: pipe::Sender::from_file(open(layout::CONTROL, true)?)?,
     })
+}
+
+/// Writes `data` as stdin frames, each in one `write` of at most
+/// `PIPE_BUF` bytes, which a pipe takes whole or not at all: a runner that
+/// stops between two writes never leaves half a frame in the FIFO.
+async fn write_frames(pipe: &mut pipe::Sender, data: &[u8], close: bool) -> std::io::Result<()> {
+    let mut frames: Vec<Vec<u8>> = data
+        .chunks(layout::STDIN_FRAME)
+        .map(|chunk| {
+            let mut frame = Vec::with_capacity(chunk.len() + 4);
+            frame.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+            frame.extend_from_slice(chunk);
+            frame
+        })
+        .collect();
+    if close {
+        frames.push(layout::STDIN_CLOSE.to_le_bytes().to_vec());
+    }
+    for frame in frames {
+        let written = pipe.write(&frame).await?;
+        if written != frame.len() {
+            return Err(std::io::Error::other("a stdin frame was split"));
+        }
+    }
+    Ok(())
 }
 
 fn read_ack(file: &File) -> u64 {

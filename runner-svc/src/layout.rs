@@ -21,8 +21,10 @@ pub const HOME: &str = "home";
 /// A stdin frame is a u32 LE length, then that many bytes; this length
 /// instead closes the agent's stdin.
 pub const STDIN_CLOSE: u32 = u32::MAX;
-/// Largest stdin frame the runner writes.
-pub const STDIN_FRAME: usize = 64 * 1024;
+/// Largest stdin frame payload: with its length, one `PIPE_BUF` (4096
+/// bytes), so each frame reaches the FIFO whole. The supervisor closes the
+/// agent's stdin on a longer one.
+pub const STDIN_FRAME: usize = 4096 - 4;
 
 /// Where the exec directories of a workspace are mounted in its container.
 pub const CONTAINER_EXECS: &str = "/run/troupe/execs";

@@ -50,11 +50,10 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    raise_open_files_limit();
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir)
         .with_context(|| format!("cannot create {}", state_dir.display()))?;
-    std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("cannot chmod {}", config.data_dir.display()))?;
     let operator =
         troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
     let tools_dir = match &config.tools_dir {
@@ -98,6 +97,7 @@ pub async fn serve(
             exec_pids_limit: config.exec_pids_limit,
             output_window: config.output_window_kib * 1024,
             timeout_grace_ms: config.timeout_grace_ms,
+            keep_exited: std::time::Duration::from_secs(config.keep_exited_secs),
             default_endpoint: Some(format!(
                 "unix://{}/{socket_name}",
                 layout::CONTAINER_SESSION_DIR
@@ -136,6 +136,18 @@ pub async fn serve(
         .await;
     cancel.cancel();
     result.context("grpc server failed")
+}
+
+/// Every exec holds four descriptors while it is kept: allow what the
+/// hard limit allows.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(error = %e, "cannot raise the open files limit");
+    }
 }
 
 /// Copies the `troupe-runner` binary `runner` into `dir` as the supervisor

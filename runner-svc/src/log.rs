@@ -28,6 +28,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub const HEADER_LEN: usize = 13;
 /// Largest payload a reader accepts.
 pub const MAX_PAYLOAD: u32 = 1 << 20;
+/// Longest exit detail a reader keeps.
+pub const MAX_DETAIL: usize = 1024;
 /// Largest output chunk the supervisor writes as one record.
 pub const CHUNK: usize = 64 * 1024;
 
@@ -158,7 +160,8 @@ pub fn decode_exit(payload: &[u8]) -> Result<Exit, Corrupt> {
     }
     let code = i32::from_le_bytes(payload[..4].try_into().expect("4 bytes"));
     let reason = Reason::from_byte(payload[4]).ok_or(Corrupt("bad exit reason"))?;
-    let detail = String::from_utf8_lossy(&payload[5..]).into_owned();
+    let detail = &payload[5..];
+    let detail = String::from_utf8_lossy(&detail[..detail.len().min(MAX_DETAIL)]).into_owned();
     Ok(Exit {
         code,
         reason,

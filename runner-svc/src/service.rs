@@ -114,6 +114,7 @@ impl RunnerService for Service {
         let start = exec.progress();
         // Refuse a bad cursor before the stream starts.
         let mut pos = exec.locate_after(req.after_sequence, &start)?;
+        let shutdown = self.runner.shutdown_token();
         tokio::spawn(async move {
             let mut seq = req.after_sequence;
             let mut progress = exec.subscribe();
@@ -137,11 +138,19 @@ impl RunnerService for Service {
                 if now.exit.is_some() {
                     return;
                 }
-                if progress.changed().await.is_err() {
-                    let _ = tx
-                        .send(Err(Status::unavailable("runner is shutting down")))
-                        .await;
-                    return;
+                tokio::select! {
+                    changed = progress.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                    () = tx.closed() => return,
+                    () = shutdown.cancelled() => {
+                        let _ = tx
+                            .send(Err(Status::unavailable("runner is shutting down")))
+                            .await;
+                        return;
+                    }
                 }
             }
         });
@@ -213,9 +222,11 @@ fn event(
             } as i32,
             data: payload,
         }),
-        Kind::Exited => {
-            exec_event::Event::Exited(exited(&crate::log::decode_exit(&payload).map_err(corrupt)?))
-        }
+        // The runner's account of the end, which may correct the log's.
+        Kind::Exited => exec_event::Event::Exited(exited(&match exec.progress().exit {
+            Some(exit) => exit,
+            None => crate::log::decode_exit(&payload).map_err(corrupt)?,
+        })),
     };
     Ok(ExecEvent {
         exec_id: exec.meta.exec_id.clone(),

@@ -283,6 +283,10 @@ fn forward_stdin(mut fifo: File, stdin: ChildStdin) {
             stdin = None;
             continue;
         }
+        if len as usize > layout::STDIN_FRAME {
+            // Not a frame the runner wrote: stop forwarding.
+            return;
+        }
         buf.resize(len as usize, 0);
         if fifo.read_exact(&mut buf).is_err() {
             return;
