@@ -68,6 +68,9 @@ impl Engine {
             .ping()
             .await
             .context("the Docker engine does not answer")?;
+        if let Err(e) = docker.inspect_image(&spec.image).await {
+            tracing::warn!(image = %spec.image, error = %e, "workspace image not found; build it with scripts/build-image");
+        }
         Ok(Engine {
             docker,
             spec,
@@ -176,11 +179,18 @@ impl Engine {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(name).build();
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .with_context(|| format!("cannot create container {name} from {}", spec.image))?;
+        let created = match self.docker.create_container(Some(options), body).await {
+            Ok(created) => created,
+            Err(e) if is_not_found(&e) => anyhow::bail!(
+                "the workspace image {} is missing: build it with scripts/build-image",
+                spec.image
+            ),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("cannot create container {name} from {}", spec.image)
+                });
+            }
+        };
         self.docker
             .start_container(&created.id, None)
             .await

@@ -386,6 +386,7 @@ impl Runner {
             &spec.working_dir
         };
 
+        let started_at_micros = log::now_micros();
         let mut attempt = 0;
         let (container_id, docker_exec_id) = loop {
             attempt += 1;
@@ -416,7 +417,7 @@ impl Runner {
             container_id,
             docker_exec_id,
             uid,
-            started_at_micros: log::now_micros(),
+            started_at_micros,
             labels: spec.labels.clone(),
             timeout_ms: spec.timeout_ms,
         };

@@ -632,3 +632,20 @@ async fn last_tick(runner: &TestRunner, exec_id: &str) -> u32 {
         .max()
         .unwrap_or(0)
 }
+
+#[tokio::test]
+async fn a_missing_image_is_named_in_the_error() {
+    let runner = TestRunner::start_with(|c| c.image = "troupe-no-such-image:none".into()).await;
+    let ws = runner.workspace("noimage");
+    let status = runner
+        .client()
+        .await
+        .start_exec(start_request(&ws, "x", &["true"]))
+        .await
+        .unwrap_err();
+    assert!(
+        status.message().contains("troupe-no-such-image:none")
+            && status.message().contains("scripts/build-image"),
+        "{status:?}"
+    );
+}
