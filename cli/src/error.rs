@@ -1,12 +1,13 @@
 //! How a failed command is reported: `error: <message> (reason: ..)` on
 //! stderr, or `{"error": {...}}` on stdout with `--json`. A gRPC status is
-//! shown with its `google.rpc.ErrorInfo` reason and metadata.
+//! shown with its `google.rpc.ErrorInfo` reason and metadata, decoded and
+//! worded by [`troupe_proto::refusal`].
 
 use std::io::Write;
 
 use serde_json::{Map, Value, json};
 use tonic::{Code, Status};
-use tonic_types::StatusExt;
+use troupe_proto::refusal::{self, Refusal};
 
 use crate::connect::TokenOrigin;
 
@@ -29,29 +30,6 @@ impl std::fmt::Display for Reported {
 }
 
 impl std::error::Error for Reported {}
-
-/// Returns the canonical gRPC name of a code (`NOT_FOUND`, ...).
-pub fn code_str(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
 
 /// A failure, reduced to what is shown.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,13 +57,12 @@ impl Failure {
     }
 
     pub fn from_status(status: &Status, setting: &Setting) -> Self {
-        let info = status.get_details_error_info();
-        let mut metadata: Vec<_> = info
-            .as_ref()
-            .map(|i| i.metadata.clone().into_iter().collect())
-            .unwrap_or_default();
-        metadata.sort();
-        let reason = info.map(|i| i.reason);
+        let Refusal {
+            code,
+            message,
+            reason,
+            metadata,
+        } = Refusal::from_status(status);
         let hint = match (status.code(), reason.as_deref()) {
             (Code::Unavailable, None) => Some(format!(
                 "is troupe-session running at {}?",
@@ -98,13 +75,8 @@ impl Failure {
             }
             _ => None,
         };
-        let message = if status.message().is_empty() {
-            status.code().description().to_owned()
-        } else {
-            status.message().to_owned()
-        };
         Failure {
-            code: Some(code_str(status.code())),
+            code: Some(code),
             message,
             reason,
             metadata,
@@ -114,14 +86,10 @@ impl Failure {
 
     /// Returns the human form: `error: <message> (reason: X, k=v)` and maybe a hint line.
     pub fn text(&self) -> String {
-        let mut out = format!("error: {}", self.message);
-        if let Some(reason) = &self.reason {
-            out.push_str(&format!(" (reason: {reason}"));
-            for (key, value) in &self.metadata {
-                out.push_str(&format!(", {key}={value}"));
-            }
-            out.push(')');
-        }
+        let mut out = format!(
+            "error: {}",
+            refusal::describe(&self.message, self.reason.as_deref(), &self.metadata)
+        );
         if let Some(hint) = &self.hint {
             out.push_str(&format!("\nhint: {hint}"));
         }
@@ -176,7 +144,7 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
 mod tests {
     use std::collections::HashMap;
 
-    use tonic_types::ErrorDetails;
+    use tonic_types::{ErrorDetails, StatusExt};
 
     use super::*;
 

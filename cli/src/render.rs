@@ -67,6 +67,7 @@ pub fn session(s: &pb::Session) -> Value {
         "created_at": timestamp(s.created_at.as_ref()),
         "ended_at": timestamp(s.ended_at.as_ref()),
         "end_reason": text(&s.end_reason),
+        "exit_code": s.exit_code,
     })
 }
 
@@ -128,6 +129,8 @@ pub fn got(r: &pb::GetSessionResponse) -> Value {
         "session": opt_session(r.session.as_ref()),
         "children": r.children.iter().map(session).collect::<Vec<_>>(),
         "inbox_count": r.inbox_count,
+        "exit_code": r.result.as_ref().and_then(|x| x.exit_code),
+        "output_tail": r.result.as_ref().map(|x| x.output_tail.as_str()),
     })
 }
 
@@ -187,6 +190,15 @@ fn event_detail(detail: Option<&Detail>) -> Value {
             "reason": text(&t.reason),
             "terminated_by": text(&t.terminated_by),
         }),
+        Some(Detail::Output(o)) => json!({
+            "stream": o.stream,
+            "text": String::from_utf8_lossy(&o.data),
+        }),
+        Some(Detail::Ended(e)) => json!({
+            "exit_code": e.exit_code,
+            "reason": e.reason,
+            "detail": text(&e.detail),
+        }),
     }
 }
 
@@ -203,6 +215,18 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
         Some(Detail::Terminated(t)) => {
             format!("reason={} by={}", word(&t.reason), word(&t.terminated_by))
         }
+        Some(Detail::Output(o)) => {
+            format!("{}={}", o.stream, word(&String::from_utf8_lossy(&o.data)))
+        }
+        Some(Detail::Ended(e)) if e.detail.is_empty() => {
+            format!("exit_code={} reason={}", e.exit_code, e.reason)
+        }
+        Some(Detail::Ended(e)) => format!(
+            "exit_code={} reason={} detail={}",
+            e.exit_code,
+            e.reason,
+            word(&e.detail)
+        ),
     }
 }
 

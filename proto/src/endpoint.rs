@@ -5,6 +5,36 @@
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+/// A channel to `endpoint` that connects on first use, and reconnects:
+/// for a service that may start after its caller.
+pub fn connect_lazy(endpoint: &str) -> anyhow::Result<Channel> {
+    if let Some(path) = endpoint.strip_prefix("unix://") {
+        anyhow::ensure!(
+            path.starts_with('/'),
+            "unix endpoint {endpoint:?} needs an absolute path"
+        );
+        let path = path.to_owned();
+        return Ok(
+            Endpoint::try_from("http://troupe.invalid")?.connect_with_connector_lazy(
+                tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        let stream = tokio::net::UnixStream::connect(path).await?;
+                        Ok::<_, std::io::Error>(TokioIo::new(stream))
+                    }
+                }),
+            ),
+        );
+    }
+    anyhow::ensure!(
+        endpoint.starts_with("http://") || endpoint.starts_with("https://"),
+        "endpoint {endpoint:?} must start with http://, https:// or unix://"
+    );
+    Ok(Endpoint::from_shared(endpoint.to_owned())?
+        .tcp_nodelay(true)
+        .connect_lazy())
+}
+
 /// Opens a channel to `endpoint`.
 pub async fn connect(endpoint: &str) -> anyhow::Result<Channel> {
     if let Some(path) = endpoint.strip_prefix("unix://") {

@@ -8,6 +8,7 @@
 //! - [`paths`]: the default data directory and the operator token.
 //! - [`names`]: the rule for workspace ids and agent names.
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
+//! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
 /// `troupe.session.v1`.
@@ -23,6 +24,7 @@ pub mod runner {
 pub mod endpoint;
 pub mod names;
 pub mod paths;
+pub mod refusal;
 pub mod status;
 pub mod trust;
 

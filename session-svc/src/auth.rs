@@ -89,6 +89,11 @@ impl Tokens {
     }
 
     /// Mints a token bound to `session_id`; returns it and its expiry (Unix seconds).
+    /// The operator token, for calls to the runner.
+    pub fn operator(&self) -> &str {
+        &self.operator
+    }
+
     pub fn mint(&self, session_id: &str) -> Result<(String, u64), SessionError> {
         let iat = unix_now();
         let exp = iat + self.ttl.as_secs().max(1);

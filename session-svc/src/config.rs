@@ -31,6 +31,13 @@ pub struct Config {
     /// Operator token; default: read from, or generated into, `<data-dir>/operator.token`.
     #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
+    /// The runner that starts agents (`http://127.0.0.1:7401`); without one,
+    /// sessions are recorded and stay pending.
+    #[arg(long, env = "TROUPE_RUNNER_ENDPOINT")]
+    pub runner: Option<String>,
+    /// Bytes of each agent's latest output kept for `GetSession` and callbacks.
+    #[arg(long, env = "TROUPE_OUTPUT_TAIL_BYTES", default_value_t = 16 * 1024)]
+    pub output_tail_bytes: usize,
     /// Lifetime of a session token, in seconds.
     #[arg(long, env = "TROUPE_TOKEN_TTL_SECS", default_value_t = 24 * 3600)]
     pub token_ttl_secs: u64,

@@ -32,6 +32,7 @@ pub enum Reason {
     InvalidArgument,
     IdempotencyConflict,
     CursorExpired,
+    Unavailable,
     Internal,
 }
 
@@ -61,6 +62,7 @@ impl Reason {
             Reason::InvalidArgument => "INVALID_ARGUMENT",
             Reason::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Reason::CursorExpired => "CURSOR_EXPIRED",
+            Reason::Unavailable => "UNAVAILABLE",
             Reason::Internal => "INTERNAL",
         }
     }
@@ -89,6 +91,7 @@ impl Reason {
             Reason::InvalidArgument => Code::InvalidArgument,
             Reason::IdempotencyConflict => Code::AlreadyExists,
             Reason::CursorExpired => Code::OutOfRange,
+            Reason::Unavailable => Code::Unavailable,
             Reason::Internal => Code::Internal,
         }
     }

@@ -14,6 +14,7 @@
 pub mod agents;
 pub mod auth;
 pub mod config;
+pub mod driver;
 pub mod error;
 pub mod model;
 pub mod policy;
@@ -31,6 +32,7 @@ pub use config::{Config, Limits};
 
 use crate::{
     auth::Tokens,
+    driver::Driver,
     service::{Inner, Service},
     store::{SqliteStore, Store},
 };
@@ -72,12 +74,31 @@ async fn serve_with_store<S: Store + Clone>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
+    let tokens = std::sync::Arc::new(tokens);
+    let driver = match &config.runner {
+        Some(endpoint) => {
+            let channel = troupe_proto::endpoint::connect_lazy(endpoint)
+                .with_context(|| format!("bad runner endpoint {endpoint:?}"))?;
+            let driver = Driver::new(
+                store.clone(),
+                tokens.clone(),
+                channel,
+                tokens.operator(),
+                config.output_tail_bytes,
+                cancel.clone(),
+            )?;
+            tokio::spawn(driver.clone().reconcile());
+            Some(driver)
+        }
+        None => None,
+    };
     let service = Service::new(Inner {
         store: store.clone(),
         tokens,
         limits: config.limits,
         workspaces_dir: config.workspaces_dir(),
         shutdown: cancel.clone(),
+        driver,
     });
     let pruner = tokio::spawn(prune_events(store, config.event_retention, cancel.clone()));
 

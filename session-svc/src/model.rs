@@ -186,3 +186,49 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// What an agent's process did, as the runner reported it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcessChange {
+    Started,
+    Output { stream: &'static str, data: Vec<u8> },
+    Exited(ProcessExit),
+}
+
+/// How an agent's process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessExit {
+    pub code: i32,
+    /// `exited`, `killed`, `timed_out` or `container_lost`.
+    pub reason: String,
+    pub detail: String,
+}
+
+impl ProcessExit {
+    /// A clean exit: the session completed; anything else failed.
+    pub fn succeeded(&self) -> bool {
+        self.code == 0 && self.reason == "exited"
+    }
+}
+
+/// A session's process record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessRow {
+    /// Last runner event applied.
+    pub runner_seq: u64,
+    pub exit_code: Option<i32>,
+    pub exit_reason: Option<String>,
+    pub output_tail: Vec<u8>,
+    /// Last inbox sequence written to the agent's stdin.
+    pub delivered_seq: u64,
+    pub notify_parent: bool,
+}
+
+/// A stored message, as delivered to an agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboxMessage {
+    pub seq: u64,
+    pub message_id: String,
+    pub sender: String,
+    pub body: String,
+}

@@ -118,6 +118,16 @@ impl TestServer {
     }
 
     /// Stops the server; panics if it failed.
+    /// Stops the server, keeping its data, until [`TestServer::start_again`].
+    pub async fn stop_for_restart(&mut self) {
+        self.stop_inner().await;
+    }
+
+    /// Starts a stopped server again on the same data.
+    pub async fn start_again(&mut self) {
+        self.launch().await;
+    }
+
     pub async fn stop(mut self) {
         self.stop_inner().await;
     }

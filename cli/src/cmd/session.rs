@@ -75,6 +75,7 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
             request_id: args.request_id.clone(),
             trust_level,
             parent_session_id: parent.clone(),
+            mode: 0,
         })
         .await?
         .into_inner();
@@ -166,6 +167,18 @@ pub async fn get(ctx: &mut Ctx, id: &str) -> anyhow::Result<()> {
     text.push_str(&format!("{:<11} {}\n", "children", r.children.len()));
     for child in &r.children {
         text.push_str(&format!("  {}\n", tree::line(child)));
+    }
+    if let Some(result) = &r.result {
+        if let Some(code) = result.exit_code {
+            text.push_str(&format!("{:<11} {code}\n", "exit code"));
+        }
+        if !result.output_tail.is_empty() {
+            text.push_str("output (latest):\n");
+            text.push_str(&result.output_tail);
+            if !result.output_tail.ends_with('\n') {
+                text.push('\n');
+            }
+        }
     }
     out::text(&text)
 }

@@ -138,7 +138,14 @@ impl TestRunner {
             .await?;
         Ok(RunnerServiceClient::with_interceptor(
             channel,
-            Bearer(format!("Bearer {TOKEN}").parse().unwrap()),
+            Bearer(
+                format!(
+                    "Bearer {}",
+                    self.config.operator_token.as_deref().unwrap_or(TOKEN)
+                )
+                .parse()
+                .unwrap(),
+            ),
         )
         .max_decoding_message_size(16 << 20))
     }

@@ -115,7 +115,11 @@ pub async fn root<S: Store>(
             policy::admit_root(active, &limits)
         })
         .await?;
+    let fresh = matches!(created, Created::New { .. });
     let (session, quota) = resolve(inner, created).await?;
+    if fresh && let Some(driver) = &inner.driver {
+        driver.launch(session.clone(), false);
+    }
     let (token, exp) = inner.tokens.mint(&session.session_id)?;
     Ok(pb::CreateRootSessionResponse {
         session: Some(view::session(caller, &session)),
@@ -157,6 +161,14 @@ pub async fn child<S: Store>(
     let level = pb::TrustLevel::try_from(req.trust_level)
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = policy::child_trust(parent.trust, Trust::from_proto(level))?;
+    let mode = pb::ExecutionMode::try_from(req.mode)
+        .map_err(|_| SessionError::invalid("mode", "unknown execution mode"))?;
+    if mode == pb::ExecutionMode::Sync && inner.driver.is_none() {
+        return Err(SessionError::invalid(
+            "mode",
+            "sync needs a runner to run the child; this service has none (--runner)",
+        ));
+    }
     let spec = spec(
         &inner.workspaces_dir,
         &parent.workspace_id,
@@ -190,11 +202,59 @@ pub async fn child<S: Store>(
             policy::admit_spawn(ctx, &limits)
         })
         .await?;
-    let (session, quota) = resolve(inner, created).await?;
+    let fresh = matches!(created, Created::New { .. });
+    let (mut session, quota) = resolve(inner, created).await?;
+    if fresh && let Some(driver) = &inner.driver {
+        driver.launch(session.clone(), mode == pb::ExecutionMode::Callback);
+    }
+    let result = if mode == pb::ExecutionMode::Sync {
+        session = wait_for_end(inner, &session.session_id).await?;
+        let process = inner.store.process(&session.session_id).await?;
+        Some(view::result(&session, process.as_ref()))
+    } else {
+        None
+    };
     Ok(pb::CreateSessionResponse {
         session: Some(view::session(caller, &session)),
         quota: Some(view::quota(quota)),
+        result,
     })
+}
+
+/// Waits until the session has ended and its exit (if it had a process)
+/// is recorded; as long as the caller waits.
+async fn wait_for_end<S: Store>(
+    inner: &Inner<S>,
+    session_id: &str,
+) -> Result<crate::model::SessionRow, SessionError> {
+    let mut changes = inner.store.subscribe();
+    loop {
+        let row = inner
+            .store
+            .get_session(session_id)
+            .await?
+            .ok_or_else(|| SessionError::not_found(session_id))?;
+        if !row.is_active() {
+            let process = inner.store.process(session_id).await?;
+            let settled = match &process {
+                Some(p) => p.exit_code.is_some() || row.status != pb::SessionStatus::Terminated,
+                None => true,
+            };
+            if settled {
+                return Ok(row);
+            }
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return Err(shutting_down());
+                }
+            }
+            // A terminated child's exit may come without an event.
+            () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+            () = inner.shutdown.cancelled() => return Err(shutting_down()),
+        }
+    }
 }
 
 async fn resolve<S: Store>(
@@ -211,4 +271,11 @@ async fn resolve<S: Store>(
             Ok((session, quota))
         }
     }
+}
+
+fn shutting_down() -> SessionError {
+    SessionError::refused(
+        Reason::Unavailable,
+        "the session service is shutting down; the child goes on: GetSession tells how it ended",
+    )
 }

@@ -17,8 +17,12 @@ pub async fn session<S: Store>(
         .filter(|row| can_see(caller, row))
         .ok_or_else(|| SessionError::not_found(&req.session_id))?;
     let children = inner.store.children(&row.session_id).await?;
+    let process = inner.store.process(&row.session_id).await?;
+    let mut session = view::session(caller, &row);
+    session.exit_code = process.as_ref().and_then(|p| p.exit_code);
     Ok(pb::GetSessionResponse {
-        session: Some(view::session(caller, &row)),
+        result: Some(view::result(&row, process.as_ref())),
+        session: Some(session),
         children: children
             .iter()
             .filter(|child| can_see(caller, child))

@@ -45,10 +45,18 @@ pub async fn send<S: Store>(
             policy::may_message(caller, target)
         })
         .await?;
+    let delivered = match &inner.driver {
+        Some(driver) => driver.deliver(&req.session_id).await,
+        None => false,
+    };
     Ok(pb::SendMessageResponse {
         message_id: sent.message_id,
         session_id: req.session_id.clone(),
         sequence: sent.sequence,
-        delivery: pb::DeliveryStatus::Queued as i32,
+        delivery: if delivered {
+            pb::DeliveryStatus::Delivered
+        } else {
+            pb::DeliveryStatus::Queued
+        } as i32,
     })
 }

@@ -24,6 +24,7 @@ use troupe_proto::session::{self as pb, session_service_server::SessionService};
 use crate::{
     auth::{Bearer, Tokens, bearer},
     config::Limits,
+    driver::Driver,
     error::{Reason, SessionError},
     model::{AuditRecord, Caller, Idempotency},
     store::Store,
@@ -37,11 +38,13 @@ pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 /// Shared state of the service.
 pub struct Inner<S> {
     pub store: S,
-    pub tokens: Tokens,
+    pub tokens: Arc<Tokens>,
     pub limits: Limits,
     pub workspaces_dir: PathBuf,
     /// Cancelled at shutdown; ends open watch streams.
     pub shutdown: CancellationToken,
+    /// Starts and follows agents; `None` without a runner.
+    pub driver: Option<Arc<Driver<S>>>,
 }
 
 /// The gRPC service.

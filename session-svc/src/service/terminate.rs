@@ -30,6 +30,9 @@ pub async fn session<S: Store>(
             &|target, ancestors| policy::may_terminate(caller, target, ancestors),
         )
         .await?;
+    if let Some(driver) = &inner.driver {
+        driver.stop(ended.clone());
+    }
     Ok(pb::TerminateSessionResponse {
         terminated_session_ids: ended,
         session: Some(view::session(caller, &row)),

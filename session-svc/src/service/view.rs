@@ -9,7 +9,7 @@ use troupe_proto::{
 
 use crate::{
     error::QuotaLeft,
-    model::{Caller, EventRow, SessionRow, Trust},
+    model::{Caller, EventRow, ProcessRow, SessionRow, Trust},
     policy::trust_sees,
 };
 
@@ -59,6 +59,18 @@ pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
         created_at: Some(timestamp(row.created_at_ms)),
         ended_at: row.ended_at_ms.map(timestamp),
         end_reason: row.end_reason.clone().unwrap_or_default(),
+        exit_code: None,
+    }
+}
+
+/// How a session ended, or is doing: status, exit code, output tail.
+pub fn result(row: &SessionRow, process: Option<&ProcessRow>) -> pb::SessionResult {
+    pb::SessionResult {
+        status: row.status as i32,
+        exit_code: process.and_then(|p| p.exit_code),
+        output_tail: process
+            .map(|p| String::from_utf8_lossy(&p.output_tail).into_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -96,6 +108,22 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
             Some(Detail::Terminated(pb::Terminated {
                 reason: text("reason"),
                 terminated_by: by,
+            }))
+        }
+        EventKind::Output => Some(Detail::Output(pb::Output {
+            stream: text("stream"),
+            data: {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(text("data"))
+                    .unwrap_or_default()
+            },
+        })),
+        EventKind::Completed | EventKind::Failed if detail_json.get("reason").is_some() => {
+            Some(Detail::Ended(pb::Ended {
+                exit_code: detail_json["exit_code"].as_i64().unwrap_or(-1) as i32,
+                reason: text("reason"),
+                detail: text("detail"),
             }))
         }
         _ => None,

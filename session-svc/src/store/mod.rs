@@ -17,8 +17,8 @@ pub use sqlite::SqliteStore;
 use crate::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, AuditRow, EventFilter, EventRow, Idempotency, NewMessage, NewSession,
-        SessionRow,
+        AuditRecord, AuditRow, EventFilter, EventRow, Idempotency, InboxMessage, NewMessage,
+        NewSession, ProcessChange, ProcessRow, SessionRow,
     },
     policy::{Admission, SpawnContext},
 };
@@ -67,7 +67,7 @@ pub enum EventPage {
 }
 
 /// The ledger's storage.
-pub trait Store: Send + Sync + 'static {
+pub trait Store: Send + Sync + Clone + 'static {
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
         &self,
@@ -177,4 +177,55 @@ pub trait Store: Send + Sync + 'static {
         kid: &str,
         secret: &[u8],
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Creates the process record of a session about to start (no-op if it exists).
+    fn start_process(
+        &self,
+        session_id: &str,
+        notify_parent: bool,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Applies runner event `runner_seq` of a session's process, once: the
+    /// status it implies (pending to running, running to completed or
+    /// failed), its event, the output tail (at most `tail_max` bytes), the
+    /// exit. Returns the session after it, or `None` if it was applied before.
+    fn record_process(
+        &self,
+        session_id: &str,
+        runner_seq: u64,
+        change: ProcessChange,
+        tail_max: usize,
+    ) -> impl Future<Output = Result<Option<SessionRow>, SessionError>> + Send;
+
+    /// Returns a session's process record.
+    fn process(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Option<ProcessRow>, SessionError>> + Send;
+
+    /// Returns the inbox messages not yet written to the agent, in order.
+    fn undelivered(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Vec<InboxMessage>, SessionError>> + Send;
+
+    /// Records that messages up to `seq` were written to the agent.
+    fn mark_delivered(
+        &self,
+        session_id: &str,
+        seq: u64,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Returns every pending or running session.
+    fn active_sessions(&self)
+    -> impl Future<Output = Result<Vec<SessionRow>, SessionError>> + Send;
+
+    /// Ends an active session as failed (its process is gone) with an audit
+    /// entry; false if it had already ended.
+    fn fail_session(
+        &self,
+        session_id: &str,
+        detail: &str,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<bool, SessionError>> + Send;
 }

@@ -7,6 +7,7 @@
 //! the same state even if another process writes. Reads use a pool of
 //! connections and never wait for writers (WAL).
 
+mod process;
 mod write;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
@@ -506,5 +507,55 @@ impl Store for SqliteStore {
             .execute(&mut *self.writer.lock().await)
             .await?;
         Ok(())
+    }
+
+    async fn start_process(
+        &self,
+        session_id: &str,
+        notify_parent: bool,
+    ) -> Result<(), SessionError> {
+        self.start_process_impl(session_id, notify_parent).await
+    }
+
+    async fn record_process(
+        &self,
+        session_id: &str,
+        runner_seq: u64,
+        change: crate::model::ProcessChange,
+        tail_max: usize,
+    ) -> Result<Option<SessionRow>, SessionError> {
+        self.record_process_impl(session_id, runner_seq, change, tail_max)
+            .await
+    }
+
+    async fn process(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<crate::model::ProcessRow>, SessionError> {
+        self.process_impl(session_id).await
+    }
+
+    async fn undelivered(
+        &self,
+        session_id: &str,
+    ) -> Result<Vec<crate::model::InboxMessage>, SessionError> {
+        self.undelivered_impl(session_id).await
+    }
+
+    async fn mark_delivered(&self, session_id: &str, seq: u64) -> Result<(), SessionError> {
+        self.mark_delivered_impl(session_id, seq).await
+    }
+
+    async fn active_sessions(&self) -> Result<Vec<SessionRow>, SessionError> {
+        self.active_sessions_impl().await
+    }
+
+    async fn fail_session(
+        &self,
+        session_id: &str,
+        detail: &str,
+        audit: AuditRecord,
+    ) -> Result<bool, SessionError> {
+        self.fail_session_impl(session_id, detail, audit).await
     }
 }

@@ -47,6 +47,11 @@ impl<'c> Write<'c> {
         })
     }
 
+    /// The transaction's connection, for statements of other modules.
+    pub fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+
     pub async fn commit(self) -> Result<(), SessionError> {
         Ok(self.tx.commit().await?)
     }

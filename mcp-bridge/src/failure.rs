@@ -1,0 +1,274 @@
+//! Failures as the agent sees them: MCP tool errors (`isError: true`) whose
+//! text says what refused the call, under which rule, what is left of the
+//! quota and what to do instead, with the same facts as structured content.
+//! Refusals of the session service keep its `ErrorInfo` reason and metadata
+//! ([`troupe_proto::refusal`]); the bridge's own checks (token, session hint,
+//! arguments) use the same shape.
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::{Map, Value, json};
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+use troupe_proto::refusal::{self, Refusal};
+
+/// Who refused a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The session service: a rule of the spawn tree, or the token.
+    SessionService,
+    /// The bridge: the call was never forwarded.
+    Bridge,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::SessionService => "session-service",
+            Source::Bridge => "bridge",
+        }
+    }
+}
+
+/// Why a tool call did not happen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolFailure {
+    pub source: Source,
+    /// gRPC code name (`RESOURCE_EXHAUSTED`, `UNAUTHENTICATED`, ...).
+    pub code: &'static str,
+    /// Machine-readable reason (`DEPTH_EXCEEDED`, ...), when there is one.
+    pub reason: Option<String>,
+    pub message: String,
+    /// `ErrorInfo` metadata, sorted by key (quota left, the field at fault).
+    pub metadata: Vec<(String, String)>,
+    /// What the agent can do about it.
+    pub advice: Option<String>,
+}
+
+impl ToolFailure {
+    /// A call the session service answered with an error.
+    pub fn from_status(status: &Status, endpoint: &str) -> Self {
+        let refusal = Refusal::from_status(status);
+        if status.code() == Code::Unavailable && refusal.reason.is_none() {
+            return ToolFailure::unreachable(endpoint, &refusal.message);
+        }
+        let retry_ms = status
+            .get_details_retry_info()
+            .and_then(|info| info.retry_delay)
+            .map(|delay| delay.as_millis());
+        let advice = refusal
+            .reason
+            .as_deref()
+            .and_then(|reason| advice(reason, retry_ms));
+        ToolFailure {
+            source: Source::SessionService,
+            code: refusal.code,
+            reason: refusal.reason,
+            message: refusal.message,
+            metadata: refusal.metadata,
+            advice,
+        }
+    }
+
+    /// The session service could not be reached.
+    pub fn unreachable(endpoint: &str, detail: &str) -> Self {
+        ToolFailure {
+            source: Source::Bridge,
+            code: "UNAVAILABLE",
+            reason: None,
+            message: if detail.contains(endpoint) {
+                format!("cannot reach the session service: {detail}")
+            } else {
+                format!("cannot reach the session service at {endpoint}: {detail}")
+            },
+            metadata: Vec::new(),
+            advice: Some(
+                "The session service may be restarting: retry in a few seconds. Nothing was done."
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// A check of the bridge itself refused the call before anything was forwarded.
+    pub fn bridge(code: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        ToolFailure {
+            source: Source::Bridge,
+            code,
+            reason: Some(reason.to_owned()),
+            message: message.into(),
+            metadata: Vec::new(),
+            advice: None,
+        }
+    }
+
+    /// An argument the bridge cannot forward.
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        let mut failure = ToolFailure::bridge("INVALID_ARGUMENT", "INVALID_ARGUMENT", message);
+        failure.metadata = vec![("field".to_owned(), field.to_owned())];
+        failure
+    }
+
+    /// Adds advice.
+    pub fn with_advice(mut self, advice: impl Into<String>) -> Self {
+        self.advice = Some(advice.into());
+        self
+    }
+
+    /// The text form: `refused by the session service: <message> (reason: X, k=v)`
+    /// (or `refused by the bridge: ...`, or `not done: ...` when the service
+    /// could not be reached), and the advice on a second line.
+    pub fn text(&self) -> String {
+        let by = match (self.source, self.code) {
+            (Source::SessionService, _) => "refused by the session service",
+            (Source::Bridge, "UNAVAILABLE") => "not done",
+            (Source::Bridge, _) => "refused by the bridge",
+        };
+        let mut out = format!(
+            "{by}: {}",
+            refusal::describe(&self.message, self.reason.as_deref(), &self.metadata)
+        );
+        if let Some(advice) = &self.advice {
+            out.push('\n');
+            out.push_str(advice);
+        }
+        out
+    }
+
+    /// The structured form: `{"error": {source, code, reason, message, metadata, advice}}`.
+    pub fn json(&self) -> Value {
+        let metadata: Map<String, Value> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| {
+                // Quota counts are numbers; keep them numbers.
+                let value = v
+                    .parse::<u64>()
+                    .map_or_else(|_| Value::String(v.clone()), Value::from);
+                (k.clone(), value)
+            })
+            .collect();
+        json!({
+            "error": {
+                "source": self.source.as_str(),
+                "code": self.code,
+                "reason": self.reason,
+                "message": self.message,
+                "metadata": metadata,
+                "advice": self.advice,
+            }
+        })
+    }
+
+    /// The MCP tool result: `isError: true`, the text, and the structured form.
+    pub fn into_result(self) -> CallToolResult {
+        let mut result = CallToolResult::error(vec![ContentBlock::text(self.text())]);
+        result.structured_content = Some(self.json());
+        result
+    }
+}
+
+/// What an agent can do after a refusal with `reason`.
+fn advice(reason: &str, retry_ms: Option<u128>) -> Option<String> {
+    let text = match reason {
+        "DEPTH_EXCEEDED" => {
+            "This session is as deep in the spawn tree as the service allows, so it cannot \
+             create children: do the work in this session, or report back to its parent."
+        }
+        "TREE_QUOTA_EXCEEDED" => {
+            "The spawn tree has used every session it may hold (ended ones count too): \
+             reuse existing sessions with send_message instead of creating new ones."
+        }
+        "CHILD_QUOTA_EXCEEDED" => {
+            "This session has created as many children as it may (ended ones count too): \
+             reuse existing children with send_message."
+        }
+        "WORKSPACE_QUOTA_EXCEEDED" => {
+            "The workspace has as many active sessions as it may: wait for some to end \
+             (wait_for_session), then retry."
+        }
+        "RATE_LIMITED" => {
+            return Some(match retry_ms {
+                Some(ms) => format!("Sessions are being created too fast: retry in {ms} ms."),
+                None => "Sessions are being created too fast: retry in a moment.".to_owned(),
+            });
+        }
+        "TRUST_ESCALATION" => {
+            "A sandboxed session may create only sandboxed sessions: omit trust_level \
+             (children inherit the caller's level) or pass \"sandboxed\"."
+        }
+        "PARENT_NOT_RUNNING" => "The calling session has ended: it can no longer create sessions.",
+        "SESSION_ENDED" => "That session has ended: it takes no more messages.",
+        "SESSION_NOT_FOUND" => {
+            "No such session, or this session may not see it (the two answers are the same): \
+             list_workspace_sessions shows the sessions this session may see."
+        }
+        "AGENT_NOT_FOUND" => {
+            "No agent definition by that name: agents are Agents/<name>.md files of the \
+             workspace (or shared by all workspaces)."
+        }
+        "AGENT_INVALID" => "The agent definition exists but is malformed; the message says why.",
+        "NOT_A_DESCENDANT" => {
+            "A session may terminate only sessions below it in its spawn tree (its children \
+             and their descendants)."
+        }
+        "PARENT_OVERRIDE_FORBIDDEN" => "A session creates children only under itself.",
+        "OPERATOR_ONLY" => "Only the operator may do that.",
+        "TOKEN_MISSING" | "TOKEN_INVALID" => {
+            "The bridge needs this session's own token: TROUPE_SESSION_TOKEN on stdio, \
+             `Authorization: Bearer <token>` over HTTP."
+        }
+        "TOKEN_EXPIRED" => "The session token has expired; the operator can issue a new one.",
+        "TOKEN_REVOKED" => "This session has ended, and its token with it.",
+        _ => return None,
+    };
+    Some(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tonic_types::ErrorDetails;
+
+    use super::*;
+
+    #[test]
+    fn depth_refusal_says_rule_quota_and_advice() {
+        let metadata = HashMap::from([
+            ("tree_sessions_remaining".to_owned(), "7".to_owned()),
+            ("depth_remaining".to_owned(), "0".to_owned()),
+            ("children_remaining".to_owned(), "10".to_owned()),
+        ]);
+        let status = Status::with_error_details(
+            Code::ResourceExhausted,
+            "depth limit exceeded",
+            ErrorDetails::with_error_info("DEPTH_EXCEEDED", "troupe", metadata),
+        );
+        let failure = ToolFailure::from_status(&status, "http://127.0.0.1:7400");
+        let text = failure.text();
+        assert!(
+            text.starts_with(
+                "refused by the session service: depth limit exceeded (reason: DEPTH_EXCEEDED, \
+                 children_remaining=10, depth_remaining=0, tree_sessions_remaining=7)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("cannot create children"), "{text}");
+        let json = failure.clone().json();
+        assert_eq!(json["error"]["reason"], "DEPTH_EXCEEDED");
+        assert_eq!(json["error"]["metadata"]["depth_remaining"], 0);
+        let result = failure.into_result();
+        assert_eq!(result.is_error, Some(true));
+    }
+
+    #[test]
+    fn unavailable_names_the_endpoint() {
+        let failure =
+            ToolFailure::from_status(&Status::unavailable("connection refused"), "unix:///x.sock");
+        assert_eq!(
+            failure.text().lines().next(),
+            Some(
+                "not done: cannot reach the session service at unix:///x.sock: connection refused"
+            )
+        );
+    }
+}

@@ -1,0 +1,55 @@
+//! The shared streamable HTTP endpoint: rmcp's `StreamableHttpService`
+//! mounted at `/mcp` in axum. Every MCP session on it gets its own
+//! [`Bridge`], acting per request with the request's bearer token
+//! ([`crate::caller`]), so one endpoint serves every session of a machine.
+
+use std::{future::Future, sync::Arc};
+
+use anyhow::Context;
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{HttpArgs, backend::Backend, caller::Identity, tools::Bridge};
+
+/// The path the MCP endpoint is served on.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Builds the axum router: `/mcp` and `/healthz`.
+pub fn router(args: &HttpArgs, cancel: CancellationToken) -> axum::Router {
+    let backend = Arc::new(Backend::new(args.endpoint.clone()));
+    let mut config = StreamableHttpServerConfig::default().with_cancellation_token(cancel);
+    if !args.allowed_hosts.is_empty() {
+        let mut hosts = config.allowed_hosts.clone();
+        hosts.extend(args.allowed_hosts.iter().cloned());
+        config = config.with_allowed_hosts(hosts);
+    }
+    let service: StreamableHttpService<Bridge, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(Bridge::new(backend.clone(), Identity::PerRequest)),
+        Default::default(),
+        config,
+    );
+    axum::Router::new()
+        .nest_service(MCP_PATH, service)
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+}
+
+/// Serves on `listener` until `shutdown` completes, then ends the open MCP
+/// sessions and returns.
+pub async fn serve(
+    listener: TcpListener,
+    args: &HttpArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    let app = router(args, cancel.child_token());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            cancel.cancel();
+        })
+        .await
+        .context("the HTTP server failed")
+}

@@ -1,0 +1,156 @@
+//! Troupe's MCP bridge (`troupe-mcp`): the tools through which an agent
+//! creates child sessions, messages the sessions of its workspace, lists,
+//! inspects, waits for and terminates them. Each tool is one or a few calls
+//! of `troupe.session.v1.SessionService`, made with the calling session's
+//! own token; the bridge holds no authority of its own, and every rule
+//! (workspace, trust, quotas, visibility) is the session service's.
+//!
+//! - [`run`]: the two transports. stdio (the default) serves one session,
+//!   whose token and endpoint come from `TROUPE_SESSION_TOKEN` and
+//!   `TROUPE_SESSION_ENDPOINT`; `http` serves any number of sessions on one
+//!   streamable HTTP endpoint, each request carrying its own bearer token.
+//! - [`caller`]: where a tool call's token comes from, and the check of the
+//!   `X-Agent-Session-Id` hint against it.
+//! - [`backend`]: the channel to the session service and the authenticated calls.
+//! - [`tools`]: the six tools, their arguments (JSON schemas) and descriptions.
+//! - [`view`]: the JSON the tools return.
+//! - [`failure`]: refusals as MCP tool errors (reason, quota left, advice).
+//! - [`http`]: the streamable HTTP service mounted in axum.
+
+pub mod backend;
+pub mod caller;
+pub mod failure;
+pub mod http;
+pub mod tools;
+pub mod view;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use rmcp::ServiceExt;
+
+use crate::{backend::Backend, caller::Identity, tools::Bridge};
+
+/// Environment variable holding the session's token (stdio).
+pub const TOKEN_ENV: &str = "TROUPE_SESSION_TOKEN";
+/// Environment variable holding the session service's endpoint.
+pub const ENDPOINT_ENV: &str = "TROUPE_SESSION_ENDPOINT";
+
+/// The command line of `troupe-mcp`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "troupe-mcp",
+    version,
+    about = "MCP server that lets an agent spawn, message and list Troupe sessions",
+    long_about = "MCP server that lets an agent spawn, message and list Troupe sessions.\n\n\
+        With no command (or `stdio`) it serves one session over stdio: its token and the \
+        session service's endpoint come from TROUPE_SESSION_TOKEN and TROUPE_SESSION_ENDPOINT. \
+        `http` serves many sessions on one streamable HTTP endpoint; each request carries its \
+        session's token as `Authorization: Bearer <token>`."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The transports.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the session named by TROUPE_SESSION_TOKEN over stdin/stdout (the default).
+    Stdio,
+    /// Serve every session on one streamable HTTP endpoint (`/mcp`).
+    Http(HttpArgs),
+}
+
+/// Flags of `troupe-mcp http`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpArgs {
+    /// Address to listen on.
+    #[arg(long, env = "TROUPE_MCP_LISTEN", default_value = "127.0.0.1:7402")]
+    pub listen: SocketAddr,
+    /// The session service: `http://host:port` or `unix:///path/to/session.sock`.
+    #[arg(long, env = ENDPOINT_ENV, default_value = "http://127.0.0.1:7400")]
+    pub endpoint: String,
+    /// A `Host` header value to accept besides the loopback names (repeatable):
+    /// needed when clients reach the bridge by another name or address.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Cli {
+    /// The log filter when `RUST_LOG` is not set: quiet on stdio, where the
+    /// agent's MCP client shows stderr as errors.
+    pub fn default_log_filter(&self) -> &'static str {
+        match self.command {
+            Some(Command::Http(_)) => "info,rmcp=warn",
+            _ => "warn",
+        }
+    }
+}
+
+/// Runs the transport the command line names, until its client leaves
+/// (stdio) or SIGINT/SIGTERM (http).
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command.unwrap_or(Command::Stdio) {
+        Command::Stdio => run_stdio().await,
+        Command::Http(args) => {
+            let listener = tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("cannot listen on {}", args.listen))?;
+            tracing::info!(
+                listen = %listener.local_addr()?,
+                endpoint = %args.endpoint,
+                "serving MCP on http://{}/mcp",
+                listener.local_addr()?
+            );
+            http::serve(listener, &args, shutdown_signal()).await
+        }
+    }
+}
+
+async fn run_stdio() -> anyhow::Result<()> {
+    let token = required_env(TOKEN_ENV, "the calling session's token")?;
+    let endpoint = required_env(
+        ENDPOINT_ENV,
+        "the session service, e.g. unix:///run/troupe/session/session.sock or http://127.0.0.1:7400",
+    )?;
+    let backend = Arc::new(Backend::new(endpoint));
+    let bridge = Bridge::new(backend, Identity::fixed(&token)?);
+    let service = bridge
+        .serve(rmcp::transport::stdio())
+        .await
+        .context("the MCP client did not complete the handshake on stdin/stdout")?;
+    service.waiting().await.context("the MCP service failed")?;
+    Ok(())
+}
+
+fn required_env(name: &str, what: &str) -> anyhow::Result<String> {
+    match std::env::var(name) {
+        Ok(value) if !value.trim().is_empty() => Ok(value.trim().to_owned()),
+        Ok(_) => anyhow::bail!(
+            "{name} is empty; it must hold {what} (the runner sets it for every agent; \
+             or run `troupe-mcp http` and send the token per request)"
+        ),
+        Err(_) => anyhow::bail!(
+            "{name} is not set; it must hold {what} (the runner sets it for every agent; \
+             or run `troupe-mcp http` and send the token per request)"
+        ),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM");
+            let _ = ctrl_c.await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,653 @@
+//! `troupe-mcp` driven by a real MCP client, the official Python SDK
+//! (`tests/mcp_client.py`), against a real session service in this process:
+//! over stdio through the service's Unix socket, and as the shared HTTP
+//! endpoint with each request's bearer token. Needs `python3` with
+//! `mcp` 2.x installed; without it these tests fail, saying how to install it.
+
+use std::{process::Stdio, time::Duration};
+
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    process::{Child, Command},
+};
+use troupe_proto::session::{self as pb, TrustLevel};
+use troupe_tests::{TestServer, get, terminate};
+
+const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
+const TOOLS: [&str; 6] = [
+    "create_session",
+    "send_message",
+    "list_workspace_sessions",
+    "get_session",
+    "wait_for_session",
+    "terminate_session",
+];
+
+fn require_python_mcp() {
+    let importable = std::process::Command::new("python3")
+        .args(["-c", "import mcp"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        importable,
+        "these tests drive troupe-mcp with the MCP Python SDK, and `python3 -c 'import mcp'` \
+         failed: pip install mcp (python3 -m pip install 'mcp>=2,<3')"
+    );
+}
+
+/// Starts the Python client on `connections` without waiting for it.
+async fn spawn_client(connections: Vec<Value>) -> Child {
+    require_python_mcp();
+    let mut child = Command::new("python3")
+        .arg(CLIENT)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let plan = json!({ "connections": connections }).to_string();
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(plan.as_bytes())
+        .await
+        .expect("plan written");
+    drop(stdin);
+    child
+}
+
+/// Waits for the client; returns what each connection saw.
+async fn finish_client(child: Child) -> Vec<Value> {
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the MCP client finished within 60 s")
+        .expect("client output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the MCP client failed:\n{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("client output is not JSON ({e}):\n{stderr}"));
+    let connections = report["connections"]
+        .as_array()
+        .expect("connections")
+        .clone();
+    for connection in &connections {
+        assert!(
+            connection.get("error").is_none(),
+            "a connection failed: {connection}\nclient stderr:\n{stderr}"
+        );
+    }
+    connections
+}
+
+async fn drive(connections: Vec<Value>) -> Vec<Value> {
+    finish_client(spawn_client(connections).await).await
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({ "name": name, "arguments": arguments })
+}
+
+/// A stdio connection: the bridge as a subprocess with the session's environment.
+fn stdio(endpoint: &str, token: &str, calls: Vec<Value>) -> Value {
+    json!({
+        "transport": "stdio",
+        "command": BRIDGE,
+        "env": { "TROUPE_SESSION_TOKEN": token, "TROUPE_SESSION_ENDPOINT": endpoint },
+        "calls": calls,
+    })
+}
+
+/// An HTTP connection with these headers.
+fn http(url: &str, headers: Value, calls: Vec<Value>) -> Value {
+    json!({ "transport": "http", "url": url, "headers": headers, "calls": calls })
+}
+
+fn bearer(token: &str) -> Value {
+    json!({ "Authorization": format!("Bearer {token}") })
+}
+
+/// The structured value of a successful call, checked against its text.
+fn ok(result: &Value) -> &Value {
+    assert_ne!(result["isError"], true, "the call failed: {result}");
+    let value = &result["structuredContent"];
+    let text = result["content"][0]["text"].as_str().expect("text content");
+    let parsed: Value = serde_json::from_str(text).expect("the text is JSON");
+    assert_eq!(&parsed, value, "text and structured content agree");
+    value
+}
+
+/// The text of a refused call, after checking its structured reason.
+fn refused(result: &Value, reason: &str) -> String {
+    assert_eq!(result["isError"], true, "expected a refusal: {result}");
+    assert_eq!(
+        result["structuredContent"]["error"]["reason"], reason,
+        "{result}"
+    );
+    let text = result["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    assert!(text.contains(reason), "{text}");
+    text
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = list["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| s["session_id"].as_str().expect("id").to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn sorted(ids: &[&str]) -> Vec<String> {
+    let mut ids: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+    ids.sort();
+    ids
+}
+
+fn unix_endpoint(server: &TestServer) -> String {
+    let socket = server
+        .config
+        .socket()
+        .expect("the service serves a Unix socket");
+    format!("unix://{}", socket.display())
+}
+
+async fn inbox_count(server: &TestServer, session_id: &str) -> u64 {
+    server
+        .operator()
+        .await
+        .get_session(get(session_id))
+        .await
+        .expect("get")
+        .into_inner()
+        .inbox_count
+}
+
+#[tokio::test]
+async fn tools_list_shows_six_tools_with_schemas() {
+    let server = TestServer::start().await;
+    let (_, _, token) = server.root("ws", TrustLevel::Direct).await;
+    let mut connection = stdio(&unix_endpoint(&server), &token, vec![]);
+    connection["list_tools"] = json!(true);
+    let out = drive(vec![connection]).await;
+    assert_eq!(out[0]["server_info"]["name"], "troupe-mcp");
+    let tools = out[0]["tools"].as_array().expect("tools");
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort();
+    let mut expected = TOOLS.to_vec();
+    expected.sort();
+    assert_eq!(names, expected);
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap().clone();
+    for t in tools {
+        assert!(t["description"].as_str().unwrap().len() > 40, "{t}");
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+    }
+
+    let create = tool("create_session");
+    let schema = &create["inputSchema"];
+    let mut required: Vec<&str> = schema["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort();
+    assert_eq!(required, ["agent_name", "initial_message", "title"]);
+    for field in [
+        "title",
+        "agent_name",
+        "initial_message",
+        "trust_level",
+        "mode",
+    ] {
+        let property = &schema["properties"][field];
+        assert!(
+            !property.is_null(),
+            "create_session lacks {field}: {schema}"
+        );
+    }
+    let schema_text = schema.to_string();
+    for word in ["async", "sync", "callback", "sandboxed", "direct"] {
+        assert!(
+            schema_text.contains(word),
+            "{word} missing from {schema_text}"
+        );
+    }
+    assert!(
+        schema["properties"]["title"]["description"]
+            .as_str()
+            .is_some_and(|d| !d.is_empty())
+    );
+
+    let send = tool("send_message");
+    assert_eq!(
+        send["inputSchema"]["required"],
+        json!(["session_id", "message"])
+    );
+    let wait = tool("wait_for_session");
+    assert_eq!(wait["inputSchema"]["required"], json!(["session_id"]));
+    assert!(!wait["inputSchema"]["properties"]["timeout_s"].is_null());
+    assert_eq!(tool("get_session")["annotations"]["readOnlyHint"], true);
+    assert_eq!(
+        tool("terminate_session")["annotations"]["destructiveHint"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn stdio_team_spawns_messages_lists_and_hits_the_depth_limit() {
+    let server = TestServer::start().await;
+    let endpoint = unix_endpoint(&server);
+    let (root, _, root_token) = server.root("ws", TrustLevel::Direct).await;
+    let root_id = root.session_id.as_str();
+
+    // The root creates a (direct) child, messages it, and lists.
+    let out = drive(vec![stdio(
+        &endpoint,
+        &root_token,
+        vec![
+            call(
+                "create_session",
+                json!({"title": "backend", "agent_name": "worker", "initial_message": "build the API"}),
+            ),
+            call("list_workspace_sessions", json!({})),
+        ],
+    )])
+    .await;
+    let created = ok(&out[0]["results"][0]);
+    let child_id = created["session"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(created["session"]["parent_session_id"], root_id);
+    assert_eq!(created["session"]["depth"], 1);
+    assert_eq!(created["session"]["trust_level"], "direct");
+    assert_eq!(created["session"]["title"], "backend");
+    assert_eq!(created["quota"]["depth_remaining"], 1);
+    assert_eq!(
+        ids(ok(&out[0]["results"][1])),
+        sorted(&[root_id, &child_id])
+    );
+
+    // The child, with its own token, creates a sandboxed grandchild (by the
+    // "untrusted" alias), messages its parent, and sees the whole workspace.
+    let child_token = server.token_for(&child_id).await;
+    let out = drive(vec![
+        stdio(
+            &endpoint,
+            &child_token,
+            vec![
+                call(
+                    "create_session",
+                    json!({"title": "tests", "agent_name": "worker",
+                           "initial_message": "write the tests", "trust_level": "untrusted",
+                           "mode": "async"}),
+                ),
+                call(
+                    "send_message",
+                    json!({"session_id": root_id, "message": "started"}),
+                ),
+                call("list_workspace_sessions", json!({})),
+            ],
+        ),
+        stdio(
+            &endpoint,
+            &root_token,
+            vec![call(
+                "send_message",
+                json!({"session_id": child_id, "message": "use axum"}),
+            )],
+        ),
+    ])
+    .await;
+    let grandchild = ok(&out[0]["results"][0]);
+    let grandchild_id = grandchild["session"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        grandchild["session"]["parent_session_id"],
+        child_id.as_str()
+    );
+    assert_eq!(grandchild["session"]["depth"], 2);
+    assert_eq!(grandchild["session"]["trust_level"], "sandboxed");
+    assert_eq!(grandchild["quota"]["depth_remaining"], 0);
+    for sent in [&out[0]["results"][1], &out[1]["results"][0]] {
+        let sent = ok(sent);
+        assert!(
+            ["queued", "delivered"].contains(&sent["delivery"].as_str().unwrap()),
+            "{sent}"
+        );
+        assert_eq!(sent["sequence"], 2, "after the initial message: {sent}");
+    }
+    assert_eq!(
+        ids(ok(&out[0]["results"][2])),
+        sorted(&[root_id, &child_id, &grandchild_id])
+    );
+    assert_eq!(inbox_count(&server, root_id).await, 2);
+    assert_eq!(inbox_count(&server, &child_id).await, 2);
+
+    // The grandchild is at the depth limit, and sandboxed: it cannot spawn,
+    // sees only itself, and cannot reach its direct parent.
+    let grandchild_token = server.token_for(&grandchild_id).await;
+    let out = drive(vec![stdio(
+        &endpoint,
+        &grandchild_token,
+        vec![
+            call(
+                "create_session",
+                json!({"title": "more", "agent_name": "worker", "initial_message": "go"}),
+            ),
+            call("list_workspace_sessions", json!({})),
+            call(
+                "send_message",
+                json!({"session_id": child_id, "message": "hi"}),
+            ),
+            call("get_session", json!({"session_id": root_id})),
+        ],
+    )])
+    .await;
+    let results = &out[0]["results"];
+    let depth = refused(&results[0], "DEPTH_EXCEEDED");
+    assert!(
+        depth.starts_with("refused by the session service: "),
+        "{depth}"
+    );
+    assert!(depth.contains("depth_remaining=0"), "{depth}");
+    assert!(depth.contains("tree_sessions_remaining=7"), "{depth}");
+    assert!(depth.contains("cannot create children"), "{depth}");
+    assert_eq!(
+        results[0]["structuredContent"]["error"]["metadata"]["depth_remaining"],
+        0
+    );
+    assert_eq!(ids(ok(&results[1])), vec![grandchild_id.clone()]);
+    refused(&results[2], "SESSION_NOT_FOUND");
+    refused(&results[3], "SESSION_NOT_FOUND");
+    assert_eq!(
+        inbox_count(&server, &child_id).await,
+        2,
+        "nothing was stored"
+    );
+
+    // The child waits for its grandchild: a short wait times out; a long one
+    // ends when the grandchild is terminated meanwhile. Then the root ends
+    // the child's subtree.
+    let waiting = spawn_client(vec![
+        stdio(
+            &endpoint,
+            &child_token,
+            vec![
+                call("get_session", json!({"session_id": grandchild_id})),
+                call(
+                    "wait_for_session",
+                    json!({"session_id": grandchild_id, "timeout_s": 0.3}),
+                ),
+                call(
+                    "wait_for_session",
+                    json!({"session_id": grandchild_id, "timeout_s": 30}),
+                ),
+                call("terminate_session", json!({"session_id": grandchild_id})),
+            ],
+        ),
+        stdio(
+            &endpoint,
+            &root_token,
+            vec![
+                call("terminate_session", json!({"session_id": child_id})),
+                call("get_session", json!({"session_id": child_id})),
+            ],
+        ),
+    ])
+    .await;
+    // Terminate once the second wait is watching.
+    let caller = format!("session:{child_id}");
+    assert!(
+        watches_opened(&server, &grandchild_id, &caller, 2).await,
+        "the second wait never opened its watch"
+    );
+    server
+        .operator()
+        .await
+        .terminate_session(terminate(grandchild_id.as_str()))
+        .await
+        .expect("terminate");
+    let out = finish_client(waiting).await;
+    let results = &out[0]["results"];
+    let got = ok(&results[0]);
+    assert_eq!(got["session"]["session_id"], grandchild_id.as_str());
+    assert_eq!(got["session"]["ended"], false, "{got}");
+    assert!(got["children"].as_array().unwrap().is_empty());
+    let short = ok(&results[1]);
+    assert_eq!(short["timed_out"], true, "{short}");
+    assert_eq!(short["session"]["ended"], false, "{short}");
+    let long = ok(&results[2]);
+    assert_eq!(long["timed_out"], false, "{long}");
+    assert_eq!(long["session"]["status"], "terminated");
+    assert_eq!(long["session"]["ended"], true);
+    assert!(long["waited_s"].as_f64().unwrap() < 30.0, "{long}");
+    let again = ok(&results[3]);
+    assert_eq!(again["session"]["status"], "terminated");
+    assert_eq!(again["terminated_session_ids"], json!([]));
+
+    let ended = ok(&out[1]["results"][0]);
+    assert_eq!(ended["terminated_session_ids"], json!([child_id]));
+    let child = ok(&out[1]["results"][1]);
+    assert_eq!(child["session"]["status"], "terminated");
+    assert_eq!(child["children"][0]["session_id"], grandchild_id.as_str());
+}
+
+#[tokio::test]
+async fn wait_for_session_outlasts_a_service_restart() {
+    let mut server = TestServer::start().await;
+    let endpoint = unix_endpoint(&server);
+    let (root, _, root_token) = server.root("ws", TrustLevel::Direct).await;
+    let mut root_client = server.client(Some(&root_token)).await;
+    let child = troupe_tests::create_child(&mut root_client, troupe_tests::child("kid")).await;
+    let waiting = spawn_client(vec![stdio(
+        &endpoint,
+        &root_token,
+        vec![call(
+            "wait_for_session",
+            json!({"session_id": child.session_id, "timeout_s": 30}),
+        )],
+    )])
+    .await;
+    let caller = format!("session:{}", root.session_id);
+    assert!(
+        watches_opened(&server, &child.session_id, &caller, 1).await,
+        "the wait never opened its watch"
+    );
+    server.restart().await;
+    server
+        .operator()
+        .await
+        .terminate_session(terminate(child.session_id.as_str()))
+        .await
+        .expect("terminate after the restart");
+    let out = finish_client(waiting).await;
+    let waited = ok(&out[0]["results"][0]);
+    assert_eq!(waited["timed_out"], false, "{waited}");
+    assert_eq!(waited["session"]["status"], "terminated");
+}
+
+/// Waits until `caller` has opened `count` watches on `session_id` (the
+/// audit log records each).
+async fn watches_opened(server: &TestServer, session_id: &str, caller: &str, count: usize) -> bool {
+    let mut operator = server.operator().await;
+    for _ in 0..600 {
+        let entries = operator
+            .list_audit(pb::ListAuditRequest {
+                session_id: session_id.to_owned(),
+                after_id: 0,
+                limit: 1000,
+            })
+            .await
+            .expect("audit")
+            .into_inner()
+            .entries;
+        let watches = entries
+            .iter()
+            .filter(|e| e.action == "watch_sessions" && e.caller == caller)
+            .count();
+        if watches >= count {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn http_endpoint_acts_as_each_requests_token() {
+    let server = TestServer::start().await;
+    let (alpha, _, alpha_token) = server.root("alpha", TrustLevel::Direct).await;
+    let (beta, _, beta_token) = server.root("beta", TrustLevel::Sandboxed).await;
+    let (a, b) = (alpha.session_id.as_str(), beta.session_id.as_str());
+    let bridge = HttpBridge::start(&format!("http://{}", server.addr)).await;
+    let url = bridge.url.as_str();
+    let create = |title: &str| {
+        call(
+            "create_session",
+            json!({"title": title, "agent_name": "worker", "initial_message": "go"}),
+        )
+    };
+    let list = || call("list_workspace_sessions", json!({}));
+    let mut hinted_a = bearer(&alpha_token);
+    hinted_a["X-Agent-Session-Id"] = json!(a);
+    let mut mismatched = bearer(&alpha_token);
+    mismatched["X-Agent-Session-Id"] = json!(b);
+
+    let out = drive(vec![
+        http(url, bearer(&alpha_token), vec![create("a1"), list()]),
+        http(
+            url,
+            bearer(&beta_token),
+            vec![
+                create("b1"),
+                list(),
+                call("get_session", json!({"session_id": a})),
+            ],
+        ),
+        http(url, hinted_a, vec![list()]),
+        http(url, mismatched, vec![create("not forwarded"), list()]),
+        http(url, json!({}), vec![list()]),
+        http(url, bearer("not-a-token"), vec![list()]),
+    ])
+    .await;
+
+    // Each token acts as its own session, in its own workspace.
+    let a1 = ok(&out[0]["results"][0]);
+    assert_eq!(a1["session"]["parent_session_id"], a);
+    assert_eq!(a1["session"]["workspace_id"], "alpha");
+    let a1_id = a1["session"]["session_id"].as_str().unwrap();
+    assert_eq!(ids(ok(&out[0]["results"][1])), sorted(&[a, a1_id]));
+    let b1 = ok(&out[1]["results"][0]);
+    assert_eq!(b1["session"]["parent_session_id"], b);
+    assert_eq!(b1["session"]["workspace_id"], "beta");
+    assert_eq!(b1["session"]["trust_level"], "sandboxed");
+    let b1_id = b1["session"]["session_id"].as_str().unwrap();
+    assert_eq!(ids(ok(&out[1]["results"][1])), sorted(&[b, b1_id]));
+    refused(&out[1]["results"][2], "SESSION_NOT_FOUND");
+
+    // A matching hint is accepted; a mismatched one refuses before forwarding.
+    assert_eq!(ids(ok(&out[2]["results"][0])), sorted(&[a, a1_id]));
+    for result in out[3]["results"].as_array().unwrap() {
+        let text = refused(result, "SESSION_HINT_MISMATCH");
+        assert!(text.starts_with("refused by the bridge: "), "{text}");
+        assert!(text.contains("X-Agent-Session-Id"), "{text}");
+        assert!(text.contains(b), "{text}");
+    }
+    let alpha_now = server
+        .operator()
+        .await
+        .get_session(get(a))
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(
+        alpha_now.children.len(),
+        1,
+        "the refused create was not forwarded"
+    );
+
+    // No token, or a bad one: clear refusals.
+    let missing = refused(&out[4]["results"][0], "TOKEN_MISSING");
+    assert!(missing.contains("Authorization: Bearer"), "{missing}");
+    let invalid = refused(&out[5]["results"][0], "TOKEN_INVALID");
+    assert!(
+        invalid.starts_with("refused by the session service: "),
+        "{invalid}"
+    );
+    assert_eq!(
+        out[5]["results"][0]["structuredContent"]["error"]["code"],
+        "UNAUTHENTICATED"
+    );
+    drop(bridge);
+}
+
+#[test]
+fn stdio_without_its_environment_says_what_is_missing() {
+    let run = |env: &[(&str, &str)]| {
+        let output = std::process::Command::new(BRIDGE)
+            .env_clear()
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .expect("bridge runs");
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let no_token = run(&[]);
+    assert!(
+        no_token.contains("TROUPE_SESSION_TOKEN is not set"),
+        "{no_token}"
+    );
+    let no_endpoint = run(&[("TROUPE_SESSION_TOKEN", "t")]);
+    assert!(
+        no_endpoint.contains("TROUPE_SESSION_ENDPOINT is not set"),
+        "{no_endpoint}"
+    );
+    assert!(no_endpoint.contains("unix://"), "{no_endpoint}");
+}
+
+/// `troupe-mcp http` on a free port, stopped on drop.
+struct HttpBridge {
+    url: String,
+    _child: Child,
+}
+
+impl HttpBridge {
+    async fn start(endpoint: &str) -> HttpBridge {
+        let mut child = Command::new(BRIDGE)
+            .args(["http", "--listen", "127.0.0.1:0", "--endpoint", endpoint])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("bridge starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(line) = lines.next_line().await.expect("stderr line") {
+                if let Some(at) = line.find("serving MCP on ") {
+                    let rest = &line[at + "serving MCP on ".len()..];
+                    return rest.split_whitespace().next().expect("url").to_owned();
+                }
+            }
+            panic!("the bridge exited before listening");
+        })
+        .await
+        .expect("the bridge listens within 10 s");
+        // Keep draining its log so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        HttpBridge { url, _child: child }
+    }
+}

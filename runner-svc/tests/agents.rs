@@ -1,0 +1,374 @@
+//! The session service driving the runner, both real: sessions start their
+//! agents, statuses follow the processes, output and exits reach the ledger
+//! and its watchers, messages reach stdin, termination stops processes,
+//! execution modes, and restarts of the session service.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio_stream::StreamExt;
+use troupe_proto::session::{
+    self as pb, CreateRootSessionRequest, CreateSessionRequest, DeliveryStatus, EventKind,
+    ExecutionMode, GetSessionRequest, SendMessageRequest, SessionStatus, TerminateSessionRequest,
+    TrustLevel, WatchSessionsRequest, session_event::Detail,
+};
+use troupe_tests::{OPERATOR_TOKEN, TestServer};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A runner and a session service that drives it, sharing workspaces.
+struct Pair {
+    runner: TestRunner,
+    server: TestServer,
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        let runner =
+            TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
+        let endpoint = format!("http://{}", runner.addr);
+        let server = TestServer::start_with(|c| {
+            c.runner = Some(endpoint);
+        })
+        .await;
+        Pair { runner, server }
+    }
+
+    /// A fresh workspace whose agent `name` runs `sh -c script`.
+    fn agent(&self, ws: &str, name: &str, script: &str) {
+        let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
+        self.server.write_agent_text(
+            Some(ws),
+            name,
+            &format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n"),
+        );
+    }
+
+    async fn root(&self, ws: &str, agent: &str, message: &str) -> pb::Session {
+        self.server
+            .operator()
+            .await
+            .create_root_session(CreateRootSessionRequest {
+                workspace_id: ws.into(),
+                trust_level: TrustLevel::Direct as i32,
+                title: "root".into(),
+                agent_name: agent.into(),
+                initial_message: message.into(),
+                request_id: String::new(),
+            })
+            .await
+            .expect("create root")
+            .into_inner()
+            .session
+            .unwrap()
+    }
+
+    async fn child(
+        &self,
+        parent: &str,
+        agent: &str,
+        mode: ExecutionMode,
+    ) -> pb::CreateSessionResponse {
+        self.server
+            .operator()
+            .await
+            .create_session(CreateSessionRequest {
+                title: agent.into(),
+                agent_name: agent.into(),
+                initial_message: format!("hello {agent}"),
+                parent_session_id: parent.into(),
+                mode: mode as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("create child")
+            .into_inner()
+    }
+
+    async fn get(&self, id: &str) -> pb::GetSessionResponse {
+        self.server
+            .operator()
+            .await
+            .get_session(GetSessionRequest {
+                session_id: id.into(),
+            })
+            .await
+            .expect("get")
+            .into_inner()
+    }
+
+    /// Waits until the session's status is `status`.
+    async fn wait_status(&self, id: &str, status: SessionStatus) -> pb::GetSessionResponse {
+        let deadline = tokio::time::Instant::now() + MINUTE;
+        loop {
+            let got = self.get(id).await;
+            if got.session.as_ref().unwrap().status() == status {
+                return got;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} never became {status:?}: {got:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_agent_runs_reads_its_messages_and_its_exit_is_recorded() {
+    let pair = Pair::start().await;
+    let ws = pair.runner.workspace("life");
+    pair.agent(
+        &ws,
+        "worker",
+        "read first; echo \"got $first\"; read second; echo \"then $second\"; \
+         echo \"ctx $TROUPE_SESSION_ID $TROUPE_TRUST_LEVEL $PARACHUTE_WORKSPACE_ID\" >&2; \
+         test -n \"$TROUPE_SESSION_TOKEN\" && exit 3",
+    );
+    let root = pair.root(&ws, "worker", "do the thing").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+    let sent = pair
+        .server
+        .operator()
+        .await
+        .send_message(SendMessageRequest {
+            session_id: root.session_id.clone(),
+            message: "and this".into(),
+            request_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(sent.delivery(), DeliveryStatus::Delivered);
+
+    let done = pair
+        .wait_status(&root.session_id, SessionStatus::Failed)
+        .await;
+    let session = done.session.unwrap();
+    assert_eq!(session.exit_code, Some(3));
+    assert_eq!(session.end_reason, "exit code 3");
+    let tail = done.result.unwrap().output_tail;
+    assert!(
+        tail.contains(r#"got {"message":"do the thing","message_id":"#)
+            && tail.contains(r#""sequence":1,"#),
+        "{tail}"
+    );
+    assert!(
+        tail.contains(r#""message":"and this""#) && tail.contains(r#""sequence":2"#),
+        "{tail}"
+    );
+    assert!(
+        tail.contains(&format!("ctx {} direct {ws}", root.session_id)),
+        "{tail}"
+    );
+
+    // The watch stream tells the same story, in order.
+    let mut events = pair
+        .server
+        .operator()
+        .await
+        .watch_sessions(WatchSessionsRequest {
+            session_id: root.session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut kinds = Vec::new();
+    let mut printed = Vec::new();
+    while let Ok(Some(Ok(event))) =
+        tokio::time::timeout(Duration::from_secs(2), events.next()).await
+    {
+        let kind = event.kind();
+        kinds.push(kind);
+        match event.detail {
+            Some(Detail::Output(out)) => printed.extend_from_slice(&out.data),
+            Some(Detail::Ended(end)) => {
+                assert_eq!((end.exit_code, end.reason.as_str()), (3, "exited"));
+            }
+            _ => {}
+        }
+        if kind == EventKind::Failed {
+            break;
+        }
+    }
+    assert_eq!(kinds.first(), Some(&EventKind::Created));
+    assert!(kinds.contains(&EventKind::Started), "{kinds:?}");
+    assert!(kinds.contains(&EventKind::Output), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&EventKind::Failed));
+    assert_eq!(String::from_utf8_lossy(&printed), tail);
+}
+
+#[tokio::test]
+async fn terminating_a_tree_stops_every_process() {
+    let pair = Pair::start().await;
+    let ws = pair.runner.workspace("cascade");
+    pair.agent(&ws, "lead", "sleep 1001");
+    pair.agent(&ws, "helper", "sleep 1002 & sleep 1003");
+    let root = pair.root(&ws, "lead", "go").await;
+    let child = pair
+        .child(&root.session_id, "helper", ExecutionMode::Async)
+        .await;
+    let child_id = child.session.unwrap().session_id;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+    pair.wait_status(&child_id, SessionStatus::Running).await;
+
+    let ended = pair
+        .server
+        .operator()
+        .await
+        .terminate_session(TerminateSessionRequest {
+            session_id: root.session_id.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .terminated_session_ids;
+    assert_eq!(ended, vec![root.session_id.clone(), child_id.clone()]);
+
+    // Their processes end; nothing keeps running in the container.
+    for id in [&root.session_id, &child_id] {
+        let deadline = tokio::time::Instant::now() + MINUTE;
+        while pair.get(id).await.session.unwrap().exit_code.is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "{id} kept running");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            pair.get(id).await.session.unwrap().status(),
+            SessionStatus::Terminated
+        );
+    }
+    let ps = run_sh(&pair.runner, &ws, "ps", "ps -o args")
+        .await
+        .stdout_text();
+    for n in ["1001", "1002", "1003"] {
+        assert!(!ps.contains(&format!("sleep {n}")), "left behind:\n{ps}");
+    }
+}
+
+#[tokio::test]
+async fn sync_returns_the_childs_end_and_callback_tells_the_parent() {
+    let pair = Pair::start().await;
+    let ws = pair.runner.workspace("modes");
+    // The parent prints every line its stdin receives.
+    pair.agent(&ws, "parent", "while read line; do echo \"$line\"; done");
+    pair.agent(&ws, "quick", "read m; echo \"finished: $m\"");
+    let root = pair.root(&ws, "parent", "start").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+
+    let sync = pair
+        .child(&root.session_id, "quick", ExecutionMode::Sync)
+        .await;
+    assert_eq!(sync.session.unwrap().status(), SessionStatus::Completed);
+    let result = sync.result.unwrap();
+    assert_eq!(result.exit_code, Some(0));
+    assert!(result.output_tail.contains("finished: "), "{result:?}");
+    assert!(result.output_tail.contains("hello quick"), "{result:?}");
+
+    let callback = pair
+        .child(&root.session_id, "quick", ExecutionMode::Callback)
+        .await;
+    let callback_id = callback.session.unwrap().session_id;
+    assert!(callback.result.is_none());
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    loop {
+        let tail = pair.get(&root.session_id).await.result.unwrap().output_tail;
+        if tail.contains("session_ended") {
+            assert!(tail.contains(&callback_id), "{tail}");
+            assert!(
+                tail.contains(r#"\"status\":\"completed\""#) || tail.contains("completed"),
+                "{tail}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no callback in {tail}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_session_service_restart_loses_no_output_and_reconciles() {
+    let mut pair = Pair::start().await;
+    let ws = pair.runner.workspace("restart");
+    pair.agent(
+        &ws,
+        "counter",
+        "i=1; while [ $i -le 40 ]; do echo line $i; i=$((i+1)); sleep 0.05; done",
+    );
+    pair.agent(&ws, "sleeper", "sleep 1004");
+    let counting = pair.root(&ws, "counter", "go").await;
+    let sleeping = pair.root(&ws, "sleeper", "go").await;
+    pair.wait_status(&counting.session_id, SessionStatus::Running)
+        .await;
+    pair.wait_status(&sleeping.session_id, SessionStatus::Running)
+        .await;
+
+    pair.server.stop_for_restart().await;
+    // While the session service is down: one agent keeps printing, another
+    // is ended behind its back, and an exec no session knows appears.
+    let mut runner = pair.runner.client().await;
+    runner
+        .terminate_exec(troupe_proto::runner::TerminateExecRequest {
+            exec_id: sleeping.session_id.clone(),
+            grace_ms: 100,
+        })
+        .await
+        .unwrap();
+    pair.runner.sh(&ws, "sess_stray", "sleep 1005").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pair.server.start_again().await;
+
+    let done = pair
+        .wait_status(&counting.session_id, SessionStatus::Completed)
+        .await;
+    let expected: String = (1..=40).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(done.result.unwrap().output_tail, expected);
+
+    let lost = pair
+        .wait_status(&sleeping.session_id, SessionStatus::Failed)
+        .await;
+    assert_eq!(lost.session.unwrap().end_reason, "killed");
+
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    loop {
+        let stray = runner
+            .list_execs(troupe_proto::runner::ListExecsRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .execs
+            .into_iter()
+            .find(|e| e.exec_id == "sess_stray")
+            .unwrap();
+        if stray.state() == troupe_proto::runner::ExecState::Exited {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stray exec kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let audit = pair
+        .server
+        .operator()
+        .await
+        .list_audit(pb::ListAuditRequest {
+            session_id: "sess_stray".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert!(audit.iter().any(|e| e.action == "reconcile"), "{audit:?}");
+}

@@ -1,0 +1,531 @@
+//! The session service's side of the runner (`troupe.runner.v1`): it starts
+//! each session's agent, follows the agent's events into the ledger, writes
+//! messages to its stdin, stops its process when the session is terminated,
+//! and reconciles the two after a restart of either.
+//!
+//! The ledger stays the authority: the driver only reports what the runner
+//! saw (through [`Store::record_process`], which applies each runner event
+//! once, by its sequence), and asks the runner to act on what the ledger
+//! decided.
+//!
+//! An agent's stdin receives one JSON line per message, its initial message
+//! first:
+//! `{"type":"message","sequence":1,"message_id":"msg_...","sender":"session:sess_...","message":"..."}`.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::{
+    Code, Request, Status, metadata::AsciiMetadataValue, service::Interceptor,
+    service::interceptor::InterceptedService, transport::Channel,
+};
+use troupe_proto::runner::{
+    self as rpb, ListExecsRequest, StartExecRequest, TerminateExecRequest, WatchExecRequest,
+    WriteStdinRequest, exec_event, runner_service_client::RunnerServiceClient,
+};
+
+use crate::{
+    auth::Tokens,
+    error::SessionError,
+    model::{AuditRecord, InboxMessage, NewMessage, ProcessChange, ProcessExit, SessionRow},
+    store::Store,
+};
+
+/// How long a lost runner connection waits before it is tried again.
+const RETRY: Duration = Duration::from_millis(500);
+
+type Client = RunnerServiceClient<InterceptedService<Channel, RunnerAuth>>;
+
+/// Carries the operator token to the runner.
+#[derive(Clone)]
+pub struct RunnerAuth(AsciiMetadataValue);
+
+impl Interceptor for RunnerAuth {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+/// Drives agents through the runner.
+pub struct Driver<S> {
+    store: S,
+    tokens: Arc<Tokens>,
+    runner: Client,
+    tail_max: usize,
+    /// Serialises stdin delivery per session, so messages keep their order.
+    delivering: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Sessions whose events are being followed.
+    following: Mutex<HashSet<String>>,
+    shutdown: CancellationToken,
+}
+
+impl<S: Store> Driver<S> {
+    pub fn new(
+        store: S,
+        tokens: Arc<Tokens>,
+        channel: Channel,
+        operator_token: &str,
+        tail_max: usize,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Arc<Self>> {
+        let auth = RunnerAuth(format!("Bearer {operator_token}").parse()?);
+        Ok(Arc::new(Driver {
+            store,
+            tokens,
+            runner: RunnerServiceClient::with_interceptor(channel, auth)
+                .max_decoding_message_size(16 << 20),
+            tail_max,
+            delivering: Mutex::new(HashMap::new()),
+            following: Mutex::new(HashSet::new()),
+            shutdown,
+        }))
+    }
+
+    /// Starts a new session's agent in the background.
+    pub fn launch(self: &Arc<Self>, session: SessionRow, notify_parent: bool) {
+        let driver = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = driver.start(&session, notify_parent).await {
+                tracing::warn!(session = %session.session_id, error = %e, "agent did not start");
+                let audit = system_audit("start_agent", &session.session_id, false, &e);
+                let detail = format!("the agent could not be started: {e}");
+                if let Err(e) = driver
+                    .store
+                    .fail_session(&session.session_id, &detail, audit)
+                    .await
+                {
+                    tracing::error!(error = %e, "cannot record a failed start");
+                }
+            }
+        });
+    }
+
+    async fn start(
+        self: &Arc<Self>,
+        session: &SessionRow,
+        notify_parent: bool,
+    ) -> anyhow::Result<()> {
+        self.store
+            .start_process(&session.session_id, notify_parent)
+            .await?;
+        let command: Vec<String> = serde_json::from_str(&session.agent_command)?;
+        let (token, _) = self.tokens.mint(&session.session_id)?;
+        let mut env = HashMap::from([
+            ("TROUPE_SESSION_ID".to_owned(), session.session_id.clone()),
+            (
+                "TROUPE_WORKSPACE_ID".to_owned(),
+                session.workspace_id.clone(),
+            ),
+            (
+                "TROUPE_TRUST_LEVEL".to_owned(),
+                session.trust.as_str().to_owned(),
+            ),
+            ("TROUPE_TREE_ID".to_owned(), session.tree_id.clone()),
+            ("TROUPE_DEPTH".to_owned(), session.depth.to_string()),
+            ("TROUPE_AGENT_NAME".to_owned(), session.agent_name.clone()),
+            ("TROUPE_SESSION_TOKEN".to_owned(), token),
+        ]);
+        if let Some(parent) = &session.parent_session_id {
+            env.insert("TROUPE_PARENT_SESSION_ID".to_owned(), parent.clone());
+        }
+        let pending = self.store.undelivered(&session.session_id).await?;
+        let request = StartExecRequest {
+            exec_id: session.session_id.clone(),
+            workspace_id: session.workspace_id.clone(),
+            command,
+            env,
+            initial_stdin: lines(&pending),
+            labels: HashMap::from([
+                ("tree_id".to_owned(), session.tree_id.clone()),
+                ("depth".to_owned(), session.depth.to_string()),
+            ]),
+            ..Default::default()
+        };
+        loop {
+            match self.runner.clone().start_exec(request.clone()).await {
+                Ok(_) => break,
+                // Started before a restart of ours: follow it.
+                Err(status) if status.code() == Code::AlreadyExists => break,
+                // The runner is down: the session stays pending until it is back.
+                Err(status) if status.code() == Code::Unavailable => {
+                    tracing::info!(session = %session.session_id, "runner unavailable; retrying the start");
+                    tokio::select! {
+                        () = tokio::time::sleep(RETRY * 4) => {}
+                        () = self.shutdown.cancelled() => return Ok(()),
+                    }
+                }
+                Err(status) => anyhow::bail!("{}", status.message()),
+            }
+        }
+        if let Some(last) = pending.last() {
+            self.store
+                .mark_delivered(&session.session_id, last.seq)
+                .await?;
+        }
+        self.follow(session.session_id.clone());
+        Ok(())
+    }
+
+    /// Follows a session's runner events into the ledger, in the background,
+    /// from the last one applied.
+    fn follow(self: &Arc<Self>, session_id: String) {
+        if !self
+            .following
+            .lock()
+            .expect("poisoned")
+            .insert(session_id.clone())
+        {
+            return;
+        }
+        let driver = self.clone();
+        tokio::spawn(async move {
+            driver.follow_until_exit(&session_id).await;
+            driver
+                .following
+                .lock()
+                .expect("poisoned")
+                .remove(&session_id);
+        });
+    }
+
+    async fn follow_until_exit(self: &Arc<Self>, session_id: &str) {
+        loop {
+            match self.follow_once(session_id).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(status) if status.code() == Code::NotFound => {
+                    let detail = "the runner has no process for this session";
+                    let audit = system_audit("reconcile", session_id, true, &detail);
+                    if let Err(e) = self.store.fail_session(session_id, detail, audit).await {
+                        tracing::error!(error = %e, "cannot record a lost process");
+                    }
+                    return;
+                }
+                Err(status) => {
+                    tracing::debug!(session = session_id, %status, "runner watch interrupted");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RETRY) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// One watch of the runner's events; true once the exit was applied.
+    async fn follow_once(self: &Arc<Self>, session_id: &str) -> Result<bool, Status> {
+        let after = self
+            .store
+            .process(session_id)
+            .await
+            .map_err(internal)?
+            .map_or(0, |p| p.runner_seq);
+        let mut stream = self
+            .runner
+            .clone()
+            .watch_exec(WatchExecRequest {
+                exec_id: session_id.to_owned(),
+                after_sequence: after,
+            })
+            .await?
+            .into_inner();
+        loop {
+            let event = tokio::select! {
+                event = stream.next() => event,
+                () = self.shutdown.cancelled() => return Ok(true),
+            };
+            let Some(event) = event.transpose()? else {
+                return Ok(false);
+            };
+            let Some(change) = change(&event) else {
+                continue;
+            };
+            let exited = matches!(change, ProcessChange::Exited(_));
+            let started = change == ProcessChange::Started;
+            let applied = self
+                .store
+                .record_process(session_id, event.sequence, change.clone(), self.tail_max)
+                .await
+                .map_err(internal)?;
+            if started {
+                // Messages sent while it was pending.
+                self.deliver(session_id).await;
+            }
+            if exited {
+                if applied.is_some()
+                    && let ProcessChange::Exited(exit) = change
+                {
+                    self.callback(session_id, &exit).await;
+                }
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Writes the session's undelivered messages to its agent's stdin; true
+    /// if every message stored so far has reached it.
+    pub async fn deliver(&self, session_id: &str) -> bool {
+        let lock = self
+            .delivering
+            .lock()
+            .expect("poisoned")
+            .entry(session_id.to_owned())
+            .or_default()
+            .clone();
+        let _serial = lock.lock().await;
+        let running = matches!(
+            self.store.get_session(session_id).await,
+            Ok(Some(row)) if row.status == troupe_proto::session::SessionStatus::Running
+        );
+        if !running {
+            return false;
+        }
+        let pending = match self.store.undelivered(session_id).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "cannot read the inbox");
+                return false;
+            }
+        };
+        let Some(last) = pending.last().map(|m| m.seq) else {
+            return true;
+        };
+        let written = self
+            .runner
+            .clone()
+            .write_stdin(WriteStdinRequest {
+                exec_id: session_id.to_owned(),
+                data: lines(&pending),
+                close: false,
+            })
+            .await;
+        match written {
+            Ok(_) => match self.store.mark_delivered(session_id, last).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(session = session_id, error = %e, "cannot record a delivery");
+                    false
+                }
+            },
+            Err(status) => {
+                tracing::debug!(session = session_id, %status, "message not delivered yet");
+                false
+            }
+        }
+    }
+
+    /// Stops the processes of sessions the ledger has just ended.
+    pub fn stop(self: &Arc<Self>, session_ids: Vec<String>) {
+        let driver = self.clone();
+        tokio::spawn(async move {
+            for id in session_ids {
+                let stopped = driver
+                    .runner
+                    .clone()
+                    .terminate_exec(TerminateExecRequest {
+                        exec_id: id.clone(),
+                        grace_ms: 0,
+                    })
+                    .await;
+                match stopped {
+                    Ok(_) => {}
+                    Err(status) if status.code() == Code::NotFound => {}
+                    Err(status) => {
+                        tracing::warn!(session = %id, %status, "cannot stop the agent")
+                    }
+                }
+            }
+        });
+    }
+
+    /// CALLBACK mode: tells the parent that the session has ended.
+    async fn callback(&self, session_id: &str, exit: &ProcessExit) {
+        let Ok(Some(process)) = self.store.process(session_id).await else {
+            return;
+        };
+        let Ok(Some(row)) = self.store.get_session(session_id).await else {
+            return;
+        };
+        let Some(parent) = row.parent_session_id.clone() else {
+            return;
+        };
+        if !process.notify_parent {
+            return;
+        }
+        let tail = String::from_utf8_lossy(&process.output_tail);
+        let tail: String = tail
+            .chars()
+            .rev()
+            .take(2000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let body = serde_json::json!({
+            "type": "session_ended",
+            "session_id": session_id,
+            "status": troupe_proto::status::status_str(row.status),
+            "exit_code": exit.code,
+            "reason": exit.reason,
+            "output_tail": tail,
+        })
+        .to_string();
+        let message = NewMessage {
+            message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+            sender: "troupe".to_owned(),
+            body,
+        };
+        let audit = system_audit("callback", &parent, true, &format!("{session_id} ended"));
+        let sent = self
+            .store
+            .send_message(&parent, message, None, audit, &|target| {
+                if target.is_active() {
+                    Ok(())
+                } else {
+                    Err(SessionError::not_found(&target.session_id))
+                }
+            })
+            .await;
+        match sent {
+            Ok(_) => {
+                self.deliver(&parent).await;
+            }
+            Err(e) => tracing::debug!(parent = %parent, error = %e, "no callback: parent gone"),
+        }
+    }
+
+    /// After a restart: follows the agents that still run, starts those that
+    /// never did, fails the sessions whose process is gone and stops the
+    /// processes whose session has ended. Retries until the runner answers.
+    pub async fn reconcile(self: Arc<Self>) {
+        loop {
+            match self.reconcile_once().await {
+                Ok(()) => return,
+                Err(e) => tracing::info!(error = %e, "runner not reachable yet; retrying"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RETRY * 4) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    async fn reconcile_once(self: &Arc<Self>) -> anyhow::Result<()> {
+        let execs = self
+            .runner
+            .clone()
+            .list_execs(ListExecsRequest::default())
+            .await?
+            .into_inner()
+            .execs;
+        let known: HashMap<&str, &rpb::ExecInfo> =
+            execs.iter().map(|e| (e.exec_id.as_str(), e)).collect();
+        let active = self.store.active_sessions().await?;
+        let active_ids: HashSet<&str> = active.iter().map(|s| s.session_id.as_str()).collect();
+        for session in &active {
+            let process = self.store.process(&session.session_id).await?;
+            match (known.get(session.session_id.as_str()), process) {
+                (Some(_), _) => self.follow(session.session_id.clone()),
+                (None, None) => self.launch(session.clone(), false),
+                (None, Some(_)) => {
+                    let detail = "its process is gone (the runner does not know it)";
+                    let audit = system_audit("reconcile", &session.session_id, true, &detail);
+                    self.store
+                        .fail_session(&session.session_id, detail, audit)
+                        .await?;
+                }
+            }
+        }
+        let orphans: Vec<String> = execs
+            .iter()
+            .filter(|e| {
+                e.state() == rpb::ExecState::Running && !active_ids.contains(e.exec_id.as_str())
+            })
+            .map(|e| e.exec_id.clone())
+            .collect();
+        for id in &orphans {
+            let audit = system_audit(
+                "reconcile",
+                id,
+                true,
+                &"stopping a process whose session is not active",
+            );
+            self.store.append_audit(audit).await?;
+        }
+        if !orphans.is_empty() {
+            self.stop(orphans);
+        }
+        Ok(())
+    }
+}
+
+/// The stdin lines of `messages`.
+fn lines(messages: &[InboxMessage]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in messages {
+        let line = serde_json::json!({
+            "type": "message",
+            "sequence": m.seq,
+            "message_id": m.message_id,
+            "sender": m.sender,
+            "message": m.body,
+        });
+        out.extend_from_slice(line.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// What a runner event means to the ledger.
+fn change(event: &rpb::ExecEvent) -> Option<ProcessChange> {
+    Some(match event.event.as_ref()? {
+        exec_event::Event::Started(_) => ProcessChange::Started,
+        exec_event::Event::Output(out) => ProcessChange::Output {
+            stream: if out.stream() == rpb::OutputStream::Stderr {
+                "stderr"
+            } else {
+                "stdout"
+            },
+            data: out.data.clone(),
+        },
+        exec_event::Event::Exited(exit) => ProcessChange::Exited(ProcessExit {
+            code: exit.exit_code,
+            reason: match exit.reason() {
+                rpb::ExitReason::Killed => "killed",
+                rpb::ExitReason::TimedOut => "timed_out",
+                rpb::ExitReason::ContainerLost => "container_lost",
+                _ => "exited",
+            }
+            .to_owned(),
+            detail: exit.detail.clone(),
+        }),
+    })
+}
+
+fn internal(e: SessionError) -> Status {
+    Status::internal(e.to_string())
+}
+
+fn system_audit(
+    action: &'static str,
+    target: &str,
+    allowed: bool,
+    detail: &dyn std::fmt::Display,
+) -> AuditRecord {
+    AuditRecord {
+        caller: "troupe".to_owned(),
+        action,
+        target: target.to_owned(),
+        allowed,
+        reason: String::new(),
+        detail: detail.to_string(),
+    }
+}

@@ -1,0 +1,239 @@
+//! The process side of the ledger: what each session's agent did, as the
+//! runner reported it, and which messages reached its stdin.
+
+use base64::Engine as _;
+use serde_json::json;
+use sqlx::Row;
+
+use super::{SqliteStore, write::Write};
+use crate::{
+    error::SessionError,
+    model::{AuditRecord, InboxMessage, ProcessChange, ProcessRow, SessionRow, now_ms},
+};
+
+impl SqliteStore {
+    pub(super) async fn start_process_impl(
+        &self,
+        session_id: &str,
+        notify_parent: bool,
+    ) -> Result<(), SessionError> {
+        sqlx::query("INSERT OR IGNORE INTO processes (session_id, notify_parent) VALUES (?, ?)")
+            .bind(session_id)
+            .bind(notify_parent)
+            .execute(&mut *self.writer.lock().await)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn record_process_impl(
+        &self,
+        session_id: &str,
+        runner_seq: u64,
+        change: ProcessChange,
+        tail_max: usize,
+    ) -> Result<Option<SessionRow>, SessionError> {
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        let applied: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO processes (session_id, runner_seq) VALUES (?1, ?2) \
+             ON CONFLICT (session_id) DO UPDATE SET runner_seq = ?2 WHERE runner_seq < ?2 \
+             RETURNING runner_seq",
+        )
+        .bind(session_id)
+        .bind(runner_seq as i64)
+        .fetch_optional(w.conn())
+        .await?;
+        if applied.is_none() {
+            return Ok(None);
+        }
+        let row = w
+            .session(session_id)
+            .await?
+            .ok_or_else(|| SessionError::not_found(session_id))?;
+        match change {
+            ProcessChange::Started => {
+                if row.status == troupe_proto::session::SessionStatus::Pending {
+                    sqlx::query("UPDATE sessions SET status = 'running' WHERE session_id = ?")
+                        .bind(session_id)
+                        .execute(w.conn())
+                        .await?;
+                    w.event(session_id, "started", "running", json!({})).await?;
+                }
+            }
+            ProcessChange::Output { stream, data } => {
+                sqlx::query(
+                    "UPDATE processes SET output_tail = substr(output_tail || ?1, -?2) \
+                     WHERE session_id = ?3",
+                )
+                .bind(&data)
+                .bind(tail_max as i64)
+                .bind(session_id)
+                .execute(w.conn())
+                .await?;
+                let data = base64::engine::general_purpose::STANDARD.encode(&data);
+                w.event(
+                    session_id,
+                    "output",
+                    troupe_proto::status::status_str(row.status),
+                    json!({"stream": stream, "data": data}),
+                )
+                .await?;
+            }
+            ProcessChange::Exited(exit) => {
+                sqlx::query(
+                    "UPDATE processes SET exit_code = ?, exit_reason = ? WHERE session_id = ?",
+                )
+                .bind(exit.code)
+                .bind(&exit.reason)
+                .bind(session_id)
+                .execute(w.conn())
+                .await?;
+                let detail =
+                    json!({"exit_code": exit.code, "reason": exit.reason, "detail": exit.detail});
+                if row.is_active() {
+                    let (status, why) = if exit.succeeded() {
+                        ("completed", "exited".to_owned())
+                    } else if exit.reason == "exited" {
+                        ("failed", format!("exit code {}", exit.code))
+                    } else {
+                        ("failed", exit.reason.clone())
+                    };
+                    sqlx::query(
+                        "UPDATE sessions SET status = ?, ended_at_ms = ?, end_reason = ? \
+                         WHERE session_id = ?",
+                    )
+                    .bind(status)
+                    .bind(now_ms())
+                    .bind(&why)
+                    .bind(session_id)
+                    .execute(w.conn())
+                    .await?;
+                    w.event(session_id, status, status, detail).await?;
+                }
+            }
+        }
+        let row = w
+            .session(session_id)
+            .await?
+            .ok_or_else(|| SessionError::not_found(session_id))?;
+        w.commit().await?;
+        self.published();
+        Ok(Some(row))
+    }
+
+    pub(super) async fn process_impl(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<ProcessRow>, SessionError> {
+        let row = sqlx::query(
+            "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent \
+             FROM processes WHERE session_id = ?",
+        )
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(ProcessRow {
+                runner_seq: row.try_get::<i64, _>("runner_seq")? as u64,
+                exit_code: row.try_get("exit_code")?,
+                exit_reason: row.try_get("exit_reason")?,
+                output_tail: row.try_get("output_tail")?,
+                delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
+                notify_parent: row.try_get("notify_parent")?,
+            })
+        })
+        .transpose()
+    }
+
+    pub(super) async fn undelivered_impl(
+        &self,
+        session_id: &str,
+    ) -> Result<Vec<InboxMessage>, SessionError> {
+        let rows = sqlx::query(
+            "SELECT m.seq, m.message_id, m.sender, m.body FROM messages m \
+             LEFT JOIN processes p ON p.session_id = m.session_id \
+             WHERE m.session_id = ? AND m.seq > COALESCE(p.delivered_seq, 0) ORDER BY m.seq",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(InboxMessage {
+                    seq: row.try_get::<i64, _>("seq")? as u64,
+                    message_id: row.try_get("message_id")?,
+                    sender: row.try_get("sender")?,
+                    body: row.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn mark_delivered_impl(
+        &self,
+        session_id: &str,
+        seq: u64,
+    ) -> Result<(), SessionError> {
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        sqlx::query(
+            "UPDATE processes SET delivered_seq = ?1 WHERE session_id = ?2 AND delivered_seq < ?1",
+        )
+        .bind(seq as i64)
+        .bind(session_id)
+        .execute(w.conn())
+        .await?;
+        sqlx::query(
+            "UPDATE messages SET delivered_at_ms = ?1 \
+             WHERE session_id = ?2 AND seq <= ?3 AND delivered_at_ms IS NULL",
+        )
+        .bind(now_ms())
+        .bind(session_id)
+        .bind(seq as i64)
+        .execute(w.conn())
+        .await?;
+        w.commit().await
+    }
+
+    pub(super) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
+        let sql = concat!(
+            super::write::select_session!(),
+            " FROM sessions WHERE status IN ('pending', 'running') ORDER BY rowid"
+        );
+        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
+        rows.iter().map(super::session_from_row).collect()
+    }
+
+    pub(super) async fn fail_session_impl(
+        &self,
+        session_id: &str,
+        detail: &str,
+        audit: AuditRecord,
+    ) -> Result<bool, SessionError> {
+        let mut conn = self.writer.lock().await;
+        let mut w = Write::begin(&mut conn).await?;
+        let ended = sqlx::query(
+            "UPDATE sessions SET status = 'failed', ended_at_ms = ?, end_reason = 'lost' \
+             WHERE session_id = ? AND status IN ('pending', 'running')",
+        )
+        .bind(now_ms())
+        .bind(session_id)
+        .execute(w.conn())
+        .await?
+        .rows_affected()
+            == 1;
+        if ended {
+            w.event(
+                session_id,
+                "failed",
+                "failed",
+                json!({"exit_code": -1, "reason": "lost", "detail": detail}),
+            )
+            .await?;
+        }
+        w.audit(&audit).await?;
+        w.commit().await?;
+        self.published();
+        Ok(ended)
+    }
+}
