@@ -150,17 +150,22 @@ fn raise_open_files_limit() {
     }
 }
 
-/// Copies the `troupe-runner` binary `runner` into `dir` as the supervisor
-/// (and the MCP bridge, when it sits next to it), so the tools in
-/// containers match the runner.
+/// Tools copied into containers when they sit next to `troupe-runner`.
+pub const AGENT_TOOLS: [&str; 2] = ["troupe-mcp", "troupe-demo-agent"];
+
+/// Copies the `troupe-runner` binary `runner` into `dir` as the supervisor,
+/// and the [`AGENT_TOOLS`] that sit next to it, so the tools in containers
+/// match the runner.
 pub fn install_tools(runner: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     install_file(runner, &dir.join(layout::SUPERVISOR))?;
-    if let Some(bridge) = runner.parent().map(|d| d.join("troupe-mcp"))
-        && bridge.is_file()
-    {
-        install_file(&bridge, &dir.join("troupe-mcp"))?;
+    for tool in AGENT_TOOLS {
+        if let Some(found) = runner.parent().map(|d| d.join(tool))
+            && found.is_file()
+        {
+            install_file(&found, &dir.join(tool))?;
+        }
     }
     Ok(dir.to_path_buf())
 }

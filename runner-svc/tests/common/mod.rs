@@ -62,12 +62,9 @@ impl TestRunner {
     pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Self {
         require_engine();
         let dir = tempfile::tempdir().expect("tempdir");
-        let tools = dir.path().join("tools");
-        troupe_runner_svc::install_tools(Path::new(env!("CARGO_BIN_EXE_troupe-runner")), &tools)
-            .expect("install tools");
         let mut config = Config::with_data_dir(dir.path().join("data"));
         config.operator_token = Some(TOKEN.into());
-        config.tools_dir = Some(tools);
+        config.tools_dir = Some(tools().to_path_buf());
         config.image = IMAGE.into();
         config.timeout_grace_ms = 500;
         configure(&mut config);
@@ -222,6 +219,17 @@ impl Drop for TestRunner {
         .join()
         .ok();
     }
+}
+
+/// The tools directory every runner of this test binary mounts: the
+/// supervisor and the agent tools, installed once.
+fn tools() -> &'static Path {
+    static TOOLS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TOOLS.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("troupe-tools");
+        troupe_runner_svc::install_tools(Path::new(env!("CARGO_BIN_EXE_troupe-runner")), &dir)
+            .expect("install tools")
+    })
 }
 
 /// Panics, with what to do, when no Docker engine is reachable.
