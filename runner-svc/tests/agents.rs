@@ -22,23 +22,40 @@ const MINUTE: Duration = Duration::from_secs(60);
 struct Pair {
     runner: TestRunner,
     server: TestServer,
+    _sockets: tempfile::TempDir,
 }
 
 impl Pair {
     async fn start() -> Pair {
-        let runner =
-            TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
+        // The session service's socket, which the runner mounts into containers.
+        let sockets = tempfile::tempdir().unwrap();
+        let socket = sockets.path().join("session.sock");
+        let runner_socket = socket.clone();
+        let runner = TestRunner::start_with(|c| {
+            c.operator_token = Some(OPERATOR_TOKEN.into());
+            c.session_socket = Some(runner_socket);
+        })
+        .await;
         let endpoint = format!("http://{}", runner.addr);
         let server = TestServer::start_with(|c| {
             c.runner = Some(endpoint);
+            c.socket = Some(socket);
         })
         .await;
-        Pair { runner, server }
+        Pair {
+            runner,
+            server,
+            _sockets: sockets,
+        }
     }
 
     /// A fresh workspace whose agent `name` runs `sh -c script`.
     fn agent(&self, ws: &str, name: &str, script: &str) {
-        let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
+        self.agent_command(ws, name, &["sh", "-c", script]);
+    }
+
+    fn agent_command(&self, ws: &str, name: &str, command: &[&str]) {
+        let command = serde_json::to_string(command).unwrap();
         self.server.write_agent_text(
             Some(ws),
             name,
@@ -371,4 +388,105 @@ async fn a_session_service_restart_loses_no_output_and_reconciles() {
         .into_inner()
         .entries;
     assert!(audit.iter().any(|e| e.action == "reconcile"), "{audit:?}");
+}
+
+/// The scripted demo agent, in the container, through the real MCP bridge
+/// over the session service's Unix socket: a coordinator builds a team.
+#[tokio::test]
+async fn agents_build_a_team_through_the_bridge_in_the_container() {
+    for tool in troupe_runner_svc::AGENT_TOOLS {
+        let path = std::path::Path::new(env!("CARGO_BIN_EXE_troupe-runner")).with_file_name(tool);
+        assert!(
+            path.is_file(),
+            "{} is missing: build it with `cargo build -p troupe-mcp-bridge`",
+            path.display()
+        );
+    }
+    let pair = Pair::start().await;
+    let ws = pair.runner.workspace("team");
+    for name in ["coordinator", "specialist"] {
+        pair.agent_command(&ws, name, &["troupe-demo-agent"]);
+    }
+    let handlers = serde_json::json!({
+        "say": "handlers",
+        "spawn": [{"agent": "specialist", "title": "too deep", "message": {"say": "never"}}],
+        "reply": "handlers done",
+    });
+    let backend = serde_json::json!({
+        "say": "backend lead",
+        "spawn": [{"agent": "specialist", "title": "handlers", "mode": "callback", "message": handlers}],
+        "wait_messages": 1,
+        "collect": true,
+        "reply": "backend done",
+    });
+    let plan = serde_json::json!({
+        "say": "coordinating",
+        "spawn": [{"agent": "specialist", "title": "backend", "mode": "callback", "message": backend}],
+        "send": [{"to": "children", "message": "use axum"}],
+        "wait_messages": 1,
+        "collect": true,
+    });
+    let root = pair.root(&ws, "coordinator", &plan.to_string()).await;
+    let done = pair
+        .wait_status(&root.session_id, SessionStatus::Completed)
+        .await;
+    let root_out = events(&done.result.unwrap().output_tail);
+
+    let lead = &done.children[0];
+    let lead_view = pair
+        .wait_status(&lead.session_id, SessionStatus::Completed)
+        .await;
+    let helper = &lead_view.children[0];
+    let helper_view = pair
+        .wait_status(&helper.session_id, SessionStatus::Completed)
+        .await;
+    assert_eq!((lead.depth, helper.depth), (1, 2));
+    assert!(
+        helper_view.children.is_empty(),
+        "nothing below the depth limit"
+    );
+
+    // The depth limit refused the third level, with its reason.
+    let helper_out = events(&helper_view.result.unwrap().output_tail);
+    assert!(
+        helper_out
+            .iter()
+            .any(|e| e["event"] == "refused" && e["reason"] == "DEPTH_EXCEEDED"),
+        "{helper_out:?}"
+    );
+    // Messages went both ways: down from the root, up from each child.
+    let said = |out: &[serde_json::Value], from: &str, text: &str| {
+        out.iter().any(|e| {
+            e["event"] == "message"
+                && e["from"] == format!("session:{from}")
+                && e["message"] == text
+        })
+    };
+    let lead_out = events(&lead_view.result.unwrap().output_tail);
+    assert!(
+        said(&lead_out, &root.session_id, "use axum"),
+        "{lead_out:?}"
+    );
+    assert!(
+        said(&lead_out, &helper.session_id, "handlers done"),
+        "{lead_out:?}"
+    );
+    assert!(
+        said(&root_out, &lead.session_id, "backend done"),
+        "{root_out:?}"
+    );
+    assert!(
+        root_out
+            .iter()
+            .any(|e| e["event"] == "child_ended" && e["session_id"] == lead.session_id.as_str()),
+        "{root_out:?}"
+    );
+}
+
+/// The JSON lines an agent printed.
+fn events(output: &str) -> Vec<serde_json::Value> {
+    output
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
