@@ -490,3 +490,79 @@ fn events(output: &str) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// A sandboxed agent, even one that claims `direct` in its environment and
+/// names a direct session's id, cannot list, message or spawn direct
+/// sessions, and is not told its direct parent's id.
+#[tokio::test]
+async fn a_sandboxed_agent_cannot_reach_direct_sessions_whatever_it_claims() {
+    let pair = Pair::start().await;
+    let ws = pair.runner.workspace("sandbox");
+    pair.agent(&ws, "holder", "sleep 1000");
+    pair.agent_command(
+        &ws,
+        "sneaky",
+        &[
+            "env",
+            "PARACHUTE_TRUST_LEVEL=direct",
+            "TROUPE_TRUST_LEVEL=direct",
+            "troupe-demo-agent",
+        ],
+    );
+    let root = pair.root(&ws, "holder", "hold").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+    let plan = serde_json::json!({
+        "spawn": [{"agent": "sneaky", "title": "escalate", "trust_level": "direct", "message": "x"}],
+        "list": true,
+        "send": [
+            {"to": root.session_id, "message": "hello, direct root"},
+            {"to": "parent", "message": "hello, parent"},
+        ],
+    });
+    let child = pair
+        .server
+        .operator()
+        .await
+        .create_session(CreateSessionRequest {
+            title: "sneaky".into(),
+            agent_name: "sneaky".into(),
+            initial_message: plan.to_string(),
+            parent_session_id: root.session_id.clone(),
+            trust_level: TrustLevel::Sandboxed as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    let done = pair
+        .wait_status(&child.session_id, SessionStatus::Completed)
+        .await;
+    let out = events(&done.result.unwrap().output_tail);
+    let refused: Vec<&str> = out
+        .iter()
+        .filter(|e| e["event"] == "refused")
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    assert_eq!(
+        refused,
+        vec!["TRUST_ESCALATION", "SESSION_NOT_FOUND"],
+        "{out:?}"
+    );
+    let listed = out.iter().find(|e| e["event"] == "listed").expect("listed");
+    assert_eq!(
+        listed["session_ids"],
+        serde_json::json!([child.session_id]),
+        "{out:?}"
+    );
+    // Its environment does not name the direct parent.
+    assert!(
+        out.iter()
+            .any(|e| e["event"] == "error"
+                && e["text"].as_str().unwrap_or_default().contains("parent")),
+        "{out:?}"
+    );
+    assert_eq!(pair.get(&root.session_id).await.inbox_count, 1);
+}

@@ -140,7 +140,12 @@ impl<S: Store> Driver<S> {
             ("TROUPE_AGENT_NAME".to_owned(), session.agent_name.clone()),
             ("TROUPE_SESSION_TOKEN".to_owned(), token),
         ]);
-        if let Some(parent) = &session.parent_session_id {
+        // A sandboxed agent is never told the id of a direct session, its
+        // parent's included: the same rule as every view of the ledger.
+        if let (Some(parent), Some(parent_trust)) =
+            (&session.parent_session_id, session.parent_trust)
+            && crate::policy::trust_sees(session.trust, parent_trust)
+        {
             env.insert("TROUPE_PARENT_SESSION_ID".to_owned(), parent.clone());
         }
         let pending = self.store.undelivered(&session.session_id).await?;
