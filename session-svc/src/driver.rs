@@ -64,8 +64,9 @@ pub struct Driver<S> {
     delivering: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions whose events are being followed.
     following: Mutex<HashSet<String>>,
-    /// Sessions this process started: reconciliation leaves them alone.
-    launched: Mutex<HashSet<String>>,
+    /// When this driver started: sessions created since are launched by
+    /// this process, and reconciliation leaves them alone.
+    started_at_ms: i64,
     shutdown: CancellationToken,
 }
 
@@ -87,17 +88,13 @@ impl<S: Store> Driver<S> {
             tail_max,
             delivering: Mutex::new(HashMap::new()),
             following: Mutex::new(HashSet::new()),
-            launched: Mutex::new(HashSet::new()),
+            started_at_ms: crate::model::now_ms(),
             shutdown,
         }))
     }
 
     /// Starts a new session's agent in the background.
     pub fn launch(self: &Arc<Self>, session: SessionRow, notify_parent: bool) {
-        self.launched
-            .lock()
-            .expect("poisoned")
-            .insert(session.session_id.clone());
         let driver = self.clone();
         tokio::spawn(async move {
             if let Err(e) = driver.start(&session, notify_parent).await {
@@ -443,12 +440,7 @@ impl<S: Store> Driver<S> {
         let active = self.store.active_sessions().await?;
         let active_ids: HashSet<&str> = active.iter().map(|s| s.session_id.as_str()).collect();
         for session in &active {
-            if self
-                .launched
-                .lock()
-                .expect("poisoned")
-                .contains(&session.session_id)
-            {
+            if session.created_at_ms >= self.started_at_ms {
                 continue;
             }
             let process = self.store.process(&session.session_id).await?;

@@ -1,0 +1,229 @@
+//! The session service and the runner together, in one run on one engine:
+//!
+//! - spawn to first output: from `CreateSession` (a child that prints one
+//!   line) to its `output` event as a watcher of the tree sees it, against
+//!   a bare `docker exec` of the same command to its first byte;
+//! - message delivery: `SendMessage` from one agent's session to a running
+//!   agent until the reply says `DELIVERED` (its bytes are in the agent's
+//!   stdin pipe), and until the agent's echo of it comes back to a watcher.
+//!
+//! `cargo bench -p troupe-runner-svc --bench team` (needs DOCKER_HOST and the
+//! image, as the tests do).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use common::*;
+use futures::StreamExt;
+use troupe_proto::session::{
+    CreateRootSessionRequest, CreateSessionRequest, DeliveryStatus, EventKind, GetSessionRequest,
+    SendMessageRequest, SessionStatus, TrustLevel, WatchSessionsRequest,
+};
+use troupe_tests::{OPERATOR_TOKEN, TestServer};
+
+const SPAWNS: usize = 40;
+const MESSAGES: usize = 200;
+
+fn main() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
+async fn bench() {
+    let runner = TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
+    let endpoint = format!("http://{}", runner.addr);
+    let server = TestServer::start_with(|c| {
+        c.runner = Some(endpoint);
+        c.limits.max_children = 10_000;
+        c.limits.max_tree_sessions = 10_000;
+        c.limits.max_active_per_workspace = 10_000;
+    })
+    .await;
+    let ws = runner.workspace("bench");
+    let agent = |name: &str, script: &str| {
+        let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
+        server.write_agent_text(
+            Some(&ws),
+            name,
+            &format!("---\nname: {name}\ndescription: bench\ncommand: {command}\n---\n"),
+        );
+    };
+    agent("holder", "sleep 100000");
+    agent("printer", "echo x");
+    agent("echo", "cat");
+    let mut operator = server.operator().await;
+    let root = operator
+        .create_root_session(CreateRootSessionRequest {
+            workspace_id: ws.clone(),
+            trust_level: TrustLevel::Direct as i32,
+            title: "bench".into(),
+            agent_name: "holder".into(),
+            initial_message: "hold".into(),
+            request_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    wait_running(&server, &root.session_id).await;
+    let mut parent = server.act_as(&root.session_id).await;
+
+    let docker = bollard::Docker::connect_with_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+    let container = troupe_runner_svc::docker::Engine::container_name(&ws);
+    let uid = format!("{}:{}", runner.config.uid_base, runner.config.uid_base);
+
+    // Spawn to first output, interleaved with bare execs.
+    let mut watch = operator
+        .watch_sessions(WatchSessionsRequest {
+            tree_id: root.tree_id.clone(),
+            live_only: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut bare = Vec::new();
+    let mut troupe = Vec::new();
+    for _ in 0..SPAWNS {
+        bare.push(bare_first_byte(&docker, &container, &uid).await);
+        let t = Instant::now();
+        let child = parent
+            .create_session(CreateSessionRequest {
+                title: "printer".into(),
+                agent_name: "printer".into(),
+                initial_message: "go".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+            .unwrap();
+        loop {
+            let event = watch.next().await.unwrap().unwrap();
+            if event.session_id == child.session_id && event.kind() == EventKind::Output {
+                break;
+            }
+        }
+        troupe.push(millis(t.elapsed()));
+    }
+    let (b50, b99) = percentiles(&mut bare);
+    let (t50, t99) = percentiles(&mut troupe);
+    println!("spawn to first output over {SPAWNS} runs (ms, p50 / p99):");
+    println!("  bare docker exec:              {b50:.1} / {b99:.1}");
+    println!("  CreateSession to output event: {t50:.1} / {t99:.1}");
+    println!("  ratio (p50):                   {:.2}", t50 / b50);
+
+    // Messages to a running agent that echoes them.
+    let echo = parent
+        .create_session(CreateSessionRequest {
+            title: "echo".into(),
+            agent_name: "echo".into(),
+            initial_message: "ready".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    wait_running(&server, &echo.session_id).await;
+    let mut delivered = Vec::new();
+    let mut echoed = Vec::new();
+    for i in 0..MESSAGES {
+        let text = format!("ping-{i}");
+        let t = Instant::now();
+        let reply = parent
+            .send_message(SendMessageRequest {
+                session_id: echo.session_id.clone(),
+                message: text.clone(),
+                request_id: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        delivered.push(millis(t.elapsed()));
+        assert_eq!(reply.delivery(), DeliveryStatus::Delivered);
+        loop {
+            let event = watch.next().await.unwrap().unwrap();
+            if event.session_id == echo.session_id
+                && let Some(troupe_proto::session::session_event::Detail::Output(out)) =
+                    &event.detail
+                && String::from_utf8_lossy(&out.data).contains(&text)
+            {
+                break;
+            }
+        }
+        echoed.push(millis(t.elapsed()));
+    }
+    let (d50, d99) = percentiles(&mut delivered);
+    let (e50, e99) = percentiles(&mut echoed);
+    println!("messages to a running agent over {MESSAGES} (ms, p50 / p99):");
+    println!("  SendMessage until DELIVERED:   {d50:.1} / {d99:.1}");
+    println!("  until its echo is watched:     {e50:.1} / {e99:.1}");
+}
+
+async fn wait_running(server: &TestServer, id: &str) {
+    let mut operator = server.operator().await;
+    for _ in 0..600 {
+        let got = operator
+            .get_session(GetSessionRequest {
+                session_id: id.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if got.session.unwrap().status() == SessionStatus::Running {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{id} never ran");
+}
+
+fn percentiles(ms: &mut [f64]) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms[((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1];
+    (at(0.50), at(0.99))
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn bare_first_byte(docker: &bollard::Docker, container: &str, uid: &str) -> f64 {
+    let t = Instant::now();
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(vec!["sh".to_owned(), "-c".to_owned(), "echo x".to_owned()]),
+                user: Some(uid.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&created.id, None).await.unwrap()
+    else {
+        panic!("detached");
+    };
+    output.next().await.unwrap().unwrap();
+    let elapsed = t.elapsed();
+    while output.next().await.is_some() {}
+    millis(elapsed)
+}
