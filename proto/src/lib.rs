@@ -8,6 +8,7 @@
 //! - [`paths`]: the default data directory and the operator token.
 //! - [`names`]: the rule for workspace ids and agent names.
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
+//! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
@@ -25,6 +26,7 @@ pub mod endpoint;
 pub mod names;
 pub mod paths;
 pub mod refusal;
+pub mod serving;
 pub mod status;
 pub mod trust;
 

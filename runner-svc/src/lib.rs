@@ -110,14 +110,7 @@ pub async fn serve(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RunnerServiceServer<Service>>().await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     tracing::info!(addr = %listener.local_addr()?, "runner listening");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));

@@ -106,14 +106,7 @@ async fn serve_with_store<S: Store + Clone>(
     health
         .set_serving::<SessionServiceServer<Service<S>>>()
         .await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(troupe_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     let mut routes = tonic::service::Routes::builder();
     routes
