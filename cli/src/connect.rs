@@ -8,12 +8,11 @@ use std::{
 
 use anyhow::{Context, bail};
 use tonic::{
-    Request, Status,
-    metadata::{Ascii, MetadataValue},
-    service::{Interceptor, interceptor::InterceptedService},
+    service::interceptor::InterceptedService,
     transport::{Channel, Endpoint},
 };
 use troupe_proto::{
+    endpoint::Bearer,
     paths::{default_data_dir, operator_token_path},
     session::session_service_client::SessionServiceClient,
 };
@@ -22,19 +21,6 @@ use crate::cli::Global;
 
 /// The session service client the commands use.
 pub type Client = SessionServiceClient<InterceptedService<Channel, Bearer>>;
-
-/// Adds the bearer token to every request.
-#[derive(Clone)]
-pub struct Bearer(MetadataValue<Ascii>);
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        request
-            .metadata_mut()
-            .insert("authorization", self.0.clone());
-        Ok(request)
-    }
-}
 
 /// Where the bearer token came from, for hints when the server refuses it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,9 +97,7 @@ pub fn endpoint_url(endpoint: &str) -> String {
 
 /// Connects to troupe-session, failing early (with a hint) when nothing listens there.
 pub async fn connect(endpoint: &str, token: &str) -> anyhow::Result<Client> {
-    let header: MetadataValue<Ascii> = format!("Bearer {token}")
-        .parse()
-        .context("the token contains characters not allowed in a header")?;
+    let bearer = Bearer::new(Some(token))?;
     let url = endpoint_url(endpoint);
     let channel = Endpoint::from_shared(url.clone())
         .with_context(|| format!("invalid endpoint {endpoint:?}"))?
@@ -127,10 +111,7 @@ pub async fn connect(endpoint: &str, token: &str) -> anyhow::Result<Client> {
                 root_cause(&e)
             )
         })?;
-    Ok(SessionServiceClient::with_interceptor(
-        channel,
-        Bearer(header),
-    ))
+    Ok(SessionServiceClient::with_interceptor(channel, bearer))
 }
 
 /// Returns the innermost message of an error chain ("Connection refused (os error 111)").

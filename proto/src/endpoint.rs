@@ -1,9 +1,42 @@
 //! Connecting to a Troupe service by its endpoint text: `http://host:port`
 //! or `unix:///path/to.sock` (how agents in workspace containers reach the
-//! session service, with no network).
+//! session service, with no network), and [`Bearer`], which carries the
+//! caller's token on every call.
 
+use anyhow::Context;
 use hyper_util::rt::TokioIo;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{
+    Request, Status,
+    metadata::AsciiMetadataValue,
+    service::Interceptor,
+    transport::{Channel, Endpoint, Uri},
+};
+
+/// Adds `authorization: Bearer <token>` to every call, or nothing (anonymous).
+#[derive(Clone, Debug)]
+pub struct Bearer(Option<AsciiMetadataValue>);
+
+impl Bearer {
+    /// Carries `token`, or nothing; fails if the token cannot be a header.
+    pub fn new(token: Option<&str>) -> anyhow::Result<Self> {
+        token
+            .map(|t| format!("Bearer {t}").parse())
+            .transpose()
+            .context("the token contains characters not allowed in a header")
+            .map(Bearer)
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
 
 /// A channel to `endpoint` that connects on first use, and reconnects:
 /// for a service that may start after its caller.

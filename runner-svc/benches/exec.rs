@@ -10,12 +10,13 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod measure;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bollard::exec::{CreateExecOptions, StartExecResults};
 use common::*;
 use futures::StreamExt;
+use measure::*;
 use troupe_proto::runner::{WatchExecRequest, exec_event};
 
 const START_RUNS: usize = 40;
@@ -62,7 +63,7 @@ async fn bench() {
         let mut troupe = Vec::new();
         for i in 0..START_RUNS {
             // Interleaved, so both see the same machine.
-            bare.push(bare_first_byte(&docker, &container, &uid).await);
+            bare.push(bare_first_byte(&docker, &container, &uid, &["echo", "x"]).await);
             troupe.push(troupe_first_byte(&runner, &ws, i).await);
         }
         let (b50, b99) = percentiles(&mut bare);
@@ -93,51 +94,6 @@ async fn bench() {
         println!("  troupe watcher:        {t:.0}   (runs: {troupe:.0?})");
         println!("  ratio to the faster:   {:.2}", t / b.max(c));
     }
-}
-
-fn percentiles(ms: &mut [f64]) -> (f64, f64) {
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1];
-    (at(0.50), at(0.99))
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-async fn bare_exec(
-    docker: &bollard::Docker,
-    container: &str,
-    uid: &str,
-    cmd: &[&str],
-) -> impl futures::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>> {
-    let created = docker
-        .create_exec(
-            container,
-            CreateExecOptions {
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-                user: Some(uid.to_owned()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    match docker.start_exec(&created.id, None).await.unwrap() {
-        StartExecResults::Attached { output, .. } => output,
-        StartExecResults::Detached => panic!("detached"),
-    }
-}
-
-async fn bare_first_byte(docker: &bollard::Docker, container: &str, uid: &str) -> f64 {
-    let t = Instant::now();
-    let mut output = bare_exec(docker, container, uid, &["echo", "x"]).await;
-    let first = output.next().await.unwrap().unwrap();
-    assert!(!first.into_bytes().is_empty());
-    let elapsed = t.elapsed();
-    while output.next().await.is_some() {}
-    millis(elapsed)
 }
 
 async fn troupe_first_byte(runner: &TestRunner, ws: &str, i: usize) -> f64 {

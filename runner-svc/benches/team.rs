@@ -12,12 +12,13 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod measure;
 
 use std::time::{Duration, Instant};
 
-use bollard::exec::{CreateExecOptions, StartExecResults};
 use common::*;
 use futures::StreamExt;
+use measure::*;
 use troupe_proto::session::{
     CreateRootSessionRequest, CreateSessionRequest, DeliveryStatus, EventKind, GetSessionRequest,
     SendMessageRequest, SessionStatus, TrustLevel, WatchSessionsRequest,
@@ -96,7 +97,7 @@ async fn bench() {
     let mut bare = Vec::new();
     let mut troupe = Vec::new();
     for _ in 0..SPAWNS {
-        bare.push(bare_first_byte(&docker, &container, &uid).await);
+        bare.push(bare_first_byte(&docker, &container, &uid, &["sh", "-c", "echo x"]).await);
         let t = Instant::now();
         let child = parent
             .create_session(CreateSessionRequest {
@@ -190,40 +191,4 @@ async fn wait_running(server: &TestServer, id: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{id} never ran");
-}
-
-fn percentiles(ms: &mut [f64]) -> (f64, f64) {
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1];
-    (at(0.50), at(0.99))
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-async fn bare_first_byte(docker: &bollard::Docker, container: &str, uid: &str) -> f64 {
-    let t = Instant::now();
-    let created = docker
-        .create_exec(
-            container,
-            CreateExecOptions {
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                cmd: Some(vec!["sh".to_owned(), "-c".to_owned(), "echo x".to_owned()]),
-                user: Some(uid.to_owned()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let StartExecResults::Attached { mut output, .. } =
-        docker.start_exec(&created.id, None).await.unwrap()
-    else {
-        panic!("detached");
-    };
-    output.next().await.unwrap().unwrap();
-    let elapsed = t.elapsed();
-    while output.next().await.is_some() {}
-    millis(elapsed)
 }

@@ -275,11 +275,6 @@ impl Engine {
         }
         anyhow::bail!("kill-all did not finish")
     }
-
-    /// The engine, for tests and tools that inspect containers.
-    pub fn docker(&self) -> &Docker {
-        &self.docker
-    }
 }
 
 /// True when the engine answered 404.

@@ -117,8 +117,6 @@ pub enum ExecError {
     Conflict(String),
     #[error("{0}")]
     OutOfRange(String),
-    #[error("runner is shutting down")]
-    ShuttingDown,
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -1047,7 +1045,7 @@ fn read_next_uid(settings: &Settings) -> anyhow::Result<u32> {
 /// Checks a start request before anything is created.
 fn validate(spec: &StartSpec) -> Result<(), ExecError> {
     let invalid = |m: String| Err(ExecError::Invalid(m));
-    if !is_exec_id(&spec.exec_id) {
+    if !troupe_proto::names::is_slug(&spec.exec_id) {
         return invalid(format!(
             "exec_id {:?} must be 1 to 64 letters, digits, '-' or '_'",
             spec.exec_id
@@ -1077,8 +1075,4 @@ fn validate(spec: &StartSpec) -> Result<(), ExecError> {
         return invalid("working_dir must be absolute".into());
     }
     Ok(())
-}
-
-fn is_exec_id(id: &str) -> bool {
-    troupe_proto::names::is_slug(id)
 }

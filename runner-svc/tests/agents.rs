@@ -272,8 +272,12 @@ async fn terminating_a_tree_stops_every_process() {
 async fn sync_returns_the_childs_end_and_callback_tells_the_parent() {
     let pair = Pair::start().await;
     let ws = pair.runner.workspace("modes");
-    // The parent prints every line its stdin receives.
-    pair.agent(&ws, "parent", "while read line; do echo \"$line\"; done");
+    // The parent prints every line its stdin receives, as it came.
+    pair.agent(
+        &ws,
+        "parent",
+        "while read -r line; do printf '%s\\n' \"$line\"; done",
+    );
     pair.agent(&ws, "quick", "read m; echo \"finished: $m\"");
     let root = pair.root(&ws, "parent", "start").await;
     pair.wait_status(&root.session_id, SessionStatus::Running)
@@ -296,12 +300,19 @@ async fn sync_returns_the_childs_end_and_callback_tells_the_parent() {
     let deadline = tokio::time::Instant::now() + MINUTE;
     loop {
         let tail = pair.get(&root.session_id).await.result.unwrap().output_tail;
-        if tail.contains("session_ended") {
-            assert!(tail.contains(&callback_id), "{tail}");
-            assert!(
-                tail.contains(r#"\"status\":\"completed\""#) || tail.contains("completed"),
-                "{tail}"
-            );
+        // The parent echoes its stdin line; the notice is that line's message.
+        let notice = tail
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|line| line["sender"] == "troupe")
+            .find_map(|line| {
+                serde_json::from_str::<serde_json::Value>(line["message"].as_str()?).ok()
+            });
+        if let Some(notice) = notice {
+            assert_eq!(notice["type"], "session_ended", "{notice}");
+            assert_eq!(notice["session_id"], callback_id.as_str(), "{notice}");
+            assert_eq!(notice["status"], "completed", "{notice}");
+            assert_eq!(notice["exit_code"], 0, "{notice}");
             break;
         }
         assert!(

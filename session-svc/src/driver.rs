@@ -20,13 +20,13 @@ use std::{
 
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tonic::{
-    Code, Request, Status, metadata::AsciiMetadataValue, service::Interceptor,
-    service::interceptor::InterceptedService, transport::Channel,
-};
-use troupe_proto::runner::{
-    self as rpb, ListExecsRequest, StartExecRequest, TerminateExecRequest, WatchExecRequest,
-    WriteStdinRequest, exec_event, runner_service_client::RunnerServiceClient,
+use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
+use troupe_proto::{
+    endpoint::Bearer,
+    runner::{
+        self as rpb, ListExecsRequest, StartExecRequest, TerminateExecRequest, WatchExecRequest,
+        WriteStdinRequest, exec_event, runner_service_client::RunnerServiceClient,
+    },
 };
 
 use crate::{
@@ -39,20 +39,7 @@ use crate::{
 /// How long a lost runner connection waits before it is tried again.
 const RETRY: Duration = Duration::from_millis(500);
 
-type Client = RunnerServiceClient<InterceptedService<Channel, RunnerAuth>>;
-
-/// Carries the operator token to the runner.
-#[derive(Clone)]
-pub struct RunnerAuth(AsciiMetadataValue);
-
-impl Interceptor for RunnerAuth {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        request
-            .metadata_mut()
-            .insert("authorization", self.0.clone());
-        Ok(request)
-    }
-}
+type Client = RunnerServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// Drives agents through the runner.
 pub struct Driver<S> {
@@ -79,7 +66,7 @@ impl<S: Store> Driver<S> {
         tail_max: usize,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Self>> {
-        let auth = RunnerAuth(format!("Bearer {operator_token}").parse()?);
+        let auth = Bearer::new(Some(operator_token))?;
         Ok(Arc::new(Driver {
             store,
             tokens,

@@ -8,37 +8,11 @@
 use std::{net::SocketAddr, path::PathBuf};
 
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
-use tonic::{
-    Request, Status,
-    metadata::AsciiMetadataValue,
-    service::{Interceptor, interceptor::InterceptedService},
-    transport::Channel,
-};
+use tonic::{Status, service::interceptor::InterceptedService, transport::Channel};
 use tonic_types::StatusExt;
+pub use troupe_proto::endpoint::Bearer;
 use troupe_proto::session::{self as pb, TrustLevel, session_service_client::SessionServiceClient};
 use troupe_session_svc::{Config, Limits};
-
-/// Adds the bearer token to every call.
-#[derive(Clone)]
-pub struct Bearer(Option<AsciiMetadataValue>);
-
-impl Bearer {
-    /// Carries `token`, or nothing.
-    pub fn new(token: Option<&str>) -> Self {
-        Bearer(token.map(|t| format!("Bearer {t}").parse().expect("ascii token")))
-    }
-}
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
 
 /// A session service client that authenticates with one token.
 pub type Client = SessionServiceClient<InterceptedService<Channel, Bearer>>;
@@ -166,7 +140,7 @@ impl TestServer {
             .connect()
             .await
             .expect("connect");
-        SessionServiceClient::with_interceptor(channel, Bearer::new(token))
+        SessionServiceClient::with_interceptor(channel, Bearer::new(token).expect("ascii token"))
     }
 
     /// A client carrying the operator token.

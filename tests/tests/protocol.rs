@@ -86,7 +86,7 @@ async fn the_unix_socket_serves_the_same_rules() {
 
     let mut agent = SessionServiceClient::with_interceptor(
         channel.clone(),
-        troupe_tests::Bearer::new(Some(&token)),
+        troupe_tests::Bearer::new(Some(&token)).unwrap(),
     );
     let listed = agent
         .list_workspace_sessions(pb::ListWorkspaceSessionsRequest::default())
@@ -96,7 +96,7 @@ async fn the_unix_socket_serves_the_same_rules() {
     assert_eq!(listed.sessions[0].session_id, root.session_id);
 
     let mut anonymous =
-        SessionServiceClient::with_interceptor(channel, troupe_tests::Bearer::new(None));
+        SessionServiceClient::with_interceptor(channel, troupe_tests::Bearer::new(None).unwrap());
     let status = anonymous
         .list_workspace_sessions(pb::ListWorkspaceSessionsRequest::default())
         .await

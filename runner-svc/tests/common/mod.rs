@@ -15,12 +15,8 @@ use std::{
 
 use tokio::sync::oneshot;
 use tokio_stream::StreamExt;
-use tonic::{
-    Request,
-    metadata::MetadataValue,
-    service::{Interceptor, interceptor::InterceptedService},
-    transport::Channel,
-};
+use tonic::{service::interceptor::InterceptedService, transport::Channel};
+pub use troupe_proto::endpoint::Bearer;
 use troupe_proto::runner::{
     ExecEvent, ExitReason, OutputStream, StartExecRequest, WatchExecRequest, exec_event,
     runner_service_client::RunnerServiceClient,
@@ -31,18 +27,6 @@ pub const TOKEN: &str = "test-operator-token-0123456789";
 pub const IMAGE: &str = "troupe-workspace:latest";
 
 pub type Client = RunnerServiceClient<InterceptedService<Channel, Bearer>>;
-
-#[derive(Clone)]
-pub struct Bearer(MetadataValue<tonic::metadata::Ascii>);
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, tonic::Status> {
-        request
-            .metadata_mut()
-            .insert("authorization", self.0.clone());
-        Ok(request)
-    }
-}
 
 /// A runner serving on a loopback port, with its own data directory.
 pub struct TestRunner {
@@ -135,14 +119,7 @@ impl TestRunner {
             .await?;
         Ok(RunnerServiceClient::with_interceptor(
             channel,
-            Bearer(
-                format!(
-                    "Bearer {}",
-                    self.config.operator_token.as_deref().unwrap_or(TOKEN)
-                )
-                .parse()
-                .unwrap(),
-            ),
+            Bearer::new(Some(self.config.operator_token.as_deref().unwrap_or(TOKEN))).unwrap(),
         )
         .max_decoding_message_size(16 << 20))
     }

@@ -222,7 +222,8 @@ pub async fn child<S: Store>(
 }
 
 /// Waits until the session has ended and its exit (if it had a process)
-/// is recorded; as long as the caller waits.
+/// is recorded; as long as the caller waits. Every commit of the ledger,
+/// the recording of an exit included, wakes the store's subscribers.
 async fn wait_for_end<S: Store>(
     inner: &Inner<S>,
     session_id: &str,
@@ -250,8 +251,6 @@ async fn wait_for_end<S: Store>(
                     return Err(shutting_down());
                 }
             }
-            // A terminated child's exit may come without an event.
-            () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
             () = inner.shutdown.cancelled() => return Err(shutting_down()),
         }
     }

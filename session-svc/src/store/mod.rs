@@ -189,6 +189,8 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// status it implies (pending to running, running to completed or
     /// failed), its event, the output tail (at most `tail_max` bytes), the
     /// exit. Returns the session after it, or `None` if it was applied before.
+    /// Wakes the subscribers even when it wrote no event (an exit after a
+    /// termination), so a waiter sees the exit code land.
     fn record_process(
         &self,
         session_id: &str,
