@@ -157,9 +157,17 @@ impl<S: Store> Driver<S> {
                         () = tokio::time::sleep(RETRY * 4) => {}
                         () = self.shutdown.cancelled() => return Ok(()),
                     }
+                    if !self.is_active(&session.session_id).await {
+                        return Ok(());
+                    }
                 }
                 Err(status) => anyhow::bail!("{}", status.message()),
             }
+        }
+        // Ended while the start was on its way: the termination found no
+        // process to stop, so stop this one.
+        if !self.is_active(&session.session_id).await {
+            self.stop(vec![session.session_id.clone()]);
         }
         if let Some(last) = pending.last() {
             self.store
@@ -168,6 +176,12 @@ impl<S: Store> Driver<S> {
         }
         self.follow(session.session_id.clone());
         Ok(())
+    }
+
+    /// Whether the session is still pending or running (assumed so when the
+    /// ledger cannot be read: the next check decides).
+    async fn is_active(&self, session_id: &str) -> bool {
+        !matches!(self.store.get_session(session_id).await, Ok(Some(row)) if !row.is_active())
     }
 
     /// Follows a session's runner events into the ledger, in the background,
