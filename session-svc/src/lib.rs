@@ -39,6 +39,8 @@ use crate::{
 
 /// How often old events are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
+/// How often the store checkpoints its write-ahead log.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// Serves the session service on `listener` until `shutdown` completes.
 ///
@@ -100,7 +102,11 @@ async fn serve_with_store<S: Store + Clone>(
         shutdown: cancel.clone(),
         driver,
     });
-    let pruner = tokio::spawn(prune_events(store, config.event_retention, cancel.clone()));
+    // Pruned before serving, so a restart starts with the retention applied.
+    if let Err(e) = store.prune_events(config.event_retention).await {
+        tracing::warn!(error = %e, "event pruning failed");
+    }
+    let upkeep = tokio::spawn(upkeep(store, config.event_retention, cancel.clone()));
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -143,7 +149,7 @@ async fn serve_with_store<S: Store + Clone>(
         })
         .await;
     cancel.cancel();
-    let _ = pruner.await;
+    let _ = upkeep.await;
     if let Some(unix) = unix {
         unix.await
             .context("unix socket server panicked")?
@@ -171,15 +177,24 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     Ok(listener)
 }
 
-async fn prune_events<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
-    let mut every = tokio::time::interval(PRUNE_EVERY);
+/// Prunes old events (at start, then every [`PRUNE_EVERY`]) and checkpoints
+/// the store (every [`CHECKPOINT_EVERY`]) until `cancel`.
+async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
+    let mut prune = tokio::time::interval(PRUNE_EVERY);
+    let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
     loop {
         tokio::select! {
-            _ = every.tick() => {}
+            _ = prune.tick() => {
+                if let Err(e) = store.prune_events(keep).await {
+                    tracing::warn!(error = %e, "event pruning failed");
+                }
+            }
+            _ = checkpoint.tick() => {
+                if let Err(e) = store.checkpoint().await {
+                    tracing::warn!(error = %e, "checkpoint failed");
+                }
+            }
             () = cancel.cancelled() => return,
-        }
-        if let Err(e) = store.prune_events(keep).await {
-            tracing::warn!(error = %e, "event pruning failed");
         }
     }
 }

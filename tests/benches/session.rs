@@ -1,7 +1,7 @@
 //! Latency of the session service over gRPC on loopback, SQLite default:
 //! CreateSession, SendMessage, and ListWorkspaceSessions with 100, 1,000 and
-//! 10,000 sessions in the workspace, and the floor under them: one SQL
-//! statement's round trip through sqlx. Prints p50/p99 per call as a Markdown
+//! 10,000 sessions in the workspace, and the floors under them: a gRPC call
+//! that does no work, and one SQL statement's round trip through sqlx. Prints p50/p99 per call as a Markdown
 //! table (the figures in BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p troupe-tests --bench session`
@@ -146,6 +146,24 @@ async fn main() {
     }
 
     if wanted("floor") {
+        // The floor of a call: a gRPC health check, which does no work, on
+        // the same kind of connection as the calls above.
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let channel = troupe_proto::endpoint::connect(&format!("http://{}", server.addr))
+            .await
+            .expect("connect");
+        let health = HealthClient::new(channel);
+        let (p50, p99) = measure(SAMPLES, |_| {
+            let mut h = health.clone();
+            async move {
+                h.check(HealthCheckRequest::default())
+                    .await
+                    .expect("health");
+            }
+        })
+        .await;
+        rows.push(("gRPC health check (no work)".to_owned(), p50, p99));
+
         // The floor under every call: one statement's round trip to the
         // SQLite driver's worker thread, on a connection of the same database.
         use sqlx::Connection;

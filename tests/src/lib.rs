@@ -135,9 +135,7 @@ impl TestServer {
 
     /// A client carrying `token` (or none).
     pub async fn client(&self, token: Option<&str>) -> Client {
-        let channel = Channel::from_shared(format!("http://{}", self.addr))
-            .expect("uri")
-            .connect()
+        let channel = troupe_proto::endpoint::connect(&format!("http://{}", self.addr))
             .await
             .expect("connect");
         SessionServiceClient::with_interceptor(channel, Bearer::new(token).expect("ascii token"))

@@ -234,63 +234,33 @@ async fn concurrent_spawns_at_limit_minus_one_give_exactly_one_success() {
     );
 }
 
-/// Two stores on one database (as two processes would be) still give
-/// exactly one success: the check and the insert share one immediate
-/// transaction, not only this process's writer lock.
+/// A database has one owner: a second service (or store) on it is refused
+/// while the first runs, so no check can pass on a stale view, and the
+/// database is free again once the first stops.
 #[tokio::test]
-async fn spawns_racing_through_separate_connections_give_exactly_one_success() {
-    use troupe_session_svc::{
-        model::{AuditRecord, NewSession, Trust},
-        policy,
-        store::{SqliteStore, Store},
-    };
-    let server = TestServer::start_with(|c| c.limits.max_tree_sessions = 3).await;
-    let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
-    spawn(&mut as_root, "fill").await.expect("second in tree");
-    let limits = server.config.limits;
+async fn a_second_service_on_the_same_database_is_refused() {
+    use troupe_session_svc::store::SqliteStore;
+    let mut server = TestServer::start().await;
+    server.root("alpha", TrustLevel::Direct).await;
     let url = server.config.database_url();
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(SqliteStore::open(&url).await.expect("open"));
-    }
-    let attempts = stores.iter().enumerate().map(|(i, store)| {
-        let parent = root.session_id.clone();
-        async move {
-            let new = NewSession {
-                session_id: format!("sess_race_{i}"),
-                workspace_id: "alpha".into(),
-                trust: Trust::Direct,
-                agent_name: "worker".into(),
-                agent_command: "[\"/bin/cat\"]".into(),
-                title: format!("racer {i}"),
-                created_by: "operator".into(),
-                initial_message: None,
-            };
-            let audit = AuditRecord {
-                caller: "operator".into(),
-                action: "create_session",
-                target: parent.clone(),
-                allowed: true,
-                reason: "OK".into(),
-                detail: String::new(),
-            };
-            store
-                .create_child(&parent, new, None, audit, &|ctx| {
-                    policy::admit_spawn(ctx, &limits)
-                })
-                .await
-        }
-    });
-    let results = join_all(attempts).await;
-    let ok = results.iter().filter(|r| r.is_ok()).count();
-    let reasons: Vec<_> = results
-        .iter()
-        .filter_map(|r| r.as_ref().err().map(|e| e.reason().as_str()))
-        .collect();
-    assert_eq!(ok, 1, "{reasons:?}");
+    let err = SqliteStore::open(&url).await.expect_err("second owner");
     assert!(
-        reasons.iter().all(|r| *r == "TREE_QUOTA_EXCEEDED"),
-        "{reasons:?}"
+        err.to_string()
+            .contains("in use by another session service"),
+        "{err}"
     );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let second = troupe_session_svc::serve(server.config.clone(), listener, async {}).await;
+    let err = format!("{:#}", second.expect_err("second service"));
+    assert!(err.contains("in use by another session service"), "{err}");
+    server.stop_for_restart().await;
+    drop(
+        SqliteStore::open(&url)
+            .await
+            .expect("free after the first stops"),
+    );
+    server.start_again().await;
     server.stop().await;
 }

@@ -6,9 +6,10 @@
 //! [`SqliteStore`] is the embedded default. The rules never see SQL, so
 //! another backend implements this trait without touching them.
 
+mod ledger;
 mod sqlite;
 
-use std::future::Future;
+use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
@@ -126,7 +127,8 @@ pub trait Store: Send + Sync + Clone + 'static {
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
     /// Lists a workspace's sessions in creation order, after `after` (a page
-    /// token), at most `limit`. Returns the page and the next page token.
+    /// token), at most `limit`. Returns the page (rows shared, not copied)
+    /// and the next page token.
     fn list_workspace(
         &self,
         workspace_id: &str,
@@ -134,7 +136,7 @@ pub trait Store: Send + Sync + Clone + 'static {
         include_ended: bool,
         after: i64,
         limit: u32,
-    ) -> impl Future<Output = Result<(Vec<SessionRow>, Option<i64>), SessionError>> + Send;
+    ) -> impl Future<Output = Result<(Vec<Arc<SessionRow>>, Option<i64>), SessionError>> + Send;
 
     /// Returns up to `limit` events after `after` that match `filter`.
     fn events_after(
@@ -146,6 +148,11 @@ pub trait Store: Send + Sync + Clone + 'static {
 
     /// Deletes all but the newest `keep` events; returns the highest id pruned.
     fn prune_events(&self, keep: u64) -> impl Future<Output = Result<i64, SessionError>> + Send;
+
+    /// Moves what the write-ahead log holds into the database file, off
+    /// the request path (no-op for a backend without one). Called
+    /// periodically by the service.
+    fn checkpoint(&self) -> impl Future<Output = Result<(), SessionError>> + Send;
 
     /// Returns a receiver that changes after every commit that wrote events.
     fn subscribe(&self) -> watch::Receiver<u64>;

@@ -1,16 +1,28 @@
 //! [`SqliteStore`]: the embedded store. WAL journal, migrations at open.
 //!
+//! The store owns its database alone: [`SqliteStore::open`] takes an
+//! exclusive lock on the file, so a second service on the same database
+//! fails to start instead of corrupting the first one's view. That makes
+//! the in-memory [`Ledger`] of sessions exact: every read of a session is
+//! served from it, and every write that changes one updates it after its
+//! commit, under the writer lock.
+//!
 //! Every write goes through one writer connection, in a `BEGIN IMMEDIATE`
-//! transaction ([`write::Write`]): writes are serialised in this process
-//! without SQLite's sleeping busy handler, and the transaction takes the
-//! database's write lock up front, so a check and the write it guards see
-//! the same state even if another process writes. Reads use a pool of
-//! connections and never wait for writers (WAL).
+//! transaction: the hot ones as one [`Batch`] (one round trip), the others
+//! as a [`Write`]. Reads of events, messages and audit use a pool of
+//! read-only connections and never wait for the writer (WAL). The writer
+//! never checkpoints; [`Store::checkpoint`] does, on a connection of its
+//! own, so no call waits for the WAL's data to reach the database file.
 
 mod process;
 mod write;
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::{
+    fs::File,
+    str::FromStr,
+    sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
+    time::Duration,
+};
 
 use serde_json::json;
 use sqlx::{
@@ -19,11 +31,16 @@ use sqlx::{
         SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
     },
 };
-use tokio::sync::{Mutex, watch};
+use tokio::sync::{Mutex, MutexGuard, watch};
 use troupe_proto::status::parse_status;
 
-use self::write::{Write, insert_audit, quota_json, select_session};
-use super::{Created, EventPage, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck};
+use self::write::{
+    Batch, Write, entry_from_row, insert_audit, quota_json, replay, rollback, session_columns,
+};
+use super::{
+    Created, EventPage, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    ledger::Ledger,
+};
 use crate::{
     error::{QuotaLeft, SessionError},
     model::{
@@ -39,13 +56,31 @@ pub struct SqliteStore {
     /// Readers.
     pool: SqlitePool,
     /// The one connection every write goes through.
-    writer: Arc<Mutex<SqliteConnection>>,
+    writer: Arc<Mutex<Writer>>,
+    /// The sessions table, in memory.
+    ledger: Arc<RwLock<Ledger>>,
+    /// The connection that checkpoints the WAL.
+    checkpointer: Arc<Mutex<SqliteConnection>>,
     /// Bumped after every commit that wrote events.
     events_written: watch::Sender<u64>,
+    /// The exclusive lock on the database file, held while any clone lives.
+    _owner: Arc<Option<File>>,
+}
+
+/// The writer connection, and what a write that was cancelled may have left.
+#[derive(Debug)]
+struct Writer {
+    conn: SqliteConnection,
+    /// Sessions a write in progress changes. Set before its first statement,
+    /// cleared once the ledger has its result: if the write's future is
+    /// dropped in between, the next writer rolls back what is open and
+    /// rereads these rows, so the ledger never misses a commit.
+    unsettled: Vec<String>,
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `url` and runs the migrations.
+    /// Opens (creating if needed) the database at `url`, runs the
+    /// migrations and loads the ledger. Fails if another store holds it.
     pub async fn open(url: &str) -> Result<Self, SessionError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
@@ -57,12 +92,24 @@ impl SqliteStore {
             .max_connections(1)
             .connect_with(options.clone())
             .await?;
+        let owner = claim(options.get_filename())?;
         sqlx::migrate!("./migrations/sqlite")
             .run(&migrating)
             .await
             .map_err(|e| SessionError::Internal(format!("migration failed: {e}")))?;
         migrating.close().await;
-        let writer = SqliteConnection::connect_with(&options).await?;
+        let mut writer =
+            SqliteConnection::connect_with(&options.clone().pragma("wal_autocheckpoint", "0"))
+                .await?;
+        let checkpointer = SqliteConnection::connect_with(&options).await?;
+        let rows = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions"))
+            .fetch_all(&mut writer)
+            .await?;
+        let ledger = Ledger::load(
+            rows.iter()
+                .map(entry_from_row)
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(options.read_only(true))
@@ -70,8 +117,14 @@ impl SqliteStore {
         let (events_written, _) = watch::channel(0);
         Ok(SqliteStore {
             pool,
-            writer: Arc::new(Mutex::new(writer)),
+            writer: Arc::new(Mutex::new(Writer {
+                conn: writer,
+                unsettled: Vec::new(),
+            })),
+            ledger: Arc::new(RwLock::new(ledger)),
+            checkpointer: Arc::new(Mutex::new(checkpointer)),
             events_written,
+            _owner: Arc::new(owner),
         })
     }
 
@@ -79,11 +132,116 @@ impl SqliteStore {
     fn published(&self) {
         self.events_written.send_modify(|n| *n = n.wrapping_add(1));
     }
+
+    fn ledger(&self) -> RwLockReadGuard<'_, Ledger> {
+        self.ledger.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn ledger_mut(&self) -> RwLockWriteGuard<'_, Ledger> {
+        self.ledger.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the writer, first settling what a cancelled write left.
+    async fn writer(&self) -> Result<MutexGuard<'_, Writer>, SessionError> {
+        let mut w = self.writer.lock().await;
+        if !w.unsettled.is_empty() {
+            rollback(&mut w.conn).await;
+            let sql = concat!(
+                "SELECT ",
+                session_columns!(),
+                " FROM sessions WHERE session_id = ?"
+            );
+            for id in w.unsettled.clone() {
+                let row = sqlx::query(sql)
+                    .bind(&id)
+                    .fetch_optional(&mut w.conn)
+                    .await?;
+                if let Some((rowid, row)) = row.as_ref().map(entry_from_row).transpose()? {
+                    self.ledger_mut().put(rowid, row);
+                }
+            }
+            w.unsettled.clear();
+        }
+        Ok(w)
+    }
+
+    /// Runs a batch on the writer; on an error nothing changed, so nothing
+    /// is left to settle.
+    async fn run_batch(
+        &self,
+        w: &mut Writer,
+        batch: Batch,
+    ) -> Result<Vec<SqliteRow>, SessionError> {
+        match batch.run(&mut w.conn).await {
+            Ok(rows) => Ok(rows),
+            Err(e) => {
+                w.unsettled.clear();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs a create's batch and puts its results in the ledger: the new
+    /// session, its initial message's sequence, the parent's rate state.
+    async fn commit_create(
+        &self,
+        w: &mut Writer,
+        batch: Batch,
+        new: &NewSession,
+        parent_tat: Option<(&str, i64)>,
+    ) -> Result<SessionRow, SessionError> {
+        w.unsettled = vec![new.session_id.clone()];
+        w.unsettled.extend(parent_tat.map(|(id, _)| id.to_owned()));
+        let rows = self.run_batch(w, batch).await?;
+        let mut rows = rows.iter();
+        let (rowid, mut session) = entry_from_row(
+            rows.next()
+                .ok_or_else(|| SessionError::Internal("insert returned no session".to_owned()))?,
+        )?;
+        if let Some(seq) = rows.next() {
+            session.inbox_seq = seq.try_get(0)?;
+        }
+        {
+            let mut ledger = self.ledger_mut();
+            if let Some((parent, tat)) = parent_tat {
+                ledger.update(parent, |row| row.spawn_tat_ms = tat);
+            }
+            ledger.put(rowid, session.clone());
+        }
+        w.unsettled.clear();
+        self.published();
+        Ok(session)
+    }
 }
 
-fn session_from_row(row: &SqliteRow) -> Result<SessionRow, SessionError> {
-    use sqlx::FromRow;
-    RawSession::from_row(row)?.into_row()
+/// Takes the exclusive lock on the database file (none for an in-memory
+/// database): a second store on the same file is refused.
+fn claim(path: &std::path::Path) -> Result<Option<File>, SessionError> {
+    if path == std::path::Path::new(":memory:") {
+        return Ok(None);
+    }
+    let file = File::open(path).map_err(|e| {
+        SessionError::Internal(format!("cannot open {} to lock it: {e}", path.display()))
+    })?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SessionError::Internal(format!(
+            "database {} is in use by another session service; one service owns a database",
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(SessionError::Internal(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// The first column of the first row, as an integer.
+fn first_i64(rows: &[SqliteRow]) -> Result<i64, SessionError> {
+    let row = rows
+        .first()
+        .ok_or_else(|| SessionError::Internal("statement returned no row".to_owned()))?;
+    Ok(row.try_get(0)?)
 }
 
 /// A session row as stored: read from SQL rows, and from the JSON arrays of
@@ -164,22 +322,21 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: RootCheck<'_>,
     ) -> Result<Created, SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
-        if let Some(result) = w.replay(idem.as_ref()).await? {
+        let mut w = self.writer().await?;
+        if let Some(result) = replay(&mut w.conn, idem.as_ref()).await? {
             return replayed_create(result);
         }
-        let quota = check(w.active_in_workspace(&new.workspace_id).await?)?;
+        let quota = check(self.ledger().active_in_workspace(&new.workspace_id))?;
         let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
-        let session = w.insert_session(&new, None, &tree_id, 0).await?;
-        w.audit(&audit).await?;
-        w.remember(
-            idem.as_ref(),
-            json!({"session_id": session.session_id, "quota": quota_json(&quota)}),
-        )
-        .await?;
-        w.commit().await?;
-        self.published();
+        let mut batch = Batch::new();
+        batch
+            .remember(
+                idem.as_ref(),
+                json!({"session_id": new.session_id, "quota": quota_json(&quota)}),
+            )
+            .insert_session(&new, None, &tree_id, 0)
+            .audit(&audit);
+        let session = self.commit_create(&mut w, batch, &new, None).await?;
         Ok(Created::New {
             session: Box::new(session),
             quota,
@@ -194,14 +351,13 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: SpawnCheck<'_>,
     ) -> Result<Created, SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
-        if let Some(result) = w.replay(idem.as_ref()).await? {
+        let mut w = self.writer().await?;
+        if let Some(result) = replay(&mut w.conn, idem.as_ref()).await? {
             return replayed_create(result);
         }
-        let facts = w
+        let facts = self
+            .ledger()
             .spawn_facts(parent_id)
-            .await?
             .ok_or_else(|| SessionError::not_found(parent_id))?;
         let admission = check(&SpawnContext {
             parent: &facts.parent,
@@ -211,21 +367,27 @@ impl Store for SqliteStore {
             now_ms: now_ms(),
         })?;
         let parent = &facts.parent;
-        if admission.parent_spawn_tat_ms != parent.spawn_tat_ms {
-            w.set_spawn_tat(&parent.session_id, admission.parent_spawn_tat_ms)
-                .await?;
-        }
-        let session = w
-            .insert_session(&new, Some(parent), &parent.tree_id, admission.depth)
-            .await?;
-        w.audit(&audit).await?;
-        w.remember(
+        let mut batch = Batch::new();
+        batch.remember(
             idem.as_ref(),
-            json!({"session_id": session.session_id, "quota": quota_json(&admission.quota)}),
-        )
-        .await?;
-        w.commit().await?;
-        self.published();
+            json!({"session_id": new.session_id, "quota": quota_json(&admission.quota)}),
+        );
+        let tat = (admission.parent_spawn_tat_ms != parent.spawn_tat_ms)
+            .then_some(admission.parent_spawn_tat_ms);
+        if let Some(tat) = tat {
+            batch.set_spawn_tat(&parent.session_id, tat);
+        }
+        batch
+            .insert_session(&new, Some(parent), &parent.tree_id, admission.depth)
+            .audit(&audit);
+        let session = self
+            .commit_create(
+                &mut w,
+                batch,
+                &new,
+                tat.map(|t| (parent.session_id.as_str(), t)),
+            )
+            .await?;
         Ok(Created::New {
             session: Box::new(session),
             quota: admission.quota,
@@ -240,9 +402,8 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
-        if let Some(result) = w.replay(idem.as_ref()).await? {
+        let mut w = self.writer().await?;
+        if let Some(result) = replay(&mut w.conn, idem.as_ref()).await? {
             let bad = || SessionError::Internal("bad idempotency record".to_owned());
             return Ok(Sent {
                 message_id: result["message_id"].as_str().ok_or_else(bad)?.to_owned(),
@@ -250,19 +411,34 @@ impl Store for SqliteStore {
                 replayed: true,
             });
         }
-        let target = w
-            .session(recipient)
-            .await?
+        let target = self
+            .ledger()
+            .get(recipient)
             .ok_or_else(|| SessionError::not_found(recipient))?;
         check(&target)?;
-        let sequence = w.message(&target, &message).await?;
-        w.audit(&audit).await?;
-        w.remember(
-            idem.as_ref(),
-            json!({"message_id": message.message_id, "sequence": sequence}),
-        )
-        .await?;
-        w.commit().await?;
+        // The sequence the message will get: the ledger holds the committed
+        // inbox_seq and nothing else writes it.
+        let sequence = target.inbox_seq as u64 + 1;
+        let mut batch = Batch::new();
+        batch
+            .remember(
+                idem.as_ref(),
+                json!({"message_id": message.message_id, "sequence": sequence}),
+            )
+            .message(&target.session_id, &message)
+            .audit(&audit);
+        w.unsettled = vec![target.session_id.clone()];
+        let rows = self.run_batch(&mut w, batch).await?;
+        let stored = first_i64(&rows)? as u64;
+        if stored != sequence {
+            return Err(SessionError::Internal(format!(
+                "inbox sequence {stored} stored where {sequence} was expected"
+            )));
+        }
+        self.ledger_mut()
+            .update(recipient, |row| row.inbox_seq = sequence as i64);
+        w.unsettled.clear();
+        drop(w);
         self.published();
         Ok(Sent {
             message_id: message.message_id,
@@ -279,46 +455,55 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: TerminateCheck<'_>,
     ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
-        let row = w
-            .session(target)
-            .await?
-            .ok_or_else(|| SessionError::not_found(target))?;
-        let ancestors = w.ancestors(target).await?;
+        let mut w = self.writer().await?;
+        let (row, ancestors, subtree) = {
+            let ledger = self.ledger();
+            let row = ledger
+                .get(target)
+                .ok_or_else(|| SessionError::not_found(target))?;
+            (row, ledger.ancestors(target), ledger.active_subtree(target))
+        };
         check(&row, &ancestors)?;
-        let ended = w.end_subtree(target, reason, terminated_by).await?;
+        w.unsettled = subtree.clone();
+        let mut tx = Write::begin(&mut w.conn).await?;
+        let mut ended = Vec::with_capacity(subtree.len());
+        for id in &subtree {
+            let why = if id == target { reason } else { "cascade" };
+            if let Some(entry) = tx.end_session(id, "terminated", why).await? {
+                tx.event(
+                    id,
+                    "terminated",
+                    "terminated",
+                    json!({"reason": why, "terminated_by": terminated_by}),
+                )
+                .await?;
+                ended.push(entry);
+            }
+        }
+        let ids: Vec<String> = ended.iter().map(|(_, r)| r.session_id.clone()).collect();
         let mut audit = audit;
-        audit.detail = json!({"terminated": ended}).to_string();
-        w.audit(&audit).await?;
-        let row = w
-            .session(target)
-            .await?
-            .ok_or_else(|| SessionError::not_found(target))?;
-        w.commit().await?;
+        audit.detail = json!({"terminated": ids}).to_string();
+        tx.audit(&audit).await?;
+        tx.commit().await?;
+        let row = {
+            let mut ledger = self.ledger_mut();
+            for (rowid, row) in ended {
+                ledger.put(rowid, row);
+            }
+            ledger.get(target).unwrap_or(row)
+        };
+        w.unsettled.clear();
+        drop(w);
         self.published();
-        Ok((ended, row))
+        Ok((ids, row))
     }
 
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {
-        let sql = concat!(select_session!(), " FROM sessions WHERE session_id = ?");
-        let row = sqlx::query(sql)
-            .bind(session_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(session_from_row).transpose()
+        Ok(self.ledger().get(session_id))
     }
 
     async fn children(&self, session_id: &str) -> Result<Vec<SessionRow>, SessionError> {
-        let sql = concat!(
-            select_session!(),
-            " FROM sessions WHERE parent_session_id = ? ORDER BY rowid"
-        );
-        let rows = sqlx::query(sql)
-            .bind(session_id)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(session_from_row).collect()
+        Ok(self.ledger().children(session_id))
     }
 
     async fn inbox_count(&self, session_id: &str) -> Result<u64, SessionError> {
@@ -336,37 +521,10 @@ impl Store for SqliteStore {
         include_ended: bool,
         after: i64,
         limit: u32,
-    ) -> Result<(Vec<SessionRow>, Option<i64>), SessionError> {
-        // The page comes back as one JSON value: one row crossing from the
-        // SQLite worker thread instead of one per session. Each session is an
-        // array in `RawSession`'s field order (serde reads structs from arrays).
-        let page: String = sqlx::query_scalar(
-            "SELECT json_group_array(json_array( \
-               rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
-               depth, trust_level, agent_name, agent_command, title, status, created_by, \
-               created_at_ms, ended_at_ms, end_reason, spawn_tat_ms, inbox_seq)) \
-             FROM (SELECT rowid, * FROM sessions WHERE workspace_id = ? AND rowid > ? \
-                   AND (? = 0 OR trust_level = 'sandboxed') \
-                   AND (? = 1 OR status IN ('pending', 'running')) \
-                   ORDER BY rowid LIMIT ?)",
-        )
-        .bind(workspace_id)
-        .bind(after)
-        .bind(sandboxed_only)
-        .bind(include_ended)
-        .bind(i64::from(limit) + 1)
-        .fetch_one(&self.pool)
-        .await?;
-        let raw: Vec<RawSession> = serde_json::from_str(&page)
-            .map_err(|e| SessionError::Internal(format!("bad session page: {e}")))?;
-        let more = raw.len() > limit as usize;
-        let mut sessions = Vec::with_capacity(raw.len().min(limit as usize));
-        let mut last = after;
-        for row in raw.into_iter().take(limit as usize) {
-            last = row.rowid;
-            sessions.push(row.into_row()?);
-        }
-        Ok((sessions, more.then_some(last)))
+    ) -> Result<(Vec<Arc<SessionRow>>, Option<i64>), SessionError> {
+        Ok(self
+            .ledger()
+            .list(workspace_id, sandboxed_only, include_ended, after, limit))
     }
 
     async fn events_after(
@@ -433,11 +591,18 @@ impl Store for SqliteStore {
     }
 
     async fn prune_events(&self, keep: u64) -> Result<i64, SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
-        let pruned = w.prune_events(keep).await?;
-        w.commit().await?;
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        let pruned = tx.prune_events(keep).await?;
+        tx.commit().await?;
         Ok(pruned)
+    }
+
+    async fn checkpoint(&self) -> Result<(), SessionError> {
+        sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&mut *self.checkpointer.lock().await)
+            .await?;
+        Ok(())
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {
@@ -453,8 +618,7 @@ impl Store for SqliteStore {
     }
 
     async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {
-        let mut conn = self.writer.lock().await;
-        insert_audit(&mut conn, &record).await
+        insert_audit(&mut self.writer().await?.conn, &record).await
     }
 
     async fn list_audit(
@@ -504,7 +668,7 @@ impl Store for SqliteStore {
             .bind(kid)
             .bind(secret)
             .bind(now_ms())
-            .execute(&mut *self.writer.lock().await)
+            .execute(&mut self.writer().await?.conn)
             .await?;
         Ok(())
     }

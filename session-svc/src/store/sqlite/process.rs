@@ -5,7 +5,12 @@ use base64::Engine as _;
 use serde_json::json;
 use sqlx::Row;
 
-use super::{SqliteStore, write::Write};
+use troupe_proto::session::SessionStatus;
+
+use super::{
+    SqliteStore,
+    write::{Batch, Write, entry_from_row, session_columns},
+};
 use crate::{
     error::SessionError,
     model::{AuditRecord, InboxMessage, ProcessChange, ProcessRow, SessionRow, now_ms},
@@ -20,7 +25,7 @@ impl SqliteStore {
         sqlx::query("INSERT OR IGNORE INTO processes (session_id, notify_parent) VALUES (?, ?)")
             .bind(session_id)
             .bind(notify_parent)
-            .execute(&mut *self.writer.lock().await)
+            .execute(&mut self.writer().await?.conn)
             .await?;
         Ok(())
     }
@@ -32,8 +37,13 @@ impl SqliteStore {
         change: ProcessChange,
         tail_max: usize,
     ) -> Result<Option<SessionRow>, SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
+        let mut w = self.writer().await?;
+        let row = self
+            .ledger()
+            .get(session_id)
+            .ok_or_else(|| SessionError::not_found(session_id))?;
+        w.unsettled = vec![session_id.to_owned()];
+        let mut tx = Write::begin(&mut w.conn).await?;
         let applied: Option<i64> = sqlx::query_scalar(
             "INSERT INTO processes (session_id, runner_seq) VALUES (?1, ?2) \
              ON CONFLICT (session_id) DO UPDATE SET runner_seq = ?2 WHERE runner_seq < ?2 \
@@ -41,23 +51,27 @@ impl SqliteStore {
         )
         .bind(session_id)
         .bind(runner_seq as i64)
-        .fetch_optional(w.conn())
+        .fetch_optional(tx.conn())
         .await?;
         if applied.is_none() {
+            drop(tx);
+            w.unsettled.clear();
             return Ok(None);
         }
-        let row = w
-            .session(session_id)
-            .await?
-            .ok_or_else(|| SessionError::not_found(session_id))?;
+        let mut changed = None;
         match change {
             ProcessChange::Started => {
-                if row.status == troupe_proto::session::SessionStatus::Pending {
-                    sqlx::query("UPDATE sessions SET status = 'running' WHERE session_id = ?")
-                        .bind(session_id)
-                        .execute(w.conn())
+                if row.status == SessionStatus::Pending {
+                    let started = sqlx::query(concat!(
+                        "UPDATE sessions SET status = 'running' WHERE session_id = ? RETURNING ",
+                        session_columns!()
+                    ))
+                    .bind(session_id)
+                    .fetch_one(tx.conn())
+                    .await?;
+                    changed = Some(entry_from_row(&started)?);
+                    tx.event(session_id, "started", "running", json!({}))
                         .await?;
-                    w.event(session_id, "started", "running", json!({})).await?;
                 }
             }
             ProcessChange::Output { stream, data } => {
@@ -68,10 +82,10 @@ impl SqliteStore {
                 .bind(&data)
                 .bind(tail_max as i64)
                 .bind(session_id)
-                .execute(w.conn())
+                .execute(tx.conn())
                 .await?;
                 let data = base64::engine::general_purpose::STANDARD.encode(&data);
-                w.event(
+                tx.event(
                     session_id,
                     "output",
                     troupe_proto::status::status_str(row.status),
@@ -86,7 +100,7 @@ impl SqliteStore {
                 .bind(exit.code)
                 .bind(&exit.reason)
                 .bind(session_id)
-                .execute(w.conn())
+                .execute(tx.conn())
                 .await?;
                 let detail =
                     json!({"exit_code": exit.code, "reason": exit.reason, "detail": exit.detail});
@@ -98,25 +112,21 @@ impl SqliteStore {
                     } else {
                         ("failed", exit.reason.clone())
                     };
-                    sqlx::query(
-                        "UPDATE sessions SET status = ?, ended_at_ms = ?, end_reason = ? \
-                         WHERE session_id = ?",
-                    )
-                    .bind(status)
-                    .bind(now_ms())
-                    .bind(&why)
-                    .bind(session_id)
-                    .execute(w.conn())
-                    .await?;
-                    w.event(session_id, status, status, detail).await?;
+                    changed = tx.end_session(session_id, status, &why).await?;
+                    tx.event(session_id, status, status, detail).await?;
                 }
             }
         }
-        let row = w
-            .session(session_id)
-            .await?
-            .ok_or_else(|| SessionError::not_found(session_id))?;
-        w.commit().await?;
+        tx.commit().await?;
+        let row = match changed {
+            Some((rowid, row)) => {
+                self.ledger_mut().put(rowid, row.clone());
+                row
+            }
+            None => row,
+        };
+        w.unsettled.clear();
+        drop(w);
         self.published();
         Ok(Some(row))
     }
@@ -174,34 +184,28 @@ impl SqliteStore {
         session_id: &str,
         seq: u64,
     ) -> Result<(), SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
-        sqlx::query(
-            "UPDATE processes SET delivered_seq = ?1 WHERE session_id = ?2 AND delivered_seq < ?1",
-        )
-        .bind(seq as i64)
-        .bind(session_id)
-        .execute(w.conn())
-        .await?;
-        sqlx::query(
-            "UPDATE messages SET delivered_at_ms = ?1 \
-             WHERE session_id = ?2 AND seq <= ?3 AND delivered_at_ms IS NULL",
-        )
-        .bind(now_ms())
-        .bind(session_id)
-        .bind(seq as i64)
-        .execute(w.conn())
-        .await?;
-        w.commit().await
+        let mut w = self.writer().await?;
+        let mut batch = Batch::new();
+        batch
+            .statement(
+                "UPDATE processes SET delivered_seq = ? WHERE session_id = ? AND delivered_seq < ?",
+            )
+            .bind(seq as i64)
+            .bind(session_id.to_owned())
+            .bind(seq as i64)
+            .statement(
+                "UPDATE messages SET delivered_at_ms = ? \
+                 WHERE session_id = ? AND seq <= ? AND delivered_at_ms IS NULL",
+            )
+            .bind(now_ms())
+            .bind(session_id.to_owned())
+            .bind(seq as i64);
+        self.run_batch(&mut w, batch).await?;
+        Ok(())
     }
 
     pub(super) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
-        let sql = concat!(
-            super::write::select_session!(),
-            " FROM sessions WHERE status IN ('pending', 'running') ORDER BY rowid"
-        );
-        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
-        rows.iter().map(super::session_from_row).collect()
+        Ok(self.ledger().active())
     }
 
     pub(super) async fn fail_session_impl(
@@ -210,20 +214,12 @@ impl SqliteStore {
         detail: &str,
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
-        let mut conn = self.writer.lock().await;
-        let mut w = Write::begin(&mut conn).await?;
-        let ended = sqlx::query(
-            "UPDATE sessions SET status = 'failed', ended_at_ms = ?, end_reason = 'lost' \
-             WHERE session_id = ? AND status IN ('pending', 'running')",
-        )
-        .bind(now_ms())
-        .bind(session_id)
-        .execute(w.conn())
-        .await?
-        .rows_affected()
-            == 1;
-        if ended {
-            w.event(
+        let mut w = self.writer().await?;
+        w.unsettled = vec![session_id.to_owned()];
+        let mut tx = Write::begin(&mut w.conn).await?;
+        let ended = tx.end_session(session_id, "failed", "lost").await?;
+        if ended.is_some() {
+            tx.event(
                 session_id,
                 "failed",
                 "failed",
@@ -231,9 +227,15 @@ impl SqliteStore {
             )
             .await?;
         }
-        w.audit(&audit).await?;
-        w.commit().await?;
+        tx.audit(&audit).await?;
+        tx.commit().await?;
+        let was_active = ended.is_some();
+        if let Some((rowid, row)) = ended {
+            self.ledger_mut().put(rowid, row);
+        }
+        w.unsettled.clear();
+        drop(w);
         self.published();
-        Ok(ended)
+        Ok(was_active)
     }
 }

@@ -1,40 +1,222 @@
-//! [`Write`]: one `BEGIN IMMEDIATE` transaction on the store's single writer
-//! connection, with the statements the store's write paths are made of.
+//! The statements the store's write paths are made of, and the two ways
+//! they reach SQLite:
 //!
-//! Each statement is a round trip to SQLite's worker thread, so each helper
-//! is one statement: sequence counters advance, and the created and message
-//! events are written, by trigger (see the migration), and inserted rows are
-//! returned rather than read back.
+//! - [`Batch`]: statements sent as one string between `BEGIN IMMEDIATE` and
+//!   `COMMIT`, one round trip to SQLite's worker thread in all. The hot
+//!   writes (create, message) are one batch: their checks read the
+//!   in-memory [`Ledger`](super::super::ledger::Ledger), not the database.
+//! - [`Write`]: an ordinary transaction, a round trip per statement, for the
+//!   writes whose later statements depend on what earlier ones returned.
+//!
+//! Sequence counters advance, and the created and message events are
+//! written, by trigger (see the migration). Changed session rows come back
+//! through `RETURNING`, for the ledger.
 
 use serde_json::json;
-use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
-use troupe_proto::session::SessionStatus;
+use sqlx::{
+    Arguments, AssertSqlSafe, Encode, Row, Sqlite, SqliteConnection, Transaction, Type,
+    sqlite::{SqliteArguments, SqliteRow},
+};
 
-use super::{RawSession, session_from_row};
+use super::RawSession;
 use crate::{
     error::{QuotaLeft, Reason, SessionError},
     model::{AuditRecord, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
 };
 
-/// Expands to `SELECT <session columns>`, for `concat!`.
-macro_rules! select_session {
+/// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
+macro_rules! session_columns {
     () => {
-        "SELECT rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
+        "rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
          depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
          ended_at_ms, end_reason, spawn_tat_ms, inbox_seq"
     };
 }
-pub(super) use select_session;
+pub(super) use session_columns;
 
-/// What a spawn's rules need to know about the parent, read in one statement.
-pub(super) struct SpawnFacts {
-    pub parent: SessionRow,
-    pub tree_sessions: u32,
-    pub children: u32,
-    pub workspace_active: u32,
+/// Reads a session row (with its rowid) from a statement's result.
+pub(super) fn entry_from_row(row: &SqliteRow) -> Result<(i64, SessionRow), SessionError> {
+    use sqlx::FromRow;
+    let raw = RawSession::from_row(row)?;
+    Ok((raw.rowid, raw.into_row()?))
 }
 
-/// An open write transaction.
+/// Statements run as one transaction in one round trip. Each statement uses
+/// anonymous `?` parameters only, bound in order across the whole batch.
+pub(super) struct Batch {
+    sql: String,
+    args: SqliteArguments,
+}
+
+impl Batch {
+    pub fn new() -> Batch {
+        Batch {
+            sql: "BEGIN IMMEDIATE;\n".to_owned(),
+            args: SqliteArguments::default(),
+        }
+    }
+
+    /// Appends a statement (without its `;`).
+    pub fn statement(&mut self, sql: &str) -> &mut Batch {
+        self.sql.push_str(sql);
+        self.sql.push_str(";\n");
+        self
+    }
+
+    /// Binds the next `?` of the batch.
+    pub fn bind<'a, T: Encode<'a, Sqlite> + Type<Sqlite> + 'a>(&mut self, value: T) -> &mut Batch {
+        // Binding only fails for a value that cannot encode; ours are plain
+        // integers and strings, and a failure surfaces when the batch runs.
+        let _ = self.args.add(value);
+        self
+    }
+
+    /// Runs the batch and commits; returns the rows its statements returned.
+    /// On an error nothing of it stays: the transaction is rolled back.
+    pub async fn run(
+        mut self,
+        conn: &mut SqliteConnection,
+    ) -> Result<Vec<SqliteRow>, SessionError> {
+        self.sql.push_str("COMMIT;");
+        let result = sqlx::query_with(AssertSqlSafe(self.sql), self.args)
+            .fetch_all(&mut *conn)
+            .await;
+        match result {
+            Ok(rows) => Ok(rows),
+            Err(e) => {
+                rollback(conn).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Inserts the idempotency record of a call that carried a request id.
+    pub fn remember(
+        &mut self,
+        idem: Option<&Idempotency>,
+        result: serde_json::Value,
+    ) -> &mut Batch {
+        let Some(idem) = idem else { return self };
+        self.statement(
+            "INSERT INTO idempotency (caller, action, request_id, payload_hash, result, created_at_ms) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(idem.caller.clone())
+        .bind(idem.action)
+        .bind(idem.request_id.clone())
+        .bind(idem.payload_hash.clone())
+        .bind(result.to_string())
+        .bind(now_ms())
+    }
+
+    /// Inserts a pending session (its created event follows by trigger) and
+    /// its initial message; both return their rows, the session's first.
+    pub fn insert_session(
+        &mut self,
+        new: &NewSession,
+        parent: Option<&SessionRow>,
+        tree_id: &str,
+        depth: u32,
+    ) -> &mut Batch {
+        self.statement(concat!(
+            "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
+             tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
+             created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING ",
+            session_columns!()
+        ))
+        .bind(new.session_id.clone())
+        .bind(new.workspace_id.clone())
+        .bind(parent.map(|p| p.session_id.clone()))
+        .bind(parent.map(|p| p.trust.as_str()))
+        .bind(tree_id.to_owned())
+        .bind(i64::from(depth))
+        .bind(new.trust.as_str())
+        .bind(new.agent_name.clone())
+        .bind(new.agent_command.clone())
+        .bind(new.title.clone())
+        .bind(new.created_by.clone())
+        .bind(now_ms());
+        if let Some(message) = &new.initial_message {
+            self.message(&new.session_id, message);
+        }
+        self
+    }
+
+    /// Appends a message to an inbox (its event follows by trigger); returns its `seq`.
+    pub fn message(&mut self, recipient: &str, message: &NewMessage) -> &mut Batch {
+        self.statement(
+            "INSERT INTO messages (message_id, session_id, seq, sender, body, created_at_ms) \
+             SELECT ?, session_id, inbox_seq + 1, ?, ?, ? FROM sessions WHERE session_id = ? \
+             RETURNING seq",
+        )
+        .bind(message.message_id.clone())
+        .bind(message.sender.clone())
+        .bind(message.body.clone())
+        .bind(now_ms())
+        .bind(recipient.to_owned())
+    }
+
+    pub fn set_spawn_tat(&mut self, session_id: &str, tat_ms: i64) -> &mut Batch {
+        self.statement("UPDATE sessions SET spawn_tat_ms = ? WHERE session_id = ?")
+            .bind(tat_ms)
+            .bind(session_id.to_owned())
+    }
+
+    pub fn audit(&mut self, record: &AuditRecord) -> &mut Batch {
+        self.statement(
+            "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(now_ms())
+        .bind(record.caller.clone())
+        .bind(record.action)
+        .bind(record.target.clone())
+        .bind(record.allowed)
+        .bind(record.reason.clone())
+        .bind(record.detail.clone())
+    }
+}
+
+/// Ends whatever transaction a failed or cancelled write left open ("no
+/// transaction is active" when there is none, which is fine).
+pub(super) async fn rollback(conn: &mut SqliteConnection) {
+    let _ = sqlx::query("ROLLBACK").execute(conn).await;
+}
+
+/// Looks up an earlier call with the same key: its stored result if the
+/// payload matches, a conflict if it does not.
+pub(super) async fn replay(
+    conn: &mut SqliteConnection,
+    idem: Option<&Idempotency>,
+) -> Result<Option<serde_json::Value>, SessionError> {
+    let Some(idem) = idem else { return Ok(None) };
+    let row = sqlx::query(
+        "SELECT payload_hash, result FROM idempotency \
+         WHERE caller = ? AND action = ? AND request_id = ?",
+    )
+    .bind(&idem.caller)
+    .bind(idem.action)
+    .bind(&idem.request_id)
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let hash: String = row.try_get("payload_hash")?;
+    if hash != idem.payload_hash {
+        return Err(SessionError::refused(
+            Reason::IdempotencyConflict,
+            format!(
+                "request_id {:?} was already used with a different payload",
+                idem.request_id
+            ),
+        ));
+    }
+    let result: String = row.try_get("result")?;
+    serde_json::from_str(&result)
+        .map(Some)
+        .map_err(|e| SessionError::Internal(format!("bad idempotency record: {e}")))
+}
+
+/// An open write transaction, a round trip per statement.
 pub(super) struct Write<'c> {
     tx: Transaction<'c, Sqlite>,
 }
@@ -54,109 +236,6 @@ impl<'c> Write<'c> {
 
     pub async fn commit(self) -> Result<(), SessionError> {
         Ok(self.tx.commit().await?)
-    }
-
-    pub async fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {
-        let sql = concat!(select_session!(), " FROM sessions WHERE session_id = ?");
-        let row = sqlx::query(sql)
-            .bind(session_id)
-            .fetch_optional(&mut *self.tx)
-            .await?;
-        row.as_ref().map(session_from_row).transpose()
-    }
-
-    /// Reads a parent with the counts the spawn quotas need.
-    pub async fn spawn_facts(
-        &mut self,
-        parent_id: &str,
-    ) -> Result<Option<SpawnFacts>, SessionError> {
-        let sql = concat!(
-            select_session!(),
-            ", (SELECT COUNT(*) FROM sessions t WHERE t.tree_id = p.tree_id) AS tree_sessions, \
-               (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = p.session_id) AS children, \
-               (SELECT COUNT(*) FROM sessions w WHERE w.workspace_id = p.workspace_id \
-                  AND w.status IN ('pending', 'running')) AS workspace_active \
-             FROM sessions p WHERE p.session_id = ?"
-        );
-        let Some(row) = sqlx::query(sql)
-            .bind(parent_id)
-            .fetch_optional(&mut *self.tx)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n as u32);
-        Ok(Some(SpawnFacts {
-            tree_sessions: count("tree_sessions")?,
-            children: count("children")?,
-            workspace_active: count("workspace_active")?,
-            parent: session_from_row(&row)?,
-        }))
-    }
-
-    pub async fn active_in_workspace(&mut self, workspace_id: &str) -> Result<u32, SessionError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM sessions WHERE workspace_id = ? AND status IN ('pending', 'running')",
-        )
-        .bind(workspace_id)
-        .fetch_one(&mut *self.tx)
-        .await?;
-        Ok(n as u32)
-    }
-
-    /// Looks up an earlier call with the same key: its stored result if the
-    /// payload matches, a conflict if it does not.
-    pub async fn replay(
-        &mut self,
-        idem: Option<&Idempotency>,
-    ) -> Result<Option<serde_json::Value>, SessionError> {
-        let Some(idem) = idem else { return Ok(None) };
-        let row = sqlx::query(
-            "SELECT payload_hash, result FROM idempotency \
-             WHERE caller = ? AND action = ? AND request_id = ?",
-        )
-        .bind(&idem.caller)
-        .bind(idem.action)
-        .bind(&idem.request_id)
-        .fetch_optional(&mut *self.tx)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let hash: String = row.try_get("payload_hash")?;
-        if hash != idem.payload_hash {
-            return Err(SessionError::refused(
-                Reason::IdempotencyConflict,
-                format!(
-                    "request_id {:?} was already used with a different payload",
-                    idem.request_id
-                ),
-            ));
-        }
-        let result: String = row.try_get("result")?;
-        serde_json::from_str(&result)
-            .map(Some)
-            .map_err(|e| SessionError::Internal(format!("bad idempotency record: {e}")))
-    }
-
-    /// Records the result of a call that carried a request id.
-    pub async fn remember(
-        &mut self,
-        idem: Option<&Idempotency>,
-        result: serde_json::Value,
-    ) -> Result<(), SessionError> {
-        let Some(idem) = idem else { return Ok(()) };
-        sqlx::query(
-            "INSERT INTO idempotency (caller, action, request_id, payload_hash, result, created_at_ms) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&idem.caller)
-        .bind(idem.action)
-        .bind(&idem.request_id)
-        .bind(&idem.payload_hash)
-        .bind(result.to_string())
-        .bind(now_ms())
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
     }
 
     /// Appends an event with the session's next sequence number.
@@ -185,154 +264,26 @@ impl<'c> Write<'c> {
         insert_audit(&mut self.tx, record).await
     }
 
-    /// Inserts a session and its initial message (their events follow by
-    /// trigger); returns its row.
-    pub async fn insert_session(
-        &mut self,
-        new: &NewSession,
-        parent: Option<&SessionRow>,
-        tree_id: &str,
-        depth: u32,
-    ) -> Result<SessionRow, SessionError> {
-        let now = now_ms();
-        let row = RawSession {
-            rowid: 0,
-            session_id: new.session_id.clone(),
-            workspace_id: new.workspace_id.clone(),
-            parent_session_id: parent.map(|p| p.session_id.clone()),
-            parent_trust_level: parent.map(|p| p.trust.as_str().to_owned()),
-            tree_id: tree_id.to_owned(),
-            depth,
-            trust_level: new.trust.as_str().to_owned(),
-            agent_name: new.agent_name.clone(),
-            agent_command: new.agent_command.clone(),
-            title: new.title.clone(),
-            status: "pending".to_owned(),
-            created_by: new.created_by.clone(),
-            created_at_ms: now,
-            ended_at_ms: None,
-            end_reason: None,
-            spawn_tat_ms: 0,
-            inbox_seq: 0,
-        };
-        sqlx::query(
-            "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
-             tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-             created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&row.session_id)
-        .bind(&row.workspace_id)
-        .bind(&row.parent_session_id)
-        .bind(&row.parent_trust_level)
-        .bind(&row.tree_id)
-        .bind(i64::from(row.depth))
-        .bind(&row.trust_level)
-        .bind(&row.agent_name)
-        .bind(&row.agent_command)
-        .bind(&row.title)
-        .bind(&row.status)
-        .bind(&row.created_by)
-        .bind(row.created_at_ms)
-        .execute(&mut *self.tx)
-        .await?;
-        let mut row = row.into_row()?;
-        if let Some(message) = &new.initial_message {
-            row.inbox_seq = self.message(&row, message).await? as i64;
-        }
-        Ok(row)
-    }
-
-    /// Appends a message to `recipient`'s inbox (its event follows by
-    /// trigger); returns its sequence.
-    pub async fn message(
-        &mut self,
-        recipient: &SessionRow,
-        message: &NewMessage,
-    ) -> Result<u64, SessionError> {
-        let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO messages (message_id, session_id, seq, sender, body, created_at_ms) \
-             SELECT ?1, session_id, inbox_seq + 1, ?3, ?4, ?5 FROM sessions WHERE session_id = ?2 \
-             RETURNING seq",
-        )
-        .bind(&message.message_id)
-        .bind(&recipient.session_id)
-        .bind(&message.sender)
-        .bind(&message.body)
-        .bind(now_ms())
-        .fetch_one(&mut *self.tx)
-        .await?;
-        Ok(seq as u64)
-    }
-
-    pub async fn set_spawn_tat(
+    /// Ends a session (status, time, reason); returns its new row, or `None`
+    /// if it had already ended.
+    pub async fn end_session(
         &mut self,
         session_id: &str,
-        tat_ms: i64,
-    ) -> Result<(), SessionError> {
-        sqlx::query("UPDATE sessions SET spawn_tat_ms = ? WHERE session_id = ?")
-            .bind(tat_ms)
-            .bind(session_id)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(())
-    }
-
-    /// Returns a session's ancestors, nearest first.
-    pub async fn ancestors(&mut self, session_id: &str) -> Result<Vec<String>, SessionError> {
-        Ok(sqlx::query_scalar(
-            "WITH RECURSIVE anc(id, parent, n) AS ( \
-               SELECT session_id, parent_session_id, 0 FROM sessions WHERE session_id = ? \
-               UNION ALL \
-               SELECT s.session_id, s.parent_session_id, anc.n + 1 \
-               FROM sessions s JOIN anc ON s.session_id = anc.parent) \
-             SELECT id FROM anc WHERE n > 0 ORDER BY n",
-        )
-        .bind(session_id)
-        .fetch_all(&mut *self.tx)
-        .await?)
-    }
-
-    /// Ends every active session of the subtree rooted at `target` (the
-    /// target with `reason`, the rest with "cascade"); returns their ids,
-    /// the target first, then level by level.
-    pub async fn end_subtree(
-        &mut self,
-        target: &str,
+        status: &str,
         reason: &str,
-        terminated_by: &str,
-    ) -> Result<Vec<String>, SessionError> {
-        let active: Vec<String> = sqlx::query_scalar(
-            "WITH RECURSIVE sub(id, n) AS ( \
-               SELECT ?, 0 \
-               UNION ALL \
-               SELECT s.session_id, sub.n + 1 FROM sessions s JOIN sub ON s.parent_session_id = sub.id) \
-             SELECT s.session_id FROM sessions s JOIN sub ON s.session_id = sub.id \
-             WHERE s.status IN ('pending', 'running') ORDER BY sub.n, s.rowid",
-        )
-        .bind(target)
-        .fetch_all(&mut *self.tx)
+    ) -> Result<Option<(i64, SessionRow)>, SessionError> {
+        let row = sqlx::query(concat!(
+            "UPDATE sessions SET status = ?1, ended_at_ms = ?2, end_reason = ?3 \
+             WHERE session_id = ?4 AND status IN ('pending', 'running') RETURNING ",
+            session_columns!()
+        ))
+        .bind(status)
+        .bind(now_ms())
+        .bind(reason)
+        .bind(session_id)
+        .fetch_optional(&mut *self.tx)
         .await?;
-        let now = now_ms();
-        for id in &active {
-            let why = if id == target { reason } else { "cascade" };
-            sqlx::query(
-                "UPDATE sessions SET status = 'terminated', ended_at_ms = ?, end_reason = ? \
-                 WHERE session_id = ?",
-            )
-            .bind(now)
-            .bind(why)
-            .bind(id)
-            .execute(&mut *self.tx)
-            .await?;
-            self.event(
-                id,
-                "terminated",
-                troupe_proto::status::status_str(SessionStatus::Terminated),
-                json!({"reason": why, "terminated_by": terminated_by}),
-            )
-            .await?;
-        }
-        Ok(active)
+        row.as_ref().map(entry_from_row).transpose()
     }
 
     /// Deletes all but the newest `keep` events; returns the highest id pruned so far.

@@ -1,0 +1,203 @@
+//! The store's in-memory view of the sessions against the database under
+//! it: writes cancelled at any point (a client that hangs up drops the
+//! handler's future) never leave the two apart.
+
+use std::{task::Poll, time::Duration};
+
+use sqlx::{Connection, Row};
+use troupe_session_svc::{
+    Limits,
+    error::QuotaLeft,
+    model::{AuditRecord, NewMessage, NewSession, ProcessChange, Trust},
+    policy,
+    store::{Created, SqliteStore, Store},
+};
+
+fn new_session(id: &str, initial_message: bool) -> NewSession {
+    NewSession {
+        session_id: id.to_owned(),
+        workspace_id: "alpha".into(),
+        trust: Trust::Direct,
+        agent_name: "worker".into(),
+        agent_command: "[\"/bin/cat\"]".into(),
+        title: id.to_owned(),
+        created_by: "operator".into(),
+        initial_message: initial_message.then(|| NewMessage {
+            message_id: format!("msg_{id}"),
+            sender: "operator".into(),
+            body: "hello".into(),
+        }),
+    }
+}
+
+fn audit(action: &'static str, target: &str) -> AuditRecord {
+    AuditRecord {
+        caller: "operator".into(),
+        action,
+        target: target.to_owned(),
+        allowed: true,
+        reason: "OK".into(),
+        detail: String::new(),
+    }
+}
+
+/// Polls `write` at most `polls` times, 20 µs apart (SQLite answers from
+/// its own thread meanwhile), then drops it unfinished.
+async fn cut_after<F: Future>(polls: usize, write: F) -> Option<F::Output> {
+    let mut write = std::pin::pin!(write);
+    for _ in 0..polls {
+        if let Poll::Ready(out) = futures::poll!(write.as_mut()) {
+            return Some(out);
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    None
+}
+
+#[tokio::test]
+async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
+    let store = SqliteStore::open(&url).await.expect("open");
+    let limits = Limits {
+        max_depth: 100,
+        max_tree_sessions: u32::MAX,
+        max_children: u32::MAX,
+        max_active_per_workspace: u32::MAX,
+        spawn_rate_per_sec: 1e6,
+        ..Limits::default()
+    };
+    let root_quota = |_| {
+        Ok(QuotaLeft {
+            tree_sessions_remaining: 0,
+            depth_remaining: 0,
+            children_remaining: 0,
+        })
+    };
+    let root = "sess_root";
+    let created = store
+        .create_root(
+            new_session(root, true),
+            None,
+            audit("create_root", root),
+            &root_quota,
+        )
+        .await
+        .expect("root");
+    assert!(matches!(created, Created::New { .. }));
+
+    let (mut done, mut refused, mut cancelled) = (0, 0, 0);
+    let mut ids = vec![root.to_owned()];
+    for i in 0..400u64 {
+        let id = format!("sess_{i}");
+        let parent = ids[(i as usize * 7) % ids.len()].clone();
+        let creates = i % 4 < 2;
+        let store = store.clone();
+        let write = async {
+            match i % 4 {
+                0 | 1 => store
+                    .create_child(
+                        &parent,
+                        new_session(&id, i % 2 == 0),
+                        None,
+                        audit("create_session", &parent),
+                        &|ctx| policy::admit_spawn(ctx, &limits),
+                    )
+                    .await
+                    .map(drop),
+                2 => store
+                    .send_message(
+                        &parent,
+                        NewMessage {
+                            message_id: format!("msg_{i}"),
+                            sender: "operator".into(),
+                            body: format!("message {i}"),
+                        },
+                        None,
+                        audit("send_message", &parent),
+                        &|_| Ok(()),
+                    )
+                    .await
+                    .map(drop),
+                _ if i % 16 != 15 => store
+                    .record_process(&parent, i, ProcessChange::Started, 1024)
+                    .await
+                    .map(drop),
+                _ => store
+                    .terminate(
+                        ids.last().expect("a session"),
+                        "operator",
+                        "test",
+                        audit("terminate_session", &parent),
+                        &|_, _| Ok(()),
+                    )
+                    .await
+                    .map(drop),
+            }
+        };
+        // Cut after a few polls, so that writes are dropped before, during
+        // and after their statements reach SQLite.
+        match cut_after((i as usize * 7) % 41, write).await {
+            Some(Ok(())) => done += 1,
+            Some(Err(_)) => refused += 1,
+            None => cancelled += 1,
+        }
+        if creates && store.get_session(&id).await.expect("get").is_some() {
+            ids.push(id);
+        }
+    }
+    assert!(
+        done > 20 && cancelled > 20 && refused < 100,
+        "{done} done, {refused} refused, {cancelled} cancelled"
+    );
+
+    // Any write settles what a cancelled one left.
+    store
+        .append_audit(audit("get_session", root))
+        .await
+        .expect("audit");
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("reader");
+    let rows = sqlx::query(
+        "SELECT session_id, status, inbox_seq, spawn_tat_ms, ended_at_ms, end_reason FROM sessions",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("sessions");
+    let mut stored = 0;
+    for row in &rows {
+        let id: String = row.get("session_id");
+        let ledger = store
+            .get_session(&id)
+            .await
+            .expect("get")
+            .unwrap_or_else(|| panic!("{id} is in the database, not in the ledger"));
+        let status: String = row.get("status");
+        assert_eq!(
+            (
+                status.as_str(),
+                row.get::<i64, _>("inbox_seq"),
+                row.get::<i64, _>("spawn_tat_ms"),
+                row.get::<Option<i64>, _>("ended_at_ms"),
+                row.get::<Option<String>, _>("end_reason"),
+            ),
+            (
+                troupe_proto::status::status_str(ledger.status),
+                ledger.inbox_seq,
+                ledger.spawn_tat_ms,
+                ledger.ended_at_ms,
+                ledger.end_reason.clone(),
+            ),
+            "{id}"
+        );
+        stored += 1;
+    }
+    let (listed, _) = store
+        .list_workspace("alpha", false, true, 0, 10_000)
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.len(),
+        stored,
+        "the ledger holds no session the database lacks"
+    );
+}
