@@ -16,9 +16,12 @@
 //! - [`view`]: the JSON the tools return.
 //! - [`failure`]: refusals as MCP tool errors (reason, quota left, advice).
 //! - [`http`]: the streamable HTTP service mounted in axum.
+//! - [`claude`]: `claude-input`, which is no server: it turns Troupe's stdin
+//!   message lines into Claude Code's stream-json user messages.
 
 pub mod backend;
 pub mod caller;
+pub mod claude;
 pub mod failure;
 pub mod http;
 pub mod tools;
@@ -47,20 +50,25 @@ pub const ENDPOINT_ENV: &str = "TROUPE_SESSION_ENDPOINT";
         With no command (or `stdio`) it serves one session over stdio: its token and the \
         session service's endpoint come from TROUPE_SESSION_TOKEN and TROUPE_SESSION_ENDPOINT. \
         `http` serves many sessions on one streamable HTTP endpoint; each request carries its \
-        session's token as `Authorization: Bearer <token>`."
+        session's token as `Authorization: Bearer <token>`. `claude-input` serves nothing: it \
+        turns Troupe's message lines on stdin into Claude Code stream-json user messages on \
+        stdout, for `... | claude -p --input-format stream-json`."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
-/// The transports.
+/// The transports, and the input adapter for Claude Code.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the session named by TROUPE_SESSION_TOKEN over stdin/stdout (the default).
     Stdio,
     /// Serve every session on one streamable HTTP endpoint (`/mcp`).
     Http(HttpArgs),
+    /// Turn Troupe's message lines on stdin into Claude Code stream-json user
+    /// messages on stdout, one per line, until stdin ends.
+    ClaudeInput,
 }
 
 /// Flags of `troupe-mcp http`.
@@ -90,10 +98,16 @@ impl Cli {
 }
 
 /// Runs the transport the command line names, until its client leaves
-/// (stdio) or SIGINT/SIGTERM (http).
+/// (stdio) or SIGINT/SIGTERM (http); `claude-input` runs until stdin ends.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Stdio) {
         Command::Stdio => run_stdio().await,
+        Command::ClaudeInput => tokio::task::spawn_blocking(|| {
+            claude::forward(std::io::stdin().lock(), std::io::stdout().lock())
+                .context("cannot pass Troupe's messages on to Claude Code")
+        })
+        .await
+        .context("the input task failed")?,
         Command::Http(args) => {
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await

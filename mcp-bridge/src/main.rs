@@ -1,5 +1,6 @@
 //! `troupe-mcp`: parses the command line and runs the bridge on stdio (the
-//! default) or as a shared streamable HTTP endpoint.
+//! default) or as a shared streamable HTTP endpoint, or, as `claude-input`,
+//! passes Troupe's stdin messages on to Claude Code.
 
 use std::{io::IsTerminal, process::ExitCode};
 
@@ -9,7 +10,8 @@ use troupe_mcp_bridge::Cli;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    // stdout carries the MCP protocol on stdio: logs go to stderr.
+    // stdout carries the MCP protocol on stdio, and Claude Code's input
+    // for claude-input: logs go to stderr.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

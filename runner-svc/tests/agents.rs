@@ -577,3 +577,76 @@ async fn a_sandboxed_agent_cannot_reach_direct_sessions_whatever_it_claims() {
     );
     assert_eq!(pair.get(&root.session_id).await.inbox_count, 1);
 }
+
+/// The stdin lines of a sandboxed agent never carry a direct session's id:
+/// a message from its direct parent, at creation and later, names its
+/// sender only as `session`, while a sandboxed sender is named.
+#[tokio::test]
+async fn a_sandboxed_agent_is_not_told_a_direct_senders_id() {
+    let pair = Pair::start().await;
+    let ws = pair.runner.workspace("senders");
+    pair.agent(&ws, "holder", "sleep 1000");
+    pair.agent(&ws, "reader", "head -n 3");
+    let root = pair.root(&ws, "holder", "hold").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+    let mut as_root = pair.server.act_as(&root.session_id).await;
+    let create = |title: &str| CreateSessionRequest {
+        title: title.into(),
+        agent_name: "reader".into(),
+        initial_message: format!("{title}: first"),
+        trust_level: TrustLevel::Sandboxed as i32,
+        ..Default::default()
+    };
+    let sibling = as_root
+        .create_session(create("sibling"))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    let reader = as_root
+        .create_session(create("reader"))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    pair.wait_status(&reader.session_id, SessionStatus::Running)
+        .await;
+    as_root
+        .send_message(pb::SendMessageRequest {
+            session_id: reader.session_id.clone(),
+            message: "second".into(),
+            request_id: String::new(),
+        })
+        .await
+        .unwrap();
+    let mut as_sibling = pair.server.act_as(&sibling.session_id).await;
+    as_sibling
+        .send_message(pb::SendMessageRequest {
+            session_id: reader.session_id.clone(),
+            message: "third".into(),
+            request_id: String::new(),
+        })
+        .await
+        .unwrap();
+    let done = pair
+        .wait_status(&reader.session_id, SessionStatus::Completed)
+        .await;
+    let output = done.result.unwrap().output_tail;
+    assert!(!output.contains(&root.session_id), "{output}");
+    let senders: Vec<String> = events(&output)
+        .iter()
+        .map(|line| line["sender"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        senders,
+        vec![
+            "session".to_owned(),
+            "session".to_owned(),
+            format!("session:{}", sibling.session_id)
+        ],
+        "{output}"
+    );
+}

@@ -180,6 +180,61 @@ mod tests {
     }
 
     #[test]
+    fn the_claude_code_example_parses_and_its_shell_gives_claude_its_arguments() {
+        let def = parse("claude", include_str!("../../examples/agents/claude.md")).unwrap();
+        assert!(def.description.is_some());
+        assert!(!def.prompt.is_empty());
+        let [sh, dash_c, script] = def.command.as_slice() else {
+            panic!("sh -c SCRIPT, not {:?}", def.command);
+        };
+        assert_eq!((sh.as_str(), dash_c.as_str()), ("sh", "-c"));
+        let rest = script
+            .strip_prefix("troupe-mcp claude-input | claude ")
+            .unwrap_or_else(|| panic!("a pipe from claude-input to claude: {script}"));
+        // What the shell hands to claude, with the environment an agent has.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {rest}"))
+            .env("TROUPE_SESSION_ID", "sess_x")
+            .env("TROUPE_WORKSPACE_ID", "demo")
+            .env("TROUPE_TRUST_LEVEL", "direct")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let argv: Vec<&str> = text.trim_end_matches('\0').split('\0').collect();
+        let value = |flag: &str| {
+            let at = argv.iter().position(|a| *a == flag);
+            at.and_then(|i| argv.get(i + 1).copied())
+                .unwrap_or_else(|| panic!("{flag} and a value in {argv:?}"))
+        };
+        assert_eq!(argv[0], "-p");
+        assert_eq!(value("--input-format"), "stream-json");
+        assert_eq!(value("--output-format"), "stream-json");
+        assert!(argv.contains(&"--verbose"), "{argv:?}");
+        let config: serde_json::Value = serde_json::from_str(value("--mcp-config")).unwrap();
+        assert_eq!(
+            config,
+            serde_json::json!({"mcpServers": {"troupe": {"command": "troupe-mcp", "args": []}}})
+        );
+        let allowed: Vec<&str> = value("--allowedTools").split(',').collect();
+        let tools = [
+            "create_session",
+            "send_message",
+            "list_workspace_sessions",
+            "get_session",
+            "wait_for_session",
+            "terminate_session",
+        ];
+        assert_eq!(allowed, tools.map(|t| format!("mcp__troupe__{t}")));
+        let prompt = value("--append-system-prompt");
+        assert!(
+            prompt.contains("session sess_x in workspace demo, trust level direct"),
+            "{prompt}"
+        );
+    }
+
+    #[test]
     fn invalid_definitions_say_why() {
         for (text, why) in [
             ("no front matter", "front matter"),

@@ -132,7 +132,7 @@ impl<S: Store> Driver<S> {
         {
             env.insert("TROUPE_PARENT_SESSION_ID".to_owned(), parent.clone());
         }
-        let pending = self.store.undelivered(&session.session_id).await?;
+        let pending = self.inbox_for(session).await?;
         let request = StartExecRequest {
             exec_id: session.session_id.clone(),
             workspace_id: session.workspace_id.clone(),
@@ -176,6 +176,26 @@ impl<S: Store> Driver<S> {
         }
         self.follow(session.session_id.clone());
         Ok(())
+    }
+
+    /// The messages not yet written to `recipient`'s agent, as it may see
+    /// them: a sandboxed agent is never told a direct session's id, so such
+    /// a sender reads `session`, as in every view of the ledger.
+    async fn inbox_for(&self, recipient: &SessionRow) -> Result<Vec<InboxMessage>, SessionError> {
+        let mut pending = self.store.undelivered(&recipient.session_id).await?;
+        for m in &mut pending {
+            let Some(sender) = m.sender.strip_prefix("session:") else {
+                continue;
+            };
+            let visible = match self.store.get_session(sender).await? {
+                Some(row) => crate::policy::trust_sees(recipient.trust, row.trust),
+                None => false,
+            };
+            if !visible {
+                m.sender = "session".to_owned();
+            }
+        }
+        Ok(pending)
     }
 
     /// Whether the session is still pending or running (assumed so when the
@@ -291,14 +311,11 @@ impl<S: Store> Driver<S> {
             .or_default()
             .clone();
         let _serial = lock.lock().await;
-        let running = matches!(
-            self.store.get_session(session_id).await,
-            Ok(Some(row)) if row.status == troupe_proto::session::SessionStatus::Running
-        );
-        if !running {
-            return false;
-        }
-        let pending = match self.store.undelivered(session_id).await {
+        let recipient = match self.store.get_session(session_id).await {
+            Ok(Some(row)) if row.status == troupe_proto::session::SessionStatus::Running => row,
+            _ => return false,
+        };
+        let pending = match self.inbox_for(&recipient).await {
             Ok(pending) => pending,
             Err(e) => {
                 tracing::warn!(session = session_id, error = %e, "cannot read the inbox");

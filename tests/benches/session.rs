@@ -6,41 +6,17 @@
 //!
 //! Run: `cargo bench -p troupe-tests --bench session`
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_tests::{Client, TestServer, child};
+use troupe_tests::{
+    Client, TestServer,
+    bench::{measure, ms, percentile},
+    child,
+};
 
 const SAMPLES: usize = 1000;
 const LIST_SAMPLES: usize = 100;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-async fn measure<F, Fut>(samples: usize, mut call: F) -> (Duration, Duration)
-where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    // Warm-up, not counted.
-    for i in 0..samples / 10 {
-        call(i).await;
-    }
-    let mut times = Vec::with_capacity(samples);
-    for i in 0..samples {
-        let start = Instant::now();
-        call(samples / 10 + i).await;
-        times.push(start.elapsed());
-    }
-    times.sort();
-    (percentile(&times, 50.0), percentile(&times, 99.0))
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1000.0)
-}
 
 async fn seed(server: &TestServer, workspace: &str, count: usize) -> Client {
     let (_, client, _) = server.root(workspace, TrustLevel::Direct).await;

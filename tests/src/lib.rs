@@ -4,6 +4,9 @@
 //! - [`TestServer`]: start, restart on the same data, stop (propagating server errors).
 //! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
 //! - [`reason`]: the `ErrorInfo` reason of a refusal.
+//! - [`bench`]: percentiles of sequential calls, for the benchmarks.
+
+pub mod bench;
 
 use std::{net::SocketAddr, path::PathBuf};
 
