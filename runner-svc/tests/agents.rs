@@ -650,3 +650,50 @@ async fn a_sandboxed_agent_is_not_told_a_direct_senders_id() {
         "{output}"
     );
 }
+
+/// A session created while the runner is down stays pending while its start
+/// is retried; ended before the runner is back, its agent never runs.
+#[tokio::test]
+async fn a_start_retried_while_the_runner_is_down_gives_up_once_the_session_ended() {
+    let mut pair = Pair::start().await;
+    let ws = pair.runner.workspace("retry");
+    pair.agent(&ws, "holder", "sleep 1000");
+    pair.runner.stop().await;
+    let root = pair.root(&ws, "holder", "hold").await;
+    // The driver's first attempts meet no runner.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        pair.get(&root.session_id).await.session.unwrap().status(),
+        SessionStatus::Pending
+    );
+    pair.server
+        .operator()
+        .await
+        .terminate_session(TerminateSessionRequest {
+            session_id: root.session_id.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap();
+    pair.runner.start_again().await;
+    // Longer than the driver's pause between attempts: the next one has
+    // found the session ended by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let execs = pair
+        .runner
+        .client()
+        .await
+        .list_execs(troupe_proto::runner::ListExecsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .execs;
+    assert!(
+        execs.iter().all(|e| e.exec_id != root.session_id),
+        "{execs:?}"
+    );
+    assert_eq!(
+        pair.get(&root.session_id).await.session.unwrap().status(),
+        SessionStatus::Terminated
+    );
+}

@@ -64,8 +64,9 @@ impl TestRunner {
         runner
     }
 
+    /// Serves on the address of the last start (any free port the first time).
     async fn serve(&mut self) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(self.addr)
             .await
             .expect("bind");
         self.addr = listener.local_addr().unwrap();
@@ -97,9 +98,15 @@ impl TestRunner {
         panic!("runner did not come up");
     }
 
-    /// Stops the server (the execs keep running) and starts it again on the same state.
+    /// Stops the server (the execs keep running) and starts it again on the
+    /// same state and address.
     pub async fn restart(&mut self) {
         self.stop().await;
+        self.serve().await;
+    }
+
+    /// Starts a stopped server again on the same state and address.
+    pub async fn start_again(&mut self) {
         self.serve().await;
     }
 
