@@ -18,6 +18,16 @@ use troupe_tests::{
 const SAMPLES: usize = 1000;
 const LIST_SAMPLES: usize = 100;
 
+/// This process's resident memory, in KiB.
+fn rss_kib() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 async fn seed(server: &TestServer, workspace: &str, count: usize) -> Client {
     let (_, client, _) = server.root(workspace, TrustLevel::Direct).await;
     let mut op = server.operator().await;
@@ -95,7 +105,16 @@ async fn main() {
         .filter(|_| wanted("list"))
     {
         let workspace = format!("bench-list-{count}");
+        let rss_before = rss_kib();
         let lister = seed(&server, &workspace, count).await;
+        if count == 10_000 {
+            // An upper bound of what the ledger holds per session: the whole
+            // process's growth (SQLite's caches and the allocator's slack too).
+            eprintln!(
+                "memory: {:.0} bytes of resident growth per seeded session",
+                (rss_kib() - rss_before) as f64 * 1024.0 / count as f64
+            );
+        }
         let (p50, p99) = measure(LIST_SAMPLES, |_| {
             let mut c = lister.clone();
             async move {

@@ -6,7 +6,8 @@
 //! changes the ledger only after a commit, under its writer lock, with the
 //! rows it committed: the ledger is always a state the database was in, and
 //! a reader never sees a row that was not committed. Every session ever
-//! created is kept (about half a kilobyte each), as the table keeps them.
+//! created is kept (under a kilobyte each, see BENCHMARKS.md), as the table
+//! keeps them.
 
 use std::{
     collections::{BTreeMap, HashMap},
