@@ -2,7 +2,7 @@
 //! default) or as a shared streamable HTTP endpoint, or, as `claude-input`,
 //! passes Troupe's stdin messages on to Claude Code.
 
-use std::{io::IsTerminal, process::ExitCode};
+use std::process::ExitCode;
 
 use clap::Parser;
 use troupe_mcp_bridge::Cli;
@@ -12,15 +12,16 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     // stdout carries the MCP protocol on stdio, and Claude Code's input
     // for claude-input: logs go to stderr.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| cli.default_log_filter().into()),
-        )
-        .init();
-    match troupe_mcp_bridge::run(cli).await {
+    let telemetry = match troupe_proto::telemetry::init("troupe-mcp", cli.default_log_filter()) {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            eprintln!("troupe-mcp: error: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ran = troupe_mcp_bridge::run(cli).await;
+    telemetry.shutdown().await;
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("troupe-mcp: error: {err:#}");

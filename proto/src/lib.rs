@@ -10,6 +10,7 @@
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
+//! - [`telemetry`]: logs on stderr and OpenTelemetry span export, set by `OTEL_*` variables.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
 /// `troupe.session.v1`.
@@ -28,6 +29,7 @@ pub mod paths;
 pub mod refusal;
 pub mod serving;
 pub mod status;
+pub mod telemetry;
 pub mod trust;
 
 /// Encoded descriptors of both services, for server reflection.

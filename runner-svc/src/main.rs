@@ -27,15 +27,13 @@ fn main() -> ExitCode {
 
 #[tokio::main]
 async fn runner() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let config = Config::parse();
+    let telemetry = troupe_proto::telemetry::init("troupe-runner", "info")?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    troupe_runner_svc::serve(config, listener, troupe_proto::serving::shutdown_signal()).await
+    let served =
+        troupe_runner_svc::serve(config, listener, troupe_proto::serving::shutdown_signal()).await;
+    telemetry.shutdown().await;
+    served
 }

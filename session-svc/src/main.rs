@@ -7,15 +7,13 @@ use troupe_session_svc::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let config = Config::parse();
+    let telemetry = troupe_proto::telemetry::init("troupe-session", "info")?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    troupe_session_svc::serve(config, listener, troupe_proto::serving::shutdown_signal()).await
+    let served =
+        troupe_session_svc::serve(config, listener, troupe_proto::serving::shutdown_signal()).await;
+    telemetry.shutdown().await;
+    served
 }

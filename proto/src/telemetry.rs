@@ -1,0 +1,151 @@
+//! Logs and traces of every Troupe server: log lines on stderr (filtered by
+//! `RUST_LOG`), and OpenTelemetry spans exported over OTLP/gRPC when the
+//! standard variables ask for it:
+//!
+//! - `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`):
+//!   where to send spans. With neither set, nothing is exported and no
+//!   OpenTelemetry layer is installed, so tracing costs what logging costs.
+//! - `OTEL_TRACES_EXPORTER=none` or `OTEL_SDK_DISABLED=true`: no export even
+//!   with an endpoint.
+//! - `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`: the resource; the
+//!   service name defaults to the binary's (`troupe-session`, ...).
+//! - `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`: the sampler (parent
+//!   based, always on, by default).
+//!
+//! Spans are exported in batches from a thread of their own: an export that
+//! fails (no receiver) is logged and dropped, and never delays a call.
+
+use std::io::IsTerminal;
+
+use anyhow::Context;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
+use tracing_subscriber::{
+    EnvFilter, Layer, filter::LevelFilter, layer::SubscriberExt, util::SubscriberInitExt,
+};
+
+/// What [`init`] installed; [`Telemetry::shutdown`] flushes it.
+#[derive(Debug)]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+/// Installs the global subscriber: logs on stderr (`RUST_LOG`, else
+/// `default_filter`), and span export if the environment configures it.
+/// `service` is the service name unless the environment names one.
+/// Must be called inside a Tokio runtime (the exporter's channel uses it).
+pub fn init(service: &'static str, default_filter: &str) -> anyhow::Result<Telemetry> {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let provider = exporting(&|name| std::env::var(name).ok())
+        .then(|| provider(service))
+        .transpose()?;
+    // Spans have a filter of their own: a quiet log (the bridge's `warn`)
+    // still exports the calls' spans.
+    let spans = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer(service))
+            .with_filter(LevelFilter::INFO)
+    });
+    tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(spans)
+        .try_init()
+        .context("a global subscriber was already installed")?;
+    if provider.is_some() {
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        tracing::info!(service, "exporting spans over OTLP");
+    }
+    Ok(Telemetry { provider })
+}
+
+impl Telemetry {
+    /// Whether spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Exports what is still buffered and stops the exporter. It blocks, so
+    /// it runs on a blocking thread while the runtime drives the export.
+    pub async fn shutdown(self) {
+        if let Some(provider) = self.provider {
+            let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+            if let Ok(Err(e)) = done {
+                tracing::warn!(error = %e, "span export did not finish");
+            }
+        }
+    }
+}
+
+/// Whether the environment (read through `var`) asks for span export.
+fn exporting(var: &dyn Fn(&str) -> Option<String>) -> bool {
+    let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
+    let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    endpoint && !disabled
+}
+
+fn provider(service: &'static str) -> anyhow::Result<SdkTracerProvider> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()
+        .context("cannot set up the OTLP span exporter")?;
+    Ok(SdkTracerProvider::builder()
+        .with_resource(resource(service))
+        .with_batch_exporter(exporter)
+        .build())
+}
+
+/// The resource the environment describes, named `service` unless
+/// `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` names it.
+fn resource(service: &'static str) -> Resource {
+    let detected = Resource::builder().build();
+    let named = detected
+        .get(&opentelemetry::Key::new("service.name"))
+        .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+    if named {
+        detected
+    } else {
+        Resource::builder().with_service_name(service).build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exporting;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn spans_are_exported_only_when_an_endpoint_is_set_and_export_is_not_off() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317");
+        let traces = (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://127.0.0.1:4317",
+        );
+        assert!(!exporting(&env(&[])));
+        assert!(!exporting(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
+        assert!(exporting(&env(&[endpoint])));
+        assert!(exporting(&env(&[traces])));
+        assert!(!exporting(&env(&[
+            endpoint,
+            ("OTEL_TRACES_EXPORTER", "none")
+        ])));
+        assert!(!exporting(&env(&[endpoint, ("OTEL_SDK_DISABLED", "TRUE")])));
+        assert!(exporting(&env(&[endpoint, ("OTEL_SDK_DISABLED", "false")])));
+        assert!(exporting(&env(&[
+            endpoint,
+            ("OTEL_TRACES_EXPORTER", "otlp")
+        ])));
+    }
+}
