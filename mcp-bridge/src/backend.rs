@@ -21,10 +21,12 @@ pub struct Backend {
     channel: Mutex<Option<Channel>>,
 }
 
-/// A client of the session service that sends one caller's token.
+/// A client of the session service that sends one caller's token, and its
+/// trace context if it has one.
 pub struct Session {
     client: SessionServiceClient<Channel>,
     auth: AsciiMetadataValue,
+    traceparent: Option<AsciiMetadataValue>,
 }
 
 impl Backend {
@@ -41,8 +43,13 @@ impl Backend {
         &self.endpoint
     }
 
-    /// Returns a client acting with `auth` (the whole `Bearer <token>` value).
-    pub async fn session(&self, auth: AsciiMetadataValue) -> Result<Session, ToolFailure> {
+    /// Returns a client acting with `auth` (the whole `Bearer <token>`
+    /// value), in the trace `traceparent` if given.
+    pub async fn session(
+        &self,
+        auth: AsciiMetadataValue,
+        traceparent: Option<AsciiMetadataValue>,
+    ) -> Result<Session, ToolFailure> {
         let mut channel = self.channel.lock().await;
         let channel = match channel.as_ref() {
             Some(open) => open.clone(),
@@ -66,17 +73,20 @@ impl Backend {
         Ok(Session {
             client: SessionServiceClient::new(channel),
             auth,
+            traceparent,
         })
     }
 }
 
 impl Session {
-    /// Wraps `message` in a request carrying the caller's token.
+    /// Wraps `message` in a request carrying the caller's token and trace context.
     pub fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
-        request
-            .metadata_mut()
-            .insert("authorization", self.auth.clone());
+        let metadata = request.metadata_mut();
+        metadata.insert("authorization", self.auth.clone());
+        if let Some(traceparent) = &self.traceparent {
+            metadata.insert(crate::caller::TRACEPARENT_HEADER, traceparent.clone());
+        }
         request
     }
 

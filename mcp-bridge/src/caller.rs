@@ -1,4 +1,7 @@
-//! Who is calling: the token a tool call is made with.
+//! Who is calling: the token a tool call is made with, and the trace it
+//! belongs to (the agent's `TRACEPARENT` on stdio, the request's
+//! `traceparent` header over HTTP), forwarded so the agent's trace continues
+//! in the session service.
 //!
 //! On stdio the bridge serves one session: its token comes from the
 //! environment the runner gave the agent. Over HTTP each request brings its
@@ -24,20 +27,43 @@ use crate::failure::ToolFailure;
 /// The header that names, as a hint, the calling session.
 pub const SESSION_HINT_HEADER: &str = "x-agent-session-id";
 
+/// The header (and gRPC metadata key) of the W3C trace context.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
 /// Where tool calls get their token.
 #[derive(Clone, Debug)]
 pub enum Identity {
-    /// One session for the bridge's life (stdio).
-    Fixed(AsciiMetadataValue),
-    /// The token of each HTTP request.
+    /// One session for the bridge's life (stdio), in one trace if the agent
+    /// was given one.
+    Fixed {
+        authorization: AsciiMetadataValue,
+        traceparent: Option<AsciiMetadataValue>,
+    },
+    /// The token (and trace context) of each HTTP request.
     PerRequest,
 }
 
 impl Identity {
-    /// The identity of a stdio bridge: `token`, sent as `Bearer <token>`.
-    pub fn fixed(token: &str) -> anyhow::Result<Identity> {
-        let value = bearer_value(token).map_err(|f| anyhow::anyhow!("{}", f.message))?;
-        Ok(Identity::Fixed(value))
+    /// The identity of a stdio bridge: `token`, sent as `Bearer <token>`,
+    /// and the agent's `traceparent` (ignored unless it is header text).
+    pub fn fixed(token: &str, traceparent: Option<&str>) -> anyhow::Result<Identity> {
+        let authorization = bearer_value(token).map_err(|f| anyhow::anyhow!("{}", f.message))?;
+        Ok(Identity::Fixed {
+            authorization,
+            traceparent: traceparent.and_then(|t| t.trim().parse().ok()),
+        })
+    }
+
+    /// The trace context to forward with a call, if the caller has one.
+    pub fn traceparent(&self, extensions: &Extensions) -> Option<AsciiMetadataValue> {
+        match self {
+            Identity::Fixed { traceparent, .. } => traceparent.clone(),
+            Identity::PerRequest => extensions
+                .get::<Parts>()
+                .and_then(|parts| parts.headers.get(TRACEPARENT_HEADER))
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.trim().parse().ok()),
+        }
     }
 
     /// Returns the `authorization` value for a call whose request extensions
@@ -47,7 +73,7 @@ impl Identity {
         extensions: &Extensions,
     ) -> Result<AsciiMetadataValue, ToolFailure> {
         match self {
-            Identity::Fixed(value) => Ok(value.clone()),
+            Identity::Fixed { authorization, .. } => Ok(authorization.clone()),
             Identity::PerRequest => match extensions.get::<Parts>() {
                 Some(parts) => from_headers(&parts.headers),
                 None => Err(missing_token()),
@@ -175,6 +201,49 @@ mod tests {
             headers.insert(SESSION_HINT_HEADER, HeaderValue::from_str(hint).unwrap());
         }
         headers
+    }
+
+    #[test]
+    fn the_callers_trace_context_is_forwarded() {
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let none = Extensions::new();
+        let stdio = Identity::fixed("t", Some(traceparent)).unwrap();
+        assert_eq!(
+            stdio.traceparent(&none).unwrap().to_str().unwrap(),
+            traceparent
+        );
+        assert!(
+            Identity::fixed("t", None)
+                .unwrap()
+                .traceparent(&none)
+                .is_none()
+        );
+        assert!(
+            Identity::fixed("t", Some("not\nheader"))
+                .unwrap()
+                .traceparent(&none)
+                .is_none()
+        );
+
+        let (mut parts, ()) = axum::http::Request::builder()
+            .header(TRACEPARENT_HEADER, traceparent)
+            .body(())
+            .unwrap()
+            .into_parts();
+        parts
+            .headers
+            .insert("authorization", HeaderValue::from_static("Bearer t"));
+        let mut http = Extensions::new();
+        http.insert(parts);
+        assert_eq!(
+            Identity::PerRequest
+                .traceparent(&http)
+                .unwrap()
+                .to_str()
+                .unwrap(),
+            traceparent
+        );
+        assert!(Identity::PerRequest.traceparent(&none).is_none());
     }
 
     #[test]

@@ -130,7 +130,8 @@ async fn run_stdio() -> anyhow::Result<()> {
         "the session service, e.g. unix:///run/troupe/session/session.sock or http://127.0.0.1:7400",
     )?;
     let backend = Arc::new(Backend::new(endpoint));
-    let bridge = Bridge::new(backend, Identity::fixed(&token)?);
+    let traceparent = std::env::var("TRACEPARENT").ok();
+    let bridge = Bridge::new(backend, Identity::fixed(&token, traceparent.as_deref())?);
     let service = bridge
         .serve(rmcp::transport::stdio())
         .await

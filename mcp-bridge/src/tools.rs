@@ -272,7 +272,8 @@ impl Bridge {
 
     async fn session(&self, extensions: &Extensions) -> Result<Session, ToolFailure> {
         let auth = self.identity.authorization(extensions)?;
-        self.backend.session(auth).await
+        let traceparent = self.identity.traceparent(extensions);
+        self.backend.session(auth, traceparent).await
     }
 
     fn refused(&self, status: &tonic::Status) -> ToolFailure {

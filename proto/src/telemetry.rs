@@ -20,6 +20,8 @@ use std::io::IsTerminal;
 use anyhow::Context;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
+use tonic::codegen::http;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{
     EnvFilter, Layer, filter::LevelFilter, layer::SubscriberExt, util::SubscriberInitExt,
 };
@@ -77,6 +79,33 @@ impl Telemetry {
                 tracing::warn!(error = %e, "span export did not finish");
             }
         }
+    }
+}
+
+/// The span of one incoming gRPC request (for tonic's `Server::trace_fn`),
+/// named by its path. It continues the caller's trace when the request's
+/// `traceparent` header names one (and spans are exported at all), so an
+/// operator's or an agent's trace reaches into the service.
+pub fn request_span(request: &http::Request<()>) -> tracing::Span {
+    let span = tracing::info_span!("grpc", otel.name = %request.uri().path(), rpc.system = "grpc");
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&Headers(request.headers()))
+    });
+    // Without an OpenTelemetry layer there is nothing to parent, and nothing lost.
+    let _ = span.set_parent(parent);
+    span
+}
+
+/// The headers of a request, as the propagator reads them.
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
     }
 }
 

@@ -116,6 +116,7 @@ pub async fn serve(
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = cancel.clone();
     let result = tonic::transport::Server::builder()
+        .trace_fn(troupe_proto::telemetry::request_span)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

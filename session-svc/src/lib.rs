@@ -129,6 +129,7 @@ async fn serve_with_store<S: Store + Clone>(
             let stream = tokio_stream::wrappers::UnixListenerStream::new(listener);
             let stop = cancel.clone();
             let server = tonic::transport::Server::builder()
+                .trace_fn(troupe_proto::telemetry::request_span)
                 .add_routes(routes.clone())
                 .serve_with_incoming_shutdown(stream, stop.cancelled_owned());
             Some(tokio::spawn(server))
@@ -141,6 +142,7 @@ async fn serve_with_store<S: Store + Clone>(
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = cancel.clone();
     let result = tonic::transport::Server::builder()
+        .trace_fn(troupe_proto::telemetry::request_span)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;

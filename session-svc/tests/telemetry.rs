@@ -89,6 +89,30 @@ impl Receiver {
     }
 }
 
+/// The spans received, by name: `(trace id, span id, parent span id)`, in hex.
+fn ids(receiver: &Receiver) -> Vec<(String, String, String, String)> {
+    let mut out = Vec::new();
+    for request in receiver.0.lock().unwrap().iter() {
+        for resource_spans in &request.resource_spans {
+            for scope in &resource_spans.scope_spans {
+                for span in &scope.spans {
+                    out.push((
+                        span.name.clone(),
+                        hex(&span.trace_id),
+                        hex(&span.span_id),
+                        hex(&span.parent_span_id),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A `troupe-session` process with its own data directory.
 struct Service {
     child: Child,
@@ -135,6 +159,12 @@ impl Service {
 
     /// Creates a root session as the operator, once the service answers.
     async fn create_root(&self) {
+        self.create_root_in(None).await;
+    }
+
+    /// Creates a root session as the operator, in the caller's trace
+    /// `traceparent` if given.
+    async fn create_root_in(&self, traceparent: Option<&str>) {
         let mut tries = 0;
         let channel = loop {
             match troupe_proto::endpoint::connect(&self.endpoint).await {
@@ -147,14 +177,20 @@ impl Service {
             }
         };
         let auth = troupe_proto::endpoint::Bearer::new(Some(OPERATOR_TOKEN)).unwrap();
+        let mut request = Request::new(CreateRootSessionRequest {
+            workspace_id: "alpha".into(),
+            trust_level: TrustLevel::Direct as i32,
+            agent_name: "worker".into(),
+            title: "traced".into(),
+            ..Default::default()
+        });
+        if let Some(traceparent) = traceparent {
+            request
+                .metadata_mut()
+                .insert("traceparent", traceparent.parse().unwrap());
+        }
         SessionServiceClient::with_interceptor(channel, auth)
-            .create_root_session(CreateRootSessionRequest {
-                workspace_id: "alpha".into(),
-                trust_level: TrustLevel::Direct as i32,
-                agent_name: "worker".into(),
-                title: "traced".into(),
-                ..Default::default()
-            })
+            .create_root_session(request)
             .await
             .expect("create root");
     }
@@ -196,6 +232,35 @@ async fn spans_reach_an_otlp_receiver_named_by_the_standard_variables() {
         )),
         "{spans:?}"
     );
+}
+
+/// A call that carries a `traceparent` is traced inside the caller's trace:
+/// the request's span is a child of the caller's span, and the handler's
+/// span a child of the request's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_callers_traceparent_is_continued() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let service = Service::start(&[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    service
+        .create_root_in(Some(&format!("00-{trace}-{caller_span}-01")))
+        .await;
+    assert!(service.stop().await);
+    let spans = ids(&receiver);
+    let request = spans
+        .iter()
+        .find(|(name, ..)| name == "/troupe.session.v1.SessionService/CreateRootSession")
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(
+        (&request.1, &request.3),
+        (&trace.to_owned(), &caller_span.to_owned())
+    );
+    let handler = spans
+        .iter()
+        .find(|(name, ..)| name == "create_root")
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!((&handler.1, &handler.3), (&trace.to_owned(), &request.2));
 }
 
 #[tokio::test(flavor = "multi_thread")]
