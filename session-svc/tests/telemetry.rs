@@ -19,7 +19,8 @@ use opentelemetry_proto::tonic::{
 use tokio::process::{Child, Command};
 use tonic::{Request, Response, Status};
 use troupe_proto::session::{
-    CreateRootSessionRequest, TrustLevel, session_service_client::SessionServiceClient,
+    CreateRootSessionRequest, CreateSessionRequest, TrustLevel,
+    session_service_client::SessionServiceClient,
 };
 
 const BINARY: &str = env!("CARGO_BIN_EXE_troupe-session");
@@ -122,6 +123,11 @@ struct Service {
 
 impl Service {
     async fn start(otel: &[(&str, &str)]) -> Service {
+        Service::start_with(&[], otel).await
+    }
+
+    /// Starts the service with extra flags.
+    async fn start_with(flags: &[&str], otel: &[(&str, &str)]) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let agents = dir.path().join("workspaces/Agents");
         std::fs::create_dir_all(&agents).unwrap();
@@ -142,6 +148,7 @@ impl Service {
             .arg(dir.path().join("data"))
             .arg("--workspaces-dir")
             .arg(dir.path().join("workspaces"))
+            .args(flags)
             .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
             .env_remove("OTEL_SERVICE_NAME")
             .env_remove("OTEL_RESOURCE_ATTRIBUTES")
@@ -158,13 +165,31 @@ impl Service {
     }
 
     /// Creates a root session as the operator, once the service answers.
-    async fn create_root(&self) {
-        self.create_root_in(None).await;
+    async fn create_root(&self) -> String {
+        self.create_root_in(None).await
+    }
+
+    /// Asks, as the operator, for a child of `parent`; returns the refusal's code.
+    async fn spawn_under(&self, parent: &str) -> tonic::Code {
+        let channel = troupe_proto::endpoint::connect(&self.endpoint)
+            .await
+            .unwrap();
+        let auth = troupe_proto::endpoint::Bearer::new(Some(OPERATOR_TOKEN)).unwrap();
+        SessionServiceClient::with_interceptor(channel, auth)
+            .create_session(CreateSessionRequest {
+                parent_session_id: parent.into(),
+                agent_name: "worker".into(),
+                title: "too deep".into(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused")
+            .code()
     }
 
     /// Creates a root session as the operator, in the caller's trace
-    /// `traceparent` if given.
-    async fn create_root_in(&self, traceparent: Option<&str>) {
+    /// `traceparent` if given; returns its id.
+    async fn create_root_in(&self, traceparent: Option<&str>) -> String {
         let mut tries = 0;
         let channel = loop {
             match troupe_proto::endpoint::connect(&self.endpoint).await {
@@ -192,7 +217,11 @@ impl Service {
         SessionServiceClient::with_interceptor(channel, auth)
             .create_root_session(request)
             .await
-            .expect("create root");
+            .expect("create root")
+            .into_inner()
+            .session
+            .expect("a session")
+            .session_id
     }
 
     /// Stops the service with SIGTERM, as an operator would; true if it
@@ -232,6 +261,76 @@ async fn spans_reach_an_otlp_receiver_named_by_the_standard_variables() {
         )),
         "{spans:?}"
     );
+}
+
+/// The string attributes of every span named `name`.
+fn attributes(receiver: &Receiver, name: &str) -> Vec<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for request in receiver.0.lock().unwrap().iter() {
+        for resource_spans in &request.resource_spans {
+            for scope in &resource_spans.scope_spans {
+                for span in scope.spans.iter().filter(|s| s.name == name) {
+                    out.push(
+                        span.attributes
+                            .iter()
+                            .map(|kv| {
+                                let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                                    Some(Value::StringValue(s)) => s.clone(),
+                                    Some(Value::IntValue(n)) => n.to_string(),
+                                    other => format!("{other:?}"),
+                                };
+                                (kv.key.clone(), value)
+                            })
+                            .collect(),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A spawn's span names the session it made (Troupe's attributes and the
+/// GenAI agent conventions), and a refused spawn's span names the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn spawn_spans_carry_the_session_and_the_refusal() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let service = Service::start_with(
+        &["--max-depth", "0"],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
+    )
+    .await;
+    let root = service.create_root().await;
+    assert_eq!(
+        service.spawn_under(&root).await,
+        tonic::Code::ResourceExhausted
+    );
+    assert!(service.stop().await);
+
+    let created = attributes(&receiver, "create_root");
+    let created = created
+        .first()
+        .unwrap_or_else(|| panic!("no create_root span"));
+    let get = |attrs: &[(String, String)], key: &str| {
+        attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(get(created, "troupe.session.id"), root);
+    assert_eq!(get(created, "gen_ai.agent.id"), root);
+    assert_eq!(get(created, "gen_ai.agent.name"), "worker");
+    assert_eq!(get(created, "gen_ai.operation.name"), "create_agent");
+    assert_eq!(get(created, "troupe.workspace.id"), "alpha");
+    assert_eq!(get(created, "troupe.trust_level"), "direct");
+    assert_eq!(get(created, "troupe.depth"), "0");
+    assert!(get(created, "troupe.tree.id").starts_with("tree_"));
+
+    let refused = attributes(&receiver, "spawn");
+    let refused = refused.first().unwrap_or_else(|| panic!("no spawn span"));
+    assert_eq!(get(refused, "troupe.refusal.reason"), "DEPTH_EXCEEDED");
+    assert_eq!(get(refused, "troupe.session.id"), "");
 }
 
 /// A call that carries a `traceparent` is traced inside the caller's trace:

@@ -14,6 +14,7 @@ mod view;
 mod watch;
 
 use std::{path::PathBuf, pin::Pin, sync::Arc};
+use tracing::field::Empty;
 
 use futures::Stream;
 use sha2::{Digest, Sha256};
@@ -153,6 +154,30 @@ impl<S: Store> Service<S> {
     }
 }
 
+/// Records on the current span (a spawn's) the session it made, or the
+/// reason it was refused: the attributes a trace view shows.
+fn record_spawn(result: &Result<Option<&pb::Session>, &SessionError>) {
+    let span = tracing::Span::current();
+    match result {
+        Ok(Some(session)) => {
+            span.record("gen_ai.agent.id", session.session_id.as_str());
+            span.record("gen_ai.agent.name", session.agent_name.as_str());
+            span.record("troupe.session.id", session.session_id.as_str());
+            span.record("troupe.tree.id", session.tree_id.as_str());
+            span.record("troupe.depth", session.depth);
+            span.record("troupe.workspace.id", session.workspace_id.as_str());
+            span.record(
+                "troupe.trust_level",
+                troupe_proto::trust::as_str(session.trust_level()),
+            );
+        }
+        Ok(None) => {}
+        Err(e) => {
+            span.record("troupe.refusal.reason", e.reason().as_str());
+        }
+    }
+}
+
 /// Builds the idempotency key of a call, or none without a request id.
 fn idempotency(
     caller: &Caller,
@@ -213,7 +238,17 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> +
 
 #[tonic::async_trait]
 impl<S: Store> SessionService for Service<S> {
-    #[tracing::instrument(name = "create_root", skip_all)]
+    #[tracing::instrument(name = "create_root", skip_all, fields(
+            gen_ai.operation.name = "create_agent",
+            gen_ai.agent.id = Empty,
+            gen_ai.agent.name = Empty,
+            troupe.session.id = Empty,
+            troupe.tree.id = Empty,
+            troupe.depth = Empty,
+            troupe.workspace.id = Empty,
+            troupe.trust_level = Empty,
+            troupe.refusal.reason = Empty,
+        ))]
     async fn create_root_session(
         &self,
         request: Request<pb::CreateRootSessionRequest>,
@@ -221,6 +256,7 @@ impl<S: Store> SessionService for Service<S> {
         let caller = self.authenticate(&request, "create_root_session").await?;
         let req = request.into_inner();
         let result = create::root(&self.inner, &caller, &req).await;
+        record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
         self.audit_outcome(
             &caller,
             "create_root_session",
@@ -232,7 +268,17 @@ impl<S: Store> SessionService for Service<S> {
         Ok(Response::new(result?))
     }
 
-    #[tracing::instrument(name = "spawn", skip_all)]
+    #[tracing::instrument(name = "spawn", skip_all, fields(
+            gen_ai.operation.name = "create_agent",
+            gen_ai.agent.id = Empty,
+            gen_ai.agent.name = Empty,
+            troupe.session.id = Empty,
+            troupe.tree.id = Empty,
+            troupe.depth = Empty,
+            troupe.workspace.id = Empty,
+            troupe.trust_level = Empty,
+            troupe.refusal.reason = Empty,
+        ))]
     async fn create_session(
         &self,
         request: Request<pb::CreateSessionRequest>,
@@ -240,6 +286,7 @@ impl<S: Store> SessionService for Service<S> {
         let caller = self.authenticate(&request, "create_session").await?;
         let req = request.into_inner();
         let result = create::child(&self.inner, &caller, &req).await;
+        record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
         let target = match (&caller, req.parent_session_id.as_str()) {
             (Caller::Session(me), "") => me.session_id.clone(),
             (_, parent) => parent.to_owned(),
