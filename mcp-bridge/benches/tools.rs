@@ -19,7 +19,7 @@ use tokio::process::Command;
 use troupe_proto::session::TrustLevel;
 use troupe_tests::{
     TestServer,
-    bench::{measure, ms},
+    bench::{measure, ms, unlimited},
     child,
 };
 
@@ -43,13 +43,7 @@ async fn call(client: &RunningService<RoleClient, ()>, name: &'static str, args:
 
 #[tokio::main]
 async fn main() {
-    let server = TestServer::start_with(|c| {
-        c.limits.max_children = u32::MAX;
-        c.limits.max_tree_sessions = u32::MAX;
-        c.limits.max_active_per_workspace = u32::MAX;
-        c.limits.spawn_rate_per_sec = 0.0;
-    })
-    .await;
+    let server = TestServer::start_with(unlimited).await;
     let (root, mut as_root, _) = server.root("bench-mcp", TrustLevel::Direct).await;
     // The workspace the list measures: LISTED active sessions.
     for i in 1..LISTED {

@@ -21,7 +21,8 @@ use futures::StreamExt;
 use measure::*;
 use troupe_proto::session::{
     CreateRootSessionRequest, CreateSessionRequest, DeliveryStatus, EventKind, GetSessionRequest,
-    SendMessageRequest, SessionStatus, TrustLevel, WatchSessionsRequest,
+    SendMessageRequest, SessionEvent, SessionStatus, TrustLevel, WatchSessionsRequest,
+    session_event::Detail,
 };
 use troupe_tests::{OPERATOR_TOKEN, TestServer};
 
@@ -111,23 +112,17 @@ async fn bench() {
             .into_inner()
             .session
             .unwrap();
-        loop {
-            let event = watch.next().await.unwrap().unwrap();
-            if event.session_id == child.session_id && event.kind() == EventKind::Output {
-                break;
-            }
-        }
+        until(&mut watch, &child.session_id, |e| {
+            e.kind() == EventKind::Output
+        })
+        .await;
         troupe.push(millis(t.elapsed()));
         // Untimed: the child's end, as the bare exec's is awaited, so that
         // each round starts with nothing of the last one still running.
-        loop {
-            let event = watch.next().await.unwrap().unwrap();
-            if event.session_id == child.session_id
-                && matches!(event.kind(), EventKind::Completed | EventKind::Failed)
-            {
-                break;
-            }
-        }
+        until(&mut watch, &child.session_id, |e| {
+            matches!(e.kind(), EventKind::Completed | EventKind::Failed)
+        })
+        .await;
     }
     let (b50, b99) = percentiles(&mut bare);
     let (t50, t99) = percentiles(&mut troupe);
@@ -166,16 +161,11 @@ async fn bench() {
             .into_inner();
         delivered.push(millis(t.elapsed()));
         assert_eq!(reply.delivery(), DeliveryStatus::Delivered);
-        loop {
-            let event = watch.next().await.unwrap().unwrap();
-            if event.session_id == echo.session_id
-                && let Some(troupe_proto::session::session_event::Detail::Output(out)) =
-                    &event.detail
-                && String::from_utf8_lossy(&out.data).contains(&text)
-            {
-                break;
-            }
-        }
+        until(&mut watch, &echo.session_id, |e| {
+            matches!(&e.detail, Some(Detail::Output(out))
+                if String::from_utf8_lossy(&out.data).contains(&text))
+        })
+        .await;
         echoed.push(millis(t.elapsed()));
     }
     let (d50, d99) = percentiles(&mut delivered);
@@ -183,6 +173,20 @@ async fn bench() {
     println!("messages to a running agent over {MESSAGES} (ms, p50 / p99):");
     println!("  SendMessage until DELIVERED:   {d50:.1} / {d99:.1}");
     println!("  until its echo is watched:     {e50:.1} / {e99:.1}");
+}
+
+/// Reads the watch until an event of `session_id` that `wanted` accepts.
+async fn until(
+    watch: &mut tonic::Streaming<SessionEvent>,
+    session_id: &str,
+    wanted: impl Fn(&SessionEvent) -> bool,
+) {
+    loop {
+        let event = watch.next().await.unwrap().unwrap();
+        if event.session_id == session_id && wanted(&event) {
+            return;
+        }
+    }
 }
 
 async fn wait_running(server: &TestServer, id: &str) {

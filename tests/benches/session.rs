@@ -11,7 +11,7 @@ use std::time::Instant;
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::{
     Client, TestServer,
-    bench::{measure, ms, percentile},
+    bench::{measure, ms, percentile, unlimited},
     child,
 };
 
@@ -47,13 +47,7 @@ async fn seed(server: &TestServer, workspace: &str, count: usize) -> Client {
 
 #[tokio::main]
 async fn main() {
-    let server = TestServer::start_with(|c| {
-        c.limits.max_children = u32::MAX;
-        c.limits.max_tree_sessions = u32::MAX;
-        c.limits.max_active_per_workspace = u32::MAX;
-        c.limits.spawn_rate_per_sec = 0.0;
-    })
-    .await;
+    let server = TestServer::start_with(unlimited).await;
     let mut rows = Vec::new();
     // `BENCH_ONLY=list,floor` (parts: create, message, list, floor) runs some parts, for profiling.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();

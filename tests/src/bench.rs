@@ -6,6 +6,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// Raises a benchmark server's spawn limits so that nothing is refused
+/// (depth excepted) and the spawn rate is unlimited.
+pub fn unlimited(config: &mut troupe_session_svc::Config) {
+    config.limits.max_children = u32::MAX;
+    config.limits.max_tree_sessions = u32::MAX;
+    config.limits.max_active_per_workspace = u32::MAX;
+    config.limits.spawn_rate_per_sec = 0.0;
+}
+
 /// The `p`th percentile (0-100) of `sorted` by nearest rank.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;

@@ -14,7 +14,7 @@ mod view;
 mod watch;
 
 use std::{path::PathBuf, pin::Pin, sync::Arc};
-use tracing::field::Empty;
+use tracing::{Instrument, field::Empty};
 
 use futures::Stream;
 use sha2::{Digest, Sha256};
@@ -154,6 +154,24 @@ impl<S: Store> Service<S> {
     }
 }
 
+/// The span of a spawn (`create_root` or `spawn`), with the attributes
+/// [`record_spawn`] fills in.
+fn spawn_span(name: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "spawn",
+        otel.name = name,
+        gen_ai.operation.name = "create_agent",
+        gen_ai.agent.id = Empty,
+        gen_ai.agent.name = Empty,
+        troupe.session.id = Empty,
+        troupe.tree.id = Empty,
+        troupe.depth = Empty,
+        troupe.workspace.id = Empty,
+        troupe.trust_level = Empty,
+        troupe.refusal.reason = Empty,
+    )
+}
+
 /// Records on the current span (a spawn's) the session it made, or the
 /// reason it was refused: the attributes a trace view shows.
 fn record_spawn(result: &Result<Option<&pb::Session>, &SessionError>) {
@@ -238,62 +256,48 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> +
 
 #[tonic::async_trait]
 impl<S: Store> SessionService for Service<S> {
-    #[tracing::instrument(name = "create_root", skip_all, fields(
-            gen_ai.operation.name = "create_agent",
-            gen_ai.agent.id = Empty,
-            gen_ai.agent.name = Empty,
-            troupe.session.id = Empty,
-            troupe.tree.id = Empty,
-            troupe.depth = Empty,
-            troupe.workspace.id = Empty,
-            troupe.trust_level = Empty,
-            troupe.refusal.reason = Empty,
-        ))]
     async fn create_root_session(
         &self,
         request: Request<pb::CreateRootSessionRequest>,
     ) -> Result<Response<pb::CreateRootSessionResponse>, Status> {
-        let caller = self.authenticate(&request, "create_root_session").await?;
-        let req = request.into_inner();
-        let result = create::root(&self.inner, &caller, &req).await;
-        record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
-        self.audit_outcome(
-            &caller,
-            "create_root_session",
-            &req.workspace_id,
-            &result,
-            false,
-        )
-        .await;
-        Ok(Response::new(result?))
+        async move {
+            let caller = self.authenticate(&request, "create_root_session").await?;
+            let req = request.into_inner();
+            let result = create::root(&self.inner, &caller, &req).await;
+            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
+            self.audit_outcome(
+                &caller,
+                "create_root_session",
+                &req.workspace_id,
+                &result,
+                false,
+            )
+            .await;
+            Ok(Response::new(result?))
+        }
+        .instrument(spawn_span("create_root"))
+        .await
     }
 
-    #[tracing::instrument(name = "spawn", skip_all, fields(
-            gen_ai.operation.name = "create_agent",
-            gen_ai.agent.id = Empty,
-            gen_ai.agent.name = Empty,
-            troupe.session.id = Empty,
-            troupe.tree.id = Empty,
-            troupe.depth = Empty,
-            troupe.workspace.id = Empty,
-            troupe.trust_level = Empty,
-            troupe.refusal.reason = Empty,
-        ))]
     async fn create_session(
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        let caller = self.authenticate(&request, "create_session").await?;
-        let req = request.into_inner();
-        let result = create::child(&self.inner, &caller, &req).await;
-        record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
-        let target = match (&caller, req.parent_session_id.as_str()) {
-            (Caller::Session(me), "") => me.session_id.clone(),
-            (_, parent) => parent.to_owned(),
-        };
-        self.audit_outcome(&caller, "create_session", &target, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        async move {
+            let caller = self.authenticate(&request, "create_session").await?;
+            let req = request.into_inner();
+            let result = create::child(&self.inner, &caller, &req).await;
+            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
+            let target = match (&caller, req.parent_session_id.as_str()) {
+                (Caller::Session(me), "") => me.session_id.clone(),
+                (_, parent) => parent.to_owned(),
+            };
+            self.audit_outcome(&caller, "create_session", &target, &result, false)
+                .await;
+            Ok(Response::new(result?))
+        }
+        .instrument(spawn_span("spawn"))
+        .await
     }
 
     #[tracing::instrument(name = "send", skip_all)]

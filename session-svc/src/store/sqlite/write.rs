@@ -163,17 +163,14 @@ impl Batch {
     }
 
     pub fn audit(&mut self, record: &AuditRecord) -> &mut Batch {
-        self.statement(
-            "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(now_ms())
-        .bind(record.caller.clone())
-        .bind(record.action)
-        .bind(record.target.clone())
-        .bind(record.allowed)
-        .bind(record.reason.clone())
-        .bind(record.detail.clone())
+        self.statement(INSERT_AUDIT)
+            .bind(now_ms())
+            .bind(record.caller.clone())
+            .bind(record.action)
+            .bind(record.target.clone())
+            .bind(record.allowed)
+            .bind(record.reason.clone())
+            .bind(record.detail.clone())
     }
 }
 
@@ -305,24 +302,25 @@ impl<'c> Write<'c> {
     }
 }
 
+/// The audit insert, its values in [`AuditRecord`]'s order after the time.
+const INSERT_AUDIT: &str = "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
+     VALUES (?, ?, ?, ?, ?, ?, ?)";
+
 /// Appends an audit entry on `conn`, inside or outside a transaction.
 pub(super) async fn insert_audit(
     conn: &mut SqliteConnection,
     record: &AuditRecord,
 ) -> Result<(), SessionError> {
-    sqlx::query(
-        "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(now_ms())
-    .bind(&record.caller)
-    .bind(record.action)
-    .bind(&record.target)
-    .bind(record.allowed)
-    .bind(&record.reason)
-    .bind(&record.detail)
-    .execute(conn)
-    .await?;
+    sqlx::query(INSERT_AUDIT)
+        .bind(now_ms())
+        .bind(&record.caller)
+        .bind(record.action)
+        .bind(&record.target)
+        .bind(record.allowed)
+        .bind(&record.reason)
+        .bind(&record.detail)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
