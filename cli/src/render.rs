@@ -68,6 +68,7 @@ pub fn session(s: &pb::Session) -> Value {
         "ended_at": timestamp(s.ended_at.as_ref()),
         "end_reason": text(&s.end_reason),
         "exit_code": s.exit_code,
+        "trace_id": text(&s.trace_id),
     })
 }
 
@@ -87,6 +88,7 @@ pub fn session_text(s: &pb::Session) -> String {
         ("created at", &time(s.created_at.as_ref())),
         ("ended at", &time(s.ended_at.as_ref())),
         ("end reason", or_dash(&s.end_reason)),
+        ("trace", or_dash(&s.trace_id)),
     ];
     fields
         .iter()

@@ -143,6 +143,11 @@ impl<S: Store> Driver<S> {
                 ("tree_id".to_owned(), session.tree_id.clone()),
                 ("depth".to_owned(), session.depth.to_string()),
             ]),
+            // The agent's own spans join its tree's trace, under its life.
+            traceparent: session
+                .trace
+                .map(|life| life.traceparent())
+                .unwrap_or_default(),
             ..Default::default()
         };
         loop {

@@ -7,6 +7,7 @@
 //! - [`agents`]: agent definitions and slug validation.
 //! - [`store`]: the storage interface and its SQLite implementation.
 //! - [`service`]: the gRPC handlers, one module per RPC.
+//! - [`lives`]: each session's life exported as a span of its tree's trace.
 //! - [`model`], [`error`]: shared records and the error table.
 //!
 //! [`serve`] runs the whole service on a listener the caller bound.
@@ -16,6 +17,7 @@ pub mod auth;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod lives;
 pub mod model;
 pub mod policy;
 pub mod service;
@@ -76,6 +78,8 @@ async fn serve_with_store<S: Store + Clone>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
+    // Sessions that end from here on (reconciliation included) are traced.
+    let lives_from = store.newest_event().await?;
     let tokens = std::sync::Arc::new(tokens);
     let driver = match &config.runner {
         Some(endpoint) => {
@@ -106,6 +110,8 @@ async fn serve_with_store<S: Store + Clone>(
     if let Err(e) = store.prune_events(config.event_retention).await {
         tracing::warn!(error = %e, "event pruning failed");
     }
+    let lives = troupe_proto::telemetry::exporting()
+        .then(|| tokio::spawn(lives::export(store.clone(), lives_from, cancel.clone())));
     let upkeep = tokio::spawn(upkeep(store, config.event_retention, cancel.clone()));
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -152,6 +158,9 @@ async fn serve_with_store<S: Store + Clone>(
         .await;
     cancel.cancel();
     let _ = upkeep.await;
+    if let Some(lives) = lives {
+        let _ = lives.await;
+    }
     if let Some(unix) = unix {
         unix.await
             .context("unix socket server panicked")?

@@ -4,7 +4,10 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use troupe_proto::session::{SessionStatus, TrustLevel};
+use troupe_proto::{
+    session::{SessionStatus, TrustLevel},
+    telemetry::LifeSpan,
+};
 
 /// A session's trust level. Only ever narrows from parent to child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +71,8 @@ pub struct SessionRow {
     pub end_reason: Option<String>,
     pub spawn_tat_ms: i64,
     pub inbox_seq: i64,
+    /// Its life span in its tree's trace; `None` when untraced.
+    pub trace: Option<LifeSpan>,
 }
 
 impl SessionRow {
@@ -105,6 +110,8 @@ pub struct NewSession {
     pub agent_command: String,
     pub title: String,
     pub created_by: String,
+    /// Its life span, planned in the spawn span; `None` when untraced.
+    pub trace: Option<LifeSpan>,
     /// Stored as the first message of the new session's inbox.
     pub initial_message: Option<NewMessage>,
 }
@@ -177,6 +184,8 @@ pub struct EventFilter {
     pub workspace_id: Option<String>,
     /// Only events of sandboxed sessions.
     pub sandboxed_only: bool,
+    /// Only the events that end a session (completed, failed, terminated).
+    pub ends_only: bool,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -222,6 +231,16 @@ pub struct ProcessRow {
     /// Last inbox sequence written to the agent's stdin.
     pub delivered_seq: u64,
     pub notify_parent: bool,
+}
+
+/// A message a session received, without its body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    pub seq: u64,
+    pub message_id: String,
+    /// `operator` or `session:<id>`.
+    pub sender: String,
+    pub created_at_ms: i64,
 }
 
 /// A stored message, as delivered to an agent.

@@ -19,7 +19,8 @@ use opentelemetry_proto::tonic::{
 use tokio::process::{Child, Command};
 use tonic::{Request, Response, Status};
 use troupe_proto::session::{
-    CreateRootSessionRequest, CreateSessionRequest, TrustLevel,
+    CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest, IssueSessionTokenRequest,
+    SendMessageRequest, TerminateSessionRequest, TrustLevel,
     session_service_client::SessionServiceClient,
 };
 
@@ -90,26 +91,6 @@ impl Receiver {
     }
 }
 
-/// The spans received, by name: `(trace id, span id, parent span id)`, in hex.
-fn ids(receiver: &Receiver) -> Vec<(String, String, String, String)> {
-    let mut out = Vec::new();
-    for request in receiver.0.lock().unwrap().iter() {
-        for resource_spans in &request.resource_spans {
-            for scope in &resource_spans.scope_spans {
-                for span in &scope.spans {
-                    out.push((
-                        span.name.clone(),
-                        hex(&span.trace_id),
-                        hex(&span.span_id),
-                        hex(&span.parent_span_id),
-                    ));
-                }
-            }
-        }
-    }
-    out
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -118,7 +99,7 @@ fn hex(bytes: &[u8]) -> String {
 struct Service {
     child: Child,
     endpoint: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Service {
@@ -136,6 +117,11 @@ impl Service {
             "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
         )
         .unwrap();
+        Service::start_in(dir, flags, otel)
+    }
+
+    /// Starts the service on the data and workspaces of `dir`.
+    fn start_in(dir: tempfile::TempDir, flags: &[&str], otel: &[(&str, &str)]) -> Service {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -160,7 +146,7 @@ impl Service {
         Service {
             child: command.spawn().expect("troupe-session starts"),
             endpoint: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
+            dir,
         }
     }
 
@@ -226,7 +212,12 @@ impl Service {
 
     /// Stops the service with SIGTERM, as an operator would; true if it
     /// exited cleanly.
-    async fn stop(mut self) -> bool {
+    async fn stop(self) -> bool {
+        self.stop_keeping_data().await.0
+    }
+
+    /// Stops the service; returns whether it exited cleanly, and its data.
+    async fn stop_keeping_data(mut self) -> (bool, tempfile::TempDir) {
         let pid = self.child.id().expect("running").to_string();
         let signalled = Command::new("kill")
             .args(["-TERM", &pid])
@@ -234,11 +225,12 @@ impl Service {
             .await
             .unwrap();
         assert!(signalled.success());
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+        let clean = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
             .expect("the service stops after SIGTERM")
             .unwrap()
-            .success()
+            .success();
+        (clean, self.dir)
     }
 }
 
@@ -263,33 +255,6 @@ async fn spans_reach_an_otlp_receiver_named_by_the_standard_variables() {
     );
 }
 
-/// The string attributes of every span named `name`.
-fn attributes(receiver: &Receiver, name: &str) -> Vec<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    for request in receiver.0.lock().unwrap().iter() {
-        for resource_spans in &request.resource_spans {
-            for scope in &resource_spans.scope_spans {
-                for span in scope.spans.iter().filter(|s| s.name == name) {
-                    out.push(
-                        span.attributes
-                            .iter()
-                            .map(|kv| {
-                                let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                                    Some(Value::StringValue(s)) => s.clone(),
-                                    Some(Value::IntValue(n)) => n.to_string(),
-                                    other => format!("{other:?}"),
-                                };
-                                (kv.key.clone(), value)
-                            })
-                            .collect(),
-                    );
-                }
-            }
-        }
-    }
-    out
-}
-
 /// A spawn's span names the session it made (Troupe's attributes and the
 /// GenAI agent conventions), and a refused spawn's span names the reason.
 #[tokio::test(flavor = "multi_thread")]
@@ -307,30 +272,20 @@ async fn spawn_spans_carry_the_session_and_the_refusal() {
     );
     assert!(service.stop().await);
 
-    let created = attributes(&receiver, "create_root");
-    let created = created
-        .first()
-        .unwrap_or_else(|| panic!("no create_root span"));
-    let get = |attrs: &[(String, String)], key: &str| {
-        attrs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
-    assert_eq!(get(created, "troupe.session.id"), root);
-    assert_eq!(get(created, "gen_ai.agent.id"), root);
-    assert_eq!(get(created, "gen_ai.agent.name"), "worker");
-    assert_eq!(get(created, "gen_ai.operation.name"), "create_agent");
-    assert_eq!(get(created, "troupe.workspace.id"), "alpha");
-    assert_eq!(get(created, "troupe.trust_level"), "direct");
-    assert_eq!(get(created, "troupe.depth"), "0");
-    assert!(get(created, "troupe.tree.id").starts_with("tree_"));
+    let spans = received(&receiver);
+    let created = named(&spans, "create_root");
+    assert_eq!(created.get("troupe.session.id"), root);
+    assert_eq!(created.get("gen_ai.agent.id"), root);
+    assert_eq!(created.get("gen_ai.agent.name"), "worker");
+    assert_eq!(created.get("gen_ai.operation.name"), "create_agent");
+    assert_eq!(created.get("troupe.workspace.id"), "alpha");
+    assert_eq!(created.get("troupe.trust_level"), "direct");
+    assert_eq!(created.get("troupe.depth"), "0");
+    assert!(created.get("troupe.tree.id").starts_with("tree_"));
 
-    let refused = attributes(&receiver, "spawn");
-    let refused = refused.first().unwrap_or_else(|| panic!("no spawn span"));
-    assert_eq!(get(refused, "troupe.refusal.reason"), "DEPTH_EXCEEDED");
-    assert_eq!(get(refused, "troupe.session.id"), "");
+    let refused = named(&spans, "spawn");
+    assert_eq!(refused.get("troupe.refusal.reason"), "DEPTH_EXCEEDED");
+    assert_eq!(refused.get("troupe.session.id"), "");
 }
 
 /// A call that carries a `traceparent` is traced inside the caller's trace:
@@ -346,20 +301,20 @@ async fn a_callers_traceparent_is_continued() {
         .create_root_in(Some(&format!("00-{trace}-{caller_span}-01")))
         .await;
     assert!(service.stop().await);
-    let spans = ids(&receiver);
-    let request = spans
-        .iter()
-        .find(|(name, ..)| name == "/troupe.session.v1.SessionService/CreateRootSession")
-        .unwrap_or_else(|| panic!("{spans:?}"));
-    assert_eq!(
-        (&request.1, &request.3),
-        (&trace.to_owned(), &caller_span.to_owned())
+    let spans = received(&receiver);
+    let request = named(
+        &spans,
+        "/troupe.session.v1.SessionService/CreateRootSession",
     );
-    let handler = spans
-        .iter()
-        .find(|(name, ..)| name == "create_root")
-        .unwrap_or_else(|| panic!("{spans:?}"));
-    assert_eq!((&handler.1, &handler.3), (&trace.to_owned(), &request.2));
+    assert_eq!(
+        (request.trace.as_str(), request.parent.as_str()),
+        (trace, caller_span)
+    );
+    let handler = named(&spans, "create_root");
+    assert_eq!(
+        (&handler.trace, &handler.parent),
+        (&request.trace, &request.id)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -380,4 +335,263 @@ async fn without_an_endpoint_nothing_is_exported_and_a_dead_receiver_blocks_noth
         service.create_root().await;
     }
     assert!(service.stop().await, "clean exit with the receiver down");
+}
+
+/// One span as the receiver got it.
+#[derive(Clone, Debug)]
+struct Received {
+    name: String,
+    trace: String,
+    id: String,
+    parent: String,
+    attributes: Vec<(String, String)>,
+    /// The attributes of each event.
+    events: Vec<Vec<(String, String)>>,
+    /// `(trace id, span id)` of each link.
+    links: Vec<(String, String)>,
+}
+
+impl Received {
+    fn get(&self, key: &str) -> String {
+        lookup(&self.attributes, key)
+    }
+}
+
+/// The first span named `name`.
+fn named<'a>(spans: &'a [Received], name: &str) -> &'a Received {
+    spans
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no {name} span: {spans:#?}"))
+}
+
+fn lookup(attributes: &[(String, String)], key: &str) -> String {
+    attributes
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+fn strings(attributes: &[KeyValue]) -> Vec<(String, String)> {
+    attributes
+        .iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Value::StringValue(s)) => s.clone(),
+                Some(Value::IntValue(n)) => n.to_string(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+fn received(receiver: &Receiver) -> Vec<Received> {
+    let mut out = Vec::new();
+    for request in receiver.0.lock().unwrap().iter() {
+        for resource_spans in &request.resource_spans {
+            for scope in &resource_spans.scope_spans {
+                for span in &scope.spans {
+                    out.push(Received {
+                        name: span.name.clone(),
+                        trace: hex(&span.trace_id),
+                        id: hex(&span.span_id),
+                        parent: hex(&span.parent_span_id),
+                        attributes: strings(&span.attributes),
+                        events: span.events.iter().map(|e| strings(&e.attributes)).collect(),
+                        links: span
+                            .links
+                            .iter()
+                            .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                            .collect(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An operator's client of `service`.
+async fn operator(
+    service: &Service,
+) -> SessionServiceClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        troupe_proto::endpoint::Bearer,
+    >,
+> {
+    as_bearer(service, OPERATOR_TOKEN).await
+}
+
+async fn as_bearer(
+    service: &Service,
+    token: &str,
+) -> SessionServiceClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        troupe_proto::endpoint::Bearer,
+    >,
+> {
+    let channel = troupe_proto::endpoint::connect(&service.endpoint)
+        .await
+        .unwrap();
+    let auth = troupe_proto::endpoint::Bearer::new(Some(token)).unwrap();
+    SessionServiceClient::with_interceptor(channel, auth)
+}
+
+/// Creates, as the operator, a child of `parent`; returns its id.
+async fn spawn(service: &Service, parent: &str) -> String {
+    operator(service)
+        .await
+        .create_session(CreateSessionRequest {
+            parent_session_id: parent.into(),
+            agent_name: "worker".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("spawn")
+        .into_inner()
+        .session
+        .expect("a session")
+        .session_id
+}
+
+/// Sends a message from session `from` to session `to`, with `from`'s token.
+async fn send(service: &Service, from: &str, to: &str) {
+    let token = operator(service)
+        .await
+        .issue_session_token(IssueSessionTokenRequest {
+            session_id: from.into(),
+        })
+        .await
+        .expect("token")
+        .into_inner()
+        .session_token;
+    as_bearer(service, &token)
+        .await
+        .send_message(SendMessageRequest {
+            session_id: to.into(),
+            message: format!("from {from}"),
+            ..Default::default()
+        })
+        .await
+        .expect("send");
+}
+
+/// A tree is one trace whose nesting is the tree: each session's life span
+/// hangs under the spawn span that made it, which hangs under its parent's
+/// life span; messages are events of the recipient's life, and links to
+/// the sender's when they cross branches. The ids survive a restart of the
+/// service between the spawns and the ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let otel = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+    let flags = ["--max-depth", "2"];
+    let service = Service::start_with(&flags, &otel).await;
+    let root = service.create_root().await;
+    let child = spawn(&service, &root).await;
+    let sibling = spawn(&service, &root).await;
+    let grandchild = spawn(&service, &child).await;
+
+    // Restarted on the same data: the lives planned before are kept.
+    let (clean, dir) = service.stop_keeping_data().await;
+    assert!(clean);
+    let service = Service::start_in(dir, &flags, &otel);
+    service.create_root().await; // waits until it answers
+    assert_eq!(
+        service.spawn_under(&grandchild).await,
+        tonic::Code::ResourceExhausted
+    );
+    send(&service, &child, &grandchild).await;
+    send(&service, &sibling, &grandchild).await;
+    let trace_id = operator(&service)
+        .await
+        .get_session(GetSessionRequest {
+            session_id: grandchild.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap()
+        .trace_id;
+    operator(&service)
+        .await
+        .terminate_session(TerminateSessionRequest {
+            session_id: root.clone(),
+            reason: "done".into(),
+        })
+        .await
+        .unwrap();
+    assert!(service.stop().await);
+
+    let spans = received(&receiver);
+    let life = |session: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == "invoke_agent worker" && s.get("troupe.session.id") == session)
+            .unwrap_or_else(|| panic!("no life span of {session}: {spans:#?}"))
+    };
+    let spawned = |session: &str| {
+        spans
+            .iter()
+            .find(|s| {
+                matches!(s.name.as_str(), "spawn" | "create_root")
+                    && s.get("troupe.session.id") == session
+            })
+            .unwrap_or_else(|| panic!("no spawn span of {session}: {spans:#?}"))
+    };
+    let root_life = life(&root);
+    assert_eq!(root_life.trace, trace_id, "GetSession names the trace");
+    assert_eq!(root_life.parent, spawned(&root).id);
+    for (session, parent) in [(&child, &root), (&sibling, &root), (&grandchild, &child)] {
+        let span = life(session);
+        assert_eq!(span.trace, trace_id, "one trace for the tree");
+        assert_eq!(
+            span.parent,
+            spawned(session).id,
+            "a life hangs under its spawn"
+        );
+        assert_eq!(
+            spawned(session).parent,
+            life(parent).id,
+            "a spawn hangs under its parent's life"
+        );
+        assert_eq!(span.get("troupe.tree.id"), root_life.get("troupe.tree.id"));
+        assert_eq!(span.get("troupe.session.status"), "terminated");
+        assert_eq!(span.get("gen_ai.operation.name"), "invoke_agent");
+        assert_eq!(span.get("gen_ai.agent.name"), "worker");
+        assert_eq!(span.get("troupe.parent_session.id"), **parent);
+    }
+    assert_eq!(life(&grandchild).get("troupe.depth"), "2");
+    assert_eq!(life(&root).get("troupe.end_reason"), "done");
+    assert_eq!(life(&child).get("troupe.end_reason"), "cascade");
+
+    // The refusal after the restart is in the tree's trace too.
+    let refused = spans
+        .iter()
+        .find(|s| s.get("troupe.refusal.reason") == "DEPTH_EXCEEDED")
+        .unwrap_or_else(|| panic!("no refused spawn: {spans:#?}"));
+    assert_eq!(
+        (&refused.trace, &refused.parent),
+        (&trace_id, &life(&grandchild).id)
+    );
+
+    // Two messages; only the one from the sibling's branch is a link.
+    let senders: Vec<String> = life(&grandchild)
+        .events
+        .iter()
+        .map(|e| lookup(e, "troupe.message.sender"))
+        .collect();
+    assert_eq!(
+        senders,
+        [format!("session:{child}"), format!("session:{sibling}")]
+    );
+    assert_eq!(
+        life(&grandchild).links,
+        [(trace_id.clone(), life(&sibling).id.clone())]
+    );
 }

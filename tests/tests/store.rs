@@ -22,6 +22,7 @@ fn new_session(id: &str, initial_message: bool) -> NewSession {
         agent_command: "[\"/bin/cat\"]".into(),
         title: id.to_owned(),
         created_by: "operator".into(),
+        trace: None,
         initial_message: initial_message.then(|| NewMessage {
             message_id: format!("msg_{id}"),
             sender: "operator".into(),

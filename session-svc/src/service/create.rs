@@ -1,6 +1,6 @@
 //! `CreateRootSession` and `CreateSession`.
 
-use troupe_proto::session as pb;
+use troupe_proto::{session as pb, telemetry::LifeSpan};
 
 use super::{
     Inner, MAX_MESSAGE_BYTES, MAX_SHORT_TEXT, allowed, check_len, idempotency, require_operator,
@@ -65,6 +65,8 @@ fn new_session(
         agent_command: spec.agent_command,
         title: spec.title,
         created_by: caller.label(),
+        // Called inside the spawn span: the new session's life is its child.
+        trace: LifeSpan::plan(),
         initial_message: spec.initial_message.map(|body| NewMessage {
             message_id: new_id("msg"),
             sender: caller.label(),

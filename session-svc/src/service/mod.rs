@@ -20,7 +20,10 @@ use futures::Stream;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-use troupe_proto::session::{self as pb, session_service_server::SessionService};
+use troupe_proto::{
+    session::{self as pb, session_service_server::SessionService},
+    telemetry::LifeSpan,
+};
 
 use crate::{
     auth::{Bearer, Tokens, bearer},
@@ -151,6 +154,18 @@ impl<S: Store> Service<S> {
             detail,
         })
         .await;
+    }
+
+    /// The life span of the session a spawn is for (the caller's own, or
+    /// the one an operator names), so the spawn joins its tree's trace.
+    async fn parent_life(&self, caller: &Caller, named: &str) -> Option<LifeSpan> {
+        if !troupe_proto::telemetry::exporting() {
+            return None;
+        }
+        match caller {
+            Caller::Session(me) => me.trace,
+            Caller::Operator => self.inner.store.get_session(named).await.ok()??.trace,
+        }
     }
 }
 
@@ -283,8 +298,15 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
+        let caller = self.authenticate(&request, "create_session").await?;
+        let span = spawn_span("spawn");
+        if let Some(life) = self
+            .parent_life(&caller, &request.get_ref().parent_session_id)
+            .await
+        {
+            life.adopt(&span);
+        }
         async move {
-            let caller = self.authenticate(&request, "create_session").await?;
             let req = request.into_inner();
             let result = create::child(&self.inner, &caller, &req).await;
             record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
@@ -296,7 +318,7 @@ impl<S: Store> SessionService for Service<S> {
                 .await;
             Ok(Response::new(result?))
         }
-        .instrument(spawn_span("spawn"))
+        .instrument(span)
         .await
     }
 

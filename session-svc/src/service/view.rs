@@ -60,6 +60,10 @@ pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
         ended_at: row.ended_at_ms.map(timestamp),
         end_reason: row.end_reason.clone().unwrap_or_default(),
         exit_code: None,
+        trace_id: row
+            .trace
+            .map(|life| life.trace_id.to_string())
+            .unwrap_or_default(),
     }
 }
 

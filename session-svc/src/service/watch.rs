@@ -99,7 +99,7 @@ async fn filter<S: Store>(
         session_id: non_empty(&req.session_id),
         tree_id: non_empty(&req.tree_id),
         workspace_id: non_empty(&req.workspace_id),
-        sandboxed_only: false,
+        ..EventFilter::default()
     };
     if let Caller::Session(me) = caller {
         filter.workspace_id = Some(scoped_workspace(caller, &req.workspace_id)?);

@@ -19,7 +19,7 @@ use crate::{
     error::{QuotaLeft, SessionError},
     model::{
         AuditRecord, AuditRow, EventFilter, EventRow, Idempotency, InboxMessage, NewMessage,
-        NewSession, ProcessChange, ProcessRow, SessionRow,
+        NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
     },
     policy::{Admission, SpawnContext},
 };
@@ -217,6 +217,13 @@ pub trait Store: Send + Sync + Clone + 'static {
         &self,
         session_id: &str,
     ) -> impl Future<Output = Result<Vec<InboxMessage>, SessionError>> + Send;
+
+    /// Returns the first `limit` messages a session received, in order.
+    fn received(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, SessionError>> + Send;
 
     /// Records that messages up to `seq` were written to the agent.
     fn mark_delivered(

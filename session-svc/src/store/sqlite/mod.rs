@@ -32,7 +32,7 @@ use sqlx::{
     },
 };
 use tokio::sync::{Mutex, MutexGuard, watch};
-use troupe_proto::status::parse_status;
+use troupe_proto::{status::parse_status, telemetry::LifeSpan};
 
 use self::write::{
     Batch, Write, entry_from_row, insert_audit, quota_json, replay, rollback, session_columns,
@@ -244,9 +244,8 @@ fn first_i64(rows: &[SqliteRow]) -> Result<i64, SessionError> {
     Ok(row.try_get(0)?)
 }
 
-/// A session row as stored: read from SQL rows, and from the JSON arrays of
-/// `list_workspace`'s pages, whose element order is this field order.
-#[derive(serde::Deserialize, sqlx::FromRow)]
+/// A session row as stored.
+#[derive(sqlx::FromRow)]
 struct RawSession {
     rowid: i64,
     session_id: String,
@@ -266,6 +265,8 @@ struct RawSession {
     end_reason: Option<String>,
     spawn_tat_ms: i64,
     inbox_seq: i64,
+    traceparent: Option<String>,
+    spawn_span_id: Option<String>,
 }
 
 impl RawSession {
@@ -291,6 +292,10 @@ impl RawSession {
             end_reason: self.end_reason,
             spawn_tat_ms: self.spawn_tat_ms,
             inbox_seq: self.inbox_seq,
+            trace: match (&self.traceparent, &self.spawn_span_id) {
+                (Some(traceparent), Some(spawn)) => LifeSpan::parse(traceparent, spawn),
+                _ => None,
+            },
         })
     }
 }
@@ -554,13 +559,15 @@ impl Store for SqliteStore {
                AND (?3 IS NULL OR s.tree_id = ?3) \
                AND (?4 IS NULL OR s.workspace_id = ?4) \
                AND (?5 = 0 OR s.trust_level = 'sandboxed') \
-             ORDER BY e.id LIMIT ?6",
+               AND (?6 = 0 OR e.kind IN ('completed', 'failed', 'terminated')) \
+             ORDER BY e.id LIMIT ?7",
         )
         .bind(after)
         .bind(filter.session_id.as_deref())
         .bind(filter.tree_id.as_deref())
         .bind(filter.workspace_id.as_deref())
         .bind(filter.sandboxed_only)
+        .bind(filter.ends_only)
         .bind(i64::from(limit))
         .fetch_all(&mut *tx)
         .await?;
@@ -704,6 +711,14 @@ impl Store for SqliteStore {
         session_id: &str,
     ) -> Result<Vec<crate::model::InboxMessage>, SessionError> {
         self.undelivered_impl(session_id).await
+    }
+
+    async fn received(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<crate::model::ReceivedMessage>, SessionError> {
+        self.received_impl(session_id, limit).await
     }
 
     async fn mark_delivered(&self, session_id: &str, seq: u64) -> Result<(), SessionError> {

@@ -13,7 +13,9 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{AuditRecord, InboxMessage, ProcessChange, ProcessRow, SessionRow, now_ms},
+    model::{
+        AuditRecord, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, now_ms,
+    },
 };
 
 impl SqliteStore {
@@ -174,6 +176,31 @@ impl SqliteStore {
                     message_id: row.try_get("message_id")?,
                     sender: row.try_get("sender")?,
                     body: row.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn received_impl(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ReceivedMessage>, SessionError> {
+        let rows = sqlx::query(
+            "SELECT seq, message_id, sender, created_at_ms FROM messages \
+             WHERE session_id = ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ReceivedMessage {
+                    seq: row.try_get::<i64, _>("seq")? as u64,
+                    message_id: row.try_get("message_id")?,
+                    sender: row.try_get("sender")?,
+                    created_at_ms: row.try_get("created_at_ms")?,
                 })
             })
             .collect()

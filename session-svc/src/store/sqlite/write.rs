@@ -29,7 +29,7 @@ macro_rules! session_columns {
     () => {
         "rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
          depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
-         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq"
+         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id"
     };
 }
 pub(super) use session_columns;
@@ -121,7 +121,8 @@ impl Batch {
         self.statement(concat!(
             "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
              tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-             created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING ",
+             created_at_ms, traceparent, spawn_span_id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) RETURNING ",
             session_columns!()
         ))
         .bind(new.session_id.clone())
@@ -135,7 +136,9 @@ impl Batch {
         .bind(new.agent_command.clone())
         .bind(new.title.clone())
         .bind(new.created_by.clone())
-        .bind(now_ms());
+        .bind(now_ms())
+        .bind(new.trace.map(|t| t.traceparent()))
+        .bind(new.trace.map(|t| t.spawn_span_id.to_string()));
         if let Some(message) = &new.initial_message {
             self.message(&new.session_id, message);
         }

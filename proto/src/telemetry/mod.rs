@@ -14,8 +14,15 @@
 //!
 //! Spans are exported in batches from a thread of their own: an export that
 //! fails (no receiver) is logged and dropped, and never delays a call.
+//!
+//! [`LifeSpan`] plans spans that last as long as a session does.
 
-use std::io::IsTerminal;
+mod life;
+
+use std::{
+    io::IsTerminal,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use anyhow::Context;
 use opentelemetry::trace::TracerProvider as _;
@@ -25,6 +32,16 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{
     EnvFilter, Layer, filter::LevelFilter, layer::SubscriberExt, util::SubscriberInitExt,
 };
+
+pub use life::{Life, LifeSpan};
+
+/// Whether [`init`] installed span export.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process exports spans (as [`init`] decided).
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
 
 /// What [`init`] installed; [`Telemetry::shutdown`] flushes it.
 #[derive(Debug)]
@@ -42,7 +59,7 @@ pub fn init(service: &'static str, default_filter: &str) -> anyhow::Result<Telem
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    let provider = exporting(&|name| std::env::var(name).ok())
+    let provider = asks_for_export(&|name| std::env::var(name).ok())
         .then(|| provider(service))
         .transpose()?;
     // Spans have a filter of their own: a quiet log (the bridge's `warn`)
@@ -57,19 +74,17 @@ pub fn init(service: &'static str, default_filter: &str) -> anyhow::Result<Telem
         .with(spans)
         .try_init()
         .context("a global subscriber was already installed")?;
-    if provider.is_some() {
+    if let Some(provider) = &provider {
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        // Planned spans ([`LifeSpan::export`]) start through the global tracer.
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        EXPORTING.store(true, Ordering::Relaxed);
         tracing::info!(service, "exporting spans over OTLP");
     }
     Ok(Telemetry { provider })
 }
 
 impl Telemetry {
-    /// Whether spans are exported.
-    pub fn exporting(&self) -> bool {
-        self.provider.is_some()
-    }
-
     /// Exports what is still buffered and stops the exporter. It blocks, so
     /// it runs on a blocking thread while the runtime drives the export.
     pub async fn shutdown(self) {
@@ -110,7 +125,7 @@ impl opentelemetry::propagation::Extractor for Headers<'_> {
 }
 
 /// Whether the environment (read through `var`) asks for span export.
-fn exporting(var: &dyn Fn(&str) -> Option<String>) -> bool {
+fn asks_for_export(var: &dyn Fn(&str) -> Option<String>) -> bool {
     let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
     let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
     let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
@@ -125,6 +140,7 @@ fn provider(service: &'static str) -> anyhow::Result<SdkTracerProvider> {
         .context("cannot set up the OTLP span exporter")?;
     Ok(SdkTracerProvider::builder()
         .with_resource(resource(service))
+        .with_id_generator(life::Ids::default())
         .with_batch_exporter(exporter)
         .build())
 }
@@ -145,7 +161,7 @@ fn resource(service: &'static str) -> Resource {
 
 #[cfg(test)]
 mod tests {
-    use super::exporting;
+    use super::asks_for_export as exporting;
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {
