@@ -7,131 +7,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::*;
+use common::{pair::*, *};
 use tokio_stream::StreamExt;
 use troupe_proto::session::{
-    self as pb, CreateRootSessionRequest, CreateSessionRequest, DeliveryStatus, EventKind,
-    ExecutionMode, GetSessionRequest, SendMessageRequest, SessionStatus, TerminateSessionRequest,
-    TrustLevel, WatchSessionsRequest, session_event::Detail,
+    self as pb, CreateSessionRequest, DeliveryStatus, EventKind, ExecutionMode, SendMessageRequest,
+    SessionStatus, TerminateSessionRequest, TrustLevel, WatchSessionsRequest,
+    session_event::Detail,
 };
-use troupe_tests::{OPERATOR_TOKEN, TestServer};
-
-const MINUTE: Duration = Duration::from_secs(60);
-
-/// A runner and a session service that drives it, sharing workspaces.
-struct Pair {
-    runner: TestRunner,
-    server: TestServer,
-    _sockets: tempfile::TempDir,
-}
-
-impl Pair {
-    async fn start() -> Pair {
-        // The session service's socket, which the runner mounts into containers.
-        let sockets = tempfile::tempdir().unwrap();
-        let socket = sockets.path().join("session.sock");
-        let runner_socket = socket.clone();
-        let runner = TestRunner::start_with(|c| {
-            c.operator_token = Some(OPERATOR_TOKEN.into());
-            c.session_socket = Some(runner_socket);
-        })
-        .await;
-        let endpoint = format!("http://{}", runner.addr);
-        let server = TestServer::start_with(|c| {
-            c.runner = Some(endpoint);
-            c.socket = Some(socket);
-        })
-        .await;
-        Pair {
-            runner,
-            server,
-            _sockets: sockets,
-        }
-    }
-
-    /// A fresh workspace whose agent `name` runs `sh -c script`.
-    fn agent(&self, ws: &str, name: &str, script: &str) {
-        self.agent_command(ws, name, &["sh", "-c", script]);
-    }
-
-    fn agent_command(&self, ws: &str, name: &str, command: &[&str]) {
-        let command = serde_json::to_string(command).unwrap();
-        self.server.write_agent_text(
-            Some(ws),
-            name,
-            &format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n"),
-        );
-    }
-
-    async fn root(&self, ws: &str, agent: &str, message: &str) -> pb::Session {
-        self.server
-            .operator()
-            .await
-            .create_root_session(CreateRootSessionRequest {
-                workspace_id: ws.into(),
-                trust_level: TrustLevel::Direct as i32,
-                title: "root".into(),
-                agent_name: agent.into(),
-                initial_message: message.into(),
-                request_id: String::new(),
-            })
-            .await
-            .expect("create root")
-            .into_inner()
-            .session
-            .unwrap()
-    }
-
-    async fn child(
-        &self,
-        parent: &str,
-        agent: &str,
-        mode: ExecutionMode,
-    ) -> pb::CreateSessionResponse {
-        self.server
-            .operator()
-            .await
-            .create_session(CreateSessionRequest {
-                title: agent.into(),
-                agent_name: agent.into(),
-                initial_message: format!("hello {agent}"),
-                parent_session_id: parent.into(),
-                mode: mode as i32,
-                ..Default::default()
-            })
-            .await
-            .expect("create child")
-            .into_inner()
-    }
-
-    async fn get(&self, id: &str) -> pb::GetSessionResponse {
-        self.server
-            .operator()
-            .await
-            .get_session(GetSessionRequest {
-                session_id: id.into(),
-            })
-            .await
-            .expect("get")
-            .into_inner()
-    }
-
-    /// Waits until the session's status is `status`.
-    async fn wait_status(&self, id: &str, status: SessionStatus) -> pb::GetSessionResponse {
-        let deadline = tokio::time::Instant::now() + MINUTE;
-        loop {
-            let got = self.get(id).await;
-            if got.session.as_ref().unwrap().status() == status {
-                return got;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{id} never became {status:?}: {got:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
 
 #[tokio::test]
 async fn an_agent_runs_reads_its_messages_and_its_exit_is_recorded() {
@@ -405,38 +287,13 @@ async fn a_session_service_restart_loses_no_output_and_reconciles() {
 /// over the session service's Unix socket: a coordinator builds a team.
 #[tokio::test]
 async fn agents_build_a_team_through_the_bridge_in_the_container() {
-    for tool in troupe_runner_svc::AGENT_TOOLS {
-        let path = std::path::Path::new(env!("CARGO_BIN_EXE_troupe-runner")).with_file_name(tool);
-        assert!(
-            path.is_file(),
-            "{} is missing: build it with `cargo build -p troupe-mcp-bridge`",
-            path.display()
-        );
-    }
+    require_agent_tools();
     let pair = Pair::start().await;
     let ws = pair.runner.workspace("team");
     for name in ["coordinator", "specialist"] {
         pair.agent_command(&ws, name, &["troupe-demo-agent"]);
     }
-    let handlers = serde_json::json!({
-        "say": "handlers",
-        "spawn": [{"agent": "specialist", "title": "too deep", "message": {"say": "never"}}],
-        "reply": "handlers done",
-    });
-    let backend = serde_json::json!({
-        "say": "backend lead",
-        "spawn": [{"agent": "specialist", "title": "handlers", "mode": "callback", "message": handlers}],
-        "wait_messages": 1,
-        "collect": true,
-        "reply": "backend done",
-    });
-    let plan = serde_json::json!({
-        "say": "coordinating",
-        "spawn": [{"agent": "specialist", "title": "backend", "mode": "callback", "message": backend}],
-        "send": [{"to": "children", "message": "use axum"}],
-        "wait_messages": 1,
-        "collect": true,
-    });
+    let plan = team_plan();
     let root = pair.root(&ws, "coordinator", &plan.to_string()).await;
     let done = pair
         .wait_status(&root.session_id, SessionStatus::Completed)
@@ -492,14 +349,6 @@ async fn agents_build_a_team_through_the_bridge_in_the_container() {
             .any(|e| e["event"] == "child_ended" && e["session_id"] == lead.session_id.as_str()),
         "{root_out:?}"
     );
-}
-
-/// The JSON lines an agent printed.
-fn events(output: &str) -> Vec<serde_json::Value> {
-    output
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 /// A sandboxed agent, even one that claims `direct` in its environment and

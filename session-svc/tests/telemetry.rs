@@ -3,97 +3,19 @@
 //! standard `OTEL_*` variables; exporting nothing without them; and serving
 //! as usual when the receiver is down.
 
-use std::{
-    process::Stdio,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{process::Stdio, time::Duration};
 
-use opentelemetry_proto::tonic::{
-    collector::trace::v1::{
-        ExportTraceServiceRequest, ExportTraceServiceResponse,
-        trace_service_server::{TraceService, TraceServiceServer},
-    },
-    common::v1::{KeyValue, any_value::Value},
-};
 use tokio::process::{Child, Command};
-use tonic::{Request, Response, Status};
+use tonic::Request;
 use troupe_proto::session::{
     CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest, IssueSessionTokenRequest,
     SendMessageRequest, TerminateSessionRequest, TrustLevel,
     session_service_client::SessionServiceClient,
 };
+use troupe_tests::otlp::{Receiver, lookup, named};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_troupe-session");
 const OPERATOR_TOKEN: &str = "telemetry-test-operator-token-0123456789";
-
-/// Every export request received.
-#[derive(Clone, Default)]
-struct Receiver(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        self.0.lock().unwrap().push(request.into_inner());
-        Ok(Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-impl Receiver {
-    /// Serves on a loopback port; returns the receiver and its endpoint.
-    async fn start() -> (Receiver, String) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        let receiver = Receiver::default();
-        let server = tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(receiver.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-        tokio::spawn(server);
-        (receiver, endpoint)
-    }
-
-    /// `(service.name, the resource attribute named, span name)` of every span received.
-    fn spans(&self, attribute: &str) -> Vec<(String, String, String)> {
-        let text = |attrs: &[KeyValue], key: &str| {
-            attrs
-                .iter()
-                .find(|kv| kv.key == key)
-                .and_then(|kv| kv.value.as_ref())
-                .and_then(|v| match &v.value {
-                    Some(Value::StringValue(s)) => Some(s.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default()
-        };
-        let mut out = Vec::new();
-        for request in self.0.lock().unwrap().iter() {
-            for resource_spans in &request.resource_spans {
-                let attrs = resource_spans
-                    .resource
-                    .as_ref()
-                    .map(|r| r.attributes.as_slice())
-                    .unwrap_or_default();
-                for scope in &resource_spans.scope_spans {
-                    for span in &scope.spans {
-                        out.push((
-                            text(attrs, "service.name"),
-                            text(attrs, attribute),
-                            span.name.clone(),
-                        ));
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// A `troupe-session` process with its own data directory.
 struct Service {
@@ -244,15 +166,10 @@ async fn spans_reach_an_otlp_receiver_named_by_the_standard_variables() {
     .await;
     service.create_root().await;
     assert!(service.stop().await, "clean exit");
-    let spans = receiver.spans("deployment.environment");
-    assert!(
-        spans.contains(&(
-            "troupe-session".to_owned(),
-            "test".to_owned(),
-            "create_root".to_owned()
-        )),
-        "{spans:?}"
-    );
+    let spans = receiver.spans();
+    let created = named(&spans, "create_root");
+    assert_eq!(lookup(&created.resource, "service.name"), "troupe-session");
+    assert_eq!(lookup(&created.resource, "deployment.environment"), "test");
 }
 
 /// A spawn's span names the session it made (Troupe's attributes and the
@@ -272,7 +189,7 @@ async fn spawn_spans_carry_the_session_and_the_refusal() {
     );
     assert!(service.stop().await);
 
-    let spans = received(&receiver);
+    let spans = receiver.spans();
     let created = named(&spans, "create_root");
     assert_eq!(created.get("troupe.session.id"), root);
     assert_eq!(created.get("gen_ai.agent.id"), root);
@@ -301,7 +218,7 @@ async fn a_callers_traceparent_is_continued() {
         .create_root_in(Some(&format!("00-{trace}-{caller_span}-01")))
         .await;
     assert!(service.stop().await);
-    let spans = received(&receiver);
+    let spans = receiver.spans();
     let request = named(
         &spans,
         "/troupe.session.v1.SessionService/CreateRootSession",
@@ -324,7 +241,7 @@ async fn without_an_endpoint_nothing_is_exported_and_a_dead_receiver_blocks_noth
     let quiet = Service::start(&[("OTEL_SERVICE_NAME", "quiet")]).await;
     quiet.create_root().await;
     assert!(quiet.stop().await);
-    assert!(receiver.spans("service.name").is_empty());
+    assert!(receiver.spans().is_empty());
 
     // A receiver that is down: calls are served and the stop is clean.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -335,82 +252,6 @@ async fn without_an_endpoint_nothing_is_exported_and_a_dead_receiver_blocks_noth
         service.create_root().await;
     }
     assert!(service.stop().await, "clean exit with the receiver down");
-}
-
-/// One span as the receiver got it.
-#[derive(Clone, Debug)]
-struct Received {
-    name: String,
-    trace: String,
-    id: String,
-    parent: String,
-    attributes: Vec<(String, String)>,
-    /// The attributes of each event.
-    events: Vec<Vec<(String, String)>>,
-    /// `(trace id, span id)` of each link.
-    links: Vec<(String, String)>,
-}
-
-impl Received {
-    fn get(&self, key: &str) -> String {
-        lookup(&self.attributes, key)
-    }
-}
-
-/// The first span named `name`.
-fn named<'a>(spans: &'a [Received], name: &str) -> &'a Received {
-    spans
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no {name} span: {spans:#?}"))
-}
-
-fn lookup(attributes: &[(String, String)], key: &str) -> String {
-    attributes
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default()
-}
-
-fn strings(attributes: &[KeyValue]) -> Vec<(String, String)> {
-    attributes
-        .iter()
-        .map(|kv| {
-            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(Value::StringValue(s)) => s.clone(),
-                Some(Value::IntValue(n)) => n.to_string(),
-                other => format!("{other:?}"),
-            };
-            (kv.key.clone(), value)
-        })
-        .collect()
-}
-
-fn received(receiver: &Receiver) -> Vec<Received> {
-    let mut out = Vec::new();
-    for request in receiver.0.lock().unwrap().iter() {
-        for resource_spans in &request.resource_spans {
-            for scope in &resource_spans.scope_spans {
-                for span in &scope.spans {
-                    out.push(Received {
-                        name: span.name.clone(),
-                        trace: hex(&span.trace_id),
-                        id: hex(&span.span_id),
-                        parent: hex(&span.parent_span_id),
-                        attributes: strings(&span.attributes),
-                        events: span.events.iter().map(|e| strings(&e.attributes)).collect(),
-                        links: span
-                            .links
-                            .iter()
-                            .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
-                            .collect(),
-                    });
-                }
-            }
-        }
-    }
-    out
 }
 
 /// An operator's client of `service`.
@@ -528,7 +369,7 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
         .unwrap();
     assert!(service.stop().await);
 
-    let spans = received(&receiver);
+    let spans = receiver.spans();
     let life = |session: &str| {
         spans
             .iter()

@@ -5,8 +5,10 @@
 //! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
 //! - [`reason`]: the `ErrorInfo` reason of a refusal.
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
+//! - [`otlp`]: a real OTLP trace receiver, and the spans it got.
 
 pub mod bench;
+pub mod otlp;
 
 use std::{net::SocketAddr, path::PathBuf};
 

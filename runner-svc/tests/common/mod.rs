@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod pair;
+
 use std::{
     collections::HashMap,
     net::SocketAddr,

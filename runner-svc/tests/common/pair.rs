@@ -1,0 +1,175 @@
+//! A runner and a session service that drives it, both real and in this
+//! process, and the scripted team the end-to-end tests run.
+
+use std::time::Duration;
+
+use troupe_proto::session::{
+    self as pb, CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, GetSessionRequest,
+    SessionStatus, TrustLevel,
+};
+use troupe_tests::{OPERATOR_TOKEN, TestServer};
+
+use super::TestRunner;
+
+pub const MINUTE: Duration = Duration::from_secs(60);
+
+/// A runner and a session service that drives it, sharing workspaces.
+pub struct Pair {
+    pub runner: TestRunner,
+    pub server: TestServer,
+    _sockets: tempfile::TempDir,
+}
+
+impl Pair {
+    pub async fn start() -> Pair {
+        // The session service's socket, which the runner mounts into containers.
+        let sockets = tempfile::tempdir().unwrap();
+        let socket = sockets.path().join("session.sock");
+        let runner_socket = socket.clone();
+        let runner = TestRunner::start_with(|c| {
+            c.operator_token = Some(OPERATOR_TOKEN.into());
+            c.session_socket = Some(runner_socket);
+        })
+        .await;
+        let endpoint = format!("http://{}", runner.addr);
+        let server = TestServer::start_with(|c| {
+            c.runner = Some(endpoint);
+            c.socket = Some(socket);
+        })
+        .await;
+        Pair {
+            runner,
+            server,
+            _sockets: sockets,
+        }
+    }
+
+    /// A fresh workspace whose agent `name` runs `sh -c script`.
+    pub fn agent(&self, ws: &str, name: &str, script: &str) {
+        self.agent_command(ws, name, &["sh", "-c", script]);
+    }
+
+    pub fn agent_command(&self, ws: &str, name: &str, command: &[&str]) {
+        let command = serde_json::to_string(command).unwrap();
+        self.server.write_agent_text(
+            Some(ws),
+            name,
+            &format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n"),
+        );
+    }
+
+    pub async fn root(&self, ws: &str, agent: &str, message: &str) -> pb::Session {
+        self.server
+            .operator()
+            .await
+            .create_root_session(CreateRootSessionRequest {
+                workspace_id: ws.into(),
+                trust_level: TrustLevel::Direct as i32,
+                title: "root".into(),
+                agent_name: agent.into(),
+                initial_message: message.into(),
+                request_id: String::new(),
+            })
+            .await
+            .expect("create root")
+            .into_inner()
+            .session
+            .unwrap()
+    }
+
+    pub async fn child(
+        &self,
+        parent: &str,
+        agent: &str,
+        mode: ExecutionMode,
+    ) -> pb::CreateSessionResponse {
+        self.server
+            .operator()
+            .await
+            .create_session(CreateSessionRequest {
+                title: agent.into(),
+                agent_name: agent.into(),
+                initial_message: format!("hello {agent}"),
+                parent_session_id: parent.into(),
+                mode: mode as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("create child")
+            .into_inner()
+    }
+
+    pub async fn get(&self, id: &str) -> pb::GetSessionResponse {
+        self.server
+            .operator()
+            .await
+            .get_session(GetSessionRequest {
+                session_id: id.into(),
+            })
+            .await
+            .expect("get")
+            .into_inner()
+    }
+
+    /// Waits until the session's status is `status`.
+    pub async fn wait_status(&self, id: &str, status: SessionStatus) -> pb::GetSessionResponse {
+        let deadline = tokio::time::Instant::now() + MINUTE;
+        loop {
+            let got = self.get(id).await;
+            if got.session.as_ref().unwrap().status() == status {
+                return got;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} never became {status:?}: {got:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Fails unless the agent tools the runner mounts were built.
+pub fn require_agent_tools() {
+    for tool in troupe_runner_svc::AGENT_TOOLS {
+        let path = std::path::Path::new(env!("CARGO_BIN_EXE_troupe-runner")).with_file_name(tool);
+        assert!(
+            path.is_file(),
+            "{} is missing: build it with `cargo build -p troupe-mcp-bridge`",
+            path.display()
+        );
+    }
+}
+
+/// The scripted team: a coordinator spawns a backend lead, which spawns a
+/// handlers specialist, whose own spawn the depth limit (2) refuses;
+/// messages go down from the coordinator and up from each child.
+pub fn team_plan() -> serde_json::Value {
+    let handlers = serde_json::json!({
+        "say": "handlers",
+        "spawn": [{"agent": "specialist", "title": "too deep", "message": {"say": "never"}}],
+        "reply": "handlers done",
+    });
+    let backend = serde_json::json!({
+        "say": "backend lead",
+        "spawn": [{"agent": "specialist", "title": "handlers", "mode": "callback", "message": handlers}],
+        "wait_messages": 1,
+        "collect": true,
+        "reply": "backend done",
+    });
+    let plan = serde_json::json!({
+        "say": "coordinating",
+        "spawn": [{"agent": "specialist", "title": "backend", "mode": "callback", "message": backend}],
+        "send": [{"to": "children", "message": "use axum"}],
+        "wait_messages": 1,
+        "collect": true,
+    });
+    plan
+}
+
+/// The JSON lines an agent printed.
+pub fn events(output: &str) -> Vec<serde_json::Value> {
+    output
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}

@@ -1,0 +1,157 @@
+//! A team of real agents in a real container, traced: the scripted team
+//! spawns through the MCP bridge inside the container, and the spans that
+//! reach a real OTLP receiver make one trace shaped like the spawn tree.
+//! The agents' `TRACEPARENT` (their life span, injected by the runner) is
+//! what the bridge forwards, so each spawn call sits under its caller's
+//! life, and each child's life under that spawn.
+//!
+//! Export is configured through the standard variables, read once per
+//! process, so the test runs its body in a child process of its own.
+
+mod common;
+
+use std::time::Duration;
+
+use common::pair::*;
+use troupe_proto::session::SessionStatus;
+use troupe_tests::otlp::{Received, Receiver, lookup};
+
+const CREATE_SESSION: &str = "/troupe.session.v1.SessionService/CreateSession";
+
+/// Set in the process that runs the test's body, to the receiver's port.
+const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
+
+#[test]
+fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
+    require_agent_tools();
+    let Ok(port) = std::env::var(RECEIVER_PORT) else {
+        // Runs the body in a process of its own, configured as an operator
+        // would configure a server: by the standard variables.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree",
+            ])
+            .arg("--nocapture")
+            .env(RECEIVER_PORT, port.to_string())
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{port}"),
+            )
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the traced team failed: {status}");
+        return;
+    };
+    let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let receiver = Receiver::serve(listener);
+        let telemetry = troupe_proto::telemetry::init("troupe-traces-test", "warn").unwrap();
+        let pair = Pair::start().await;
+        let ws = pair.runner.workspace("traced");
+        for name in ["coordinator", "specialist"] {
+            pair.agent_command(&ws, name, &["troupe-demo-agent"]);
+        }
+        let root = pair
+            .root(&ws, "coordinator", &team_plan().to_string())
+            .await;
+        let done = pair
+            .wait_status(&root.session_id, SessionStatus::Completed)
+            .await;
+        let lead = done.children[0].session_id.clone();
+        let lead_view = pair.wait_status(&lead, SessionStatus::Completed).await;
+        let helper = lead_view.children[0].session_id.clone();
+        pair.wait_status(&helper, SessionStatus::Completed).await;
+        let trace_id = pair.get(&root.session_id).await.session.unwrap().trace_id;
+        assert_eq!(trace_id.len(), 32, "GetSession names the trace");
+
+        let root = root.session_id;
+        let spans = lives_of(&receiver, &[&root, &lead, &helper]).await;
+        telemetry.shutdown().await;
+
+        let by_id = |id: &str| spans.iter().find(|s| s.id == id);
+        let life = |session: &str| {
+            spans
+                .iter()
+                .find(|s| {
+                    s.name.starts_with("invoke_agent ") && s.get("troupe.session.id") == session
+                })
+                .unwrap()
+        };
+        for (session, parent) in [(&lead, &root), (&helper, &lead)] {
+            let span = life(session);
+            assert_eq!(span.trace, trace_id, "one trace for the tree");
+            let spawn = by_id(&span.parent).unwrap_or_else(|| panic!("{spans:#?}"));
+            assert_eq!(
+                (spawn.name.as_str(), spawn.get("troupe.session.id")),
+                ("spawn", session.to_string())
+            );
+            // The agent's call, in its life's context as the bridge forwarded it.
+            let call = by_id(&spawn.parent).unwrap_or_else(|| panic!("{spans:#?}"));
+            assert_eq!(call.name, CREATE_SESSION);
+            assert_eq!(
+                call.parent,
+                life(parent).id,
+                "called from the parent's life"
+            );
+            assert_eq!(span.get("troupe.session.status"), "completed");
+            assert_eq!(span.get("troupe.exit_code"), "0");
+            assert_eq!(span.get("gen_ai.agent.name"), "specialist");
+        }
+        assert_eq!(life(&root).trace, trace_id);
+        assert_eq!(life(&helper).get("troupe.depth"), "2");
+
+        // The helper's own spawn, refused by the depth limit, in its life.
+        let refused = spans
+            .iter()
+            .find(|s| s.get("troupe.refusal.reason") == "DEPTH_EXCEEDED")
+            .unwrap_or_else(|| panic!("no refused spawn: {spans:#?}"));
+        let call = by_id(&refused.parent).unwrap();
+        assert_eq!((&call.trace, &call.parent), (&trace_id, &life(&helper).id));
+
+        // Messages along one branch are events, not links.
+        let senders: Vec<String> = life(&lead)
+            .events
+            .iter()
+            .map(|e| lookup(e, "troupe.message.sender"))
+            .collect();
+        for sender in [&root, &helper] {
+            assert!(
+                senders.contains(&format!("session:{sender}")),
+                "{senders:?}"
+            );
+        }
+        assert!(life(&lead).links.is_empty());
+    });
+}
+
+/// The spans received once the life spans of all `sessions` are among them.
+async fn lives_of(receiver: &Receiver, sessions: &[&str]) -> Vec<Received> {
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    loop {
+        let spans = receiver.spans();
+        let all = sessions.iter().all(|session| {
+            spans.iter().any(|s| {
+                s.name.starts_with("invoke_agent ") && s.get("troupe.session.id") == *session
+            })
+        });
+        if all {
+            return spans;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "life spans missing: {spans:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
