@@ -14,6 +14,9 @@ pub struct Config {
     /// Address to serve gRPC on.
     #[arg(long, env = "TROUPE_RUNNER_LISTEN", default_value = "127.0.0.1:7401")]
     pub listen: SocketAddr,
+    /// Address to serve Prometheus metrics on, at `/metrics` (off unless set).
+    #[arg(long, env = "TROUPE_RUNNER_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Troupe's data directory; the runner keeps its state in `<data-dir>/runner`.
     #[arg(long, env = "TROUPE_DATA_DIR", default_value_os_t = default_data_dir())]
     pub data_dir: PathBuf,

@@ -39,12 +39,22 @@ pub struct WorkspaceDirs {
     pub execs: PathBuf,
 }
 
+/// What the runner knows of one workspace's container.
+#[derive(Debug, Default)]
+struct ContainerSlot {
+    /// The container's id, while it is known to run.
+    running: Option<String>,
+    /// Whether this runner has had a container for the workspace (so one
+    /// that is gone is recreated, not created).
+    seen: bool,
+}
+
 /// The engine, plus the containers known to run.
 pub struct Engine {
     docker: Docker,
     spec: ContainerSpec,
     /// Container id by workspace; a workspace's lock serializes its creation.
-    containers: Mutex<HashMap<String, Arc<Mutex<Option<String>>>>>,
+    containers: Mutex<HashMap<String, Arc<Mutex<ContainerSlot>>>>,
 }
 
 /// What an exec's process is doing.
@@ -100,32 +110,40 @@ impl Engine {
             .or_default()
             .clone();
         let mut slot = slot.lock().await;
-        if let Some(id) = slot.as_ref() {
+        if let Some(id) = slot.running.as_ref() {
             return Ok(id.clone());
         }
         let name = Self::container_name(workspace);
         match self.docker.inspect_container(&name, None).await {
             Ok(found) if found.state.as_ref().and_then(|s| s.running) == Some(true) => {
                 let id = found.id.context("container without id")?;
-                *slot = Some(id.clone());
+                slot.running = Some(id.clone());
+                slot.seen = true;
                 return Ok(id);
             }
             Ok(_) => {
                 tracing::info!(workspace, "workspace container stopped; recreating it");
+                crate::metrics::container_recreated("stopped");
                 self.remove(&name).await?;
             }
-            Err(e) if is_not_found(&e) => {}
+            Err(e) if is_not_found(&e) => {
+                if slot.seen {
+                    tracing::info!(workspace, "workspace container gone; recreating it");
+                    crate::metrics::container_recreated("gone");
+                }
+            }
             Err(e) => return Err(e).context("cannot inspect the workspace container"),
         }
         let id = self.create(workspace, &name, dirs).await?;
-        *slot = Some(id.clone());
+        slot.running = Some(id.clone());
+        slot.seen = true;
         Ok(id)
     }
 
     /// Forgets the workspace's container, so the next exec checks it again.
     pub async fn forget_container(&self, workspace: &str) {
         if let Some(slot) = self.containers.lock().await.get(workspace) {
-            *slot.lock().await = None;
+            slot.lock().await.running = None;
         }
     }
 

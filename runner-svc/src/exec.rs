@@ -339,8 +339,12 @@ impl Runner {
                     .into());
             }
         }
+        let started = std::time::Instant::now();
         match self.start_reserved(&spec, &meta_path).await {
-            Ok(exec) => Ok(exec),
+            Ok(exec) => {
+                crate::metrics::exec_started(started.elapsed());
+                Ok(exec)
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&meta_path);
                 Err(e)

@@ -10,6 +10,7 @@
 //! - [`log`], [`layout`]: the log format and the exec directory, shared by
 //!   the runner and the supervisor.
 //! - [`service`]: the gRPC handlers.
+//! - [`metrics`]: exec start latency, container recreations.
 //!
 //! [`serve`] runs the whole service on a listener the caller bound.
 
@@ -18,6 +19,7 @@ pub mod docker;
 pub mod exec;
 pub mod layout;
 pub mod log;
+pub mod metrics;
 pub mod service;
 pub mod supervisor;
 
@@ -172,8 +174,10 @@ fn install_file(from: &Path, to: &Path) -> anyhow::Result<()> {
     if same {
         return Ok(());
     }
-    // A new file renamed into place: a running container keeps the old inode.
-    let tmp = to.with_extension("new");
+    // A new file renamed into place: a running container keeps the old
+    // inode. Named for this process, as other processes may install the
+    // same tools at once (each test binary does).
+    let tmp = to.with_extension(format!("new.{}", std::process::id()));
     std::fs::copy(from, &tmp)
         .with_context(|| format!("cannot copy {} to {}", from.display(), tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;

@@ -262,18 +262,7 @@ async fn container_removed_under_a_running_exec() {
     let mut client = runner.client().await;
     runner.sh(&ws, "doomed", "echo up; sleep 1000").await;
     wait_for_output(&mut client, "doomed", "up").await;
-    let engine = docker().await;
-    engine
-        .remove_container(
-            &troupe_runner_svc::docker::Engine::container_name(&ws),
-            Some(
-                bollard::query_parameters::RemoveContainerOptionsBuilder::default()
-                    .force(true)
-                    .build(),
-            ),
-        )
-        .await
-        .expect("remove container");
+    remove_container(&ws).await;
     let out = collect(&mut client, "doomed", 0, MINUTE).await;
     assert_eq!(out.exit.as_ref().unwrap().1, ExitReason::ContainerLost);
 
@@ -558,14 +547,6 @@ async fn bad_requests_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
-}
-
-async fn docker() -> bollard::Docker {
-    bollard::Docker::connect_with_defaults()
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap()
 }
 
 /// Waits until the exec has printed `needle`.

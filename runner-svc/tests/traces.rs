@@ -3,7 +3,8 @@
 //! reach a real OTLP receiver make one trace shaped like the spawn tree.
 //! The agents' `TRACEPARENT` (their life span, injected by the runner) is
 //! what the bridge forwards, so each spawn call sits under its caller's
-//! life, and each child's life under that spawn.
+//! life, and each child's life under that spawn. The same run's metrics,
+//! scraped as Prometheus would, count what happened.
 //!
 //! Export is configured through the standard variables, read once per
 //! process, so the test runs its body in a child process of its own.
@@ -12,9 +13,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::pair::*;
+use common::{pair::*, remove_container};
 use troupe_proto::session::SessionStatus;
-use troupe_tests::otlp::{Received, Receiver, lookup};
+use troupe_tests::otlp::{Received, Receiver, lookup, sample, scrape};
 
 const CREATE_SESSION: &str = "/troupe.session.v1.SessionService/CreateSession";
 
@@ -56,7 +57,10 @@ fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
         .unwrap();
     runtime.block_on(async move {
         let receiver = Receiver::serve(listener);
-        let telemetry = troupe_proto::telemetry::init("troupe-traces-test", "warn").unwrap();
+        let any_port = "127.0.0.1:0".parse().ok();
+        let telemetry =
+            troupe_proto::telemetry::init("troupe-traces-test", "warn", any_port).unwrap();
+        let metrics = telemetry.metrics_addr.expect("metrics served");
         let pair = Pair::start().await;
         let ws = pair.runner.workspace("traced");
         for name in ["coordinator", "specialist"] {
@@ -77,6 +81,53 @@ fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
 
         let root = root.session_id;
         let spans = lives_of(&receiver, &[&root, &lead, &helper]).await;
+
+        // The same run, as the metrics of both services tell it.
+        let text = scrape(metrics).await;
+        let value = |name, labels: &[(&str, &str)]| sample(&text, name, labels).unwrap_or(0.0);
+        let spawns = |kind, outcome, reason| {
+            let labels = [
+                ("troupe_spawn_kind", kind),
+                ("troupe_spawn_outcome", outcome),
+                ("troupe_refusal_reason", reason),
+            ];
+            value("troupe_spawns_total", &labels)
+        };
+        assert_eq!(spawns("root", "created", "OK"), 1.0, "{text}");
+        assert_eq!(spawns("child", "created", "OK"), 2.0, "{text}");
+        assert_eq!(spawns("child", "refused", "DEPTH_EXCEEDED"), 1.0, "{text}");
+        assert_eq!(
+            value("troupe_exec_start_duration_seconds_count", &[]),
+            3.0,
+            "{text}"
+        );
+        // Each agent's first message, "use axum", and two replies up.
+        assert!(
+            value("troupe_messages_delivered_total", &[]) >= 6.0,
+            "{text}"
+        );
+        let stdout = [("troupe_output_stream", "stdout")];
+        assert!(
+            value("troupe_agent_output_bytes_total", &stdout) > 0.0,
+            "{text}"
+        );
+        assert_eq!(value("troupe_container_recreations_total", &[]), 0.0);
+
+        // A container removed under the runner is recreated, and counted.
+        remove_container(&ws).await;
+        let again = pair.root(&ws, "specialist", r#"{"say": "again"}"#).await;
+        pair.wait_status(&again.session_id, SessionStatus::Completed)
+            .await;
+        let text = scrape(metrics).await;
+        assert_eq!(
+            sample(
+                &text,
+                "troupe_container_recreations_total",
+                &[("troupe_recreation_cause", "gone")]
+            ),
+            Some(1.0),
+            "{text}"
+        );
         telemetry.shutdown().await;
 
         let by_id = |id: &str| spans.iter().find(|s| s.id == id);

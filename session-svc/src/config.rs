@@ -13,6 +13,9 @@ pub struct Config {
     /// Address to serve gRPC on.
     #[arg(long, env = "TROUPE_LISTEN", default_value = "127.0.0.1:7400")]
     pub listen: SocketAddr,
+    /// Address to serve Prometheus metrics on, at `/metrics` (off unless set).
+    #[arg(long, env = "TROUPE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Where the embedded database and the operator token live.
     #[arg(long, env = "TROUPE_DATA_DIR", default_value_os_t = default_data_dir())]
     pub data_dir: PathBuf,

@@ -178,6 +178,7 @@ impl<S: Store> Driver<S> {
             self.store
                 .mark_delivered(&session.session_id, last.seq)
                 .await?;
+            crate::metrics::delivered(pending.len());
         }
         self.follow(session.session_id.clone());
         Ok(())
@@ -290,6 +291,11 @@ impl<S: Store> Driver<S> {
                 .record_process(session_id, event.sequence, change.clone(), self.tail_max)
                 .await
                 .map_err(internal)?;
+            if applied.is_some()
+                && let ProcessChange::Output { stream, data } = &change
+            {
+                crate::metrics::output(stream, data.len());
+            }
             if started {
                 // Messages sent while it was pending.
                 self.deliver(session_id).await;
@@ -341,7 +347,10 @@ impl<S: Store> Driver<S> {
             .await;
         match written {
             Ok(_) => match self.store.mark_delivered(session_id, last).await {
-                Ok(()) => true,
+                Ok(()) => {
+                    crate::metrics::delivered(pending.len());
+                    true
+                }
                 Err(e) => {
                     tracing::warn!(session = session_id, error = %e, "cannot record a delivery");
                     false

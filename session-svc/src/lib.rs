@@ -8,6 +8,7 @@
 //! - [`store`]: the storage interface and its SQLite implementation.
 //! - [`service`]: the gRPC handlers, one module per RPC.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
+//! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
 //! - [`model`], [`error`]: shared records and the error table.
 //!
 //! [`serve`] runs the whole service on a listener the caller bound.
@@ -18,6 +19,7 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod lives;
+pub mod metrics;
 pub mod model;
 pub mod policy;
 pub mod service;
@@ -110,6 +112,7 @@ async fn serve_with_store<S: Store + Clone>(
     if let Err(e) = store.prune_events(config.event_retention).await {
         tracing::warn!(error = %e, "event pruning failed");
     }
+    metrics::observe_active(store.clone());
     let lives = troupe_proto::telemetry::exporting()
         .then(|| tokio::spawn(lives::export(store.clone(), lives_from, cancel.clone())));
     let upkeep = tokio::spawn(upkeep(store, config.event_retention, cancel.clone()));

@@ -8,7 +8,7 @@ use troupe_session_svc::Config;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    let telemetry = troupe_proto::telemetry::init("troupe-session", "info")?;
+    let telemetry = troupe_proto::telemetry::init("troupe-session", "info", config.metrics_listen)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

@@ -12,7 +12,7 @@ use troupe_proto::session::{
     SendMessageRequest, TerminateSessionRequest, TrustLevel,
     session_service_client::SessionServiceClient,
 };
-use troupe_tests::otlp::{Receiver, lookup, named};
+use troupe_tests::otlp::{Receiver, lookup, named, sample, scrape};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_troupe-session");
 const OPERATOR_TOKEN: &str = "telemetry-test-operator-token-0123456789";
@@ -435,4 +435,102 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
         life(&grandchild).links,
         [(trace_id.clone(), life(&sibling).id.clone())]
     );
+}
+
+/// The service's metrics, scraped in the Prometheus format and exported
+/// over OTLP: spawns by outcome and reason, their duration, the active
+/// sessions by workspace and trust level, the messages kept for later.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_are_scraped_and_exported() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let listen = metrics.to_string();
+    let service = Service::start_with(
+        &["--max-depth", "1", "--metrics-listen", &listen],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+        ],
+    )
+    .await;
+    let root = service.create_root().await;
+    let child = spawn(&service, &root).await;
+    assert_eq!(
+        service.spawn_under(&child).await,
+        tonic::Code::ResourceExhausted
+    );
+    send(&service, &root, &child).await;
+
+    let text = scrape(metrics).await;
+    let spawns = |kind, outcome, reason| {
+        sample(
+            &text,
+            "troupe_spawns_total",
+            &[
+                ("troupe_spawn_kind", kind),
+                ("troupe_spawn_outcome", outcome),
+                ("troupe_refusal_reason", reason),
+            ],
+        )
+    };
+    assert_eq!(spawns("root", "created", "OK"), Some(1.0), "{text}");
+    assert_eq!(spawns("child", "created", "OK"), Some(1.0), "{text}");
+    assert_eq!(
+        spawns("child", "refused", "DEPTH_EXCEEDED"),
+        Some(1.0),
+        "{text}"
+    );
+    let created_child = [
+        ("troupe_spawn_kind", "child"),
+        ("troupe_spawn_outcome", "created"),
+    ];
+    assert_eq!(
+        sample(&text, "troupe_spawn_duration_seconds_count", &created_child),
+        Some(1.0),
+        "{text}"
+    );
+    let active = [
+        ("troupe_workspace_id", "alpha"),
+        ("troupe_trust_level", "direct"),
+    ];
+    assert_eq!(
+        sample(&text, "troupe_sessions_active", &active),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "troupe_messages_queued_total", &[]),
+        Some(1.0),
+        "{text}"
+    );
+
+    operator(&service)
+        .await
+        .terminate_session(TerminateSessionRequest {
+            session_id: root,
+            reason: "done".into(),
+        })
+        .await
+        .unwrap();
+    let text = scrape(metrics).await;
+    assert_eq!(
+        sample(&text, "troupe_sessions_active", &active).unwrap_or(0.0),
+        0.0,
+        "{text}"
+    );
+    assert!(service.stop().await);
+    let exported = receiver.metric_names();
+    for name in [
+        "troupe.spawns",
+        "troupe.spawn.duration",
+        "troupe.sessions.active",
+    ] {
+        assert!(exported.iter().any(|n| n == name), "{name}: {exported:?}");
+    }
 }

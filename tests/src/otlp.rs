@@ -1,21 +1,31 @@
-//! A real OTLP/gRPC trace receiver on loopback (the trace service of the
-//! `opentelemetry-proto` crate), and the spans it got, in a form tests can
-//! compare: ids in hex, attributes as text.
+//! A real OTLP/gRPC receiver on loopback (the trace and metrics services of
+//! the `opentelemetry-proto` crate), and what it got, in a form tests can
+//! compare: ids in hex, attributes as text; and a Prometheus scrape.
 
 use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::{
-    collector::trace::v1::{
-        ExportTraceServiceRequest, ExportTraceServiceResponse,
-        trace_service_server::{TraceService, TraceServiceServer},
+    collector::{
+        metrics::v1::{
+            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+            metrics_service_server::{MetricsService, MetricsServiceServer},
+        },
+        trace::v1::{
+            ExportTraceServiceRequest, ExportTraceServiceResponse,
+            trace_service_server::{TraceService, TraceServiceServer},
+        },
     },
     common::v1::{KeyValue, any_value::Value},
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::{Request, Response, Status};
 
 /// Keeps every export request it receives.
 #[derive(Clone, Default)]
-pub struct Receiver(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
+pub struct Receiver {
+    traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
+    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+}
 
 #[tonic::async_trait]
 impl TraceService for Receiver {
@@ -23,8 +33,19 @@ impl TraceService for Receiver {
         &self,
         request: Request<ExportTraceServiceRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        self.0.lock().unwrap().push(request.into_inner());
+        self.traces.lock().unwrap().push(request.into_inner());
         Ok(Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for Receiver {
+    async fn export(
+        &self,
+        request: Request<ExportMetricsServiceRequest>,
+    ) -> Result<Response<ExportMetricsServiceResponse>, Status> {
+        self.metrics.lock().unwrap().push(request.into_inner());
+        Ok(Response::new(ExportMetricsServiceResponse::default()))
     }
 }
 
@@ -68,6 +89,7 @@ impl Receiver {
         let receiver = Receiver::default();
         let server = tonic::transport::Server::builder()
             .add_service(TraceServiceServer::new(receiver.clone()))
+            .add_service(MetricsServiceServer::new(receiver.clone()))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
         tokio::spawn(server);
         receiver
@@ -76,7 +98,7 @@ impl Receiver {
     /// Every span received so far, in the order received.
     pub fn spans(&self) -> Vec<Received> {
         let mut out = Vec::new();
-        for request in self.0.lock().unwrap().iter() {
+        for request in self.traces.lock().unwrap().iter() {
             for resource_spans in &request.resource_spans {
                 let resource = resource_spans
                     .resource
@@ -105,6 +127,58 @@ impl Receiver {
         }
         out
     }
+}
+
+impl Receiver {
+    /// The names of every metric received so far (with repeats).
+    pub fn metric_names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for request in self.metrics.lock().unwrap().iter() {
+            for resource_metrics in &request.resource_metrics {
+                for scope in &resource_metrics.scope_metrics {
+                    out.extend(scope.metrics.iter().map(|m| m.name.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `GET /metrics` from `addr`: the Prometheus text a scraper would read.
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: troupe\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    body.to_owned()
+}
+
+/// The value of the sample `name` whose labels include every one of
+/// `labels` (`key="value"` pairs), in Prometheus text; `None` if no sample
+/// matches.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (series_name, series_labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let matches = series_name == name
+            && labels.iter().all(|(k, v)| {
+                series_labels
+                    .split(',')
+                    .any(|l| l == format!("{k}=\"{v}\""))
+            });
+        matches.then(|| value.parse().ok()).flatten()
+    })
 }
 
 /// The first span named `name`; panics, listing them all, if none is.

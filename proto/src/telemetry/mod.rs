@@ -18,15 +18,20 @@
 //! [`LifeSpan`] plans spans that last as long as a session does.
 
 mod life;
+mod metrics;
 
 use std::{
     io::IsTerminal,
+    net::SocketAddr,
     sync::atomic::{AtomicBool, Ordering},
 };
 
 use anyhow::Context;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
+use opentelemetry_sdk::{
+    Resource, metrics::SdkMeterProvider, propagation::TraceContextPropagator,
+    trace::SdkTracerProvider,
+};
 use tonic::codegen::http;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{
@@ -47,19 +52,29 @@ pub fn exporting() -> bool {
 #[derive(Debug)]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    meters: Option<SdkMeterProvider>,
+    /// Where `GET /metrics` is served, if it is.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Installs the global subscriber: logs on stderr (`RUST_LOG`, else
-/// `default_filter`), and span export if the environment configures it.
+/// `default_filter`), span and metric export if the environment configures
+/// it, and a Prometheus scrape endpoint on `metrics_listen` if given.
 /// `service` is the service name unless the environment names one.
-/// Must be called inside a Tokio runtime (the exporter's channel uses it).
-pub fn init(service: &'static str, default_filter: &str) -> anyhow::Result<Telemetry> {
+/// Must be called inside a Tokio runtime (the exporters and the endpoint
+/// run on it).
+pub fn init(
+    service: &'static str,
+    default_filter: &str,
+    metrics_listen: Option<SocketAddr>,
+) -> anyhow::Result<Telemetry> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    let provider = asks_for_export(&|name| std::env::var(name).ok())
+    let var = |name: &str| std::env::var(name).ok();
+    let provider = asks_for_export(&var, "TRACES")
         .then(|| provider(service))
         .transpose()?;
     // Spans have a filter of their own: a quiet log (the bridge's `warn`)
@@ -81,17 +96,50 @@ pub fn init(service: &'static str, default_filter: &str) -> anyhow::Result<Telem
         EXPORTING.store(true, Ordering::Relaxed);
         tracing::info!(service, "exporting spans over OTLP");
     }
-    Ok(Telemetry { provider })
+
+    let registry = metrics_listen.map(|_| prometheus::Registry::new());
+    let meters = metrics::provider(
+        resource(service),
+        asks_for_export(&var, "METRICS"),
+        registry.as_ref(),
+    )?;
+    if let Some(meters) = &meters {
+        opentelemetry::global::set_meter_provider(meters.clone());
+    }
+    let metrics_addr = match (metrics_listen, registry) {
+        (Some(addr), Some(registry)) => {
+            let bound = metrics::serve(addr, registry)?;
+            tracing::info!(%bound, "serving metrics at /metrics");
+            Some(bound)
+        }
+        _ => None,
+    };
+    Ok(Telemetry {
+        provider,
+        meters,
+        metrics_addr,
+    })
 }
 
 impl Telemetry {
-    /// Exports what is still buffered and stops the exporter. It blocks, so
-    /// it runs on a blocking thread while the runtime drives the export.
+    /// Exports what is still buffered and stops the exporters. It blocks,
+    /// so it runs on a blocking thread while the runtime drives the export.
     pub async fn shutdown(self) {
-        if let Some(provider) = self.provider {
-            let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
-            if let Ok(Err(e)) = done {
+        let Telemetry {
+            provider, meters, ..
+        } = self;
+        let done = tokio::task::spawn_blocking(move || {
+            let spans = provider.map(|p| p.shutdown());
+            let metrics = meters.map(|m| m.shutdown());
+            (spans, metrics)
+        })
+        .await;
+        if let Ok((spans, metrics)) = done {
+            if let Some(Err(e)) = spans {
                 tracing::warn!(error = %e, "span export did not finish");
+            }
+            if let Some(Err(e)) = metrics {
+                tracing::warn!(error = %e, "metric export did not finish");
             }
         }
     }
@@ -124,12 +172,16 @@ impl opentelemetry::propagation::Extractor for Headers<'_> {
     }
 }
 
-/// Whether the environment (read through `var`) asks for span export.
-fn asks_for_export(var: &dyn Fn(&str) -> Option<String>) -> bool {
+/// Whether the environment (read through `var`) asks for the export of
+/// `signal` (`TRACES` or `METRICS`): an OTLP endpoint for it, and neither
+/// the SDK nor that signal's exporter turned off.
+fn asks_for_export(var: &dyn Fn(&str) -> Option<String>, signal: &str) -> bool {
     let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
-    let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    let endpoint =
+        set("OTEL_EXPORTER_OTLP_ENDPOINT") || set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"));
     let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-        || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+        || var(&format!("OTEL_{signal}_EXPORTER"))
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
     endpoint && !disabled
 }
 
@@ -161,7 +213,7 @@ fn resource(service: &'static str) -> Resource {
 
 #[cfg(test)]
 mod tests {
-    use super::asks_for_export as exporting;
+    use super::asks_for_export;
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {
@@ -172,25 +224,52 @@ mod tests {
     }
 
     #[test]
-    fn spans_are_exported_only_when_an_endpoint_is_set_and_export_is_not_off() {
+    fn a_signal_is_exported_only_when_an_endpoint_is_set_and_export_is_not_off() {
+        let exporting = |vars: &[(&str, &str)], signal| asks_for_export(&env(vars), signal);
         let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317");
         let traces = (
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             "http://127.0.0.1:4317",
         );
-        assert!(!exporting(&env(&[])));
-        assert!(!exporting(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
-        assert!(exporting(&env(&[endpoint])));
-        assert!(exporting(&env(&[traces])));
-        assert!(!exporting(&env(&[
-            endpoint,
-            ("OTEL_TRACES_EXPORTER", "none")
-        ])));
-        assert!(!exporting(&env(&[endpoint, ("OTEL_SDK_DISABLED", "TRUE")])));
-        assert!(exporting(&env(&[endpoint, ("OTEL_SDK_DISABLED", "false")])));
-        assert!(exporting(&env(&[
-            endpoint,
-            ("OTEL_TRACES_EXPORTER", "otlp")
-        ])));
+        assert!(!exporting(&[], "TRACES"));
+        assert!(!exporting(
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")],
+            "TRACES"
+        ));
+        assert!(exporting(&[endpoint], "TRACES"));
+        assert!(exporting(&[endpoint], "METRICS"));
+        assert!(exporting(&[traces], "TRACES"));
+        assert!(
+            !exporting(&[traces], "METRICS"),
+            "a traces endpoint is not a metrics one"
+        );
+        assert!(!exporting(
+            &[endpoint, ("OTEL_TRACES_EXPORTER", "none")],
+            "TRACES"
+        ));
+        assert!(exporting(
+            &[endpoint, ("OTEL_TRACES_EXPORTER", "none")],
+            "METRICS"
+        ));
+        assert!(!exporting(
+            &[endpoint, ("OTEL_METRICS_EXPORTER", "none")],
+            "METRICS"
+        ));
+        assert!(!exporting(
+            &[endpoint, ("OTEL_SDK_DISABLED", "TRUE")],
+            "TRACES"
+        ));
+        assert!(!exporting(
+            &[endpoint, ("OTEL_SDK_DISABLED", "true")],
+            "METRICS"
+        ));
+        assert!(exporting(
+            &[endpoint, ("OTEL_SDK_DISABLED", "false")],
+            "TRACES"
+        ));
+        assert!(exporting(
+            &[endpoint, ("OTEL_TRACES_EXPORTER", "otlp")],
+            "TRACES"
+        ));
     }
 }

@@ -218,6 +218,31 @@ fn tools() -> &'static Path {
     })
 }
 
+/// A client of the engine the tests use.
+pub async fn docker() -> bollard::Docker {
+    bollard::Docker::connect_with_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap()
+}
+
+/// Removes the workspace's container by force, running execs and all.
+pub async fn remove_container(workspace: &str) {
+    docker()
+        .await
+        .remove_container(
+            &Engine::container_name(workspace),
+            Some(
+                bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .build(),
+            ),
+        )
+        .await
+        .expect("remove container");
+}
+
 /// Panics, with what to do, when no Docker engine is reachable.
 pub fn require_engine() {
     let host = std::env::var("DOCKER_HOST").unwrap_or_default();

@@ -49,6 +49,9 @@ pub async fn send<S: Store>(
         Some(driver) => driver.deliver(&req.session_id).await,
         None => false,
     };
+    if !delivered {
+        crate::metrics::queued();
+    }
     Ok(pb::SendMessageResponse {
         message_id: sent.message_id,
         session_id: req.session_id.clone(),

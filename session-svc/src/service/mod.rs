@@ -13,7 +13,7 @@ mod token;
 mod view;
 mod watch;
 
-use std::{path::PathBuf, pin::Pin, sync::Arc};
+use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};
 use tracing::{Instrument, field::Empty};
 
 use futures::Stream;
@@ -30,6 +30,7 @@ use crate::{
     config::Limits,
     driver::Driver,
     error::{Reason, SessionError},
+    metrics,
     model::{AuditRecord, Caller, Idempotency},
     store::Store,
 };
@@ -77,7 +78,7 @@ impl<S: Store> Service<S> {
         &self,
         request: &Request<T>,
         action: &'static str,
-    ) -> Result<Caller, Status> {
+    ) -> Result<Caller, SessionError> {
         match self.caller(request).await {
             Ok(caller) => Ok(caller),
             Err(err) => {
@@ -90,7 +91,7 @@ impl<S: Store> Service<S> {
                     detail: err.to_string(),
                 })
                 .await;
-                Err(err.into())
+                Err(err)
             }
         }
     }
@@ -154,6 +155,55 @@ impl<S: Store> Service<S> {
             detail,
         })
         .await;
+    }
+
+    /// `CreateRootSession`, in its spawn span.
+    async fn create_root(
+        &self,
+        request: Request<pb::CreateRootSessionRequest>,
+    ) -> Result<pb::CreateRootSessionResponse, SessionError> {
+        let caller = self.authenticate(&request, "create_root_session").await?;
+        let req = request.into_inner();
+        let result = create::root(&self.inner, &caller, &req).await;
+        record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
+        self.audit_outcome(
+            &caller,
+            "create_root_session",
+            &req.workspace_id,
+            &result,
+            false,
+        )
+        .await;
+        result
+    }
+
+    /// `CreateSession`, in a spawn span under the parent's life.
+    async fn create_child(
+        &self,
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Result<pb::CreateSessionResponse, SessionError> {
+        let caller = self.authenticate(&request, "create_session").await?;
+        let span = spawn_span("spawn");
+        if let Some(life) = self
+            .parent_life(&caller, &request.get_ref().parent_session_id)
+            .await
+        {
+            life.adopt(&span);
+        }
+        async move {
+            let req = request.into_inner();
+            let result = create::child(&self.inner, &caller, &req).await;
+            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
+            let target = match (&caller, req.parent_session_id.as_str()) {
+                (Caller::Session(me), "") => me.session_id.clone(),
+                (_, parent) => parent.to_owned(),
+            };
+            self.audit_outcome(&caller, "create_session", &target, &result, false)
+                .await;
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// The life span of the session a spawn is for (the caller's own, or
@@ -275,51 +325,23 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::CreateRootSessionRequest>,
     ) -> Result<Response<pb::CreateRootSessionResponse>, Status> {
-        async move {
-            let caller = self.authenticate(&request, "create_root_session").await?;
-            let req = request.into_inner();
-            let result = create::root(&self.inner, &caller, &req).await;
-            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
-            self.audit_outcome(
-                &caller,
-                "create_root_session",
-                &req.workspace_id,
-                &result,
-                false,
-            )
+        let started = Instant::now();
+        let result = self
+            .create_root(request)
+            .instrument(spawn_span("create_root"))
             .await;
-            Ok(Response::new(result?))
-        }
-        .instrument(spawn_span("create_root"))
-        .await
+        metrics::spawn("root", started.elapsed(), &result);
+        Ok(Response::new(result?))
     }
 
     async fn create_session(
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        let caller = self.authenticate(&request, "create_session").await?;
-        let span = spawn_span("spawn");
-        if let Some(life) = self
-            .parent_life(&caller, &request.get_ref().parent_session_id)
-            .await
-        {
-            life.adopt(&span);
-        }
-        async move {
-            let req = request.into_inner();
-            let result = create::child(&self.inner, &caller, &req).await;
-            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
-            let target = match (&caller, req.parent_session_id.as_str()) {
-                (Caller::Session(me), "") => me.session_id.clone(),
-                (_, parent) => parent.to_owned(),
-            };
-            self.audit_outcome(&caller, "create_session", &target, &result, false)
-                .await;
-            Ok(Response::new(result?))
-        }
-        .instrument(span)
-        .await
+        let started = Instant::now();
+        let result = self.create_child(request).await;
+        metrics::spawn("child", started.elapsed(), &result);
+        Ok(Response::new(result?))
     }
 
     #[tracing::instrument(name = "send", skip_all)]

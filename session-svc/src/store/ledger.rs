@@ -14,7 +14,14 @@ use std::{
     sync::Arc,
 };
 
-use crate::model::SessionRow;
+use crate::model::{SessionRow, Trust};
+
+fn trust_index(trust: Trust) -> usize {
+    match trust {
+        Trust::Direct => 0,
+        Trust::Sandboxed => 1,
+    }
+}
 
 /// A session and its position in creation order (its rowid).
 #[derive(Clone, Debug)]
@@ -27,8 +34,8 @@ struct Entry {
 struct Workspace {
     /// Every session of the workspace, by rowid.
     sessions: BTreeMap<i64, Arc<SessionRow>>,
-    /// How many of them are pending or running.
-    active: u32,
+    /// How many of them are pending or running: direct, then sandboxed.
+    active: [u32; 2],
 }
 
 /// The counts a spawn's quotas are checked against.
@@ -75,7 +82,7 @@ impl Ledger {
         };
         match self.sessions.insert(row.session_id.clone(), entry) {
             Some(old) => {
-                workspace.active -= u32::from(old.row.is_active());
+                workspace.active[trust_index(old.row.trust)] -= u32::from(old.row.is_active());
             }
             None => {
                 *self.trees.entry(row.tree_id.clone()).or_default() += 1;
@@ -86,7 +93,7 @@ impl Ledger {
                 }
             }
         }
-        workspace.active += u32::from(row.is_active());
+        workspace.active[trust_index(row.trust)] += u32::from(row.is_active());
         workspace.sessions.insert(rowid, row);
     }
 
@@ -117,7 +124,24 @@ impl Ledger {
     }
 
     pub fn active_in_workspace(&self, workspace_id: &str) -> u32 {
-        self.workspaces.get(workspace_id).map_or(0, |w| w.active)
+        self.workspaces
+            .get(workspace_id)
+            .map_or(0, |w| w.active.iter().sum())
+    }
+
+    /// Pending or running sessions by workspace and trust level (those
+    /// with any).
+    pub fn active_counts(&self) -> Vec<(String, Trust, u32)> {
+        let mut counts = Vec::new();
+        for (id, workspace) in &self.workspaces {
+            for trust in [Trust::Direct, Trust::Sandboxed] {
+                let n = workspace.active[trust_index(trust)];
+                if n > 0 {
+                    counts.push((id.clone(), trust, n));
+                }
+            }
+        }
+        counts
     }
 
     /// A session's direct children, oldest first.

@@ -19,7 +19,7 @@ use crate::{
     error::{QuotaLeft, SessionError},
     model::{
         AuditRecord, AuditRow, EventFilter, EventRow, Idempotency, InboxMessage, NewMessage,
-        NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
+        NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
 };
@@ -153,6 +153,11 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// the request path (no-op for a backend without one). Called
     /// periodically by the service.
     fn checkpoint(&self) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Counts the pending or running sessions of each workspace, by trust
+    /// level (only the non-zero counts). Cheap and synchronous: metrics read
+    /// it at every collection.
+    fn active_counts(&self) -> Vec<(String, Trust, u32)>;
 
     /// Returns a receiver that changes after every commit that wrote events.
     fn subscribe(&self) -> watch::Receiver<u64>;

@@ -616,6 +616,10 @@ impl Store for SqliteStore {
         self.events_written.subscribe()
     }
 
+    fn active_counts(&self) -> Vec<(String, Trust, u32)> {
+        self.ledger().active_counts()
+    }
+
     async fn newest_event(&self) -> Result<i64, SessionError> {
         Ok(
             sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")

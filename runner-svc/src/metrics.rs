@@ -1,0 +1,58 @@
+//! The runner's metrics, on the meter provider
+//! [`troupe_proto::telemetry::init`] installed (OTLP export, Prometheus
+//! scrape); no-ops without one.
+//!
+//! | instrument | kind | attributes |
+//! |---|---|---|
+//! | `troupe.exec.start.duration` | histogram, s | (from `StartExec` to the agent's process running) |
+//! | `troupe.container.recreations` | counter | `troupe.recreation.cause` (`stopped`, `gone`) |
+
+use std::{sync::LazyLock, time::Duration};
+
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, Histogram},
+};
+
+/// Upper bounds of the exec start buckets, in seconds (a first exec in a
+/// workspace creates its container).
+const START_BUCKETS: [f64; 11] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+struct Instruments {
+    start: Histogram<f64>,
+    recreations: Counter<u64>,
+}
+
+/// Made on first use, from the provider installed by then.
+static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
+    let meter = opentelemetry::global::meter("troupe-runner");
+    Instruments {
+        start: meter
+            .f64_histogram("troupe.exec.start.duration")
+            .with_unit("s")
+            .with_description("Time from StartExec to the agent's process running")
+            .with_boundaries(START_BUCKETS.to_vec())
+            .build(),
+        recreations: meter
+            .u64_counter("troupe.container.recreations")
+            .with_description(
+                "Workspace containers created again because the one there had stopped or vanished",
+            )
+            .build(),
+    }
+});
+
+/// Records an exec that took `elapsed` to start.
+pub fn exec_started(elapsed: Duration) {
+    INSTRUMENTS.start.record(elapsed.as_secs_f64(), &[]);
+}
+
+/// Records a workspace container recreated, because the one there had
+/// `stopped` or was `gone`.
+pub fn container_recreated(cause: &'static str) {
+    INSTRUMENTS
+        .recreations
+        .add(1, &[KeyValue::new("troupe.recreation.cause", cause)]);
+}

@@ -1,0 +1,132 @@
+//! The session service's metrics, on the meter provider
+//! [`troupe_proto::telemetry::init`] installed (OTLP export, Prometheus
+//! scrape); no-ops without one. Names follow OpenTelemetry's conventions;
+//! Prometheus sees them with `_` for `.` and a unit or `_total` suffix
+//! (`troupe.spawns` is `troupe_spawns_total`).
+//!
+//! | instrument | kind | attributes |
+//! |---|---|---|
+//! | `troupe.spawns` | counter | `troupe.spawn.kind` (`root`, `child`), `troupe.spawn.outcome` (`created`, `refused`), `troupe.refusal.reason` (`OK` when created) |
+//! | `troupe.spawn.duration` | histogram, s | `troupe.spawn.kind`, `troupe.spawn.outcome` |
+//! | `troupe.sessions.active` | gauge | `troupe.workspace.id`, `troupe.trust_level` |
+//! | `troupe.messages.queued` | counter | (sent to a session not running yet) |
+//! | `troupe.messages.delivered` | counter | (written to an agent's stdin) |
+//! | `troupe.agent.output` | counter, bytes | `troupe.output.stream` (`stdout`, `stderr`) |
+
+use std::{sync::LazyLock, time::Duration};
+
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, Histogram, Meter},
+};
+
+use crate::{error::SessionError, store::Store};
+
+/// Upper bounds of the spawn duration buckets, in seconds: 0.5 ms to 10 s
+/// (a sync spawn lasts as long as its child).
+const SPAWN_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
+];
+
+struct Instruments {
+    spawns: Counter<u64>,
+    spawn_duration: Histogram<f64>,
+    queued: Counter<u64>,
+    delivered: Counter<u64>,
+    output: Counter<u64>,
+}
+
+/// Made on first use, from the provider installed by then.
+static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
+    let meter = meter();
+    Instruments {
+        spawns: meter
+            .u64_counter("troupe.spawns")
+            .with_description("Spawns asked for, by outcome and refusal reason")
+            .build(),
+        spawn_duration: meter
+            .f64_histogram("troupe.spawn.duration")
+            .with_unit("s")
+            .with_description("Time to answer a spawn (CreateRootSession, CreateSession)")
+            .with_boundaries(SPAWN_BUCKETS.to_vec())
+            .build(),
+        queued: meter
+            .u64_counter("troupe.messages.queued")
+            .with_description("Messages sent to a session not running yet, kept for it")
+            .build(),
+        delivered: meter
+            .u64_counter("troupe.messages.delivered")
+            .with_description("Messages written to an agent's stdin")
+            .build(),
+        output: meter
+            .u64_counter("troupe.agent.output")
+            .with_unit("By")
+            .with_description("Bytes agents printed")
+            .build(),
+    }
+});
+
+fn meter() -> Meter {
+    opentelemetry::global::meter("troupe-session")
+}
+
+/// Records a spawn (`root` or `child`) that took `elapsed`.
+pub fn spawn<T>(kind: &'static str, elapsed: Duration, result: &Result<T, SessionError>) {
+    let (outcome, reason) = match result {
+        Ok(_) => ("created", "OK"),
+        Err(e) => ("refused", e.reason().as_str()),
+    };
+    let kind = KeyValue::new("troupe.spawn.kind", kind);
+    let outcome = KeyValue::new("troupe.spawn.outcome", outcome);
+    let instruments = &*INSTRUMENTS;
+    instruments
+        .spawn_duration
+        .record(elapsed.as_secs_f64(), &[kind.clone(), outcome.clone()]);
+    instruments.spawns.add(
+        1,
+        &[
+            kind,
+            outcome,
+            KeyValue::new("troupe.refusal.reason", reason),
+        ],
+    );
+}
+
+/// Records a message kept for a session that is not running.
+pub fn queued() {
+    INSTRUMENTS.queued.add(1, &[]);
+}
+
+/// Records `n` messages written to an agent's stdin.
+pub fn delivered(n: usize) {
+    INSTRUMENTS.delivered.add(n as u64, &[]);
+}
+
+/// Records `bytes` an agent printed on `stream`.
+pub fn output(stream: &'static str, bytes: usize) {
+    INSTRUMENTS.output.add(
+        bytes as u64,
+        &[KeyValue::new("troupe.output.stream", stream)],
+    );
+}
+
+/// Registers the gauge of active sessions, read from `store` at each
+/// collection.
+pub fn observe_active<S: Store>(store: S) {
+    // The provider keeps the callback; the returned handle is only a marker.
+    meter()
+        .u64_observable_gauge("troupe.sessions.active")
+        .with_description("Pending or running sessions, by workspace and trust level")
+        .with_callback(move |observer| {
+            for (workspace, trust, count) in store.active_counts() {
+                observer.observe(
+                    u64::from(count),
+                    &[
+                        KeyValue::new("troupe.workspace.id", workspace),
+                        KeyValue::new("troupe.trust_level", trust.as_str()),
+                    ],
+                );
+            }
+        })
+        .build();
+}
