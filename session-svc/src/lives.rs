@@ -36,7 +36,7 @@ const PAGE: u32 = 256;
 /// Exports the life span of every traced session that ends after the
 /// event `cursor`, until `cancel`; then what had ended by then.
 pub async fn export<S: Store>(store: S, mut cursor: i64, cancel: CancellationToken) {
-    let mut changes = store.subscribe();
+    let mut changes = store.subscribe_ends();
     loop {
         // Marked seen before the read, so a commit during it wakes the next.
         changes.borrow_and_update();

@@ -1,169 +1,31 @@
-//! `troupe-session` exporting its spans to a real OTLP receiver (the trace
-//! service of `opentelemetry-proto`, on loopback), configured only by the
-//! standard `OTEL_*` variables; exporting nothing without them; and serving
-//! as usual when the receiver is down.
+//! The `troupe-session` binary's telemetry, at a real OTLP receiver (the
+//! services of `opentelemetry-proto`, on loopback), configured only by the
+//! standard `OTEL_*` variables: request and spawn spans, each spawn tree as
+//! one trace of session lives, metrics (also scraped as Prometheus would);
+//! nothing exported without the variables; serving as usual when the
+//! receiver is down.
 
-use std::{process::Stdio, time::Duration};
-
-use tokio::process::{Child, Command};
-use tonic::Request;
-use troupe_proto::session::{
-    CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest, IssueSessionTokenRequest,
-    SendMessageRequest, TerminateSessionRequest, TrustLevel,
-    session_service_client::SessionServiceClient,
+use troupe_proto::session::{GetSessionRequest, TerminateSessionRequest};
+use troupe_tests::{
+    otlp::{Receiver, lookup, named, sample, scrape},
+    process::SessionProcess,
 };
-use troupe_tests::otlp::{Receiver, lookup, named, sample, scrape};
 
-const BINARY: &str = env!("CARGO_BIN_EXE_troupe-session");
-const OPERATOR_TOKEN: &str = "telemetry-test-operator-token-0123456789";
-
-/// A `troupe-session` process with its own data directory.
-struct Service {
-    child: Child,
-    endpoint: String,
-    dir: tempfile::TempDir,
-}
-
-impl Service {
-    async fn start(otel: &[(&str, &str)]) -> Service {
-        Service::start_with(&[], otel).await
-    }
-
-    /// Starts the service with extra flags.
-    async fn start_with(flags: &[&str], otel: &[(&str, &str)]) -> Service {
-        let dir = tempfile::tempdir().unwrap();
-        let agents = dir.path().join("workspaces/Agents");
-        std::fs::create_dir_all(&agents).unwrap();
-        std::fs::write(
-            agents.join("worker.md"),
-            "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
-        )
-        .unwrap();
-        Service::start_in(dir, flags, otel)
-    }
-
-    /// Starts the service on the data and workspaces of `dir`.
-    fn start_in(dir: tempfile::TempDir, flags: &[&str], otel: &[(&str, &str)]) -> Service {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut command = Command::new(BINARY);
-        command
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--socket", "none"])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .arg("--workspaces-dir")
-            .arg(dir.path().join("workspaces"))
-            .args(flags)
-            .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
-            .env_remove("OTEL_SERVICE_NAME")
-            .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .envs(otel.iter().copied())
-            .stdout(Stdio::null())
-            .kill_on_drop(true);
-        Service {
-            child: command.spawn().expect("troupe-session starts"),
-            endpoint: format!("http://127.0.0.1:{port}"),
-            dir,
-        }
-    }
-
-    /// Creates a root session as the operator, once the service answers.
-    async fn create_root(&self) -> String {
-        self.create_root_in(None).await
-    }
-
-    /// Asks, as the operator, for a child of `parent`; returns the refusal's code.
-    async fn spawn_under(&self, parent: &str) -> tonic::Code {
-        let channel = troupe_proto::endpoint::connect(&self.endpoint)
-            .await
-            .unwrap();
-        let auth = troupe_proto::endpoint::Bearer::new(Some(OPERATOR_TOKEN)).unwrap();
-        SessionServiceClient::with_interceptor(channel, auth)
-            .create_session(CreateSessionRequest {
-                parent_session_id: parent.into(),
-                agent_name: "worker".into(),
-                title: "too deep".into(),
-                ..Default::default()
-            })
-            .await
-            .expect_err("refused")
-            .code()
-    }
-
-    /// Creates a root session as the operator, in the caller's trace
-    /// `traceparent` if given; returns its id.
-    async fn create_root_in(&self, traceparent: Option<&str>) -> String {
-        let mut tries = 0;
-        let channel = loop {
-            match troupe_proto::endpoint::connect(&self.endpoint).await {
-                Ok(channel) => break channel,
-                Err(e) => {
-                    tries += 1;
-                    assert!(tries < 200, "the service did not come up: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        };
-        let auth = troupe_proto::endpoint::Bearer::new(Some(OPERATOR_TOKEN)).unwrap();
-        let mut request = Request::new(CreateRootSessionRequest {
-            workspace_id: "alpha".into(),
-            trust_level: TrustLevel::Direct as i32,
-            agent_name: "worker".into(),
-            title: "traced".into(),
-            ..Default::default()
-        });
-        if let Some(traceparent) = traceparent {
-            request
-                .metadata_mut()
-                .insert("traceparent", traceparent.parse().unwrap());
-        }
-        SessionServiceClient::with_interceptor(channel, auth)
-            .create_root_session(request)
-            .await
-            .expect("create root")
-            .into_inner()
-            .session
-            .expect("a session")
-            .session_id
-    }
-
-    /// Stops the service with SIGTERM, as an operator would; true if it
-    /// exited cleanly.
-    async fn stop(self) -> bool {
-        self.stop_keeping_data().await.0
-    }
-
-    /// Stops the service; returns whether it exited cleanly, and its data.
-    async fn stop_keeping_data(mut self) -> (bool, tempfile::TempDir) {
-        let pid = self.child.id().expect("running").to_string();
-        let signalled = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .await
-            .unwrap();
-        assert!(signalled.success());
-        let clean = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .expect("the service stops after SIGTERM")
-            .unwrap()
-            .success();
-        (clean, self.dir)
-    }
+/// Starts the `troupe-session` binary with `flags` and `env`.
+fn start(flags: &[&str], env: &[(&str, &str)]) -> SessionProcess {
+    SessionProcess::start(env!("CARGO_BIN_EXE_troupe-session"), flags, env)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn spans_reach_an_otlp_receiver_named_by_the_standard_variables() {
     let (receiver, endpoint) = Receiver::start().await;
-    let service = Service::start(&[
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-        ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test"),
-    ])
-    .await;
+    let service = start(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test"),
+        ],
+    );
     service.create_root().await;
     assert!(service.stop().await, "clean exit");
     let spans = receiver.spans();
@@ -177,14 +39,13 @@ async fn spans_reach_an_otlp_receiver_named_by_the_standard_variables() {
 #[tokio::test(flavor = "multi_thread")]
 async fn spawn_spans_carry_the_session_and_the_refusal() {
     let (receiver, endpoint) = Receiver::start().await;
-    let service = Service::start_with(
+    let service = start(
         &["--max-depth", "0"],
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
-    )
-    .await;
+    );
     let root = service.create_root().await;
     assert_eq!(
-        service.spawn_under(&root).await,
+        service.spawn(&root).await.unwrap_err().code(),
         tonic::Code::ResourceExhausted
     );
     assert!(service.stop().await);
@@ -211,7 +72,7 @@ async fn spawn_spans_carry_the_session_and_the_refusal() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_callers_traceparent_is_continued() {
     let (receiver, endpoint) = Receiver::start().await;
-    let service = Service::start(&[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]).await;
+    let service = start(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]);
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
     service
@@ -238,7 +99,7 @@ async fn a_callers_traceparent_is_continued() {
 async fn without_an_endpoint_nothing_is_exported_and_a_dead_receiver_blocks_nothing() {
     // The receiver listens, but nothing names it: it gets nothing.
     let (receiver, _endpoint) = Receiver::start().await;
-    let quiet = Service::start(&[("OTEL_SERVICE_NAME", "quiet")]).await;
+    let quiet = start(&[], &[("OTEL_SERVICE_NAME", "quiet")]);
     quiet.create_root().await;
     assert!(quiet.stop().await);
     assert!(receiver.spans().is_empty());
@@ -247,78 +108,11 @@ async fn without_an_endpoint_nothing_is_exported_and_a_dead_receiver_blocks_noth
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let service = Service::start(&[("OTEL_EXPORTER_OTLP_ENDPOINT", dead.as_str())]).await;
+    let service = start(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", dead.as_str())]);
     for _ in 0..3 {
         service.create_root().await;
     }
     assert!(service.stop().await, "clean exit with the receiver down");
-}
-
-/// An operator's client of `service`.
-async fn operator(
-    service: &Service,
-) -> SessionServiceClient<
-    tonic::service::interceptor::InterceptedService<
-        tonic::transport::Channel,
-        troupe_proto::endpoint::Bearer,
-    >,
-> {
-    as_bearer(service, OPERATOR_TOKEN).await
-}
-
-async fn as_bearer(
-    service: &Service,
-    token: &str,
-) -> SessionServiceClient<
-    tonic::service::interceptor::InterceptedService<
-        tonic::transport::Channel,
-        troupe_proto::endpoint::Bearer,
-    >,
-> {
-    let channel = troupe_proto::endpoint::connect(&service.endpoint)
-        .await
-        .unwrap();
-    let auth = troupe_proto::endpoint::Bearer::new(Some(token)).unwrap();
-    SessionServiceClient::with_interceptor(channel, auth)
-}
-
-/// Creates, as the operator, a child of `parent`; returns its id.
-async fn spawn(service: &Service, parent: &str) -> String {
-    operator(service)
-        .await
-        .create_session(CreateSessionRequest {
-            parent_session_id: parent.into(),
-            agent_name: "worker".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("spawn")
-        .into_inner()
-        .session
-        .expect("a session")
-        .session_id
-}
-
-/// Sends a message from session `from` to session `to`, with `from`'s token.
-async fn send(service: &Service, from: &str, to: &str) {
-    let token = operator(service)
-        .await
-        .issue_session_token(IssueSessionTokenRequest {
-            session_id: from.into(),
-        })
-        .await
-        .expect("token")
-        .into_inner()
-        .session_token;
-    as_bearer(service, &token)
-        .await
-        .send_message(SendMessageRequest {
-            session_id: to.into(),
-            message: format!("from {from}"),
-            ..Default::default()
-        })
-        .await
-        .expect("send");
 }
 
 /// A tree is one trace whose nesting is the tree: each session's life span
@@ -331,24 +125,25 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
     let (receiver, endpoint) = Receiver::start().await;
     let otel = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
     let flags = ["--max-depth", "2"];
-    let service = Service::start_with(&flags, &otel).await;
+    let service = start(&flags, &otel);
     let root = service.create_root().await;
-    let child = spawn(&service, &root).await;
-    let sibling = spawn(&service, &root).await;
-    let grandchild = spawn(&service, &child).await;
+    let child = service.spawn(&root).await.unwrap().session_id;
+    let sibling = service.spawn(&root).await.unwrap().session_id;
+    let grandchild = service.spawn(&child).await.unwrap().session_id;
 
     // Restarted on the same data: the lives planned before are kept.
     let (clean, dir) = service.stop_keeping_data().await;
     assert!(clean);
-    let service = Service::start_in(dir, &flags, &otel);
+    let service = dir.start(&flags, &otel);
     service.create_root().await; // waits until it answers
     assert_eq!(
-        service.spawn_under(&grandchild).await,
+        service.spawn(&grandchild).await.unwrap_err().code(),
         tonic::Code::ResourceExhausted
     );
-    send(&service, &child, &grandchild).await;
-    send(&service, &sibling, &grandchild).await;
-    let trace_id = operator(&service)
+    service.send(&child, &grandchild).await;
+    service.send(&sibling, &grandchild).await;
+    let trace_id = service
+        .operator()
         .await
         .get_session(GetSessionRequest {
             session_id: grandchild.clone(),
@@ -359,7 +154,8 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
         .session
         .unwrap()
         .trace_id;
-    operator(&service)
+    service
+        .operator()
         .await
         .terminate_session(TerminateSessionRequest {
             session_id: root.clone(),
@@ -450,22 +246,21 @@ async fn metrics_are_scraped_and_exported() {
         .port();
     let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let listen = metrics.to_string();
-    let service = Service::start_with(
+    let service = start(
         &["--max-depth", "1", "--metrics-listen", &listen],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             ("OTEL_TRACES_EXPORTER", "none"),
             ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
         ],
-    )
-    .await;
+    );
     let root = service.create_root().await;
-    let child = spawn(&service, &root).await;
+    let child = service.spawn(&root).await.unwrap().session_id;
     assert_eq!(
-        service.spawn_under(&child).await,
+        service.spawn(&child).await.unwrap_err().code(),
         tonic::Code::ResourceExhausted
     );
-    send(&service, &root, &child).await;
+    service.send(&root, &child).await;
 
     let text = scrape(metrics).await;
     let spawns = |kind, outcome, reason| {
@@ -510,7 +305,8 @@ async fn metrics_are_scraped_and_exported() {
         "{text}"
     );
 
-    operator(&service)
+    service
+        .operator()
         .await
         .terminate_session(TerminateSessionRequest {
             session_id: root,

@@ -5,10 +5,12 @@
 //! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
 //! - [`reason`]: the `ErrorInfo` reason of a refusal.
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
-//! - [`otlp`]: a real OTLP trace receiver, and the spans it got.
+//! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
+//! - [`process`]: a real `troupe-session` process, for its telemetry.
 
 pub mod bench;
 pub mod otlp;
+pub mod process;
 
 use std::{net::SocketAddr, path::PathBuf};
 

@@ -80,8 +80,16 @@ pub fn init(
     // Spans have a filter of their own: a quiet log (the bridge's `warn`)
     // still exports the calls' spans.
     let spans = provider.as_ref().map(|p| {
+        // Without the per-poll bookkeeping (busy and idle times, an
+        // OpenTelemetry context attached at every enter, thread and source
+        // location attributes): they cost on every request, and nothing
+        // here reads them.
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer(service))
+            .with_context_activation(false)
+            .with_tracked_inactivity(false)
+            .with_location(false)
+            .with_threads(false)
             .with_filter(LevelFilter::INFO)
     });
     tracing_subscriber::registry()

@@ -59,6 +59,8 @@ pub(crate) struct Ledger {
     trees: HashMap<String, u32>,
     /// Children of each session, by rowid.
     children: HashMap<String, Vec<(i64, String)>>,
+    /// Sessions that ended since the ledger was loaded.
+    ended: u64,
 }
 
 impl Ledger {
@@ -83,6 +85,7 @@ impl Ledger {
         match self.sessions.insert(row.session_id.clone(), entry) {
             Some(old) => {
                 workspace.active[trust_index(old.row.trust)] -= u32::from(old.row.is_active());
+                self.ended += u64::from(old.row.is_active() && !row.is_active());
             }
             None => {
                 *self.trees.entry(row.tree_id.clone()).or_default() += 1;
@@ -121,6 +124,11 @@ impl Ledger {
             workspace_active: self.active_in_workspace(&parent.row.workspace_id),
             parent: SessionRow::clone(&parent.row),
         })
+    }
+
+    /// How many sessions have ended since the ledger was loaded.
+    pub fn ended(&self) -> u64 {
+        self.ended
     }
 
     pub fn active_in_workspace(&self, workspace_id: &str) -> u32 {

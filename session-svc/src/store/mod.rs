@@ -162,6 +162,10 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// Returns a receiver that changes after every commit that wrote events.
     fn subscribe(&self) -> watch::Receiver<u64>;
 
+    /// Returns a receiver that changes after every commit that ended
+    /// sessions (a subset of [`Store::subscribe`]'s).
+    fn subscribe_ends(&self) -> watch::Receiver<u64>;
+
     /// Returns the id of the newest event stored (0 if none).
     fn newest_event(&self) -> impl Future<Output = Result<i64, SessionError>> + Send;
 

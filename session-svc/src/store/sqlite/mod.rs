@@ -63,6 +63,8 @@ pub struct SqliteStore {
     checkpointer: Arc<Mutex<SqliteConnection>>,
     /// Bumped after every commit that wrote events.
     events_written: watch::Sender<u64>,
+    /// The ledger's count of ended sessions, as last published.
+    sessions_ended: watch::Sender<u64>,
     /// The exclusive lock on the database file, held while any clone lives.
     _owner: Arc<Option<File>>,
 }
@@ -115,6 +117,7 @@ impl SqliteStore {
             .connect_with(options.read_only(true))
             .await?;
         let (events_written, _) = watch::channel(0);
+        let (sessions_ended, _) = watch::channel(0);
         Ok(SqliteStore {
             pool,
             writer: Arc::new(Mutex::new(Writer {
@@ -124,13 +127,21 @@ impl SqliteStore {
             ledger: Arc::new(RwLock::new(ledger)),
             checkpointer: Arc::new(Mutex::new(checkpointer)),
             events_written,
+            sessions_ended,
             _owner: Arc::new(owner),
         })
     }
 
-    /// Wakes the watchers after a commit that wrote events.
+    /// Wakes the watchers after a commit that wrote events, and those of
+    /// ends if it ended sessions.
     fn published(&self) {
         self.events_written.send_modify(|n| *n = n.wrapping_add(1));
+        let ended = self.ledger().ended();
+        self.sessions_ended.send_if_modified(|n| {
+            let changed = *n != ended;
+            *n = ended;
+            changed
+        });
     }
 
     fn ledger(&self) -> RwLockReadGuard<'_, Ledger> {
@@ -614,6 +625,10 @@ impl Store for SqliteStore {
 
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.events_written.subscribe()
+    }
+
+    fn subscribe_ends(&self) -> watch::Receiver<u64> {
+        self.sessions_ended.subscribe()
     }
 
     fn active_counts(&self) -> Vec<(String, Trust, u32)> {

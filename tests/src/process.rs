@@ -1,0 +1,208 @@
+//! A real `troupe-session` process (the binary, as an operator runs it),
+//! with its own data and workspaces directory, configured by flags and
+//! environment; for what only a whole process shows: its telemetry, its
+//! start and stop.
+
+use std::{process::Stdio, time::Duration};
+
+use tokio::process::{Child, Command};
+use tonic::Request;
+use troupe_proto::session::{
+    self as pb, CreateRootSessionRequest, CreateSessionRequest, IssueSessionTokenRequest,
+    SendMessageRequest, TrustLevel,
+};
+
+use crate::{Client, OPERATOR_TOKEN};
+
+/// A `troupe-session` process whose workspaces define the agent `worker`.
+pub struct SessionProcess {
+    child: Child,
+    binary: String,
+    pub endpoint: String,
+    dir: tempfile::TempDir,
+}
+
+impl SessionProcess {
+    /// Starts `binary` with `flags` and the environment `env` (the
+    /// `OTEL_*` variables of the caller's own environment are cleared).
+    pub fn start(binary: &str, flags: &[&str], env: &[(&str, &str)]) -> SessionProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = dir.path().join("workspaces/Agents");
+        std::fs::create_dir_all(&agents).unwrap();
+        std::fs::write(
+            agents.join("worker.md"),
+            "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
+        )
+        .unwrap();
+        SessionProcess::start_in(binary, dir, flags, env)
+    }
+
+    /// Starts `binary` on the data and workspaces of `dir`.
+    pub fn start_in(
+        binary: &str,
+        dir: tempfile::TempDir,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> SessionProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut command = Command::new(binary);
+        command
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--socket", "none"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--workspaces-dir")
+            .arg(dir.path().join("workspaces"))
+            .args(flags)
+            .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+            .stdout(Stdio::null())
+            .kill_on_drop(true);
+        for (name, _) in std::env::vars() {
+            if name.starts_with("OTEL_") {
+                command.env_remove(name);
+            }
+        }
+        command.envs(env.iter().copied());
+        SessionProcess {
+            child: command.spawn().expect("troupe-session starts"),
+            binary: binary.to_owned(),
+            endpoint: format!("http://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    /// A client with `token`, once the service answers.
+    pub async fn client(&self, token: &str) -> Client {
+        let mut tries = 0;
+        let channel = loop {
+            match troupe_proto::endpoint::connect(&self.endpoint).await {
+                Ok(channel) => break channel,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 200, "the service did not come up: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        let auth = troupe_proto::endpoint::Bearer::new(Some(token)).unwrap();
+        pb::session_service_client::SessionServiceClient::with_interceptor(channel, auth)
+    }
+
+    pub async fn operator(&self) -> Client {
+        self.client(OPERATOR_TOKEN).await
+    }
+
+    /// Creates a direct root session of workspace `alpha` as the operator,
+    /// in the caller's trace `traceparent` if given.
+    pub async fn create_root_in(&self, traceparent: Option<&str>) -> pb::CreateRootSessionResponse {
+        let mut request = Request::new(CreateRootSessionRequest {
+            workspace_id: "alpha".into(),
+            trust_level: TrustLevel::Direct as i32,
+            agent_name: "worker".into(),
+            title: "root".into(),
+            ..Default::default()
+        });
+        if let Some(traceparent) = traceparent {
+            request
+                .metadata_mut()
+                .insert("traceparent", traceparent.parse().unwrap());
+        }
+        self.operator()
+            .await
+            .create_root_session(request)
+            .await
+            .expect("create root")
+            .into_inner()
+    }
+
+    /// Creates a root session; returns its id.
+    pub async fn create_root(&self) -> String {
+        self.create_root_in(None)
+            .await
+            .session
+            .expect("a session")
+            .session_id
+    }
+
+    /// Asks, as the operator, for a child of `parent`.
+    pub async fn spawn(&self, parent: &str) -> Result<pb::Session, tonic::Status> {
+        let created = self
+            .operator()
+            .await
+            .create_session(CreateSessionRequest {
+                parent_session_id: parent.into(),
+                agent_name: "worker".into(),
+                ..Default::default()
+            })
+            .await?;
+        Ok(created.into_inner().session.expect("a session"))
+    }
+
+    /// Sends a message from session `from` to session `to`, with a token
+    /// of `from`'s.
+    pub async fn send(&self, from: &str, to: &str) {
+        let token = self
+            .operator()
+            .await
+            .issue_session_token(IssueSessionTokenRequest {
+                session_id: from.into(),
+            })
+            .await
+            .expect("token")
+            .into_inner()
+            .session_token;
+        self.client(&token)
+            .await
+            .send_message(SendMessageRequest {
+                session_id: to.into(),
+                message: format!("from {from}"),
+                ..Default::default()
+            })
+            .await
+            .expect("send");
+    }
+
+    /// Stops the service with SIGTERM, as an operator would; true if it
+    /// exited cleanly.
+    pub async fn stop(self) -> bool {
+        self.stop_keeping_data().await.0
+    }
+
+    /// Stops the service; returns whether it exited cleanly, and a way to
+    /// start it again on the same data.
+    pub async fn stop_keeping_data(mut self) -> (bool, Stopped) {
+        let pid = self.child.id().expect("running").to_string();
+        let signalled = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(signalled.success());
+        let clean = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the service stops after SIGTERM")
+            .unwrap()
+            .success();
+        let stopped = Stopped {
+            binary: self.binary,
+            dir: self.dir,
+        };
+        (clean, stopped)
+    }
+}
+
+/// A stopped service's data.
+pub struct Stopped {
+    binary: String,
+    dir: tempfile::TempDir,
+}
+
+impl Stopped {
+    /// Starts the service again on its data.
+    pub fn start(self, flags: &[&str], env: &[(&str, &str)]) -> SessionProcess {
+        SessionProcess::start_in(&self.binary, self.dir, flags, env)
+    }
+}
