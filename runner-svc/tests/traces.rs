@@ -18,6 +18,7 @@ use troupe_proto::session::SessionStatus;
 use troupe_tests::otlp::{Received, Receiver, lookup, sample, scrape};
 
 const CREATE_SESSION: &str = "/troupe.session.v1.SessionService/CreateSession";
+const START_EXEC: &str = "/troupe.runner.v1.RunnerService/StartExec";
 
 /// Set in the process that runs the test's body, to the receiver's port.
 const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
@@ -156,6 +157,13 @@ fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
                 "called from the parent's life"
             );
             assert_eq!(span.get("troupe.session.status"), "completed");
+            // The runner's span of starting its process is in its life.
+            assert!(
+                spans
+                    .iter()
+                    .any(|s| s.name == START_EXEC && s.parent == span.id),
+                "no StartExec under the life of {session}: {spans:#?}"
+            );
             assert_eq!(span.get("troupe.exit_code"), "0");
             assert_eq!(span.get("gen_ai.agent.name"), "specialist");
         }

@@ -1,8 +1,9 @@
 //! What span export costs on the spawn path: CreateSession p50/p99 against
-//! two `troupe-session` processes in one run, one exporting its spans to a
-//! real OTLP receiver on loopback and one exporting nothing, called in
-//! alternating rounds so both see the same machine. Prints a Markdown table
-//! (the figures in BENCHMARKS.md).
+//! three `troupe-session` processes in one run: one exporting nothing, one
+//! exporting its spans to a real OTLP receiver on loopback, and one
+//! exporting to a receiver that is down; called in rounds taken in turn, so
+//! all see the same machine. Prints a Markdown table (the figures in
+//! BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p troupe-session-svc --bench export`
 
@@ -82,25 +83,43 @@ fn receiver_apart() -> (Receiver, String) {
 async fn main() {
     let binary = env!("CARGO_BIN_EXE_troupe-session");
     let (receiver, endpoint) = receiver_apart();
-    let quiet = SessionProcess::start(binary, &UNLIMITED, &[]);
-    let traced = SessionProcess::start(
-        binary,
-        &UNLIMITED,
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
-    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let setups: [(&str, Vec<(&str, &str)>); 3] = [
+        ("export off", vec![]),
+        (
+            "export on",
+            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
+        ),
+        (
+            "export on, receiver down",
+            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", dead.as_str())],
+        ),
+    ];
     let roots = (ROUNDS + 1) * PER_ROUND / CHILDREN_PER_ROOT + 1;
-    let quiet_spawners = spawners(&quiet, roots).await;
-    let traced_spawners = spawners(&traced, roots).await;
-
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    // A warm-up round each, not counted.
-    round(&quiet_spawners, 0, &mut Vec::new()).await;
-    round(&traced_spawners, 0, &mut Vec::new()).await;
-    for r in 1..=ROUNDS {
-        round(&quiet_spawners, r * PER_ROUND, &mut off).await;
-        round(&traced_spawners, r * PER_ROUND, &mut on).await;
+    let mut services = Vec::new();
+    for (label, env) in &setups {
+        let service = SessionProcess::start(binary, &UNLIMITED, env);
+        let clients = spawners(&service, roots).await;
+        services.push((*label, service, clients, Vec::new()));
     }
-    assert!(traced.stop().await && quiet.stop().await);
+
+    // A warm-up round each, not counted; then the rounds, in turn.
+    for (_, _, clients, _) in &services {
+        round(clients, 0, &mut Vec::new()).await;
+    }
+    for r in 1..=ROUNDS {
+        for (_, _, clients, times) in &mut services {
+            round(clients, r * PER_ROUND, times).await;
+        }
+    }
+    let mut figures = Vec::new();
+    for (label, service, _, mut times) in services {
+        assert!(service.stop().await, "{label}: clean stop");
+        times.sort();
+        figures.push((label, percentile(&times, 50.0), percentile(&times, 99.0)));
+    }
     let spawns = receiver
         .spans()
         .iter()
@@ -111,20 +130,19 @@ async fn main() {
         "the traced service exported {spawns} spawn spans"
     );
 
-    off.sort();
-    on.sort();
-    let p99 = |t: &[Duration]| percentile(t, 99.0);
-    let p50 = |t: &[Duration]| percentile(t, 50.0);
+    let (_, off50, off99) = figures[0];
     println!(
-        "| CreateSession, {} calls each | p50 ms | p99 ms |",
-        off.len()
+        "| CreateSession, {} calls each | p50 ms | p99 ms | p50 / off | p99 / off |",
+        ROUNDS * PER_ROUND
     );
-    println!("|---|---|---|");
-    println!("| export off | {} | {} |", ms(p50(&off)), ms(p99(&off)));
-    println!("| export on | {} | {} |", ms(p50(&on)), ms(p99(&on)));
-    println!(
-        "| on / off | {:.2} | {:.2} |",
-        p50(&on).as_secs_f64() / p50(&off).as_secs_f64(),
-        p99(&on).as_secs_f64() / p99(&off).as_secs_f64()
-    );
+    println!("|---|---|---|---|---|");
+    for (label, p50, p99) in figures {
+        println!(
+            "| {label} | {} | {} | {:.2} | {:.2} |",
+            ms(p50),
+            ms(p99),
+            p50.as_secs_f64() / off50.as_secs_f64(),
+            p99.as_secs_f64() / off99.as_secs_f64()
+        );
+    }
 }

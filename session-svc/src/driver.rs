@@ -151,7 +151,12 @@ impl<S: Store> Driver<S> {
             ..Default::default()
         };
         loop {
-            match self.runner.clone().start_exec(request.clone()).await {
+            match self
+                .runner
+                .clone()
+                .start_exec(in_life(session, request.clone()))
+                .await
+            {
                 Ok(_) => break,
                 // Started before a restart of ours: follow it.
                 Err(status) if status.code() == Code::AlreadyExists => break,
@@ -526,6 +531,19 @@ fn lines(messages: &[InboxMessage]) -> Vec<u8> {
         out.push(b'\n');
     }
     out
+}
+
+/// A runner call in the session's trace: under its life span, when it has
+/// one, so the runner's span of the call sits in the tree.
+fn in_life<T>(session: &SessionRow, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(value) = session
+        .trace
+        .and_then(|life| life.traceparent().parse().ok())
+    {
+        request.metadata_mut().insert("traceparent", value);
+    }
+    request
 }
 
 /// What a runner event means to the ledger.
