@@ -109,16 +109,24 @@ async fn main() {
     for (_, _, clients, _) in &services {
         round(clients, 0, &mut Vec::new()).await;
     }
+    let cpu_before: Vec<Duration> = services.iter().map(|s| s.1.cpu_time()).collect();
     for r in 1..=ROUNDS {
         for (_, _, clients, times) in &mut services {
             round(clients, r * PER_ROUND, times).await;
         }
     }
     let mut figures = Vec::new();
-    for (label, service, _, mut times) in services {
+    for ((label, service, _, mut times), before) in services.into_iter().zip(cpu_before) {
+        // The service's CPU time per call: steadier than latency on a busy machine.
+        let cpu = (service.cpu_time() - before) / times.len() as u32;
         assert!(service.stop().await, "{label}: clean stop");
         times.sort();
-        figures.push((label, percentile(&times, 50.0), percentile(&times, 99.0)));
+        figures.push((
+            label,
+            percentile(&times, 50.0),
+            percentile(&times, 99.0),
+            cpu,
+        ));
     }
     let spawns = receiver
         .spans()
@@ -130,19 +138,22 @@ async fn main() {
         "the traced service exported {spawns} spawn spans"
     );
 
-    let (_, off50, off99) = figures[0];
+    let (_, off50, off99, off_cpu) = figures[0];
     println!(
-        "| CreateSession, {} calls each | p50 ms | p99 ms | p50 / off | p99 / off |",
+        "| CreateSession, {} calls each | p50 ms | p99 ms | p50 / off | p99 / off | service CPU per call, µs | CPU / off |",
         ROUNDS * PER_ROUND
     );
-    println!("|---|---|---|---|---|");
-    for (label, p50, p99) in figures {
+    println!("|---|---|---|---|---|---|---|");
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    for (label, p50, p99, cpu) in figures {
         println!(
-            "| {label} | {} | {} | {:.2} | {:.2} |",
+            "| {label} | {} | {} | {:.2} | {:.2} | {} | {:.2} |",
             ms(p50),
             ms(p99),
-            p50.as_secs_f64() / off50.as_secs_f64(),
-            p99.as_secs_f64() / off99.as_secs_f64()
+            ratio(p50, off50),
+            ratio(p99, off99),
+            cpu.as_micros(),
+            ratio(cpu, off_cpu)
         );
     }
 }

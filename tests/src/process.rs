@@ -74,6 +74,27 @@ impl SessionProcess {
         }
     }
 
+    /// The CPU time the process has used so far (user and system), read
+    /// from `/proc`.
+    pub fn cpu_time(&self) -> Duration {
+        let pid = self.child.id().expect("running");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command name (which may hold spaces).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // utime and stime: fields 14 and 15 of stat, 11 and 12 after the name.
+        let ticks_per_sec = 100; // USER_HZ on Linux
+        Duration::from_millis((ticks(11) + ticks(12)) * 1000 / ticks_per_sec)
+    }
+
     /// A client with `token`, once the service answers.
     pub async fn client(&self, token: &str) -> Client {
         let mut tries = 0;
