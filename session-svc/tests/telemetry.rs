@@ -5,7 +5,7 @@
 //! nothing exported without the variables; serving as usual when the
 //! receiver is down.
 
-use troupe_proto::session::{GetSessionRequest, TerminateSessionRequest};
+use troupe_proto::session::TerminateSessionRequest;
 use troupe_tests::{
     otlp::{Receiver, lookup, named, sample, scrape},
     process::SessionProcess,
@@ -145,9 +145,7 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
     let trace_id = service
         .operator()
         .await
-        .get_session(GetSessionRequest {
-            session_id: grandchild.clone(),
-        })
+        .get_session(troupe_tests::get(&grandchild))
         .await
         .unwrap()
         .into_inner()

@@ -9,7 +9,7 @@ use tokio::process::{Child, Command};
 use tonic::Request;
 use troupe_proto::session::{
     self as pb, CreateRootSessionRequest, CreateSessionRequest, IssueSessionTokenRequest,
-    SendMessageRequest, TrustLevel,
+    TrustLevel,
 };
 
 use crate::{Client, OPERATOR_TOKEN};
@@ -177,11 +177,7 @@ impl SessionProcess {
             .session_token;
         self.client(&token)
             .await
-            .send_message(SendMessageRequest {
-                session_id: to.into(),
-                message: format!("from {from}"),
-                ..Default::default()
-            })
+            .send_message(crate::message(to, format!("from {from}")))
             .await
             .expect("send");
     }

@@ -74,8 +74,9 @@ pub fn init(
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
     let var = |name: &str| std::env::var(name).ok();
+    let resource = resource(service);
     let provider = asks_for_export(&var, "TRACES")
-        .then(|| provider(service))
+        .then(|| provider(resource.clone()))
         .transpose()?;
     // Spans have a filter of their own: a quiet log (the bridge's `warn`)
     // still exports the calls' spans.
@@ -107,7 +108,7 @@ pub fn init(
 
     let registry = metrics_listen.map(|_| prometheus::Registry::new());
     let meters = metrics::provider(
-        resource(service),
+        resource,
         asks_for_export(&var, "METRICS"),
         registry.as_ref(),
     )?;
@@ -193,13 +194,13 @@ fn asks_for_export(var: &dyn Fn(&str) -> Option<String>, signal: &str) -> bool {
     endpoint && !disabled
 }
 
-fn provider(service: &'static str) -> anyhow::Result<SdkTracerProvider> {
+fn provider(resource: Resource) -> anyhow::Result<SdkTracerProvider> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .build()
         .context("cannot set up the OTLP span exporter")?;
     Ok(SdkTracerProvider::builder()
-        .with_resource(resource(service))
+        .with_resource(resource)
         .with_id_generator(life::Ids::default())
         .with_batch_exporter(exporter)
         .build())

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use troupe_proto::session::{
-    self as pb, CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, GetSessionRequest,
-    SessionStatus, TrustLevel,
+    self as pb, CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, SessionStatus,
+    TrustLevel,
 };
 use troupe_tests::{OPERATOR_TOKEN, TestServer};
 
@@ -103,9 +103,7 @@ impl Pair {
         self.server
             .operator()
             .await
-            .get_session(GetSessionRequest {
-                session_id: id.into(),
-            })
+            .get_session(troupe_tests::get(id))
             .await
             .expect("get")
             .into_inner()
