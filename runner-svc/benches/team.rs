@@ -5,7 +5,9 @@
 //!   a bare `docker exec` of the same command to its first byte;
 //! - message delivery: `SendMessage` from one agent's session to a running
 //!   agent until the reply says `DELIVERED` (its bytes are in the agent's
-//!   stdin pipe), and until the agent's echo of it comes back to a watcher.
+//!   stdin pipe), and until the agent's echo of it comes back to a watcher,
+//!   each followed by a timed no-op call (a health check) that meets the
+//!   same moments of the machine.
 //!
 //! `cargo bench -p troupe-runner-svc --bench team` (needs DOCKER_HOST and the
 //! image, as the tests do).
@@ -24,10 +26,10 @@ use troupe_proto::session::{
     SendMessageRequest, SessionEvent, SessionStatus, TrustLevel, WatchSessionsRequest,
     session_event::Detail,
 };
-use troupe_tests::{OPERATOR_TOKEN, TestServer};
+use troupe_tests::{OPERATOR_TOKEN, TestServer, bench::Noop};
 
 const SPAWNS: usize = 40;
-const MESSAGES: usize = 200;
+const MESSAGES: usize = 1000;
 
 fn main() {
     tokio::runtime::Builder::new_multi_thread()
@@ -145,8 +147,10 @@ async fn bench() {
         .session
         .unwrap();
     wait_running(&server, &echo.session_id).await;
+    let noop = Noop::connect(server.addr).await;
     let mut delivered = Vec::new();
     let mut echoed = Vec::new();
+    let mut floor = Vec::new();
     for i in 0..MESSAGES {
         let text = format!("ping-{i}");
         let t = Instant::now();
@@ -167,12 +171,18 @@ async fn bench() {
         })
         .await;
         echoed.push(millis(t.elapsed()));
+        // The same moments of the machine, for a call that does no work.
+        let t = Instant::now();
+        noop.call().await;
+        floor.push(millis(t.elapsed()));
     }
     let (d50, d99) = percentiles(&mut delivered);
     let (e50, e99) = percentiles(&mut echoed);
+    let (f50, f99) = percentiles(&mut floor);
     println!("messages to a running agent over {MESSAGES} (ms, p50 / p99):");
     println!("  SendMessage until DELIVERED:   {d50:.1} / {d99:.1}");
     println!("  until its echo is watched:     {e50:.1} / {e99:.1}");
+    println!("  a no-op call after each:       {f50:.1} / {f99:.1}");
 }
 
 /// Reads the watch until an event of `session_id` that `wanted` accepts.

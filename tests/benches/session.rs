@@ -1,22 +1,28 @@
 //! Latency of the session service over gRPC on loopback, SQLite default:
 //! CreateSession, SendMessage, and ListWorkspaceSessions with 100, 1,000 and
 //! 10,000 sessions in the workspace, and the floors under them: a gRPC call
-//! that does no work, and one SQL statement's round trip through sqlx. Prints p50/p99 per call as a Markdown
-//! table (the figures in BENCHMARKS.md).
+//! that does no work, and one SQL statement's round trip through sqlx. Each
+//! measured call is followed by a timed no-op call (a gRPC health check), so
+//! every row also says what the machine did to a call that does no work at
+//! the same moments. Prints p50/p99 per call as a Markdown table (the
+//! figures in BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p troupe-tests --bench session`
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::{
     Client, TestServer,
-    bench::{measure, ms, percentile, unlimited},
+    bench::{Noop, measure, measure_beside, ms, percentile, unlimited},
     child,
 };
 
 const SAMPLES: usize = 1000;
 const LIST_SAMPLES: usize = 100;
+
+/// A p50 and a p99.
+type Pair = (Duration, Duration);
 
 /// This process's resident memory, in KiB.
 fn rss_kib() -> i64 {
@@ -48,7 +54,12 @@ async fn seed(server: &TestServer, workspace: &str, count: usize) -> Client {
 #[tokio::main]
 async fn main() {
     let server = TestServer::start_with(unlimited).await;
-    let mut rows = Vec::new();
+    // One row per call: name, samples, p50 and p99, and the same for the
+    // no-op calls interleaved with it.
+    let mut rows: Vec<(String, usize, Pair, Option<Pair>)> = Vec::new();
+    // A call that does no work, on the same kind of connection as the calls.
+    let noop = &Noop::connect(server.addr).await;
+    let noop = || noop.call();
     // `BENCH_ONLY=list,floor` (parts: create, message, list, floor) runs some parts, for profiling.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let wanted = |part: &str| only.is_empty() || only.split(',').any(|p| p == part);
@@ -62,36 +73,44 @@ async fn main() {
         for _ in 0..(SAMPLES + SAMPLES / 10).div_ceil(CHILDREN_PER_ROOT) {
             spawners.push(server.root("bench-create", TrustLevel::Direct).await.1);
         }
-        let (p50, p99) = measure(SAMPLES, |i| {
-            let mut c = spawners[i / CHILDREN_PER_ROOT].clone();
-            async move {
-                c.create_session(child(&format!("child {i}")))
-                    .await
-                    .expect("create");
-            }
-        })
+        let (call, floor) = measure_beside(
+            SAMPLES,
+            |i| {
+                let mut c = spawners[i / CHILDREN_PER_ROOT].clone();
+                async move {
+                    c.create_session(child(&format!("child {i}")))
+                        .await
+                        .expect("create");
+                }
+            },
+            noop,
+        )
         .await;
-        eprintln!("create: p50 {} ms", ms(p50));
-        rows.push(("CreateSession".to_owned(), p50, p99));
+        eprintln!("create: p50 {} ms", ms(call.0));
+        rows.push(("CreateSession".to_owned(), SAMPLES, call, Some(floor)));
     }
 
     if wanted("message") {
         let (target, sender, _) = server.root("bench-message", TrustLevel::Direct).await;
-        let (p50, p99) = measure(SAMPLES, |i| {
-            let mut c = sender.clone();
-            let id = target.session_id.clone();
-            async move {
-                c.send_message(pb::SendMessageRequest {
-                    session_id: id,
-                    message: format!("message {i}"),
-                    request_id: String::new(),
-                })
-                .await
-                .expect("send");
-            }
-        })
+        let (call, floor) = measure_beside(
+            SAMPLES,
+            |i| {
+                let mut c = sender.clone();
+                let id = target.session_id.clone();
+                async move {
+                    c.send_message(pb::SendMessageRequest {
+                        session_id: id,
+                        message: format!("message {i}"),
+                        request_id: String::new(),
+                    })
+                    .await
+                    .expect("send");
+                }
+            },
+            noop,
+        )
         .await;
-        rows.push(("SendMessage".to_owned(), p50, p99));
+        rows.push(("SendMessage".to_owned(), SAMPLES, call, Some(floor)));
     }
 
     for count in [100usize, 1_000, 10_000]
@@ -109,49 +128,45 @@ async fn main() {
                 (rss_kib() - rss_before) as f64 * 1024.0 / count as f64
             );
         }
-        let (p50, p99) = measure(LIST_SAMPLES, |_| {
-            let mut c = lister.clone();
-            async move {
-                let listed = c
-                    .list_workspace_sessions(pb::ListWorkspaceSessionsRequest {
-                        page_size: 10_000,
-                        ..Default::default()
-                    })
-                    .await
-                    .expect("list")
-                    .into_inner()
-                    .sessions
-                    .len();
-                assert_eq!(listed, count);
-            }
-        })
+        let (call, floor) = measure_beside(
+            LIST_SAMPLES,
+            |_| {
+                let mut c = lister.clone();
+                async move {
+                    let listed = c
+                        .list_workspace_sessions(pb::ListWorkspaceSessionsRequest {
+                            page_size: 10_000,
+                            ..Default::default()
+                        })
+                        .await
+                        .expect("list")
+                        .into_inner()
+                        .sessions
+                        .len();
+                    assert_eq!(listed, count);
+                }
+            },
+            noop,
+        )
         .await;
-        eprintln!("list of {count}: p50 {} ms", ms(p50));
+        eprintln!("list of {count}: p50 {} ms", ms(call.0));
         rows.push((
             format!("ListWorkspaceSessions ({count} sessions)"),
-            p50,
-            p99,
+            LIST_SAMPLES,
+            call,
+            Some(floor),
         ));
     }
 
     if wanted("floor") {
-        // The floor of a call: a gRPC health check, which does no work, on
-        // the same kind of connection as the calls above.
-        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-        let channel = troupe_proto::endpoint::connect(&format!("http://{}", server.addr))
-            .await
-            .expect("connect");
-        let health = HealthClient::new(channel);
-        let (p50, p99) = measure(SAMPLES, |_| {
-            let mut h = health.clone();
-            async move {
-                h.check(HealthCheckRequest::default())
-                    .await
-                    .expect("health");
-            }
-        })
-        .await;
-        rows.push(("gRPC health check (no work)".to_owned(), p50, p99));
+        // The floor of a call on its own: the health check, back to back.
+        let pair = measure(SAMPLES, |_| noop()).await;
+        rows.push((
+            "gRPC health check (no work)".to_owned(),
+            SAMPLES,
+            pair,
+            None,
+        ));
 
         // The floor under every call: one statement's round trip to the
         // SQLite driver's worker thread, on a connection of the same database.
@@ -175,20 +190,23 @@ async fn main() {
         times.sort();
         rows.push((
             "one SQL statement (SELECT 1, sqlx, held connection)".to_owned(),
-            percentile(&times, 50.0),
-            percentile(&times, 99.0),
+            SAMPLES,
+            (percentile(&times, 50.0), percentile(&times, 99.0)),
+            None,
         ));
     }
 
-    println!("| call | samples | p50 (ms) | p99 (ms) |");
-    println!("|---|---|---|---|");
-    for (name, p50, p99) in rows {
-        let samples = if name.starts_with("List") {
-            LIST_SAMPLES
-        } else {
-            SAMPLES
-        };
-        println!("| {name} | {samples} | {} | {} |", ms(p50), ms(p99));
+    println!("| call | samples | p50 (ms) | p99 (ms) | no-op between, p50 / p99 (ms) |");
+    println!("|---|---|---|---|---|");
+    for (name, samples, (p50, p99), floor) in rows {
+        let floor = floor.map_or("".to_owned(), |(p50, p99)| {
+            format!("{} / {}", ms(p50), ms(p99))
+        });
+        println!(
+            "| {name} | {samples} | {} | {} | {floor} |",
+            ms(p50),
+            ms(p99)
+        );
     }
     server.stop().await;
 }
