@@ -317,8 +317,12 @@ impl<S: Store> Driver<S> {
     }
 
     /// Writes the session's undelivered messages to its agent's stdin; true
-    /// if every message stored so far has reached it.
-    pub async fn deliver(&self, session_id: &str) -> bool {
+    /// if every message stored so far has reached it. The delivery is
+    /// recorded after the answer, still under the session's delivery lock,
+    /// so the next delivery starts after it: a record lost to a crash means
+    /// the messages are written again, as when the crash comes between the
+    /// write and the record.
+    pub async fn deliver(self: &Arc<Self>, session_id: &str) -> bool {
         let lock = self
             .delivering
             .lock()
@@ -326,7 +330,7 @@ impl<S: Store> Driver<S> {
             .entry(session_id.to_owned())
             .or_default()
             .clone();
-        let _serial = lock.lock().await;
+        let serial = lock.lock_owned().await;
         let recipient = match self.store.get_session(session_id).await {
             Ok(Some(row)) if row.status == troupe_proto::session::SessionStatus::Running => row,
             _ => return false,
@@ -350,22 +354,22 @@ impl<S: Store> Driver<S> {
                 close: false,
             })
             .await;
-        match written {
-            Ok(_) => match self.store.mark_delivered(session_id, last).await {
-                Ok(()) => {
-                    crate::metrics::delivered(pending.len());
-                    true
-                }
-                Err(e) => {
-                    tracing::warn!(session = session_id, error = %e, "cannot record a delivery");
-                    false
-                }
-            },
-            Err(status) => {
-                tracing::debug!(session = session_id, %status, "message not delivered yet");
-                false
-            }
+        if let Err(status) = written {
+            tracing::debug!(session = session_id, %status, "message not delivered yet");
+            return false;
         }
+        let driver = self.clone();
+        let session_id = session_id.to_owned();
+        tokio::spawn(async move {
+            match driver.store.mark_delivered(&session_id, last).await {
+                Ok(()) => crate::metrics::delivered(pending.len()),
+                Err(e) => {
+                    tracing::warn!(session = session_id, error = %e, "cannot record a delivery")
+                }
+            }
+            drop(serial);
+        });
+        true
     }
 
     /// Stops the processes of sessions the ledger has just ended.
@@ -393,7 +397,7 @@ impl<S: Store> Driver<S> {
     }
 
     /// CALLBACK mode: tells the parent that the session has ended.
-    async fn callback(&self, session_id: &str, exit: &ProcessExit) {
+    async fn callback(self: &Arc<Self>, session_id: &str, exit: &ProcessExit) {
         let Ok(Some(process)) = self.store.process(session_id).await else {
             return;
         };
