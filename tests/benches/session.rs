@@ -18,7 +18,7 @@ use troupe_tests::{
     child,
 };
 
-const SAMPLES: usize = 1000;
+const SAMPLES: usize = 5000;
 const LIST_SAMPLES: usize = 100;
 
 /// A p50 and a p99.

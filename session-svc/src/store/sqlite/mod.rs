@@ -89,7 +89,12 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // Small pages for a new database (an existing one keeps its
+            // own): a create writes about ten pages, most of them a random
+            // leaf of a table or index, so the write-ahead log and the
+            // checkpoint's writes shrink with the page.
+            .page_size(1024);
         let migrating = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone())
