@@ -1,9 +1,9 @@
 //! What span export costs on the spawn path: CreateSession p50/p99 against
 //! three `troupe-session` processes in one run: one exporting nothing, one
 //! exporting its spans to a real OTLP receiver on loopback, and one
-//! exporting to a receiver that is down; called in rounds taken in turn, so
-//! all see the same machine. Prints a Markdown table (the figures in
-//! BENCHMARKS.md).
+//! exporting to a receiver that is down; each call is made to the three in
+//! turn, so all see the same moments of the machine. Prints a Markdown
+//! table (the figures in BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p troupe-session-svc --bench export`
 
@@ -17,8 +17,9 @@ use troupe_tests::{
     process::SessionProcess,
 };
 
-const ROUNDS: usize = 40;
-const PER_ROUND: usize = 100;
+/// Counted calls per process, after `WARM_UP` uncounted ones.
+const CALLS: usize = 4000;
+const WARM_UP: usize = 100;
 /// Children per root: each call's parent is an agent session with room.
 const CHILDREN_PER_ROOT: usize = 8;
 
@@ -43,21 +44,19 @@ async fn spawners(service: &SessionProcess, count: usize) -> Vec<Client> {
     out
 }
 
-/// One round of `PER_ROUND` spawns from `spawners`, starting at call `from`.
-async fn round(spawners: &[Client], from: usize, times: &mut Vec<Duration>) {
-    for i in from..from + PER_ROUND {
-        let mut client = spawners[i / CHILDREN_PER_ROOT].clone();
-        let start = Instant::now();
-        client
-            .create_session(CreateSessionRequest {
-                agent_name: "worker".into(),
-                title: format!("child {i}"),
-                ..Default::default()
-            })
-            .await
-            .expect("create");
-        times.push(start.elapsed());
-    }
+/// Spawns child `i` from `spawners` and returns how long the call took.
+async fn spawn(spawners: &[Client], i: usize) -> Duration {
+    let mut client = spawners[i / CHILDREN_PER_ROOT].clone();
+    let start = Instant::now();
+    client
+        .create_session(CreateSessionRequest {
+            agent_name: "worker".into(),
+            title: format!("child {i}"),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+    start.elapsed()
 }
 
 /// A receiver on a thread and runtime of its own, as a collector would be
@@ -97,7 +96,7 @@ async fn main() {
             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", dead.as_str())],
         ),
     ];
-    let roots = (ROUNDS + 1) * PER_ROUND / CHILDREN_PER_ROOT + 1;
+    let roots = (WARM_UP + CALLS).div_ceil(CHILDREN_PER_ROOT);
     let mut services = Vec::new();
     for (label, env) in &setups {
         let service = SessionProcess::start(binary, &UNLIMITED, env);
@@ -105,14 +104,17 @@ async fn main() {
         services.push((*label, service, clients, Vec::new()));
     }
 
-    // A warm-up round each, not counted; then the rounds, in turn.
-    for (_, _, clients, _) in &services {
-        round(clients, 0, &mut Vec::new()).await;
+    // Uncounted warm-up calls, then the counted ones; each call goes to
+    // every process in turn.
+    for i in 0..WARM_UP {
+        for (_, _, clients, _) in &services {
+            spawn(clients, i).await;
+        }
     }
     let cpu_before: Vec<Duration> = services.iter().map(|s| s.1.cpu_time()).collect();
-    for r in 1..=ROUNDS {
+    for i in WARM_UP..WARM_UP + CALLS {
         for (_, _, clients, times) in &mut services {
-            round(clients, r * PER_ROUND, times).await;
+            times.push(spawn(clients, i).await);
         }
     }
     let mut figures = Vec::new();
@@ -134,14 +136,14 @@ async fn main() {
         .filter(|s| s.name == "spawn")
         .count();
     assert!(
-        spawns >= ROUNDS * PER_ROUND,
+        spawns >= CALLS,
         "the traced service exported {spawns} spawn spans"
     );
 
     let (_, off50, off99, off_cpu) = figures[0];
     println!(
         "| CreateSession, {} calls each | p50 ms | p99 ms | p50 / off | p99 / off | service CPU per call, µs | CPU / off |",
-        ROUNDS * PER_ROUND
+        CALLS
     );
     println!("|---|---|---|---|---|---|---|");
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
