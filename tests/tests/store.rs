@@ -1,8 +1,16 @@
-//! The store's in-memory view of the sessions against the database under
-//! it: writes cancelled at any point (a client that hangs up drops the
-//! handler's future) never leave the two apart.
+//! The SQLite store: its in-memory view of the sessions against the
+//! database under it (writes cancelled at any point, as when a client that
+//! hangs up drops the handler's future, never leave the two apart), and the
+//! size of its write-ahead log under writes that never pause.
 
-use std::{task::Poll, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    task::Poll,
+    time::Duration,
+};
 
 use sqlx::{Connection, Row};
 use troupe_session_svc::{
@@ -200,5 +208,56 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
         listed.len(),
         stored,
         "the ledger holds no session the database lacks"
+    );
+}
+
+/// Checkpoints keep the write-ahead log bounded even when writes never
+/// pause: a passive checkpoint alone leaves the frames written while it ran,
+/// so the log never starts over and grows with every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_ahead_log_stays_bounded_under_writes_that_never_pause() {
+    const LIMIT: u64 = 1 << 20;
+    const BOUND: u64 = 4 * LIMIT;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
+    let store = SqliteStore::open(&url)
+        .await
+        .expect("open")
+        .with_wal_limit(LIMIT);
+    let wal = dir.path().join("troupe.db-wal");
+
+    // Writes until told to stop; counts them.
+    let writes = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (store, writes, stop) = (store.clone(), writes.clone(), stop.clone());
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                store
+                    .append_audit(audit("list_workspace_sessions", "alpha"))
+                    .await
+                    .expect("write");
+                writes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    // Each write appends at least a frame of a page (1 KiB, plus a header)
+    // to the log: run until the writes alone would have grown it well past
+    // the bound.
+    let enough = || writes.load(Ordering::Relaxed) * 1024 > 3 * BOUND;
+    let mut largest = 0;
+    let started = std::time::Instant::now();
+    while !enough() && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        store.checkpoint().await.expect("checkpoint");
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.await.expect("writer");
+    let writes = writes.load(Ordering::Relaxed);
+    assert!(enough(), "only {writes} writes: too few to test the bound");
+    assert!(
+        largest < BOUND,
+        "the log reached {largest} bytes after {writes} writes (bound {BOUND})"
     );
 }

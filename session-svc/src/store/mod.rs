@@ -150,7 +150,8 @@ pub trait Store: Send + Sync + Clone + 'static {
     fn prune_events(&self, keep: u64) -> impl Future<Output = Result<i64, SessionError>> + Send;
 
     /// Moves what the write-ahead log holds into the database file, off
-    /// the request path (no-op for a backend without one). Called
+    /// the request path (no-op for a backend without one), and keeps the
+    /// log's size bounded even under writes that never pause. Called
     /// periodically by the service.
     fn checkpoint(&self) -> impl Future<Output = Result<(), SessionError>> + Send;
 

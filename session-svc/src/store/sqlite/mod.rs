@@ -50,6 +50,12 @@ use crate::{
     policy::SpawnContext,
 };
 
+/// Default size of the write-ahead log past which a checkpoint makes
+/// writers wait while it starts the log over.
+pub const WAL_LIMIT: u64 = 64 << 20;
+/// Bytes of the header of each frame of the write-ahead log.
+const WAL_FRAME_HEADER: u64 = 24;
+
 /// The SQLite store.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -61,6 +67,11 @@ pub struct SqliteStore {
     ledger: Arc<RwLock<Ledger>>,
     /// The connection that checkpoints the WAL.
     checkpointer: Arc<Mutex<SqliteConnection>>,
+    /// Bytes of a frame of the write-ahead log (a page and its header).
+    frame_bytes: u64,
+    /// Size of the write-ahead log past which a checkpoint restarts it
+    /// (see [`Store::checkpoint`]).
+    wal_limit: u64,
     /// Bumped after every commit that wrote events.
     events_written: watch::Sender<u64>,
     /// The ledger's count of ended sessions, as last published.
@@ -108,7 +119,10 @@ impl SqliteStore {
         let mut writer =
             SqliteConnection::connect_with(&options.clone().pragma("wal_autocheckpoint", "0"))
                 .await?;
-        let checkpointer = SqliteConnection::connect_with(&options).await?;
+        let mut checkpointer = SqliteConnection::connect_with(&options).await?;
+        let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+            .fetch_one(&mut checkpointer)
+            .await?;
         let rows = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions"))
             .fetch_all(&mut writer)
             .await?;
@@ -131,10 +145,19 @@ impl SqliteStore {
             })),
             ledger: Arc::new(RwLock::new(ledger)),
             checkpointer: Arc::new(Mutex::new(checkpointer)),
+            frame_bytes: page_size as u64 + WAL_FRAME_HEADER,
+            wal_limit: WAL_LIMIT,
             events_written,
             sessions_ended,
             _owner: Arc::new(owner),
         })
+    }
+
+    /// Sets the size of the write-ahead log past which a checkpoint
+    /// restarts it ([`WAL_LIMIT`] by default).
+    pub fn with_wal_limit(mut self, bytes: u64) -> Self {
+        self.wal_limit = bytes;
+        self
     }
 
     /// Wakes the watchers after a commit that wrote events, and those of
@@ -622,9 +645,20 @@ impl Store for SqliteStore {
     }
 
     async fn checkpoint(&self) -> Result<(), SessionError> {
-        sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&mut *self.checkpointer.lock().await)
+        let mut conn = self.checkpointer.lock().await;
+        // (busy, frames in the log, frames copied to the database)
+        let (_, frames, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&mut *conn)
             .await?;
+        // A passive checkpoint never waits, so under writes that never
+        // pause it ends with frames written meanwhile left in the log, and
+        // the log is never started over: it would grow without end. Past
+        // the limit, writers wait while the log is emptied and cut to zero.
+        if frames.max(0) as u64 * self.frame_bytes > self.wal_limit {
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&mut *conn)
+                .await?;
+        }
         Ok(())
     }
 
