@@ -142,6 +142,24 @@ pub struct Exec {
 }
 
 impl Exec {
+    /// An exec over its files, nothing of its log read yet.
+    fn new(meta: Meta, files: ExecFiles) -> Exec {
+        let acked = read_ack(&files.ack);
+        Exec {
+            meta,
+            log: Arc::new(files.log),
+            ack: files.ack,
+            acked: AtomicU64::new(acked),
+            ack_written: AtomicU64::new(acked),
+            stdin: Arc::new(tokio::sync::Mutex::new(Some(files.stdin))),
+            control: Mutex::new(Some(files.control)),
+            ending: Mutex::new(None),
+            exited_at: Mutex::new(None),
+            progress: watch::Sender::new(Progress::default()),
+            index: Mutex::new(Vec::new()),
+        }
+    }
+
     pub fn progress(&self) -> Progress {
         self.progress.borrow().clone()
     }
@@ -424,7 +442,7 @@ impl Runner {
             timeout_ms: spec.timeout_ms,
         };
         write_meta(meta_path, &meta)?;
-        let exec = self.adopt(meta, files)?;
+        let exec = self.adopt(meta, files);
         if !spec.initial_stdin.is_empty() {
             // Queued ahead of any later write, but not awaited: an agent
             // that does not read its stdin must not block the start.
@@ -592,29 +610,22 @@ impl Runner {
         Ok(WorkspaceDirs { files, execs })
     }
 
-    fn adopt(self: &Arc<Self>, meta: Meta, files: ExecFiles) -> Result<Arc<Exec>, ExecError> {
-        let acked = read_ack(&files.ack);
-        let exec = Arc::new(Exec {
-            meta,
-            log: Arc::new(files.log),
-            ack: files.ack,
-            acked: AtomicU64::new(acked),
-            ack_written: AtomicU64::new(acked),
-            stdin: Arc::new(tokio::sync::Mutex::new(Some(files.stdin))),
-            control: Mutex::new(Some(files.control)),
-            ending: Mutex::new(None),
-            exited_at: Mutex::new(None),
-            progress: watch::Sender::new(Progress::default()),
-            index: Mutex::new(Vec::new()),
-        });
+    /// Makes an exec and follows its log from its first record.
+    fn adopt(self: &Arc<Self>, meta: Meta, files: ExecFiles) -> Arc<Exec> {
+        let exec = Arc::new(Exec::new(meta, files));
+        self.follow_from(exec.clone(), Scanner::default(), None);
+        exec
+    }
+
+    /// Lists `exec` and follows its log from where `scanner` stands (`exit`:
+    /// the exit record it has read already).
+    fn follow_from(self: &Arc<Self>, exec: Arc<Exec>, scanner: Scanner, exit: Option<Exit>) {
         self.execs
             .lock()
             .expect("poisoned")
             .insert(exec.meta.exec_id.clone(), exec.clone());
         let runner = self.clone();
-        let follower = exec.clone();
-        tokio::spawn(async move { runner.follow(follower).await });
-        Ok(exec)
+        tokio::spawn(async move { runner.follow(exec, scanner, exit).await });
     }
 
     /// Finds the execs of a previous run and follows them again.
@@ -643,7 +654,15 @@ impl Runner {
             match open_exec_files(&exec_dir, meta.uid) {
                 Ok(files) => {
                     tracing::info!(exec = %meta.exec_id, "re-attached to exec");
-                    self.adopt(meta, files)?;
+                    // What the log holds is read before any watcher can see
+                    // the exec: one resuming after a sequence it was sent
+                    // before the restart must find that sequence. A log
+                    // that cannot be read is left to the follower, which
+                    // ends the exec.
+                    let exec = Arc::new(Exec::new(meta, files));
+                    let mut scanner = Scanner::default();
+                    let exit = scanner.scan_blocking(&exec).await.unwrap_or(None);
+                    self.follow_from(exec, scanner, exit);
                 }
                 Err(e) => {
                     tracing::warn!(exec = %meta.exec_id, error = %e, "exec files unusable; killing its processes");
@@ -655,10 +674,14 @@ impl Runner {
         Ok(())
     }
 
-    /// Follows an exec's log until its exit record, then ends the exec.
-    async fn follow(self: Arc<Self>, exec: Arc<Exec>) {
-        let mut scanner = Scanner::default();
-        if let Some(exit) = self.follow_log(&exec, &mut scanner).await {
+    /// Follows an exec's log from where `scanner` stands until its exit
+    /// record (at once if `exit` is it), then ends the exec.
+    async fn follow(self: Arc<Self>, exec: Arc<Exec>, mut scanner: Scanner, exit: Option<Exit>) {
+        let exit = match exit {
+            Some(exit) => Some(exit),
+            None => self.follow_log(&exec, &mut scanner).await,
+        };
+        if let Some(exit) = exit {
             self.finish(&exec, exit, &scanner).await;
         }
     }
