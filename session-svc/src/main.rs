@@ -5,8 +5,24 @@ use anyhow::Context;
 use clap::Parser;
 use troupe_session_svc::Config;
 
+/// The list path builds and frees thousands of small strings per call; after
+/// a long run of writes the system allocator's fragmented heap made a list of
+/// 1,000 take half again as long (BENCHMARKS.md, "What has been tried").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Turns transparent huge pages off for this process. mimalloc asks for them,
+/// and memory it hands back to the kernel comes back as a fresh 2 MiB page,
+/// zeroed whole on the request path that touches it (3% of an exporting
+/// service's samples in `perf`). Best effort: where the kernel refuses, the
+/// service runs as before.
+fn small_pages() {
+    let _ = nix::sys::prctl::set_thp_disable(true);
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    small_pages();
     let config = Config::parse();
     let telemetry = troupe_proto::telemetry::init("troupe-session", "info", config.metrics_listen)?;
     let listener = tokio::net::TcpListener::bind(config.listen)

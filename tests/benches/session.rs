@@ -18,6 +18,10 @@ use troupe_tests::{
     child,
 };
 
+/// The allocator the `troupe-session` binary runs on.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SAMPLES: usize = 5000;
 /// Lists of 100 and 1,000 sessions; 10,000 take a tenth (each is ~25 ms).
 const LIST_SAMPLES: usize = 1000;
@@ -54,6 +58,8 @@ async fn seed(server: &TestServer, workspace: &str, count: usize) -> Client {
 
 #[tokio::main]
 async fn main() {
+    // As `troupe-session` does (its `small_pages`).
+    let _ = nix::sys::prctl::set_thp_disable(true);
     let server = TestServer::start_with(unlimited).await;
     // One row per call: name, samples, p50 and p99, and the same for the
     // no-op calls interleaved with it.
