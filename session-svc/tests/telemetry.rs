@@ -5,7 +5,9 @@
 //! nothing exported without the variables; serving as usual when the
 //! receiver is down.
 
-use troupe_proto::session::TerminateSessionRequest;
+use troupe_proto::session::{
+    CreateRootSessionRequest, CreateSessionRequest, TerminateSessionRequest, TrustLevel,
+};
 use troupe_tests::{
     otlp::{Receiver, lookup, named, sample, scrape},
     process::SessionProcess,
@@ -93,6 +95,49 @@ async fn a_callers_traceparent_is_continued() {
         (&handler.trace, &handler.parent),
         (&request.trace, &request.id)
     );
+}
+
+/// A caller without a valid token never gets as far as a spawn: its
+/// request has a span, refused, and no spawn span is opened, for a root or
+/// a child.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unauthenticated_spawn_opens_no_spawn_span() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let service = start(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]);
+    let root = service.create_root().await;
+    let mut stranger = service.client("not-a-token").await;
+    let refused = stranger
+        .create_root_session(CreateRootSessionRequest {
+            workspace_id: "alpha".into(),
+            trust_level: TrustLevel::Direct as i32,
+            agent_name: "worker".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let refused = stranger
+        .create_session(CreateSessionRequest {
+            parent_session_id: root.clone(),
+            agent_name: "worker".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    assert!(service.stop().await);
+
+    let spans = receiver.spans();
+    let spawns: Vec<_> = spans
+        .iter()
+        .filter(|s| matches!(s.name.as_str(), "spawn" | "create_root"))
+        .collect();
+    assert_eq!(spawns.len(), 1, "only the operator's root: {spawns:#?}");
+    assert_eq!(spawns[0].get("troupe.session.id"), root);
+    // The refused requests were traced, as requests.
+    let requests = |method: &str| spans.iter().filter(|s| s.name.ends_with(method)).count();
+    assert_eq!(requests("/CreateRootSession"), 2, "{spans:#?}");
+    assert_eq!(requests("/CreateSession"), 1, "{spans:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -42,7 +42,7 @@ impl Noop {
 }
 
 /// The `p`th percentile (0-100) of `sorted` by nearest rank.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use futures::StreamExt;
+use troupe_tests::bench::percentile;
 
 /// p50 and p99 of `ms`.
 pub fn percentiles(ms: &mut [f64]) -> (f64, f64) {
     ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1];
-    (at(0.50), at(0.99))
+    (percentile(ms, 50.0), percentile(ms, 99.0))
 }
 
 /// A duration in milliseconds.

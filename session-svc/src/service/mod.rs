@@ -157,24 +157,28 @@ impl<S: Store> Service<S> {
         .await;
     }
 
-    /// `CreateRootSession`, in its spawn span.
+    /// `CreateRootSession`: the caller authenticated, then a spawn span.
     async fn create_root(
         &self,
         request: Request<pb::CreateRootSessionRequest>,
     ) -> Result<pb::CreateRootSessionResponse, SessionError> {
         let caller = self.authenticate(&request, "create_root_session").await?;
-        let req = request.into_inner();
-        let result = create::root(&self.inner, &caller, &req).await;
-        record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
-        self.audit_outcome(
-            &caller,
-            "create_root_session",
-            &req.workspace_id,
-            &result,
-            false,
-        )
-        .await;
-        result
+        async move {
+            let req = request.into_inner();
+            let result = create::root(&self.inner, &caller, &req).await;
+            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
+            self.audit_outcome(
+                &caller,
+                "create_root_session",
+                &req.workspace_id,
+                &result,
+                false,
+            )
+            .await;
+            result
+        }
+        .instrument(spawn_span("create_root"))
+        .await
     }
 
     /// `CreateSession`, in a spawn span under the parent's life.
@@ -326,10 +330,7 @@ impl<S: Store> SessionService for Service<S> {
         request: Request<pb::CreateRootSessionRequest>,
     ) -> Result<Response<pb::CreateRootSessionResponse>, Status> {
         let started = Instant::now();
-        let result = self
-            .create_root(request)
-            .instrument(spawn_span("create_root"))
-            .await;
+        let result = self.create_root(request).await;
         metrics::spawn("root", started.elapsed(), &result);
         Ok(Response::new(result?))
     }
