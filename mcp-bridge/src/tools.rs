@@ -21,10 +21,11 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tracing::Instrument;
 use troupe_proto::{
     session::{self as pb, ExecutionMode, TrustLevel},
     status::is_ended,
-    trust,
+    telemetry, trust,
 };
 
 use crate::{
@@ -159,7 +160,12 @@ session (session_id, status, depth, trust_level, ...), the quota left after it, 
         extensions: Extensions,
         Parameters(args): Parameters<CreateSessionArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(outcome(self.create(&extensions, args).await))
+        self.traced(
+            "create_session",
+            &extensions,
+            self.create(&extensions, args),
+        )
+        .await
     }
 
     #[tool(
@@ -180,7 +186,8 @@ it runs).",
         extensions: Extensions,
         Parameters(args): Parameters<SendMessageArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(outcome(self.send(&extensions, args).await))
+        self.traced("send_message", &extensions, self.send(&extensions, args))
+            .await
     }
 
     #[tool(
@@ -195,7 +202,12 @@ and parent of each. Active sessions only, unless include_ended is true.",
         extensions: Extensions,
         Parameters(args): Parameters<ListArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(outcome(self.list(&extensions, args).await))
+        self.traced(
+            "list_workspace_sessions",
+            &extensions,
+            self.list(&extensions, args),
+        )
+        .await
     }
 
     #[tool(
@@ -209,7 +221,12 @@ tail of its output (in result), and its direct children.",
         extensions: Extensions,
         Parameters(args): Parameters<SessionArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(outcome(self.get(&extensions, &args.session_id).await))
+        self.traced(
+            "get_session",
+            &extensions,
+            self.get(&extensions, &args.session_id),
+        )
+        .await
     }
 
     #[tool(
@@ -224,7 +241,12 @@ plus timed_out (true when the session was still active at the deadline) and wait
         extensions: Extensions,
         Parameters(args): Parameters<WaitArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(outcome(self.wait(&extensions, args).await))
+        self.traced(
+            "wait_for_session",
+            &extensions,
+            self.wait(&extensions, args),
+        )
+        .await
     }
 
     #[tool(
@@ -244,7 +266,12 @@ ended. Terminating a session that has already ended is harmless.",
         extensions: Extensions,
         Parameters(args): Parameters<SessionArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(outcome(self.terminate(&extensions, &args.session_id).await))
+        self.traced(
+            "terminate_session",
+            &extensions,
+            self.terminate(&extensions, &args.session_id),
+        )
+        .await
     }
 }
 
@@ -270,9 +297,42 @@ impl Bridge {
         }
     }
 
+    /// Runs a tool's call in its span (the GenAI `execute_tool` operation),
+    /// which continues the agent's trace when the call carries it; the
+    /// session service's spans of the call go under it.
+    async fn traced(
+        &self,
+        tool: &'static str,
+        extensions: &Extensions,
+        call: impl Future<Output = Result<Value, ToolFailure>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {tool}"),
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = tool,
+        );
+        if let Some(traceparent) = self.identity.traceparent(extensions)
+            && let Ok(text) = traceparent.to_str()
+        {
+            telemetry::continue_remote(&span, text);
+        }
+        let result = call.instrument(span.clone()).await;
+        if result.is_err() {
+            span.record("otel.status_code", "ERROR");
+        }
+        Ok(outcome(result))
+    }
+
+    /// A client acting as the caller. Inside a traced tool span, the
+    /// service's spans go under that span; otherwise the agent's own trace
+    /// context, if any, is forwarded as it came.
     async fn session(&self, extensions: &Extensions) -> Result<Session, ToolFailure> {
         let auth = self.identity.authorization(extensions)?;
-        let traceparent = self.identity.traceparent(extensions);
+        let traceparent = telemetry::traceparent_of(&tracing::Span::current())
+            .and_then(|text| text.parse().ok())
+            .or_else(|| self.identity.traceparent(extensions));
         self.backend.session(auth, traceparent).await
     }
 

@@ -40,7 +40,10 @@ pub fn operator_token(configured: Option<&str>, data_dir: &Path) -> anyhow::Resu
     }
     let path = operator_token_path(data_dir);
     match std::fs::read_to_string(&path) {
-        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
+        Ok(token) if !token.trim().is_empty() => {
+            check_private(&path)?;
+            return Ok(token.trim().to_owned());
+        }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
@@ -52,8 +55,27 @@ pub fn operator_token(configured: Option<&str>, data_dir: &Path) -> anyhow::Resu
     Ok(token)
 }
 
+/// Refuses a token file that users other than its owner may read or write:
+/// whoever reads it is an operator.
+fn check_private(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+        .permissions()
+        .mode()
+        & 0o777;
+    anyhow::ensure!(
+        mode & 0o077 == 0,
+        "{} is open to other users (mode {mode:o}) and holds the operator token: \
+         run `chmod 600 {}`, or remove it to have a new token generated",
+        path.display(),
+        path.display()
+    );
+    Ok(())
+}
+
 fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -61,6 +83,8 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
         .mode(0o600)
         .open(path)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    // A file that was there already (empty) keeps its mode unless told.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     file.write_all(contents.as_bytes())?;
     file.write_all(b"\n")?;
     Ok(())

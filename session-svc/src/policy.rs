@@ -1,7 +1,9 @@
 //! Every rule of the spawn tree, as pure functions over rows the store read
 //! inside its transaction. Trust decisions are made here and nowhere else.
 //!
-//! - visibility: [`can_see`] (workspace boundary, sandboxed never sees direct);
+//! - visibility: [`can_see`] (workspace boundary, sandboxed never sees
+//!   direct), and for lists and watches [`visible_workspace`] and
+//!   [`sees_only_sandboxed`], the filter the store applies;
 //! - trust: [`child_trust`] (inherit by default, never escalate);
 //! - quotas: [`admit_spawn`] (depth, tree, children, workspace, rate), [`admit_root`];
 //! - messaging and termination: [`may_message`], [`may_terminate`].
@@ -9,6 +11,7 @@
 use std::time::Duration;
 
 use crate::{
+    agents::validate_slug,
     config::Limits,
     error::{QuotaLeft, Reason, SessionError},
     model::{Caller, SessionRow, Trust},
@@ -28,6 +31,32 @@ pub fn can_see(caller: &Caller, target: &SessionRow) -> bool {
 /// Returns true if a viewer of trust `viewer` may see a session of trust `target` in its workspace.
 pub fn trust_sees(viewer: Trust, target: Trust) -> bool {
     viewer == Trust::Direct || target == Trust::Sandboxed
+}
+
+/// The workspace a caller's list or watch is about: an agent's own (named
+/// or not), or the one an operator named. Another workspace is answered as
+/// one that does not exist.
+pub fn visible_workspace(caller: &Caller, requested: &str) -> Result<String, SessionError> {
+    match caller {
+        Caller::Operator => {
+            validate_slug("workspace_id", requested)?;
+            Ok(requested.to_owned())
+        }
+        Caller::Session(me) if requested.is_empty() || requested == me.workspace_id => {
+            Ok(me.workspace_id.clone())
+        }
+        Caller::Session(_) => Err(SessionError::refused(
+            Reason::WorkspaceNotFound,
+            format!("workspace not found: {requested}"),
+        )),
+    }
+}
+
+/// Whether a caller sees only the sandboxed sessions of its workspace: the
+/// filter that stores apply to lists and watches, so that they show what
+/// [`can_see`] allows.
+pub fn sees_only_sandboxed(caller: &Caller) -> bool {
+    matches!(caller, Caller::Session(me) if !trust_sees(me.trust, Trust::Direct))
 }
 
 /// Decides a child's trust level: unspecified inherits the parent's; a

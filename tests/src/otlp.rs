@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::{
         },
     },
     common::v1::{KeyValue, any_value::Value},
+    trace::v1::status::StatusCode,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::{Request, Response, Status};
@@ -64,6 +65,8 @@ pub struct Received {
     pub events: Vec<Vec<(String, String)>>,
     /// `(trace id, span id)` of each link.
     pub links: Vec<(String, String)>,
+    /// Whether its status is an error.
+    pub error: bool,
 }
 
 impl Received {
@@ -120,6 +123,10 @@ impl Receiver {
                                 .iter()
                                 .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
                                 .collect(),
+                            error: span
+                                .status
+                                .as_ref()
+                                .is_some_and(|status| status.code == StatusCode::Error as i32),
                         });
                     }
                 }

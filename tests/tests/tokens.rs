@@ -44,9 +44,12 @@ async fn malformed_and_forged_tokens_are_refused() {
 
     let parts: Vec<&str> = token.split('.').collect();
     assert_eq!(parts.len(), 3, "a JWT");
-    // Tampered payload: claims another session, keeps the old signature.
+    // Tampered payload: claims another live session, keeps the old
+    // signature (a session that exists, so only the signature can refuse it).
+    let (other, _, _) = server.root("beta", TrustLevel::Direct).await;
     let forged_claims = format!(
-        "{{\"sub\":\"sess_other\",\"iss\":\"troupe\",\"aud\":\"troupe.session.v1\",\"iat\":1,\"exp\":{},\"jti\":\"x\"}}",
+        "{{\"sub\":\"{}\",\"iss\":\"troupe\",\"aud\":\"troupe.session.v1\",\"iat\":1,\"exp\":{},\"jti\":\"x\"}}",
+        other.session_id,
         u32::MAX
     );
     let forged = format!(
@@ -222,4 +225,17 @@ async fn operator_token_file_is_generated_private_and_reused() {
         token
     );
     assert!(troupe_proto::paths::operator_token(Some("short"), dir.path()).is_err());
+
+    // A token file others may read is refused, saying how to mend it.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let err = troupe_proto::paths::operator_token(None, dir.path())
+        .expect_err("a token file others can read")
+        .to_string();
+    assert!(err.contains("chmod 600"), "{err}");
+    // An empty one, whatever its mode, is replaced by a private new token.
+    std::fs::write(&path, "").expect("empty");
+    let fresh = troupe_proto::paths::operator_token(None, dir.path()).expect("regenerate");
+    assert_ne!(fresh, token);
+    let mode = std::fs::metadata(&path).expect("file").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "made private");
 }

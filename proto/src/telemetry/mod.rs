@@ -27,7 +27,7 @@ use std::{
 };
 
 use anyhow::Context;
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
 use opentelemetry_sdk::{
     Resource, metrics::SdkMeterProvider, propagation::TraceContextPropagator,
     trace::SdkTracerProvider,
@@ -166,6 +166,48 @@ pub fn request_span(request: &http::Request<()>) -> tracing::Span {
     // Without an OpenTelemetry layer there is nothing to parent, and nothing lost.
     let _ = span.set_parent(parent);
     span
+}
+
+/// Puts `span` (not entered yet) under the remote span that the W3C
+/// `traceparent` text names. Nothing happens without span export, or for
+/// text that names no span.
+pub fn continue_remote(span: &tracing::Span, traceparent: &str) {
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&Traceparent(traceparent))
+    });
+    if parent.span().span_context().is_valid() {
+        // Fails only without an OpenTelemetry layer: nothing to parent.
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// The W3C `traceparent` of `span`, for the calls made inside it; `None`
+/// when it is not traced (as without span export).
+pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
+    let cx = span.context();
+    let span = cx.span();
+    let context = span.span_context();
+    context.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        )
+    })
+}
+
+/// One `traceparent` value, as the propagator reads it.
+struct Traceparent<'a>(&'a str);
+
+impl opentelemetry::propagation::Extractor for Traceparent<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        (key == "traceparent").then_some(self.0)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent"]
+    }
 }
 
 /// The headers of a request, as the propagator reads them.

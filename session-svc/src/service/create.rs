@@ -188,6 +188,7 @@ pub async fn child<S: Store>(
             &req.title,
             &req.agent_name,
             &req.initial_message,
+            mode.as_str_name(),
         ],
     )?;
     let new = new_session(caller, &parent.workspace_id, &req.agent_name, trust, spec);

@@ -3,42 +3,20 @@
 use troupe_proto::session as pb;
 
 use super::{Inner, view};
-use crate::{
-    agents::validate_slug,
-    error::{Reason, SessionError},
-    model::{Caller, Trust},
-    store::Store,
-};
+use crate::{error::SessionError, model::Caller, policy, store::Store};
 
 /// Page size when the request names none.
 pub const DEFAULT_PAGE_SIZE: u32 = 1000;
 /// Largest page served.
 pub const MAX_PAGE_SIZE: u32 = 10_000;
 
-/// Returns the workspace a caller's request is about: an agent's own, or the one an operator named.
-pub fn scoped_workspace(caller: &Caller, requested: &str) -> Result<String, SessionError> {
-    match caller {
-        Caller::Operator => {
-            validate_slug("workspace_id", requested)?;
-            Ok(requested.to_owned())
-        }
-        Caller::Session(me) if requested.is_empty() || requested == me.workspace_id => {
-            Ok(me.workspace_id.clone())
-        }
-        Caller::Session(_) => Err(SessionError::refused(
-            Reason::WorkspaceNotFound,
-            format!("workspace not found: {requested}"),
-        )),
-    }
-}
-
 pub async fn sessions<S: Store>(
     inner: &Inner<S>,
     caller: &Caller,
     req: &pb::ListWorkspaceSessionsRequest,
 ) -> Result<pb::ListWorkspaceSessionsResponse, SessionError> {
-    let workspace = scoped_workspace(caller, &req.workspace_id)?;
-    let sandboxed_only = matches!(caller, Caller::Session(me) if me.trust == Trust::Sandboxed);
+    let workspace = policy::visible_workspace(caller, &req.workspace_id)?;
+    let sandboxed_only = policy::sees_only_sandboxed(caller);
     let after = if req.page_token.is_empty() {
         0
     } else {

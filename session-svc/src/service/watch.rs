@@ -10,11 +10,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use troupe_proto::session as pb;
 
-use super::{EventStream, Inner, list::scoped_workspace, view};
+use super::{EventStream, Inner, view};
 use crate::{
     error::{Reason, SessionError},
-    model::{Caller, EventFilter, Trust},
-    policy::can_see,
+    model::{Caller, EventFilter},
+    policy::{self, can_see},
     store::{EventPage, Store},
 };
 
@@ -101,9 +101,9 @@ async fn filter<S: Store>(
         workspace_id: non_empty(&req.workspace_id),
         ..EventFilter::default()
     };
-    if let Caller::Session(me) = caller {
-        filter.workspace_id = Some(scoped_workspace(caller, &req.workspace_id)?);
-        filter.sandboxed_only = me.trust == Trust::Sandboxed;
+    if let Caller::Session(_) = caller {
+        filter.workspace_id = Some(policy::visible_workspace(caller, &req.workspace_id)?);
+        filter.sandboxed_only = policy::sees_only_sandboxed(caller);
     }
     if let Some(id) = &filter.session_id {
         inner

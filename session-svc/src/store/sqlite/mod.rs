@@ -89,6 +89,36 @@ struct Writer {
     /// dropped in between, the next writer rolls back what is open and
     /// rereads these rows, so the ledger never misses a commit.
     unsettled: Vec<String>,
+    /// A transaction was opened by a statement of its own
+    /// ([`SqliteStore::begin`]) and its batch has not ended it yet: the next
+    /// writer rolls it back if the write was cancelled in between.
+    open: bool,
+}
+
+impl Writer {
+    /// Rolls back the transaction [`SqliteStore::begin`] opened, if any.
+    async fn abandon(&mut self) {
+        if self.open {
+            rollback(&mut self.conn).await;
+            self.open = false;
+        }
+    }
+
+    /// `result`, after rolling back the open transaction if it is an error.
+    async fn or_abandon<T>(&mut self, result: Result<T, SessionError>) -> Result<T, SessionError> {
+        if result.is_err() {
+            self.abandon().await;
+        }
+        result
+    }
+}
+
+/// How a write that may carry a request id begins.
+enum Begun {
+    /// An earlier call with the same request id and payload: its result.
+    Replay(serde_json::Value),
+    /// No earlier call: the batch to fill and commit.
+    Batch(Batch),
 }
 
 impl SqliteStore {
@@ -142,6 +172,7 @@ impl SqliteStore {
             writer: Arc::new(Mutex::new(Writer {
                 conn: writer,
                 unsettled: Vec::new(),
+                open: false,
             })),
             ledger: Arc::new(RwLock::new(ledger)),
             checkpointer: Arc::new(Mutex::new(checkpointer)),
@@ -183,8 +214,9 @@ impl SqliteStore {
     /// Takes the writer, first settling what a cancelled write left.
     async fn writer(&self) -> Result<MutexGuard<'_, Writer>, SessionError> {
         let mut w = self.writer.lock().await;
-        if !w.unsettled.is_empty() {
+        if w.open || !w.unsettled.is_empty() {
             rollback(&mut w.conn).await;
+            w.open = false;
             let sql = concat!(
                 "SELECT ",
                 session_columns!(),
@@ -204,14 +236,41 @@ impl SqliteStore {
         Ok(w)
     }
 
-    /// Runs a batch on the writer; on an error nothing changed, so nothing
-    /// is left to settle.
+    /// Begins a write. With a request id, the transaction opens here and the
+    /// earlier call with that id is looked up inside it, so the lookup and
+    /// the batch that records the id (or the rule that refuses it) are one
+    /// transaction; without one, the batch opens its own and the write stays
+    /// one round trip.
+    async fn begin(
+        &self,
+        w: &mut Writer,
+        idem: Option<&Idempotency>,
+    ) -> Result<Begun, SessionError> {
+        let Some(idem) = idem else {
+            return Ok(Begun::Batch(Batch::new()));
+        };
+        w.open = true;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
+        let found = replay(&mut w.conn, idem).await;
+        match w.or_abandon(found).await? {
+            None => Ok(Begun::Batch(Batch::within())),
+            Some(result) => {
+                w.abandon().await;
+                Ok(Begun::Replay(result))
+            }
+        }
+    }
+
+    /// Runs a batch on the writer; it ends the transaction either way. On an
+    /// error nothing changed, so nothing is left to settle.
     async fn run_batch(
         &self,
         w: &mut Writer,
         batch: Batch,
     ) -> Result<Vec<SqliteRow>, SessionError> {
-        match batch.run(&mut w.conn).await {
+        let result = batch.run(&mut w.conn).await;
+        w.open = false;
+        match result {
             Ok(rows) => Ok(rows),
             Err(e) => {
                 w.unsettled.clear();
@@ -367,12 +426,13 @@ impl Store for SqliteStore {
         check: RootCheck<'_>,
     ) -> Result<Created, SessionError> {
         let mut w = self.writer().await?;
-        if let Some(result) = replay(&mut w.conn, idem.as_ref()).await? {
-            return replayed_create(result);
-        }
-        let quota = check(self.ledger().active_in_workspace(&new.workspace_id))?;
+        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+            Begun::Replay(result) => return replayed_create(result),
+            Begun::Batch(batch) => batch,
+        };
+        let quota = check(self.ledger().active_in_workspace(&new.workspace_id));
+        let quota = w.or_abandon(quota).await?;
         let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
-        let mut batch = Batch::new();
         batch
             .remember(
                 idem.as_ref(),
@@ -396,22 +456,24 @@ impl Store for SqliteStore {
         check: SpawnCheck<'_>,
     ) -> Result<Created, SessionError> {
         let mut w = self.writer().await?;
-        if let Some(result) = replay(&mut w.conn, idem.as_ref()).await? {
-            return replayed_create(result);
-        }
+        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+            Begun::Replay(result) => return replayed_create(result),
+            Begun::Batch(batch) => batch,
+        };
         let facts = self
             .ledger()
             .spawn_facts(parent_id)
-            .ok_or_else(|| SessionError::not_found(parent_id))?;
+            .ok_or_else(|| SessionError::not_found(parent_id));
+        let facts = w.or_abandon(facts).await?;
         let admission = check(&SpawnContext {
             parent: &facts.parent,
             tree_sessions: facts.tree_sessions,
             children: facts.children,
             workspace_active: facts.workspace_active,
             now_ms: now_ms(),
-        })?;
+        });
+        let admission = w.or_abandon(admission).await?;
         let parent = &facts.parent;
-        let mut batch = Batch::new();
         batch.remember(
             idem.as_ref(),
             json!({"session_id": new.session_id, "quota": quota_json(&admission.quota)}),
@@ -447,23 +509,27 @@ impl Store for SqliteStore {
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
         let mut w = self.writer().await?;
-        if let Some(result) = replay(&mut w.conn, idem.as_ref()).await? {
-            let bad = || SessionError::Internal("bad idempotency record".to_owned());
-            return Ok(Sent {
-                message_id: result["message_id"].as_str().ok_or_else(bad)?.to_owned(),
-                sequence: result["sequence"].as_u64().ok_or_else(bad)?,
-                replayed: true,
-            });
-        }
+        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+            Begun::Replay(result) => {
+                let bad = || SessionError::Internal("bad idempotency record".to_owned());
+                return Ok(Sent {
+                    message_id: result["message_id"].as_str().ok_or_else(bad)?.to_owned(),
+                    sequence: result["sequence"].as_u64().ok_or_else(bad)?,
+                    replayed: true,
+                });
+            }
+            Begun::Batch(batch) => batch,
+        };
         let target = self
             .ledger()
             .get(recipient)
-            .ok_or_else(|| SessionError::not_found(recipient))?;
-        check(&target)?;
+            .ok_or_else(|| SessionError::not_found(recipient));
+        let target = w.or_abandon(target).await?;
+        let checked = check(&target);
+        w.or_abandon(checked).await?;
         // The sequence the message will get: the ledger holds the committed
         // inbox_seq and nothing else writes it.
         let sequence = target.inbox_seq as u64 + 1;
-        let mut batch = Batch::new();
         batch
             .remember(
                 idem.as_ref(),

@@ -49,9 +49,19 @@ pub(super) struct Batch {
 }
 
 impl Batch {
+    /// A batch that opens its own transaction.
     pub fn new() -> Batch {
         Batch {
             sql: "BEGIN IMMEDIATE;\n".to_owned(),
+            args: SqliteArguments::default(),
+        }
+    }
+
+    /// A batch that goes on with the transaction already open on its
+    /// connection, and commits it.
+    pub fn within() -> Batch {
+        Batch {
+            sql: String::new(),
             args: SqliteArguments::default(),
         }
     }
@@ -187,9 +197,8 @@ pub(super) async fn rollback(conn: &mut SqliteConnection) {
 /// payload matches, a conflict if it does not.
 pub(super) async fn replay(
     conn: &mut SqliteConnection,
-    idem: Option<&Idempotency>,
+    idem: &Idempotency,
 ) -> Result<Option<serde_json::Value>, SessionError> {
-    let Some(idem) = idem else { return Ok(None) };
     let row = sqlx::query(
         "SELECT payload_hash, result FROM idempotency \
          WHERE caller = ? AND action = ? AND request_id = ?",

@@ -1,0 +1,161 @@
+//! `troupe-mcp`'s own spans at a real OTLP receiver: each tool call is an
+//! `execute_tool` span under the agent's `TRACEPARENT`, and the session
+//! service's span of the call sits under it, so a trace shows which tool
+//! call of which agent made each spawn. A refused call's span is an error.
+//!
+//! Export is configured through the standard variables, read once per
+//! process, so the test runs its body in a child process of its own (whose
+//! in-process session service exports too), and the bridge, a child of
+//! that, inherits them.
+
+use rmcp::{
+    ServiceExt,
+    model::{CallToolRequestParams, CallToolResult},
+    transport::TokioChildProcess,
+};
+use serde_json::{Value, json};
+use tokio::process::Command;
+use troupe_proto::session::TrustLevel;
+use troupe_tests::{
+    TestServer,
+    otlp::{Received, Receiver, lookup},
+};
+
+const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
+const CREATE_SESSION: &str = "/troupe.session.v1.SessionService/CreateSession";
+
+/// Set in the process that runs the test's body, to the receiver's port.
+const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
+
+/// The agent's own span, as its `TRACEPARENT` names it.
+const AGENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const AGENT_SPAN: &str = "00f067aa0ba902b7";
+
+async fn call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    name: &'static str,
+    args: Value,
+) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(name).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
+    let Ok(port) = std::env::var(RECEIVER_PORT) else {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "each_tool_call_is_a_span_under_the_agent_and_over_the_service",
+                "--nocapture",
+            ])
+            .env(RECEIVER_PORT, port.to_string())
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{port}"),
+            )
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the traced bridge failed: {status}");
+        return;
+    };
+    let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let receiver = Receiver::serve(listener);
+        let telemetry = troupe_proto::telemetry::init("troupe-session", "warn", None).unwrap();
+        let server = TestServer::start().await;
+        let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
+        let socket = server.config.socket().expect("a Unix socket");
+        let mut bridge = Command::new(BRIDGE);
+        bridge
+            .env(
+                "TROUPE_SESSION_TOKEN",
+                server.token_for(&root.session_id).await,
+            )
+            .env(
+                "TROUPE_SESSION_ENDPOINT",
+                format!("unix://{}", socket.display()),
+            )
+            .env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"))
+            .kill_on_drop(true);
+        let client =
+            ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
+                .await
+                .expect("MCP handshake");
+        let created = call(
+            &client,
+            "create_session",
+            json!({"title": "traced", "agent_name": "worker", "initial_message": "go"}),
+        )
+        .await;
+        assert_ne!(created.is_error, Some(true), "{created:?}");
+        let refused = call(
+            &client,
+            "create_session",
+            json!({"title": "nobody", "agent_name": "no-such-agent", "initial_message": "go"}),
+        )
+        .await;
+        assert_eq!(refused.is_error, Some(true), "{refused:?}");
+        telemetry.shutdown().await;
+        // The bridge exports its batches every 100 ms, and what is left when
+        // its input closes.
+        client.cancel().await.expect("the bridge stops");
+        let tool_spans = |spans: &[Received]| {
+            spans
+                .iter()
+                .filter(|s| s.name == "execute_tool create_session")
+                .count()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while tool_spans(&receiver.spans()) < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+
+        let spans = receiver.spans();
+        let tools: Vec<&Received> = spans
+            .iter()
+            .filter(|s| s.name == "execute_tool create_session")
+            .collect();
+        assert_eq!(tools.len(), 2, "one span per tool call: {spans:#?}");
+        for tool in &tools {
+            assert_eq!(lookup(&tool.resource, "service.name"), "troupe-mcp");
+            assert_eq!(
+                (tool.trace.as_str(), tool.parent.as_str()),
+                (AGENT_TRACE, AGENT_SPAN),
+                "under the agent's span"
+            );
+            assert_eq!(tool.get("gen_ai.operation.name"), "execute_tool");
+            assert_eq!(tool.get("gen_ai.tool.name"), "create_session");
+        }
+        assert_eq!(
+            tools.iter().map(|t| t.error).collect::<Vec<_>>(),
+            [false, true],
+            "the refused call's span is an error"
+        );
+        // The service's span of each call hangs under the bridge's.
+        for tool in &tools {
+            let request = spans
+                .iter()
+                .find(|s| s.name == CREATE_SESSION && s.parent == tool.id)
+                .unwrap_or_else(|| panic!("no CreateSession under {tool:?}: {spans:#?}"));
+            assert_eq!(request.trace, AGENT_TRACE);
+            assert_eq!(lookup(&request.resource, "service.name"), "troupe-session");
+        }
+        server.stop().await;
+    });
+}
