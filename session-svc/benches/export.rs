@@ -1,11 +1,13 @@
 //! What span export costs on the spawn path: CreateSession p50/p99 against
-//! three `troupe-session` processes in one run: one exporting nothing, one
-//! exporting its spans to a real OTLP receiver on loopback, and one
-//! exporting to a receiver that is down; each call is made to the three in
-//! turn, so all see the same moments of the machine. Prints a Markdown
+//! four `troupe-session` processes in one run: two exporting nothing (the
+//! second says how far two identical processes differ, the comparison's
+//! noise), one exporting its spans to a real OTLP receiver on loopback, and
+//! one exporting to a receiver that is down; each call is made to the four
+//! in turn, so all see the same moments of the machine. Prints a Markdown
 //! table (the figures in BENCHMARKS.md).
 //!
-//! Run: `cargo bench -p troupe-session-svc --bench export`
+//! Run: `cargo bench -p troupe-session-svc --bench export` (`BENCH_CALLS`:
+//! counted calls per process, default 4,000)
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +19,8 @@ use troupe_tests::{
     process::SessionProcess,
 };
 
-/// Counted calls per process, after `WARM_UP` uncounted ones.
+/// Counted calls per process (unless `BENCH_CALLS` says), after `WARM_UP`
+/// uncounted ones.
 const CALLS: usize = 4000;
 const WARM_UP: usize = 100;
 /// Children per root: each call's parent is an agent session with room.
@@ -85,8 +88,13 @@ async fn main() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let setups: [(&str, Vec<(&str, &str)>); 3] = [
+    let calls = std::env::var("BENCH_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CALLS);
+    let setups: [(&str, Vec<(&str, &str)>); 4] = [
         ("export off", vec![]),
+        ("export off, a second process", vec![]),
         (
             "export on",
             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
@@ -96,7 +104,7 @@ async fn main() {
             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", dead.as_str())],
         ),
     ];
-    let roots = (WARM_UP + CALLS).div_ceil(CHILDREN_PER_ROOT);
+    let roots = (WARM_UP + calls).div_ceil(CHILDREN_PER_ROOT);
     let mut services = Vec::new();
     for (label, env) in &setups {
         let service = SessionProcess::start(binary, &UNLIMITED, env);
@@ -112,7 +120,7 @@ async fn main() {
         }
     }
     let cpu_before: Vec<Duration> = services.iter().map(|s| s.1.cpu_time()).collect();
-    for i in WARM_UP..WARM_UP + CALLS {
+    for i in WARM_UP..WARM_UP + calls {
         for (_, _, clients, times) in &mut services {
             times.push(spawn(clients, i).await);
         }
@@ -136,14 +144,13 @@ async fn main() {
         .filter(|s| s.name == "spawn")
         .count();
     assert!(
-        spawns >= CALLS,
+        spawns >= calls,
         "the traced service exported {spawns} spawn spans"
     );
 
     let (_, off50, off99, off_cpu) = figures[0];
     println!(
-        "| CreateSession, {} calls each | p50 ms | p99 ms | p50 / off | p99 / off | service CPU per call, µs | CPU / off |",
-        CALLS
+        "| CreateSession, {calls} calls each | p50 ms | p99 ms | p50 / off | p99 / off | service CPU per call, µs | CPU / off |"
     );
     println!("|---|---|---|---|---|---|---|");
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();

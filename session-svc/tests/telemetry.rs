@@ -36,6 +36,42 @@ async fn spans_reach_an_otlp_receiver_named_by_the_standard_variables() {
     assert_eq!(lookup(&created.resource, "deployment.environment"), "test");
 }
 
+/// The sampler and the service name come from the standard variables.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sampler_and_the_service_name_are_the_environments() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let unsampled = start(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_TRACES_SAMPLER", "always_off"),
+        ],
+    );
+    let root = unsampled.create_root().await;
+    unsampled.spawn(&root).await.expect("spawn");
+    assert!(unsampled.stop().await);
+    assert!(
+        receiver.spans().is_empty(),
+        "always_off samples nothing: {:#?}",
+        receiver.spans()
+    );
+
+    let named_service = start(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "sessions-eu"),
+        ],
+    );
+    named_service.create_root().await;
+    assert!(named_service.stop().await);
+    let spans = receiver.spans();
+    assert_eq!(
+        lookup(&named(&spans, "create_root").resource, "service.name"),
+        "sessions-eu"
+    );
+}
+
 /// A spawn's span names the session it made (Troupe's attributes and the
 /// GenAI agent conventions), and a refused spawn's span names the reason.
 #[tokio::test(flavor = "multi_thread")]
@@ -142,10 +178,12 @@ async fn an_unauthenticated_spawn_opens_no_spawn_span() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_an_endpoint_nothing_is_exported_and_a_dead_receiver_blocks_nothing() {
-    // The receiver listens, but nothing names it: it gets nothing.
+    // The receiver listens, but nothing names it: it gets nothing, and the
+    // service traces nothing (no session is given a trace).
     let (receiver, _endpoint) = Receiver::start().await;
     let quiet = start(&[], &[("OTEL_SERVICE_NAME", "quiet")]);
-    quiet.create_root().await;
+    let root = quiet.create_root_in(None).await.session.expect("a session");
+    assert_eq!(root.trace_id, "", "no trace without export");
     assert!(quiet.stop().await);
     assert!(receiver.spans().is_empty());
 
