@@ -3,7 +3,8 @@
 //! second says how far two identical processes differ, the comparison's
 //! noise), one exporting its spans to a real OTLP receiver on loopback, and
 //! one exporting to a receiver that is down; each call is made to the four
-//! in turn, so all see the same moments of the machine. Prints a Markdown
+//! in turn, each round starting at the next one, so all see the same
+//! moments of the machine and none always comes first. Prints a Markdown
 //! table (the figures in BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p troupe-session-svc --bench export` (`BENCH_CALLS`:
@@ -113,7 +114,9 @@ async fn main() {
     }
 
     // Uncounted warm-up calls, then the counted ones; each call goes to
-    // every process in turn.
+    // every process in turn, each round starting at the next process, so
+    // that no process is always the one called first (or last) in a round.
+    let count = services.len();
     for i in 0..WARM_UP {
         for (_, _, clients, _) in &services {
             spawn(clients, i).await;
@@ -121,7 +124,8 @@ async fn main() {
     }
     let cpu_before: Vec<Duration> = services.iter().map(|s| s.1.cpu_time()).collect();
     for i in WARM_UP..WARM_UP + calls {
-        for (_, _, clients, times) in &mut services {
+        for turn in 0..count {
+            let (_, _, clients, times) = &mut services[(i + turn) % count];
             times.push(spawn(clients, i).await);
         }
     }

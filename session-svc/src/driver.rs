@@ -32,7 +32,9 @@ use troupe_proto::{
 use crate::{
     auth::Tokens,
     error::SessionError,
-    model::{AuditRecord, InboxMessage, NewMessage, ProcessChange, ProcessExit, SessionRow},
+    model::{
+        AuditRecord, Idempotency, InboxMessage, NewMessage, ProcessChange, ProcessExit, SessionRow,
+    },
     store::Store,
 };
 
@@ -88,13 +90,7 @@ impl<S: Store> Driver<S> {
                 tracing::warn!(session = %session.session_id, error = %e, "agent did not start");
                 let audit = system_audit("start_agent", &session.session_id, false, &e);
                 let detail = format!("the agent could not be started: {e}");
-                if let Err(e) = driver
-                    .store
-                    .fail_session(&session.session_id, &detail, audit)
-                    .await
-                {
-                    tracing::error!(error = %e, "cannot record a failed start");
-                }
+                driver.fail(&session.session_id, &detail, audit).await;
             }
         });
     }
@@ -168,6 +164,7 @@ impl<S: Store> Driver<S> {
                         () = self.shutdown.cancelled() => return Ok(()),
                     }
                     if !self.is_active(&session.session_id).await {
+                        self.ended_unstarted(&session.session_id).await;
                         return Ok(());
                     }
                 }
@@ -245,9 +242,7 @@ impl<S: Store> Driver<S> {
                 Err(status) if status.code() == Code::NotFound => {
                     let detail = "the runner has no process for this session";
                     let audit = system_audit("reconcile", session_id, true, &detail);
-                    if let Err(e) = self.store.fail_session(session_id, detail, audit).await {
-                        tracing::error!(error = %e, "cannot record a lost process");
-                    }
+                    self.fail(session_id, detail, audit).await;
                     return;
                 }
                 Err(status) => {
@@ -278,6 +273,9 @@ impl<S: Store> Driver<S> {
             })
             .await?
             .into_inner();
+        // The runner answers again (after a restart of either side, or a
+        // lost connection): what could not be written meanwhile goes now.
+        self.deliver(session_id).await;
         loop {
             let event = tokio::select! {
                 event = stream.next() => event,
@@ -387,7 +385,10 @@ impl<S: Store> Driver<S> {
                     .await;
                 match stopped {
                     Ok(_) => {}
-                    Err(status) if status.code() == Code::NotFound => {}
+                    // No process: its agent never started.
+                    Err(status) if status.code() == Code::NotFound => {
+                        driver.ended_unstarted(&id).await;
+                    }
                     Err(status) => {
                         tracing::warn!(session = %id, %status, "cannot stop the agent")
                     }
@@ -434,9 +435,17 @@ impl<S: Store> Driver<S> {
             body,
         };
         let audit = system_audit("callback", &parent, true, &format!("{session_id} ended"));
+        // One notice per child, however many ends are reported for it (an
+        // exit after a termination, a start given up): the first stands.
+        let once = Idempotency {
+            caller: "troupe".to_owned(),
+            action: "callback",
+            request_id: session_id.to_owned(),
+            payload_hash: session_id.to_owned(),
+        };
         let sent = self
             .store
-            .send_message(&parent, message, None, audit, &|target| {
+            .send_message(&parent, message, Some(once), audit, &|target| {
                 if target.is_active() {
                     Ok(())
                 } else {
@@ -445,11 +454,42 @@ impl<S: Store> Driver<S> {
             })
             .await;
         match sent {
-            Ok(_) => {
+            Ok(sent) if !sent.replayed => {
                 self.deliver(&parent).await;
             }
+            Ok(_) => {}
             Err(e) => tracing::debug!(parent = %parent, error = %e, "no callback: parent gone"),
         }
+    }
+
+    /// Fails a session whose agent is lost or could not start, and tells
+    /// its parent (CALLBACK mode) as an exit would.
+    async fn fail(self: &Arc<Self>, session_id: &str, detail: &str, audit: AuditRecord) {
+        match self.store.fail_session(session_id, detail, audit).await {
+            Ok(true) => {
+                let exit = ProcessExit {
+                    code: -1,
+                    reason: "lost".to_owned(),
+                    detail: detail.to_owned(),
+                };
+                self.callback(session_id, &exit).await;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(session = session_id, error = %e, "cannot record a lost agent")
+            }
+        }
+    }
+
+    /// A session that ended before its agent started: its parent (CALLBACK
+    /// mode) is told, as it would be of an exit.
+    async fn ended_unstarted(self: &Arc<Self>, session_id: &str) {
+        let exit = ProcessExit {
+            code: -1,
+            reason: "not_started".to_owned(),
+            detail: "the session ended before its agent started".to_owned(),
+        };
+        self.callback(session_id, &exit).await;
     }
 
     /// After a restart: follows the agents that still run, starts those that
@@ -488,12 +528,18 @@ impl<S: Store> Driver<S> {
             match (known.get(session.session_id.as_str()), process) {
                 (Some(_), _) => self.follow(session.session_id.clone()),
                 (None, None) => self.launch(session.clone(), false),
+                // Its start was still being retried (the runner was down):
+                // no event of it ever came, so start it now.
+                (None, Some(process))
+                    if process.runner_seq == 0
+                        && session.status == troupe_proto::session::SessionStatus::Pending =>
+                {
+                    self.launch(session.clone(), process.notify_parent)
+                }
                 (None, Some(_)) => {
                     let detail = "its process is gone (the runner does not know it)";
                     let audit = system_audit("reconcile", &session.session_id, true, &detail);
-                    self.store
-                        .fail_session(&session.session_id, detail, audit)
-                        .await?;
+                    self.fail(&session.session_id, detail, audit).await;
                 }
             }
         }

@@ -240,8 +240,14 @@ async fn wait_for_end<S: Store>(
             .ok_or_else(|| SessionError::not_found(session_id))?;
         if !row.is_active() {
             let process = inner.store.process(session_id).await?;
+            // A terminated session's agent is waited for until its exit is
+            // recorded, unless it never started (no runner event came).
             let settled = match &process {
-                Some(p) => p.exit_code.is_some() || row.status != pb::SessionStatus::Terminated,
+                Some(p) => {
+                    p.exit_code.is_some()
+                        || row.status != pb::SessionStatus::Terminated
+                        || p.runner_seq == 0
+                }
                 None => true,
             };
             if settled {
