@@ -107,14 +107,35 @@ async fn terminating_a_tree_stops_every_process() {
     let ws = pair.runner.workspace("cascade");
     pair.agent(&ws, "lead", "sleep 1001");
     pair.agent(&ws, "helper", "sleep 1002 & sleep 1003");
+    pair.agent(&ws, "deep", "sleep 1004");
     let root = pair.root(&ws, "lead", "go").await;
     let child = pair
         .child(&root.session_id, "helper", ExecutionMode::Async)
         .await;
     let child_id = child.session.unwrap().session_id;
-    pair.wait_status(&root.session_id, SessionStatus::Running)
-        .await;
-    pair.wait_status(&child_id, SessionStatus::Running).await;
+    let grandchild = pair.child(&child_id, "deep", ExecutionMode::Async).await;
+    let grandchild_id = grandchild.session.unwrap().session_id;
+    for id in [&root.session_id, &child_id, &grandchild_id] {
+        pair.wait_status(id, SessionStatus::Running).await;
+    }
+    // The check below sees the tree's processes while they run.
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    for attempt in 0.. {
+        let ps = run_sh(&pair.runner, &ws, &format!("ps-{attempt}"), "ps -o args")
+            .await
+            .stdout_text();
+        if ["1001", "1002", "1003", "1004"]
+            .iter()
+            .all(|n| ps.contains(&format!("sleep {n}")))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all running:\n{ps}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let ended = pair
         .server
@@ -128,10 +149,17 @@ async fn terminating_a_tree_stops_every_process() {
         .unwrap()
         .into_inner()
         .terminated_session_ids;
-    assert_eq!(ended, vec![root.session_id.clone(), child_id.clone()]);
+    assert_eq!(
+        ended,
+        vec![
+            root.session_id.clone(),
+            child_id.clone(),
+            grandchild_id.clone()
+        ]
+    );
 
     // Their processes end; nothing keeps running in the container.
-    for id in [&root.session_id, &child_id] {
+    for id in [&root.session_id, &child_id, &grandchild_id] {
         let deadline = tokio::time::Instant::now() + MINUTE;
         while pair.get(id).await.session.unwrap().exit_code.is_none() {
             assert!(tokio::time::Instant::now() < deadline, "{id} kept running");
@@ -145,7 +173,7 @@ async fn terminating_a_tree_stops_every_process() {
     let ps = run_sh(&pair.runner, &ws, "ps", "ps -o args")
         .await
         .stdout_text();
-    for n in ["1001", "1002", "1003"] {
+    for n in ["1001", "1002", "1003", "1004"] {
         assert!(!ps.contains(&format!("sleep {n}")), "left behind:\n{ps}");
     }
 }
@@ -688,5 +716,29 @@ async fn a_start_pending_across_a_restart_is_made_afterwards() {
     assert!(
         done.result.unwrap().output_tail.contains("late: "),
         "the agent ran and read its message"
+    );
+}
+
+/// What is kept of an agent's output is the configured tail: its latest
+/// bytes, whole up to the limit.
+#[tokio::test]
+async fn the_output_kept_is_the_configured_tail() {
+    let pair = Pair::start_with(|c| c.output_tail_bytes = 64).await;
+    let ws = pair.runner.workspace("tail");
+    pair.agent(
+        &ws,
+        "talker",
+        "i=0; while [ $i -lt 100 ]; do printf '%04d|' $i; i=$((i+1)); done",
+    );
+    let root = pair.root(&ws, "talker", "go").await;
+    let done = pair
+        .wait_status(&root.session_id, SessionStatus::Completed)
+        .await;
+    let printed: String = (0..100).map(|i| format!("{i:04}|")).collect();
+    assert_eq!(
+        done.result.unwrap().output_tail,
+        printed[printed.len() - 64..],
+        "the last 64 bytes of {} printed",
+        printed.len()
     );
 }

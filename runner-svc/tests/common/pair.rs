@@ -22,6 +22,11 @@ pub struct Pair {
 
 impl Pair {
     pub async fn start() -> Pair {
+        Pair::start_with(|_| {}).await
+    }
+
+    /// As [`Pair::start`], with the session service's configuration adjusted.
+    pub async fn start_with(adjust: impl FnOnce(&mut troupe_session_svc::Config)) -> Pair {
         // The session service's socket, which the runner mounts into containers.
         let sockets = tempfile::tempdir().unwrap();
         let socket = sockets.path().join("session.sock");
@@ -35,6 +40,7 @@ impl Pair {
         let server = TestServer::start_with(|c| {
             c.runner = Some(endpoint);
             c.socket = Some(socket);
+            adjust(c);
         })
         .await;
         Pair {
