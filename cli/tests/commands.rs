@@ -9,7 +9,8 @@ use std::{
 };
 
 use serde_json::Value;
-use troupe_tests::{OPERATOR_TOKEN, TestServer};
+use troupe_proto::session::TrustLevel;
+use troupe_tests::{OPERATOR_TOKEN, TestServer, child, create_child};
 
 const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
 
@@ -230,6 +231,59 @@ async fn every_command_speaks_json_to_a_real_service() {
             && e["action"] == "send_message"
             && e["target"] == kid.as_str()),
         "the operator's message is audited: {audit}"
+    );
+    server.stop().await;
+}
+
+/// A watch outlives a restart of the service: it opens again after the last
+/// cursor it printed, and sees what happened meanwhile once, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_resumes_across_a_restart_of_the_service() {
+    let mut server = TestServer::start().await;
+    let data = tempfile::tempdir().expect("dir");
+    let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
+    let mut watch = troupe(&server, data.path())
+        .args(["session", "watch", "--tree", &root.tree_id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch runs");
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = watch.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let event: Value = serde_json::from_str(&line).expect("a JSON line");
+            if lines_tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    let next = async |lines: &mut tokio::sync::mpsc::UnboundedReceiver<Value>| {
+        tokio::time::timeout(Duration::from_secs(30), lines.recv())
+            .await
+            .expect("an event within 30 s")
+            .expect("the watch goes on")
+    };
+    let created = next(&mut lines).await;
+    assert_eq!(created["kind"], "created");
+
+    server.restart().await;
+    // Made while the watch reconnects, or after: it sees them either way.
+    let kid = create_child(&mut as_root, child("after the restart")).await;
+    let mut seen = vec![created];
+    while !seen
+        .iter()
+        .any(|e| e["session_id"] == kid.session_id.as_str())
+    {
+        seen.push(next(&mut lines).await);
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let cursors: Vec<u64> = seen.iter().filter_map(|e| e["cursor"].as_u64()).collect();
+    assert!(
+        cursors.windows(2).all(|w| w[0] < w[1]),
+        "in order, none twice: {cursors:?}"
     );
     server.stop().await;
 }

@@ -66,8 +66,10 @@ impl TestServer {
         server
     }
 
+    /// Serves on a fresh port the first time, and on the same one after a
+    /// restart, so that clients (and a CLI given the address) find it again.
     async fn launch(&mut self) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = TcpListener::bind(self.addr).await.expect("bind");
         self.addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel();
         let config = self.config.clone();

@@ -9,10 +9,11 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context, bail};
-use tonic::Code;
+use anyhow::Context;
+use tonic::{Code, Status};
 use troupe_proto::session::{GetSessionRequest, GetSessionResponse, WatchSessionsRequest};
 
+use super::watch;
 use crate::{
     Ctx,
     cli::TreeArgs,
@@ -35,13 +36,14 @@ pub async fn run(ctx: &mut Ctx, args: &TreeArgs) -> anyhow::Result<()> {
         .session
         .map(|s| s.tree_id)
         .unwrap_or_default();
+    let request = WatchSessionsRequest {
+        tree_id,
+        live_only: true,
+        ..Default::default()
+    };
     let mut events = ctx
         .client
-        .watch_sessions(WatchSessionsRequest {
-            tree_id,
-            live_only: true,
-            ..Default::default()
-        })
+        .watch_sessions(request.clone())
         .await?
         .into_inner();
     let mut shown = fetch(&mut ctx.client, &args.id, args.subtree).await?;
@@ -49,18 +51,29 @@ pub async fn run(ctx: &mut Ctx, args: &TreeArgs) -> anyhow::Result<()> {
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
-        tokio::select! {
+        let event = tokio::select! {
             _ = &mut interrupted => return Ok(()),
-            event = events.message() => {
-                if event?.is_none() {
-                    bail!("the server ended the watch");
+            event = events.message() => event,
+        };
+        let broken = match event {
+            Ok(Some(_)) => None,
+            Ok(None) => Some(Status::unavailable("the server ended the watch")),
+            Err(status) => Some(status),
+        };
+        match broken {
+            // The service went away: watch again, then read the tree again,
+            // so a change made meanwhile is shown.
+            Some(status) if watch::went_away(&status) => {
+                eprintln!("the watch broke ({}); watching again", status.message());
+                tokio::select! {
+                    _ = &mut interrupted => return Ok(()),
+                    reopened = watch::reopen(&mut ctx.client, &request) => events = reopened?,
                 }
             }
-        }
-        // Let a burst (a cascade of terminations) settle into one reprint.
-        while let Ok(event) = tokio::time::timeout(SETTLE, events.message()).await {
-            if event?.is_none() {
-                break;
+            Some(status) => return Err(status.into()),
+            // Let a burst (a cascade of terminations) settle into one reprint.
+            None => {
+                while let Ok(Ok(Some(_))) = tokio::time::timeout(SETTLE, events.message()).await {}
             }
         }
         // Messages and output change no line of the tree: no reprint for them.

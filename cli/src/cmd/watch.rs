@@ -1,8 +1,13 @@
 //! `troupe session watch`: streams events, one line each (JSON lines with
-//! `--json`), until Ctrl-C. When the stream breaks, the last cursor seen is
-//! told on stderr so the watch can resume with `--after`.
+//! `--json`), until Ctrl-C. When the service goes away (a restart, a lost
+//! connection), the watch is opened again after the last cursor seen, so
+//! nothing is missed and nothing repeated; a refusal (an expired cursor, a
+//! filter the caller may not use) ends it, telling the last cursor on
+//! stderr so it can resume with `--after`.
 
-use anyhow::anyhow;
+use std::time::Duration;
+
+use tonic::{Code, Status, Streaming};
 use troupe_proto::{
     session::{SessionEvent, WatchSessionsRequest},
     status::{kind_str, status_str},
@@ -11,12 +16,16 @@ use troupe_proto::{
 use crate::{
     Ctx,
     cli::WatchArgs,
+    connect::Client,
     error::{self, Reported},
     out, render,
 };
 
+/// The longest wait between two attempts to open a watch again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
 pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
-    let request = WatchSessionsRequest {
+    let mut request = WatchSessionsRequest {
         session_id: args.session.clone().unwrap_or_default(),
         tree_id: args.tree.clone().unwrap_or_default(),
         workspace_id: args.workspace.clone().unwrap_or_default(),
@@ -24,7 +33,11 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
         live_only: args.live,
     };
     // An error of the call itself (a bad filter, an expired cursor) has no resume point.
-    let mut events = ctx.client.watch_sessions(request).await?.into_inner();
+    let mut events = ctx
+        .client
+        .watch_sessions(request.clone())
+        .await?
+        .into_inner();
     let mut last = (!args.live).then_some(args.after);
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -38,7 +51,7 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
             }
             event = events.message() => event,
         };
-        match event {
+        let broken = match event {
             Ok(Some(event)) => {
                 let written = if ctx.json {
                     out::json_line(&render::event(&event))
@@ -49,9 +62,32 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
                     break err;
                 }
                 last = Some(event.cursor);
+                continue;
             }
-            Ok(None) => break anyhow!("the server ended the stream"),
-            Err(status) => break status.into(),
+            // The server ends its streams when it shuts down.
+            Ok(None) => Status::unavailable("the server ended the stream"),
+            Err(status) => status,
+        };
+        if !went_away(&broken) {
+            break broken.into();
+        }
+        match last {
+            Some(cursor) => {
+                eprintln!(
+                    "the watch broke ({}); resuming after cursor {cursor}",
+                    broken.message()
+                );
+                request.after_cursor = cursor;
+                request.live_only = false;
+            }
+            None => eprintln!("the watch broke ({}); watching again", broken.message()),
+        }
+        tokio::select! {
+            _ = &mut interrupted => return Ok(()),
+            reopened = reopen(&mut ctx.client, &request) => match reopened {
+                Ok(stream) => events = stream,
+                Err(status) => break status.into(),
+            },
         }
     };
     if error::is_broken_pipe(&failure) {
@@ -63,6 +99,33 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
         None => eprintln!("no event was received; watch again with --live"),
     }
     Err(Reported.into())
+}
+
+/// Whether a watch ended because the service went away (it restarts, the
+/// connection was lost), not because it refused something: then it is
+/// worth opening again.
+pub fn went_away(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Unknown | Code::Cancelled
+    )
+}
+
+/// Opens the watch `request` describes, trying again while the service is
+/// away, a little longer between each try (up to [`MAX_BACKOFF`]).
+pub async fn reopen(
+    client: &mut Client,
+    request: &WatchSessionsRequest,
+) -> Result<Streaming<SessionEvent>, Status> {
+    let mut pause = Duration::from_millis(200);
+    loop {
+        tokio::time::sleep(pause).await;
+        match client.watch_sessions(request.clone()).await {
+            Ok(response) => return Ok(response.into_inner()),
+            Err(status) if went_away(&status) => pause = (pause * 2).min(MAX_BACKOFF),
+            Err(status) => return Err(status),
+        }
+    }
 }
 
 /// Returns an event as `cursor kind session_id status depth detail`.
