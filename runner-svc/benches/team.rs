@@ -7,10 +7,13 @@
 //!   agent until the reply says `DELIVERED` (its bytes are in the agent's
 //!   stdin pipe), and until the agent's echo of it comes back to a watcher,
 //!   each followed by a timed no-op call (a health check) that meets the
-//!   same moments of the machine.
+//!   same moments of the machine; and the same as an agent sends it, a
+//!   `send_message` tool call through `troupe-mcp` until its result says
+//!   "delivered".
 //!
 //! `cargo bench -p troupe-runner-svc --bench team` (needs DOCKER_HOST and the
-//! image, as the tests do).
+//! image, as the tests do, and `troupe-mcp` built: `cargo build --release -p
+//! troupe-mcp-bridge`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures::StreamExt;
 use measure::*;
+use rmcp::{ServiceExt, model::CallToolRequestParams, transport::TokioChildProcess};
 use troupe_proto::session::{
     CreateRootSessionRequest, CreateSessionRequest, DeliveryStatus, EventKind, GetSessionRequest,
     SendMessageRequest, SessionEvent, SessionStatus, TrustLevel, WatchSessionsRequest,
@@ -176,13 +180,70 @@ async fn bench() {
         noop.call().await;
         floor.push(millis(t.elapsed()));
     }
+    // The same messages as an agent sends them: a `send_message` tool call
+    // to `troupe-mcp` over stdio, as the agent's MCP client makes it, until
+    // its result says "delivered" (the bytes are in the agent's stdin pipe).
+    let socket = server.config.socket().expect("a Unix socket");
+    let mut bridge = tokio::process::Command::new(bridge_binary());
+    bridge
+        .env(
+            "TROUPE_SESSION_TOKEN",
+            server.token_for(&root.session_id).await,
+        )
+        .env(
+            "TROUPE_SESSION_ENDPOINT",
+            format!("unix://{}", socket.display()),
+        )
+        .kill_on_drop(true);
+    let client =
+        ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
+            .await
+            .expect("MCP handshake");
+    let mut tool = Vec::new();
+    for i in 0..MESSAGES {
+        let text = format!("tool-{i}");
+        let serde_json::Value::Object(args) =
+            serde_json::json!({"session_id": echo.session_id, "message": text})
+        else {
+            unreachable!("an object")
+        };
+        let t = Instant::now();
+        let result = client
+            .call_tool(CallToolRequestParams::new("send_message").with_arguments(args))
+            .await
+            .expect("send_message");
+        tool.push(millis(t.elapsed()));
+        let value = result.structured_content.expect("a structured result");
+        assert_eq!(value["delivery"], "delivered", "{value}");
+        // Untimed: the echo, so the next message meets an idle agent.
+        until(&mut watch, &echo.session_id, |e| {
+            matches!(&e.detail, Some(Detail::Output(out))
+                if String::from_utf8_lossy(&out.data).contains(&text))
+        })
+        .await;
+    }
     let (d50, d99) = percentiles(&mut delivered);
     let (e50, e99) = percentiles(&mut echoed);
     let (f50, f99) = percentiles(&mut floor);
+    let (m50, m99) = percentiles(&mut tool);
     println!("messages to a running agent over {MESSAGES} (ms, p50 / p99):");
     println!("  SendMessage until DELIVERED:   {d50:.1} / {d99:.1}");
     println!("  until its echo is watched:     {e50:.1} / {e99:.1}");
     println!("  a no-op call after each:       {f50:.1} / {f99:.1}");
+    println!("  send_message tool call, until delivered: {m50:.1} / {m99:.1}");
+}
+
+/// `troupe-mcp`, built beside the runner (`cargo build --release -p
+/// troupe-mcp-bridge` before this bench).
+fn bridge_binary() -> std::path::PathBuf {
+    let path =
+        std::path::Path::new(env!("CARGO_BIN_EXE_troupe-runner")).with_file_name("troupe-mcp");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build --release -p troupe-mcp-bridge`",
+        path.display()
+    );
+    path
 }
 
 /// Reads the watch until an event of `session_id` that `wanted` accepts.
