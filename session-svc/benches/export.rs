@@ -1,14 +1,16 @@
 //! What span export costs on the spawn path: CreateSession p50/p99 against
 //! four `troupe-session` processes in one run: two exporting nothing (the
-//! second says how far two identical processes differ, the comparison's
-//! noise), one exporting its spans to a real OTLP receiver on loopback, and
-//! one exporting to a receiver that is down; each call is made to the four
+//! baseline is their calls pooled; each alone says how far two identical
+//! processes differ, the comparison's noise), one exporting its spans to a
+//! real OTLP receiver on loopback, and one exporting to a receiver that is
+//! down; each call is made to the four
 //! in turn, each round starting at the next one, so all see the same
 //! moments of the machine and none always comes first. Prints a Markdown
 //! table (the figures in BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p troupe-session-svc --bench export` (`BENCH_CALLS`:
-//! counted calls per process, default 4,000)
+//! counted calls per process, default 4,000; `OTEL_BSP_*` variables are
+//! passed to the exporting processes)
 
 use std::time::{Duration, Instant};
 
@@ -93,17 +95,23 @@ async fn main() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(CALLS);
+    // The batch processor's settings (`OTEL_BSP_*`) of this environment go
+    // to the exporting processes, for experiments; nothing else of it does.
+    let batching: Vec<(String, String)> = std::env::vars()
+        .filter(|(name, _)| name.starts_with("OTEL_BSP_"))
+        .collect();
+    let exporting = |endpoint: &'static str| -> Vec<(&str, &str)> {
+        let mut env = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)];
+        env.extend(batching.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        env
+    };
+    let endpoint: &'static str = endpoint.leak();
+    let dead: &'static str = dead.leak();
     let setups: [(&str, Vec<(&str, &str)>); 4] = [
         ("export off", vec![]),
         ("export off, a second process", vec![]),
-        (
-            "export on",
-            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
-        ),
-        (
-            "export on, receiver down",
-            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", dead.as_str())],
-        ),
+        ("export on", exporting(endpoint)),
+        ("export on, receiver down", exporting(dead)),
     ];
     let roots = (WARM_UP + calls).div_ceil(CHILDREN_PER_ROOT);
     let mut services = Vec::new();
@@ -130,10 +138,17 @@ async fn main() {
         }
     }
     let mut figures = Vec::new();
+    // The baseline: both processes exporting nothing, their calls pooled.
+    let mut off = Vec::new();
+    let mut off_cpu = Duration::ZERO;
     for ((label, service, _, mut times), before) in services.into_iter().zip(cpu_before) {
         // The service's CPU time per call: steadier than latency on a busy machine.
         let cpu = (service.cpu_time() - before) / times.len() as u32;
         assert!(service.stop().await, "{label}: clean stop");
+        if label.starts_with("export off") {
+            off.extend_from_slice(&times);
+            off_cpu += cpu / 2;
+        }
         times.sort();
         figures.push((
             label,
@@ -142,6 +157,9 @@ async fn main() {
             cpu,
         ));
     }
+    off.sort();
+    let (off50, off99) = (percentile(&off, 50.0), percentile(&off, 99.0));
+    figures.insert(0, ("export off, both processes pooled", off50, off99, off_cpu));
     let spawns = receiver
         .spans()
         .iter()
@@ -152,7 +170,6 @@ async fn main() {
         "the traced service exported {spawns} spawn spans"
     );
 
-    let (_, off50, off99, off_cpu) = figures[0];
     println!(
         "| CreateSession, {calls} calls each | p50 ms | p99 ms | p50 / off | p99 / off | service CPU per call, µs | CPU / off |"
     );
