@@ -159,7 +159,10 @@ async fn main() {
     }
     off.sort();
     let (off50, off99) = (percentile(&off, 50.0), percentile(&off, 99.0));
-    figures.insert(0, ("export off, both processes pooled", off50, off99, off_cpu));
+    figures.insert(
+        0,
+        ("export off, both processes pooled", off50, off99, off_cpu),
+    );
     let spawns = receiver
         .spans()
         .iter()

@@ -29,10 +29,8 @@ use std::{
 use anyhow::Context;
 use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
 use opentelemetry_sdk::{
-    Resource,
-    metrics::SdkMeterProvider,
-    propagation::TraceContextPropagator,
-    trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider},
+    Resource, metrics::SdkMeterProvider, propagation::TraceContextPropagator,
+    trace::SdkTracerProvider,
 };
 use tonic::codegen::http;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -238,36 +236,15 @@ fn asks_for_export(var: &dyn Fn(&str) -> Option<String>, signal: &str) -> bool {
     endpoint && !disabled
 }
 
-/// Spans sent per export, unless `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` says.
-/// Each export takes the machine for a moment, and the calls it meets are
-/// slower; fewer, larger exports meet fewer calls (BENCHMARKS.md: with
-/// batches of 512, the SDK's default, CreateSession's p99 was 5-28% above a
-/// service exporting nothing; with 4,096, -4% to +11%).
-const EXPORT_BATCH: usize = 4096;
-/// Spans waiting for export at most, unless `OTEL_BSP_MAX_QUEUE_SIZE` says:
-/// room for four batches, before spans are dropped (a receiver that is down).
-const EXPORT_QUEUE: usize = 4 * EXPORT_BATCH;
-
 fn provider(resource: Resource) -> anyhow::Result<SdkTracerProvider> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .build()
         .context("cannot set up the OTLP span exporter")?;
-    let unset = |name: &str| std::env::var_os(name).is_none();
-    let mut batching = BatchConfigBuilder::default();
-    if unset("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") {
-        batching = batching.with_max_export_batch_size(EXPORT_BATCH);
-    }
-    if unset("OTEL_BSP_MAX_QUEUE_SIZE") {
-        batching = batching.with_max_queue_size(EXPORT_QUEUE);
-    }
-    let processor = BatchSpanProcessor::builder(exporter)
-        .with_batch_config(batching.build())
-        .build();
     Ok(SdkTracerProvider::builder()
         .with_resource(resource)
         .with_id_generator(life::Ids::default())
-        .with_span_processor(processor)
+        .with_batch_exporter(exporter)
         .build())
 }
 
