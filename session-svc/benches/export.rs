@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use troupe_proto::session::CreateSessionRequest;
+use troupe_proto::session::{CreateSessionRequest, session_service_client::SessionServiceClient};
 use troupe_tests::{
     Client,
     bench::{ms, percentile},
@@ -40,12 +40,19 @@ const UNLIMITED: [&str; 8] = [
     "0",
 ];
 
-/// Agent clients of roots that spawn the calls' children.
+/// Agent clients of roots that spawn the calls' children, each with its
+/// root's token, all on one connection (a connection each would run the
+/// service out of file descriptors at large `BENCH_CALLS`).
 async fn spawners(service: &SessionProcess, count: usize) -> Vec<Client> {
+    let channel = service.channel().await;
     let mut out = Vec::new();
     for _ in 0..count {
         let token = service.create_root_in(None).await.session_token;
-        out.push(service.client(&token).await);
+        let auth = troupe_proto::endpoint::Bearer::new(Some(&token)).unwrap();
+        out.push(SessionServiceClient::with_interceptor(
+            channel.clone(),
+            auth,
+        ));
     }
     out
 }

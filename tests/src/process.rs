@@ -95,21 +95,28 @@ impl SessionProcess {
         Duration::from_millis((ticks(11) + ticks(12)) * 1000 / ticks_per_sec)
     }
 
-    /// A client with `token`, once the service answers.
-    pub async fn client(&self, token: &str) -> Client {
+    /// A connection to the service, once it answers.
+    pub async fn channel(&self) -> tonic::transport::Channel {
         let mut tries = 0;
-        let channel = loop {
+        loop {
             match troupe_proto::endpoint::connect(&self.endpoint).await {
-                Ok(channel) => break channel,
+                Ok(channel) => return channel,
                 Err(e) => {
                     tries += 1;
                     assert!(tries < 200, "the service did not come up: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
-        };
+        }
+    }
+
+    /// A client with `token`, on a connection of its own.
+    pub async fn client(&self, token: &str) -> Client {
         let auth = troupe_proto::endpoint::Bearer::new(Some(token)).unwrap();
-        pb::session_service_client::SessionServiceClient::with_interceptor(channel, auth)
+        pb::session_service_client::SessionServiceClient::with_interceptor(
+            self.channel().await,
+            auth,
+        )
     }
 
     pub async fn operator(&self) -> Client {
