@@ -201,6 +201,10 @@ fn event_detail(detail: Option<&Detail>) -> Value {
             "reason": e.reason,
             "detail": text(&e.detail),
         }),
+        Some(Detail::Progress(p)) => json!({
+            "progress": p.progress,
+            "description": text(&p.description),
+        }),
     }
 }
 
@@ -229,6 +233,13 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
             e.reason,
             word(&e.detail)
         ),
+        Some(Detail::Progress(p)) => {
+            format!(
+                "progress={}% description={}",
+                p.progress,
+                word(&p.description)
+            )
+        }
     }
 }
 

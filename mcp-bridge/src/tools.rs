@@ -1,6 +1,6 @@
 //! The tools. Names and arguments follow the seeds (`create_session`,
 //! `send_message`, `list_workspace_sessions`) plus `get_session`,
-//! `wait_for_session` and `terminate_session`. Each validates only what it
+//! `wait_for_session`, `terminate_session` and `report_progress`. Each validates only what it
 //! must to build the request; the session service decides everything else.
 //! Results are pretty JSON text with the same value as structured content;
 //! failures are tool errors ([`crate::failure`]).
@@ -47,7 +47,8 @@ const MAX_PAGES: usize = 100;
 const INSTRUCTIONS: &str = "Troupe sessions: this server acts as the calling agent's own session. \
 Use create_session to start a child agent in this workspace, send_message to talk to another \
 session, list_workspace_sessions to discover the team, get_session and wait_for_session to \
-follow a session, terminate_session to end one below you. The session service enforces every \
+follow a session, terminate_session to end one below you, report_progress to tell watchers \
+how far your own task has come. The session service enforces every \
 rule (workspace, trust level, spawn limits); a refused call is a tool error saying which rule \
 refused it and what quota is left.";
 
@@ -118,6 +119,16 @@ pub struct ListArgs {
 pub struct SessionArgs {
     /// The session id (`sess_...`).
     pub session_id: String,
+}
+
+/// Arguments of `report_progress`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ProgressArgs {
+    /// Percent of the task done, 0 to 100.
+    pub progress: u32,
+    /// Optional: what is being done now, in a few words (at most 256 bytes).
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 /// Arguments of `wait_for_session`.
@@ -270,6 +281,32 @@ ended. Terminating a session that has already ended is harmless.",
             "terminate_session",
             &extensions,
             self.terminate(&extensions, &args.session_id),
+        )
+        .await
+    }
+
+    #[tool(
+        name = "report_progress",
+        description = "Report how far this session's own task has come: progress in percent \
+(0 to 100) and, optionally, a few words on what is being done. Whoever watches the spawn tree \
+(the parent, an operator) sees it as a progress event of this session. Returns the event's \
+sequence.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn report_progress(
+        &self,
+        extensions: Extensions,
+        Parameters(args): Parameters<ProgressArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.traced(
+            "report_progress",
+            &extensions,
+            self.progress(&extensions, args),
         )
         .await
     }
@@ -461,6 +498,25 @@ impl Bridge {
             .map_err(|s| self.refused(&s))?
             .into_inner();
         Ok(view::terminated(&response))
+    }
+
+    async fn progress(
+        &self,
+        extensions: &Extensions,
+        args: ProgressArgs,
+    ) -> Result<Value, ToolFailure> {
+        let mut session = self.session(extensions).await?;
+        let request = session.request(pb::ReportProgressRequest {
+            progress: args.progress,
+            description: args.description.unwrap_or_default(),
+        });
+        let response = session
+            .client()
+            .report_progress(request)
+            .await
+            .map_err(|s| self.refused(&s))?
+            .into_inner();
+        Ok(json!({ "sequence": response.sequence }))
     }
 
     /// Waits for the session's end. The live watch is opened before the first

@@ -16,13 +16,14 @@ use troupe_tests::{TestServer, get, terminate};
 
 const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
-const TOOLS: [&str; 6] = [
+const TOOLS: [&str; 7] = [
     "create_session",
     "send_message",
     "list_workspace_sessions",
     "get_session",
     "wait_for_session",
     "terminate_session",
+    "report_progress",
 ];
 
 fn require_python_mcp() {
@@ -171,7 +172,7 @@ async fn inbox_count(server: &TestServer, session_id: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn tools_list_shows_six_tools_with_schemas() {
+async fn tools_list_shows_seven_tools_with_schemas() {
     let server = TestServer::start().await;
     let (_, _, token) = server.root("ws", TrustLevel::Direct).await;
     let mut connection = stdio(&unix_endpoint(&server), &token, vec![]);
@@ -239,6 +240,10 @@ async fn tools_list_shows_six_tools_with_schemas() {
         tool("terminate_session")["annotations"]["destructiveHint"],
         true
     );
+    assert_eq!(
+        tool("report_progress")["inputSchema"]["required"],
+        json!(["progress"])
+    );
 }
 
 #[tokio::test]
@@ -258,9 +263,23 @@ async fn stdio_team_spawns_messages_lists_and_hits_the_depth_limit() {
                 json!({"title": "backend", "agent_name": "worker", "initial_message": "build the API"}),
             ),
             call("list_workspace_sessions", json!({})),
+            call(
+                "report_progress",
+                json!({"progress": 30, "description": "team started"}),
+            ),
+            call("report_progress", json!({"progress": 101})),
         ],
     )])
     .await;
+    // Progress is an event of the caller's own session; a bad value is
+    // refused by the service, as a tool error naming the field.
+    assert_eq!(
+        ok(&out[0]["results"][2])["sequence"],
+        3,
+        "after created and message"
+    );
+    let text = refused(&out[0]["results"][3], "INVALID_ARGUMENT");
+    assert!(text.contains("progress"), "{text}");
     let created = ok(&out[0]["results"][0]);
     let child_id = created["session"]["session_id"]
         .as_str()

@@ -225,6 +225,7 @@ mod tests {
             "get_session",
             "wait_for_session",
             "terminate_session",
+            "report_progress",
         ];
         assert_eq!(allowed, tools.map(|t| format!("mcp__troupe__{t}")));
         let prompt = value("--append-system-prompt");

@@ -15,6 +15,7 @@ pub enum Reason {
     TokenExpired,
     TokenRevoked,
     OperatorOnly,
+    SessionOnly,
     ParentOverrideForbidden,
     NotADescendant,
     TrustEscalation,
@@ -45,6 +46,7 @@ impl Reason {
             Reason::TokenExpired => "TOKEN_EXPIRED",
             Reason::TokenRevoked => "TOKEN_REVOKED",
             Reason::OperatorOnly => "OPERATOR_ONLY",
+            Reason::SessionOnly => "SESSION_ONLY",
             Reason::ParentOverrideForbidden => "PARENT_OVERRIDE_FORBIDDEN",
             Reason::NotADescendant => "NOT_A_DESCENDANT",
             Reason::TrustEscalation => "TRUST_ESCALATION",
@@ -74,6 +76,7 @@ impl Reason {
             | Reason::TokenExpired
             | Reason::TokenRevoked => Code::Unauthenticated,
             Reason::OperatorOnly
+            | Reason::SessionOnly
             | Reason::ParentOverrideForbidden
             | Reason::NotADescendant
             | Reason::TrustEscalation => Code::PermissionDenied,

@@ -238,3 +238,76 @@ async fn a_live_watch_starts_after_what_is_stored() {
     );
     server.stop().await;
 }
+
+/// A session reports its own progress; its watchers see it as an event
+/// with the hierarchy fields. The operator, who is no session, cannot; nor
+/// can a session that has ended; a percentage over 100 is refused.
+#[tokio::test]
+async fn progress_is_a_sessions_own_event() {
+    let server = TestServer::start().await;
+    let mut op = server.operator().await;
+    let (root, mut as_root, _) = server.root("alpha", TrustLevel::Direct).await;
+    let kid = create_child(&mut as_root, child("worker")).await;
+    let mut as_kid = server.act_as(&kid.session_id).await;
+    let mut stream = op
+        .watch_sessions(pb::WatchSessionsRequest {
+            tree_id: root.tree_id.clone(),
+            live_only: true,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let reported = as_kid
+        .report_progress(pb::ReportProgressRequest {
+            progress: 40,
+            description: "indexing".into(),
+        })
+        .await
+        .expect("report")
+        .into_inner();
+    let event = next(&mut stream).await;
+    assert_eq!(event.kind, EventKind::Progress as i32);
+    assert_eq!(event.sequence, reported.sequence);
+    assert_eq!(
+        (
+            event.session_id.as_str(),
+            event.parent_session_id.as_str(),
+            event.depth
+        ),
+        (kid.session_id.as_str(), root.session_id.as_str(), 1)
+    );
+    assert_eq!(
+        event.detail,
+        Some(pb::session_event::Detail::Progress(pb::Progress {
+            progress: 40,
+            description: "indexing".into(),
+        }))
+    );
+
+    let status = op
+        .report_progress(pb::ReportProgressRequest::default())
+        .await
+        .expect_err("the operator is no session");
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::PermissionDenied, "SESSION_ONLY")
+    );
+    let status = as_kid
+        .report_progress(pb::ReportProgressRequest {
+            progress: 101,
+            description: String::new(),
+        })
+        .await
+        .expect_err("not a percentage");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    op.terminate_session(terminate(kid.session_id.clone()))
+        .await
+        .expect("terminate");
+    let status = as_kid
+        .report_progress(pb::ReportProgressRequest::default())
+        .await
+        .expect_err("ended");
+    assert_eq!(reason(&status), "TOKEN_REVOKED");
+    server.stop().await;
+}

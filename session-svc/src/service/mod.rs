@@ -8,6 +8,7 @@ mod create;
 mod get;
 mod list;
 mod message;
+mod progress;
 mod terminate;
 mod token;
 mod view;
@@ -447,6 +448,23 @@ impl<S: Store> SessionService for Service<S> {
             true,
         )
         .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "progress", skip_all)]
+    async fn report_progress(
+        &self,
+        request: Request<pb::ReportProgressRequest>,
+    ) -> Result<Response<pb::ReportProgressResponse>, Status> {
+        let caller = self.authenticate(&request, "report_progress").await?;
+        let req = request.into_inner();
+        let result = progress::report(&self.inner, &caller, &req).await;
+        let target = match &caller {
+            Caller::Session(me) => me.session_id.clone(),
+            Caller::Operator => String::new(),
+        };
+        self.audit_outcome(&caller, "report_progress", &target, &result, false)
+            .await;
         Ok(Response::new(result?))
     }
 

@@ -123,6 +123,10 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
                     .unwrap_or_default()
             },
         })),
+        EventKind::Progress => Some(Detail::Progress(pb::Progress {
+            progress: number("progress") as u32,
+            description: text("description"),
+        })),
         EventKind::Completed | EventKind::Failed if detail_json.get("reason").is_some() => {
             Some(Detail::Ended(pb::Ended {
                 exit_code: detail_json["exit_code"].as_i64().unwrap_or(-1) as i32,

@@ -246,6 +246,17 @@ pub trait Store: Send + Sync + Clone + 'static {
     fn active_sessions(&self)
     -> impl Future<Output = Result<Vec<SessionRow>, SessionError>> + Send;
 
+    /// Appends a progress event to an active session's events, with its
+    /// audit entry; returns the event's sequence. `check` decides on the
+    /// session as the ledger has it, under the writer lock.
+    fn record_progress(
+        &self,
+        session_id: &str,
+        detail: serde_json::Value,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
+
     /// Ends an active session as failed (its process is gone) with an audit
     /// entry; false if it had already ended.
     fn fail_session(

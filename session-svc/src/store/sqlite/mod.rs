@@ -853,6 +853,17 @@ impl Store for SqliteStore {
         self.active_sessions_impl().await
     }
 
+    async fn record_progress(
+        &self,
+        session_id: &str,
+        detail: serde_json::Value,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<u64, SessionError> {
+        self.record_progress_impl(session_id, detail, audit, check)
+            .await
+    }
+
     async fn fail_session(
         &self,
         session_id: &str,

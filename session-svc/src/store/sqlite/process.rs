@@ -1,5 +1,6 @@
 //! The process side of the ledger: what each session's agent did, as the
-//! runner reported it, and which messages reached its stdin.
+//! runner reported it, which messages reached its stdin, and the progress
+//! it reported.
 
 use base64::Engine as _;
 use serde_json::json;
@@ -16,6 +17,7 @@ use crate::{
     model::{
         AuditRecord, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
+    store::MessageCheck,
 };
 
 impl SqliteStore {
@@ -233,6 +235,38 @@ impl SqliteStore {
 
     pub(super) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
         Ok(self.ledger().active())
+    }
+
+    pub(super) async fn record_progress_impl(
+        &self,
+        session_id: &str,
+        detail: serde_json::Value,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<u64, SessionError> {
+        let mut w = self.writer().await?;
+        let row = self
+            .ledger()
+            .get(session_id)
+            .ok_or_else(|| SessionError::not_found(session_id))?;
+        check(&row)?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        let sequence: i64 = sqlx::query_scalar(
+            "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
+             SELECT session_id, event_seq + 1, 'progress', ?2, ?3, ?4 FROM sessions \
+             WHERE session_id = ?1 RETURNING seq",
+        )
+        .bind(session_id)
+        .bind(troupe_proto::status::status_str(row.status))
+        .bind(now_ms())
+        .bind(detail.to_string())
+        .fetch_one(tx.conn())
+        .await?;
+        tx.audit(&audit).await?;
+        tx.commit().await?;
+        drop(w);
+        self.published();
+        Ok(sequence as u64)
     }
 
     pub(super) async fn fail_session_impl(

@@ -1,0 +1,52 @@
+//! `ReportProgress`: a session tells how far its own task has come.
+
+use serde_json::json;
+use troupe_proto::session as pb;
+
+use super::{Inner, MAX_SHORT_TEXT, allowed, check_len};
+use crate::{
+    error::{Reason, SessionError},
+    model::Caller,
+    store::Store,
+};
+
+pub async fn report<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::ReportProgressRequest,
+) -> Result<pb::ReportProgressResponse, SessionError> {
+    let Caller::Session(me) = caller else {
+        return Err(SessionError::refused(
+            Reason::SessionOnly,
+            "a session reports its own progress: call with its token",
+        ));
+    };
+    if req.progress > 100 {
+        return Err(SessionError::invalid(
+            "progress",
+            format!("{} is not a percentage (0 to 100)", req.progress),
+        ));
+    }
+    check_len("description", &req.description, MAX_SHORT_TEXT)?;
+    let detail = json!({"progress": req.progress, "description": req.description});
+    let audit = allowed(
+        caller,
+        "report_progress",
+        &me.session_id,
+        format!("{}%", req.progress),
+    );
+    let sequence = inner
+        .store
+        .record_progress(&me.session_id, detail, audit, &|row| {
+            if row.is_active() {
+                Ok(())
+            } else {
+                Err(SessionError::refused(
+                    Reason::SessionEnded,
+                    format!("session {} has ended", row.session_id),
+                ))
+            }
+        })
+        .await?;
+    Ok(pb::ReportProgressResponse { sequence })
+}
