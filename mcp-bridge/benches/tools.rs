@@ -15,7 +15,6 @@ use rmcp::{
     transport::TokioChildProcess,
 };
 use serde_json::{Value, json};
-use tokio::process::Command;
 use troupe_proto::session::TrustLevel;
 use troupe_tests::{
     TestServer,
@@ -52,19 +51,8 @@ async fn main() {
             .await
             .expect("seed");
     }
-    let socket = server.config.socket().expect("a Unix socket");
-    let mut bridge = Command::new(BRIDGE);
-    bridge
-        .env("TROUPE_SESSION_ID", &root.session_id)
-        .env(
-            "TROUPE_SESSION_TOKEN",
-            server.token_for(&root.session_id).await,
-        )
-        .env(
-            "TROUPE_SESSION_ENDPOINT",
-            format!("unix://{}", socket.display()),
-        )
-        .kill_on_drop(true);
+    let mut bridge = server.bridge(BRIDGE, &root.session_id).await;
+    bridge.env("TROUPE_SESSION_ID", &root.session_id);
     let client =
         ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
             .await

@@ -14,18 +14,14 @@ use rmcp::{
     transport::TokioChildProcess,
 };
 use serde_json::{Value, json};
-use tokio::process::Command;
 use troupe_proto::session::TrustLevel;
 use troupe_tests::{
     TestServer,
-    otlp::{Received, Receiver, lookup},
+    otlp::{Received, Receiver, in_exporting_process, lookup},
 };
 
 const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
 const CREATE_SESSION: &str = "/troupe.session.v1.SessionService/CreateSession";
-
-/// Set in the process that runs the test's body, to the receiver's port.
-const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
 
 /// The agent's own span, as its `TRACEPARENT` names it.
 const AGENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -47,30 +43,11 @@ async fn call(
 
 #[test]
 fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
-    let Ok(port) = std::env::var(RECEIVER_PORT) else {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "each_tool_call_is_a_span_under_the_agent_and_over_the_service",
-                "--nocapture",
-            ])
-            .env(RECEIVER_PORT, port.to_string())
-            .env(
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://127.0.0.1:{port}"),
-            )
-            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-            .status()
-            .unwrap();
-        assert!(status.success(), "the traced bridge failed: {status}");
+    let Some(listener) =
+        in_exporting_process("each_tool_call_is_a_span_under_the_agent_and_over_the_service")
+    else {
         return;
     };
-    let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -80,19 +57,8 @@ fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
         let telemetry = troupe_proto::telemetry::init("troupe-session", "warn", None).unwrap();
         let server = TestServer::start().await;
         let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
-        let socket = server.config.socket().expect("a Unix socket");
-        let mut bridge = Command::new(BRIDGE);
-        bridge
-            .env(
-                "TROUPE_SESSION_TOKEN",
-                server.token_for(&root.session_id).await,
-            )
-            .env(
-                "TROUPE_SESSION_ENDPOINT",
-                format!("unix://{}", socket.display()),
-            )
-            .env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"))
-            .kill_on_drop(true);
+        let mut bridge = server.bridge(BRIDGE, &root.session_id).await;
+        bridge.env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"));
         let client =
             ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
                 .await

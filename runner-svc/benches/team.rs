@@ -183,18 +183,7 @@ async fn bench() {
     // The same messages as an agent sends them: a `send_message` tool call
     // to `troupe-mcp` over stdio, as the agent's MCP client makes it, until
     // its result says "delivered" (the bytes are in the agent's stdin pipe).
-    let socket = server.config.socket().expect("a Unix socket");
-    let mut bridge = tokio::process::Command::new(bridge_binary());
-    bridge
-        .env(
-            "TROUPE_SESSION_TOKEN",
-            server.token_for(&root.session_id).await,
-        )
-        .env(
-            "TROUPE_SESSION_ENDPOINT",
-            format!("unix://{}", socket.display()),
-        )
-        .kill_on_drop(true);
+    let bridge = server.bridge(bridge_binary(), &root.session_id).await;
     let client =
         ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
             .await

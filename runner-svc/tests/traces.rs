@@ -15,43 +15,19 @@ use std::time::Duration;
 
 use common::{pair::*, remove_container};
 use troupe_proto::session::SessionStatus;
-use troupe_tests::otlp::{Received, Receiver, lookup, sample, scrape};
+use troupe_tests::otlp::{Received, Receiver, in_exporting_process, lookup, sample, scrape};
 
 const CREATE_SESSION: &str = "/troupe.session.v1.SessionService/CreateSession";
 const START_EXEC: &str = "/troupe.runner.v1.RunnerService/StartExec";
 
-/// Set in the process that runs the test's body, to the receiver's port.
-const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
-
 #[test]
 fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
     require_agent_tools();
-    let Ok(port) = std::env::var(RECEIVER_PORT) else {
-        // Runs the body in a process of its own, configured as an operator
-        // would configure a server: by the standard variables.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree",
-            ])
-            .arg("--nocapture")
-            .env(RECEIVER_PORT, port.to_string())
-            .env(
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://127.0.0.1:{port}"),
-            )
-            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-            .status()
-            .unwrap();
-        assert!(status.success(), "the traced team failed: {status}");
+    let Some(listener) =
+        in_exporting_process("a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree")
+    else {
         return;
     };
-    let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -185,6 +185,27 @@ impl TestServer {
         self.client(Some(&token)).await
     }
 
+    /// `troupe-mcp` (the binary at `bridge`) as an agent's MCP client
+    /// starts it, over stdio: acting as `session_id` with a token of its
+    /// own, reaching this server over its Unix socket as agents in
+    /// containers do. Killed when dropped.
+    pub async fn bridge(
+        &self,
+        bridge: impl AsRef<std::ffi::OsStr>,
+        session_id: &str,
+    ) -> tokio::process::Command {
+        let socket = self.config.socket().expect("a Unix socket");
+        let mut command = tokio::process::Command::new(bridge);
+        command
+            .env("TROUPE_SESSION_TOKEN", self.token_for(session_id).await)
+            .env(
+                "TROUPE_SESSION_ENDPOINT",
+                format!("unix://{}", socket.display()),
+            )
+            .kill_on_drop(true);
+        command
+    }
+
     /// Issues a token for `session_id`.
     pub async fn token_for(&self, session_id: &str) -> String {
         self.operator()

@@ -21,6 +21,43 @@ use opentelemetry_proto::tonic::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::{Request, Response, Status};
 
+/// Set in the process that runs an exporting test's body, to its
+/// receiver's port.
+const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
+
+/// For a test whose body must run in a process that exports, configured as
+/// an operator configures a server (by the standard variables, which a
+/// process reads once): in the test's own process, runs the test binary
+/// again for `test` alone with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a free
+/// port (and exports every 100 ms), asserts it passed and returns `None`;
+/// in that child process, returns the bound listener on that port, for the
+/// receiver, and the body runs.
+pub fn in_exporting_process(test: &str) -> Option<std::net::TcpListener> {
+    if let Ok(port) = std::env::var(RECEIVER_PORT) {
+        return Some(std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap());
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(RECEIVER_PORT, port.to_string())
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "{test} failed in its exporting process: {status}"
+    );
+    None
+}
+
 /// Keeps every export request it receives.
 #[derive(Clone, Default)]
 pub struct Receiver {
