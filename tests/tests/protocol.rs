@@ -111,3 +111,33 @@ async fn the_unix_socket_serves_the_same_rules() {
         "agents of any uid must be able to connect"
     );
 }
+
+/// Text names the trust levels as aliases too (`trusted`, `untrusted`):
+/// the descriptors reflection serves carry them, so tools that build JSON
+/// from them (grpcurl) accept `TRUST_LEVEL_TRUSTED` and
+/// `TRUST_LEVEL_UNTRUSTED`, and the levels they stand for are the same.
+#[test]
+fn the_trust_level_aliases_are_in_the_served_descriptors() {
+    use prost::Message;
+    let set = prost_types::FileDescriptorSet::decode(troupe_proto::FILE_DESCRIPTOR_SET)
+        .expect("descriptors");
+    let levels = set
+        .file
+        .iter()
+        .flat_map(|f| &f.enum_type)
+        .find(|e| e.name() == "TrustLevel")
+        .expect("TrustLevel");
+    let number = |name: &str| {
+        levels
+            .value
+            .iter()
+            .find(|v| v.name() == name)
+            .map(|v| v.number())
+    };
+    assert_eq!(number("TRUST_LEVEL_TRUSTED"), number("TRUST_LEVEL_DIRECT"));
+    assert_eq!(
+        number("TRUST_LEVEL_UNTRUSTED"),
+        number("TRUST_LEVEL_SANDBOXED")
+    );
+    assert!(number("TRUST_LEVEL_TRUSTED").is_some());
+}
