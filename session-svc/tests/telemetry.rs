@@ -283,6 +283,11 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
         assert_eq!(span.get("gen_ai.operation.name"), "invoke_agent");
         assert_eq!(span.get("gen_ai.agent.name"), "worker");
         assert_eq!(span.get("troupe.parent_session.id"), **parent);
+        assert_eq!(span.get("gen_ai.agent.id"), **session);
+        assert_eq!(span.get("troupe.session.id"), **session);
+        assert_eq!(span.get("troupe.workspace.id"), "alpha");
+        assert_eq!(span.get("troupe.trust_level"), "direct");
+        assert!(!span.error, "a terminated session's life is no error");
     }
     assert_eq!(life(&grandchild).get("troupe.depth"), "2");
     assert_eq!(life(&root).get("troupe.end_reason"), "done");
@@ -308,6 +313,16 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
         senders,
         [format!("session:{child}"), format!("session:{sibling}")]
     );
+    for event in &life(&grandchild).events {
+        assert!(
+            lookup(event, "troupe.message.id").starts_with("msg_"),
+            "{event:?}"
+        );
+        assert!(
+            !lookup(event, "troupe.message.sequence").is_empty(),
+            "{event:?}"
+        );
+    }
     assert_eq!(
         life(&grandchild).links,
         [(trace_id.clone(), life(&sibling).id.clone())]
