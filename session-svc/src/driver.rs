@@ -385,9 +385,15 @@ impl<S: Store> Driver<S> {
                     .await;
                 match stopped {
                     Ok(_) => {}
-                    // No process: its agent never started.
+                    // No process, and none ever reported: its agent never started.
                     Err(status) if status.code() == Code::NotFound => {
-                        driver.ended_unstarted(&id).await;
+                        let unstarted = matches!(
+                            driver.store.process(&id).await,
+                            Ok(Some(p)) if p.runner_seq == 0
+                        );
+                        if unstarted {
+                            driver.ended_unstarted(&id).await;
+                        }
                     }
                     Err(status) => {
                         tracing::warn!(session = %id, %status, "cannot stop the agent")
