@@ -170,6 +170,52 @@ fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
     });
 }
 
+/// A session whose agent fails is a life span with an error status, and
+/// the exit code and status it ended with.
+#[test]
+fn a_failed_session_is_an_error_in_its_trace() {
+    let Some(listener) = in_exporting_process("a_failed_session_is_an_error_in_its_trace") else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let receiver = Receiver::serve(listener);
+        let telemetry = troupe_proto::telemetry::init("troupe-traces-test", "warn", None).unwrap();
+        let pair = Pair::start().await;
+        let ws = pair.runner.workspace("faulty");
+        pair.agent(&ws, "faulty", "echo giving up; exit 3");
+        pair.agent(&ws, "fine", "true");
+        let failing = pair.root(&ws, "faulty", "go").await.session_id;
+        let passing = pair.root(&ws, "fine", "go").await.session_id;
+        pair.wait_status(&failing, SessionStatus::Failed).await;
+        pair.wait_status(&passing, SessionStatus::Completed).await;
+        let spans = lives_of(&receiver, &[&failing, &passing]).await;
+        let life = |session: &str| {
+            spans
+                .iter()
+                .find(|s| {
+                    s.name.starts_with("invoke_agent ") && s.get("troupe.session.id") == session
+                })
+                .unwrap()
+                .clone()
+        };
+        let failed = life(&failing);
+        assert!(
+            failed.error,
+            "a failed session's life is an error: {failed:?}"
+        );
+        assert_eq!(failed.get("troupe.session.status"), "failed");
+        assert_eq!(failed.get("troupe.exit_code"), "3");
+        let completed = life(&passing);
+        assert!(!completed.error, "{completed:?}");
+        assert_eq!(completed.get("troupe.exit_code"), "0");
+        telemetry.shutdown().await;
+    });
+}
+
 /// The spans received once the life spans of all `sessions` are among them.
 async fn lives_of(receiver: &Receiver, sessions: &[&str]) -> Vec<Received> {
     let deadline = tokio::time::Instant::now() + MINUTE;
