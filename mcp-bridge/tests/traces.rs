@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use troupe_proto::session::TrustLevel;
 use troupe_tests::{
     TestServer,
-    otlp::{Received, Receiver, in_exporting_process, lookup},
+    otlp::{Received, exporting_test, lookup},
 };
 
 const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
@@ -43,85 +43,78 @@ async fn call(
 
 #[test]
 fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
-    let Some(listener) =
-        in_exporting_process("each_tool_call_is_a_span_under_the_agent_and_over_the_service")
-    else {
-        return;
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
-        let receiver = Receiver::serve(listener);
-        let telemetry = troupe_proto::telemetry::init("troupe-session", "warn", None).unwrap();
-        let server = TestServer::start().await;
-        let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
-        let mut bridge = server.bridge(BRIDGE, &root.session_id).await;
-        bridge.env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"));
-        let client =
-            ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
-                .await
-                .expect("MCP handshake");
-        let created = call(
-            &client,
-            "create_session",
-            json!({"title": "traced", "agent_name": "worker", "initial_message": "go"}),
-        )
-        .await;
-        assert_ne!(created.is_error, Some(true), "{created:?}");
-        let refused = call(
-            &client,
-            "create_session",
-            json!({"title": "nobody", "agent_name": "no-such-agent", "initial_message": "go"}),
-        )
-        .await;
-        assert_eq!(refused.is_error, Some(true), "{refused:?}");
-        telemetry.shutdown().await;
-        // The bridge exports its batches every 100 ms, and what is left when
-        // its input closes.
-        client.cancel().await.expect("the bridge stops");
-        let tool_spans = |spans: &[Received]| {
-            spans
+    exporting_test(
+        "each_tool_call_is_a_span_under_the_agent_and_over_the_service",
+        |receiver| async move {
+            let telemetry = troupe_proto::telemetry::init("troupe-session", "warn", None).unwrap();
+            let server = TestServer::start().await;
+            let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
+            let mut bridge = server.bridge(BRIDGE, &root.session_id).await;
+            bridge.env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"));
+            let client =
+                ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
+                    .await
+                    .expect("MCP handshake");
+            let created = call(
+                &client,
+                "create_session",
+                json!({"title": "traced", "agent_name": "worker", "initial_message": "go"}),
+            )
+            .await;
+            assert_ne!(created.is_error, Some(true), "{created:?}");
+            let refused = call(
+                &client,
+                "create_session",
+                json!({"title": "nobody", "agent_name": "no-such-agent", "initial_message": "go"}),
+            )
+            .await;
+            assert_eq!(refused.is_error, Some(true), "{refused:?}");
+            telemetry.shutdown().await;
+            // The bridge exports its batches every 100 ms, and what is left when
+            // its input closes.
+            client.cancel().await.expect("the bridge stops");
+            let tool_spans = |spans: &[Received]| {
+                spans
+                    .iter()
+                    .filter(|s| s.name == "execute_tool create_session")
+                    .count()
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while tool_spans(&receiver.spans()) < 2 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+
+            let spans = receiver.spans();
+            let tools: Vec<&Received> = spans
                 .iter()
                 .filter(|s| s.name == "execute_tool create_session")
-                .count()
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while tool_spans(&receiver.spans()) < 2 && std::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-
-        let spans = receiver.spans();
-        let tools: Vec<&Received> = spans
-            .iter()
-            .filter(|s| s.name == "execute_tool create_session")
-            .collect();
-        assert_eq!(tools.len(), 2, "one span per tool call: {spans:#?}");
-        for tool in &tools {
-            assert_eq!(lookup(&tool.resource, "service.name"), "troupe-mcp");
+                .collect();
+            assert_eq!(tools.len(), 2, "one span per tool call: {spans:#?}");
+            for tool in &tools {
+                assert_eq!(lookup(&tool.resource, "service.name"), "troupe-mcp");
+                assert_eq!(
+                    (tool.trace.as_str(), tool.parent.as_str()),
+                    (AGENT_TRACE, AGENT_SPAN),
+                    "under the agent's span"
+                );
+                assert_eq!(tool.get("gen_ai.operation.name"), "execute_tool");
+                assert_eq!(tool.get("gen_ai.tool.name"), "create_session");
+            }
             assert_eq!(
-                (tool.trace.as_str(), tool.parent.as_str()),
-                (AGENT_TRACE, AGENT_SPAN),
-                "under the agent's span"
+                tools.iter().map(|t| t.error).collect::<Vec<_>>(),
+                [false, true],
+                "the refused call's span is an error"
             );
-            assert_eq!(tool.get("gen_ai.operation.name"), "execute_tool");
-            assert_eq!(tool.get("gen_ai.tool.name"), "create_session");
-        }
-        assert_eq!(
-            tools.iter().map(|t| t.error).collect::<Vec<_>>(),
-            [false, true],
-            "the refused call's span is an error"
-        );
-        // The service's span of each call hangs under the bridge's.
-        for tool in &tools {
-            let request = spans
-                .iter()
-                .find(|s| s.name == CREATE_SESSION && s.parent == tool.id)
-                .unwrap_or_else(|| panic!("no CreateSession under {tool:?}: {spans:#?}"));
-            assert_eq!(request.trace, AGENT_TRACE);
-            assert_eq!(lookup(&request.resource, "service.name"), "troupe-session");
-        }
-        server.stop().await;
-    });
+            // The service's span of each call hangs under the bridge's.
+            for tool in &tools {
+                let request = spans
+                    .iter()
+                    .find(|s| s.name == CREATE_SESSION && s.parent == tool.id)
+                    .unwrap_or_else(|| panic!("no CreateSession under {tool:?}: {spans:#?}"));
+                assert_eq!(request.trace, AGENT_TRACE);
+                assert_eq!(lookup(&request.resource, "service.name"), "troupe-session");
+            }
+            server.stop().await;
+        },
+    );
 }

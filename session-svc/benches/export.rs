@@ -57,6 +57,14 @@ async fn spawners(service: &SessionProcess, count: usize) -> Vec<Client> {
     out
 }
 
+/// The environment of a process exporting to `endpoint`, with the batch
+/// processor's settings `batching`.
+fn exporting<'a>(endpoint: &'a str, batching: &'a [(String, String)]) -> Vec<(&'a str, &'a str)> {
+    let mut env = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)];
+    env.extend(batching.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    env
+}
+
 /// Spawns child `i` from `spawners` and returns how long the call took.
 async fn spawn(spawners: &[Client], i: usize) -> Duration {
     let mut client = spawners[i / CHILDREN_PER_ROOT].clone();
@@ -107,18 +115,11 @@ async fn main() {
     let batching: Vec<(String, String)> = std::env::vars()
         .filter(|(name, _)| name.starts_with("OTEL_BSP_"))
         .collect();
-    let exporting = |endpoint: &'static str| -> Vec<(&str, &str)> {
-        let mut env = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)];
-        env.extend(batching.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        env
-    };
-    let endpoint: &'static str = endpoint.leak();
-    let dead: &'static str = dead.leak();
     let setups: [(&str, Vec<(&str, &str)>); 4] = [
         ("export off", vec![]),
         ("export off, a second process", vec![]),
-        ("export on", exporting(endpoint)),
-        ("export on, receiver down", exporting(dead)),
+        ("export on", exporting(&endpoint, &batching)),
+        ("export on, receiver down", exporting(&dead, &batching)),
     ];
     let roots = (WARM_UP + calls).div_ceil(CHILDREN_PER_ROOT);
     let mut services = Vec::new();

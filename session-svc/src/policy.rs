@@ -6,7 +6,8 @@
 //!   [`sees_only_sandboxed`], the filter the store applies;
 //! - trust: [`child_trust`] (inherit by default, never escalate);
 //! - quotas: [`admit_spawn`] (depth, tree, children, workspace, rate), [`admit_root`];
-//! - messaging and termination: [`may_message`], [`may_terminate`].
+//! - messaging, progress and termination: [`may_message`],
+//!   [`may_report_progress`], [`may_terminate`].
 
 use std::time::Duration;
 
@@ -223,17 +224,27 @@ pub fn may_message(caller: &Caller, target: &SessionRow) -> Result<(), SessionEr
     if !can_see(caller, target) {
         return Err(SessionError::not_found(&target.session_id));
     }
-    if !target.is_active() {
-        return Err(SessionError::refused(
-            Reason::SessionEnded,
-            format!(
-                "session {} has ended ({}); it takes no messages",
-                target.session_id,
-                troupe_proto::status::status_str(target.status)
-            ),
-        ));
+    require_active(target, "it takes no messages")
+}
+
+/// Checks that a session may report progress: its own, while it is active.
+pub fn may_report_progress(session: &SessionRow) -> Result<(), SessionError> {
+    require_active(session, "it reports no progress")
+}
+
+/// Refuses a session that has ended, saying what it can no longer do.
+fn require_active(session: &SessionRow, consequence: &str) -> Result<(), SessionError> {
+    if session.is_active() {
+        return Ok(());
     }
-    Ok(())
+    Err(SessionError::refused(
+        Reason::SessionEnded,
+        format!(
+            "session {} has ended ({}); {consequence}",
+            session.session_id,
+            troupe_proto::status::status_str(session.status)
+        ),
+    ))
 }
 
 /// Checks that `caller` may terminate `target`, given the target's ancestors

@@ -179,6 +179,16 @@ impl TestServer {
         )
     }
 
+    /// The operator's view of a session: it, its children, its inbox count.
+    pub async fn get(&self, session_id: &str) -> pb::GetSessionResponse {
+        self.operator()
+            .await
+            .get_session(get(session_id))
+            .await
+            .expect("get")
+            .into_inner()
+    }
+
     /// Returns a client acting as `session_id`, with a token the operator had issued.
     pub async fn act_as(&self, session_id: &str) -> Client {
         let token = self.token_for(session_id).await;

@@ -25,16 +25,25 @@ use tonic::{Request, Response, Status};
 /// receiver's port.
 const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
 
-/// For a test whose body must run in a process that exports, configured as
+/// Runs a test whose body must be in a process that exports, configured as
 /// an operator configures a server (by the standard variables, which a
-/// process reads once): in the test's own process, runs the test binary
-/// again for `test` alone with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a free
-/// port (and exports every 100 ms), asserts it passed and returns `None`;
-/// in that child process, returns the bound listener on that port, for the
-/// receiver, and the body runs.
-pub fn in_exporting_process(test: &str) -> Option<std::net::TcpListener> {
+/// process reads once). In the test's own process: runs the test binary
+/// again for `test` alone, with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a free
+/// port (and exports every 100 ms), and asserts it passed. In that child
+/// process: serves a receiver on that port and runs `body` with it, on a
+/// multi-threaded runtime.
+pub fn exporting_test<F, Fut>(test: &str, body: F)
+where
+    F: FnOnce(Receiver) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     if let Ok(port) = std::env::var(RECEIVER_PORT) {
-        return Some(std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap());
+        let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        return runtime.block_on(async move { body(Receiver::serve(listener)).await });
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -55,7 +64,6 @@ pub fn in_exporting_process(test: &str) -> Option<std::net::TcpListener> {
         status.success(),
         "{test} failed in its exporting process: {status}"
     );
-    None
 }
 
 /// Keeps every export request it receives.

@@ -6,7 +6,7 @@ use futures::future::join_all;
 use tonic::Code;
 use troupe_proto::session::{self as pb, SessionStatus, TrustLevel};
 use troupe_session_svc::Limits;
-use troupe_tests::{TestServer, child, create_child, error_metadata, get, reason, terminate};
+use troupe_tests::{TestServer, child, create_child, error_metadata, reason, terminate};
 
 async fn spawn(
     client: &mut troupe_tests::Client,
@@ -273,14 +273,7 @@ async fn concurrent_spawns_at_limit_minus_one_give_exactly_one_success() {
         "{reasons:?}"
     );
 
-    let children = server
-        .operator()
-        .await
-        .get_session(get(root.session_id.clone()))
-        .await
-        .expect("get")
-        .into_inner()
-        .children;
+    let children = server.get(&root.session_id).await.children;
     assert_eq!(children.len(), 5);
     assert!(
         children

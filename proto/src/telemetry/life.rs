@@ -81,12 +81,7 @@ impl LifeSpan {
 
     /// The W3C `traceparent` of the life span, as an agent receives it.
     pub fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            self.trace_id,
-            self.span_id,
-            self.flags().to_u8()
-        )
+        super::traceparent(&self.span_context())
     }
 
     /// Reads the stored form: the life span's `traceparent` and the spawn

@@ -187,14 +187,17 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
     let cx = span.context();
     let span = cx.span();
     let context = span.span_context();
-    context.is_valid().then(|| {
-        format!(
-            "00-{}-{}-{:02x}",
-            context.trace_id(),
-            context.span_id(),
-            context.trace_flags().to_u8()
-        )
-    })
+    context.is_valid().then(|| traceparent(context))
+}
+
+/// The W3C `traceparent` text of a span context.
+fn traceparent(context: &opentelemetry::trace::SpanContext) -> String {
+    format!(
+        "00-{}-{}-{:02x}",
+        context.trace_id(),
+        context.span_id(),
+        context.trace_flags().to_u8()
+    )
 }
 
 /// One `traceparent` value, as the propagator reads it.

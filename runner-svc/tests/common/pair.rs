@@ -106,13 +106,7 @@ impl Pair {
     }
 
     pub async fn get(&self, id: &str) -> pb::GetSessionResponse {
-        self.server
-            .operator()
-            .await
-            .get_session(troupe_tests::get(id))
-            .await
-            .expect("get")
-            .into_inner()
+        self.server.get(id).await
     }
 
     /// Waits until the session's status is `status`.

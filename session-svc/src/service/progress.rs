@@ -7,6 +7,7 @@ use super::{Inner, MAX_SHORT_TEXT, allowed, check_len};
 use crate::{
     error::{Reason, SessionError},
     model::Caller,
+    policy,
     store::Store,
 };
 
@@ -37,16 +38,7 @@ pub async fn report<S: Store>(
     );
     let sequence = inner
         .store
-        .record_progress(&me.session_id, detail, audit, &|row| {
-            if row.is_active() {
-                Ok(())
-            } else {
-                Err(SessionError::refused(
-                    Reason::SessionEnded,
-                    format!("session {} has ended", row.session_id),
-                ))
-            }
-        })
+        .record_progress(&me.session_id, detail, audit, &policy::may_report_progress)
         .await?;
     Ok(pb::ReportProgressResponse { sequence })
 }
