@@ -67,9 +67,13 @@ impl TestServer {
     }
 
     /// Serves on a fresh port the first time, and on the same one after a
-    /// restart, so that clients (and a CLI given the address) find it again.
+    /// restart, so that clients (and a CLI given the address) find it again;
+    /// on a fresh one if another test took that port meanwhile.
     async fn launch(&mut self) {
-        let listener = TcpListener::bind(self.addr).await.expect("bind");
+        let listener = match TcpListener::bind(self.addr).await {
+            Ok(listener) => listener,
+            Err(_) => TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        };
         self.addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel();
         let config = self.config.clone();
