@@ -75,9 +75,21 @@ pub fn init(
         .with_ansi(std::io::stderr().is_terminal());
     let var = |name: &str| std::env::var(name).ok();
     let resource = resource(service);
-    let provider = asks_for_export(&var, "TRACES")
-        .then(|| provider(resource.clone()))
-        .transpose()?;
+    let registry = metrics_listen.map(|_| prometheus::Registry::new());
+    let (traces, metrics) = (
+        asks_for_export(&var, "TRACES"),
+        asks_for_export(&var, "METRICS"),
+    );
+    let (provider, meters) = if traces || metrics {
+        let registry = registry.clone();
+        on_export_thread(move || {
+            let provider = traces.then(|| provider(resource.clone())).transpose()?;
+            let meters = metrics::provider(resource, metrics, registry.as_ref())?;
+            Ok((provider, meters))
+        })?
+    } else {
+        (None, metrics::provider(resource, false, registry.as_ref())?)
+    };
     // Spans have a filter of their own: a quiet log (the bridge's `warn`)
     // still exports the calls' spans.
     let spans = provider.as_ref().map(|p| {
@@ -106,12 +118,6 @@ pub fn init(
         tracing::info!(service, "exporting spans over OTLP");
     }
 
-    let registry = metrics_listen.map(|_| prometheus::Registry::new());
-    let meters = metrics::provider(
-        resource,
-        asks_for_export(&var, "METRICS"),
-        registry.as_ref(),
-    )?;
     if let Some(meters) = &meters {
         opentelemetry::global::set_meter_provider(meters.clone());
     }
@@ -223,6 +229,66 @@ impl opentelemetry::propagation::Extractor for Headers<'_> {
 
     fn keys(&self) -> Vec<&str> {
         self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// Runs `build` on the export thread, started here, and returns what it
+/// built. The OTLP exporters must be built there: their gRPC channels run
+/// on the runtime of the thread they are built on, so the encoding and
+/// sending of each batch happens on that thread's runtime, not on the
+/// workers that serve calls. The thread runs at a lower CPU priority (nice
+/// [`EXPORT_NICENESS`]), and so do the threads the SDK starts from it (the
+/// span batcher, the metric reader), since Linux threads inherit it: when
+/// the cores are busy, calls go first and telemetry waits.
+fn on_export_thread<T: Send + 'static>(
+    build: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let (built_tx, built) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("troupe-export".to_owned())
+        .spawn(move || {
+            lower_priority();
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = built_tx.send(Err(anyhow::Error::new(e)
+                        .context("cannot start the export thread's runtime")));
+                    return;
+                }
+            };
+            let result = {
+                let _inside = runtime.enter();
+                build()
+            };
+            let failed = result.is_err();
+            let _ = built_tx.send(result);
+            if !failed {
+                // The exporters' channels live as long as the process.
+                runtime.block_on(std::future::pending::<()>());
+            }
+        })
+        .context("cannot start the export thread")?;
+    built
+        .recv()
+        .context("the export thread stopped before it was ready")?
+}
+
+/// How much nicer than the serving threads the export threads are.
+const EXPORT_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's CPU priority (on Linux, `setpriority` on
+/// "this process" acts on the calling thread only). Best effort: without
+/// it, export competes with calls as an equal.
+fn lower_priority() {
+    if std::env::var_os("TROUPE_EXPORT_SAME_PRIORITY").is_some() {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(None, EXPORT_NICENESS) {
+        tracing::debug!(error = %e, "the export thread keeps the serving priority");
     }
 }
 
