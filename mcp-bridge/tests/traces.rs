@@ -21,10 +21,8 @@ use troupe_tests::{
 };
 
 const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
-const CREATE_SESSION: &str = "/troupe.session.v1.SessionService/CreateSession";
 
-/// The agent's own span, as its `TRACEPARENT` names it.
-const AGENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+/// The agent's own span in its tree's trace, as its `TRACEPARENT` names it.
 const AGENT_SPAN: &str = "00f067aa0ba902b7";
 
 async fn call(
@@ -49,8 +47,10 @@ fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
             let telemetry = troupe_proto::telemetry::init("troupe-session", "warn", None).unwrap();
             let server = TestServer::start().await;
             let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
+            let trace = root.trace_id.clone();
+            assert_eq!(trace.len(), 32, "the root is traced: {root:?}");
             let mut bridge = server.bridge(BRIDGE, &root.session_id).await;
-            bridge.env("TRACEPARENT", format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"));
+            bridge.env("TRACEPARENT", format!("00-{trace}-{AGENT_SPAN}-01"));
             let client =
                 ().serve(TokioChildProcess::new(bridge).expect("the bridge starts"))
                     .await
@@ -94,7 +94,7 @@ fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
                 assert_eq!(lookup(&tool.resource, "service.name"), "troupe-mcp");
                 assert_eq!(
                     (tool.trace.as_str(), tool.parent.as_str()),
-                    (AGENT_TRACE, AGENT_SPAN),
+                    (trace.as_str(), AGENT_SPAN),
                     "under the agent's span"
                 );
                 assert_eq!(tool.get("gen_ai.operation.name"), "execute_tool");
@@ -105,14 +105,15 @@ fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
                 [false, true],
                 "the refused call's span is an error"
             );
-            // The service's span of each call hangs under the bridge's.
+            // The service's span of each call, its spawn span, hangs under
+            // the bridge's.
             for tool in &tools {
-                let request = spans
+                let spawn = spans
                     .iter()
-                    .find(|s| s.name == CREATE_SESSION && s.parent == tool.id)
-                    .unwrap_or_else(|| panic!("no CreateSession under {tool:?}: {spans:#?}"));
-                assert_eq!(request.trace, AGENT_TRACE);
-                assert_eq!(lookup(&request.resource, "service.name"), "troupe-session");
+                    .find(|s| s.name == "spawn" && s.parent == tool.id)
+                    .unwrap_or_else(|| panic!("no spawn under {tool:?}: {spans:#?}"));
+                assert_eq!(spawn.trace, trace);
+                assert_eq!(lookup(&spawn.resource, "service.name"), "troupe-session");
             }
             server.stop().await;
         },

@@ -138,7 +138,7 @@ async fn serve_with_store<S: Store + Clone>(
             let stream = tokio_stream::wrappers::UnixListenerStream::new(listener);
             let stop = cancel.clone();
             let server = tonic::transport::Server::builder()
-                .trace_fn(troupe_proto::telemetry::request_span)
+                .trace_fn(request_span)
                 .add_routes(routes.clone())
                 .serve_with_incoming_shutdown(stream, stop.cancelled_owned());
             Some(tokio::spawn(server))
@@ -151,7 +151,7 @@ async fn serve_with_store<S: Store + Clone>(
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = cancel.clone();
     let result = tonic::transport::Server::builder()
-        .trace_fn(troupe_proto::telemetry::request_span)
+        .trace_fn(request_span)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
@@ -210,5 +210,16 @@ async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
             }
             () = cancel.cancelled() => return,
         }
+    }
+}
+
+/// The span a request is served in: the spawns make their own (their spawn
+/// span is the request's span, one span where there would be two); every
+/// other call gets [`troupe_proto::telemetry::request_span`].
+fn request_span(request: &tonic::codegen::http::Request<()>) -> tracing::Span {
+    if service::makes_own_span(request.uri().path()) {
+        tracing::Span::none()
+    } else {
+        troupe_proto::telemetry::request_span(request)
     }
 }

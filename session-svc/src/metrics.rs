@@ -17,7 +17,7 @@ use std::{sync::LazyLock, time::Duration};
 
 use opentelemetry::{
     KeyValue,
-    metrics::{Counter, Histogram, Meter},
+    metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter},
 };
 
 use crate::{error::SessionError, store::Store};
@@ -31,6 +31,9 @@ const SPAWN_BUCKETS: [f64; 12] = [
 struct Instruments {
     spawns: Counter<u64>,
     spawn_duration: Histogram<f64>,
+    /// Spawns that created a session, by [`Spawn`]: the common case, with
+    /// its attributes resolved once rather than on every spawn.
+    created: [(BoundCounter<u64>, BoundHistogram<f64>); 2],
     queued: Counter<u64>,
     delivered: Counter<u64>,
     output: Counter<u64>,
@@ -39,17 +42,31 @@ struct Instruments {
 /// Made on first use, from the provider installed by then.
 static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
     let meter = meter();
+    let spawns = meter
+        .u64_counter("troupe.spawns")
+        .with_description("Spawns asked for, by outcome and refusal reason")
+        .build();
+    let spawn_duration = meter
+        .f64_histogram("troupe.spawn.duration")
+        .with_unit("s")
+        .with_description("Time to answer a spawn (CreateRootSession, CreateSession)")
+        .with_boundaries(SPAWN_BUCKETS.to_vec())
+        .build();
+    let created = [Spawn::Root, Spawn::Child].map(|kind| {
+        let [kind, outcome] = spawn_attributes(kind, "created");
+        (
+            spawns.bind(&[
+                kind.clone(),
+                outcome.clone(),
+                KeyValue::new("troupe.refusal.reason", "OK"),
+            ]),
+            spawn_duration.bind(&[kind, outcome]),
+        )
+    });
     Instruments {
-        spawns: meter
-            .u64_counter("troupe.spawns")
-            .with_description("Spawns asked for, by outcome and refusal reason")
-            .build(),
-        spawn_duration: meter
-            .f64_histogram("troupe.spawn.duration")
-            .with_unit("s")
-            .with_description("Time to answer a spawn (CreateRootSession, CreateSession)")
-            .with_boundaries(SPAWN_BUCKETS.to_vec())
-            .build(),
+        spawns,
+        spawn_duration,
+        created,
         queued: meter
             .u64_counter("troupe.messages.queued")
             .with_description("Messages sent to a session not running yet, kept for it")
@@ -70,26 +87,55 @@ fn meter() -> Meter {
     opentelemetry::global::meter("troupe-session")
 }
 
-/// Records a spawn (`root` or `child`) that took `elapsed`.
-pub fn spawn<T>(kind: &'static str, elapsed: Duration, result: &Result<T, SessionError>) {
-    let (outcome, reason) = match result {
-        Ok(_) => ("created", "OK"),
-        Err(e) => ("refused", e.reason().as_str()),
-    };
-    let kind = KeyValue::new("troupe.spawn.kind", kind);
-    let outcome = KeyValue::new("troupe.spawn.outcome", outcome);
+/// What a spawn asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spawn {
+    /// `CreateRootSession`.
+    Root = 0,
+    /// `CreateSession`.
+    Child = 1,
+}
+
+impl Spawn {
+    fn as_str(self) -> &'static str {
+        match self {
+            Spawn::Root => "root",
+            Spawn::Child => "child",
+        }
+    }
+}
+
+fn spawn_attributes(kind: Spawn, outcome: &'static str) -> [KeyValue; 2] {
+    [
+        KeyValue::new("troupe.spawn.kind", kind.as_str()),
+        KeyValue::new("troupe.spawn.outcome", outcome),
+    ]
+}
+
+/// Records a spawn that took `elapsed`.
+pub fn spawn<T>(kind: Spawn, elapsed: Duration, result: &Result<T, SessionError>) {
     let instruments = &*INSTRUMENTS;
-    instruments
-        .spawn_duration
-        .record(elapsed.as_secs_f64(), &[kind.clone(), outcome.clone()]);
-    instruments.spawns.add(
-        1,
-        &[
-            kind,
-            outcome,
-            KeyValue::new("troupe.refusal.reason", reason),
-        ],
-    );
+    match result {
+        Ok(_) => {
+            let (count, duration) = &instruments.created[kind as usize];
+            duration.record(elapsed.as_secs_f64());
+            count.add(1);
+        }
+        Err(e) => {
+            let [kind, outcome] = spawn_attributes(kind, "refused");
+            instruments
+                .spawn_duration
+                .record(elapsed.as_secs_f64(), &[kind.clone(), outcome.clone()]);
+            instruments.spawns.add(
+                1,
+                &[
+                    kind,
+                    outcome,
+                    KeyValue::new("troupe.refusal.reason", e.reason().as_str()),
+                ],
+            );
+        }
+    }
 }
 
 /// Records a message kept for a session that is not running.

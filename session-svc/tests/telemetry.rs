@@ -6,7 +6,8 @@
 //! receiver is down.
 
 use troupe_proto::session::{
-    CreateRootSessionRequest, CreateSessionRequest, TerminateSessionRequest, TrustLevel,
+    CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest, TerminateSessionRequest,
+    TrustLevel,
 };
 use troupe_tests::{
     otlp::{Receiver, lookup, named, sample, scrape},
@@ -104,40 +105,114 @@ async fn spawn_spans_carry_the_session_and_the_refusal() {
     assert_eq!(refused.get("troupe.session.id"), "");
 }
 
-/// A call that carries a `traceparent` is traced inside the caller's trace:
-/// the request's span is a child of the caller's span, and the handler's
-/// span a child of the request's.
+/// A call that carries a `traceparent` is traced inside the caller's trace.
+/// A spawn's request is served in its spawn span, a child of the caller's
+/// span; other calls in a request span.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_callers_traceparent_is_continued() {
     let (receiver, endpoint) = Receiver::start().await;
     let service = start(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]);
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
-    service
-        .create_root_in(Some(&format!("00-{trace}-{caller_span}-01")))
-        .await;
+    let traceparent = format!("00-{trace}-{caller_span}-01");
+    let root = service
+        .create_root_in(Some(&traceparent))
+        .await
+        .session
+        .expect("a session");
+    let mut operator = service.operator().await;
+    let mut request = tonic::Request::new(GetSessionRequest {
+        session_id: root.session_id.clone(),
+    });
+    request
+        .metadata_mut()
+        .insert("traceparent", traceparent.parse().unwrap());
+    operator.get_session(request).await.expect("get");
     assert!(service.stop().await);
     let spans = receiver.spans();
-    let request = named(
-        &spans,
-        "/troupe.session.v1.SessionService/CreateRootSession",
-    );
+    let spawn = named(&spans, "create_root");
     assert_eq!(
-        (request.trace.as_str(), request.parent.as_str()),
+        (spawn.trace.as_str(), spawn.parent.as_str()),
         (trace, caller_span)
     );
-    let handler = named(&spans, "create_root");
+    assert_eq!(spawn.get("rpc.system"), "grpc");
+    assert!(
+        !spans.iter().any(|s| s.name.ends_with("/CreateRootSession")),
+        "one span for the spawn's request: {spans:#?}"
+    );
+    let get = named(&spans, "/troupe.session.v1.SessionService/GetSession");
     assert_eq!(
-        (&handler.trace, &handler.parent),
-        (&request.trace, &request.id)
+        (get.trace.as_str(), get.parent.as_str()),
+        (trace, caller_span)
+    );
+}
+
+/// An agent's spawn called from a trace other than its tree's (one the
+/// agent started itself) is in the tree's trace, under the agent's life,
+/// and linked to the calling span, so both traces lead to it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spawn_called_from_another_trace_stays_in_the_tree_and_links_the_call() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let service = start(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]);
+    let root = service.create_root_in(None).await;
+    let root_id = root.session.expect("a session").session_id;
+    let (other_trace, calling_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let mut request = tonic::Request::new(CreateSessionRequest {
+        agent_name: "worker".into(),
+        ..Default::default()
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{other_trace}-{calling_span}-01")
+            .parse()
+            .unwrap(),
+    );
+    let mut agent = service.client(&root.session_token).await;
+    let child = agent
+        .create_session(request)
+        .await
+        .expect("spawn")
+        .into_inner()
+        .session
+        .expect("a session");
+    service
+        .operator()
+        .await
+        .terminate_session(TerminateSessionRequest {
+            session_id: root_id.clone(),
+            reason: "done".into(),
+        })
+        .await
+        .unwrap();
+    assert!(service.stop().await);
+
+    let spans = receiver.spans();
+    let root_life = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent worker" && s.get("troupe.session.id") == root_id)
+        .unwrap_or_else(|| panic!("no life of the root: {spans:#?}"));
+    let spawn = spans
+        .iter()
+        .find(|s| s.name == "spawn" && s.get("troupe.session.id") == child.session_id)
+        .unwrap_or_else(|| panic!("no spawn of the child: {spans:#?}"));
+    assert_eq!(spawn.trace, child.trace_id);
+    assert_eq!(
+        (&spawn.trace, &spawn.parent),
+        (&root_life.trace, &root_life.id),
+        "in the tree, under the caller's life"
+    );
+    assert_eq!(
+        spawn.links,
+        [(other_trace.to_owned(), calling_span.to_owned())],
+        "linked to the call"
     );
 }
 
 /// A caller without a valid token never gets as far as a spawn: its
-/// request has a span, refused, and no spawn span is opened, for a root or
-/// a child.
+/// spawn span carries the refusal and no session, for a root or a child,
+/// and is not in the tree's trace it named.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unauthenticated_spawn_opens_no_spawn_span() {
+async fn an_unauthenticated_spawn_is_refused_in_its_span() {
     let (receiver, endpoint) = Receiver::start().await;
     let service = start(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]);
     let root = service.create_root().await;
@@ -168,12 +243,48 @@ async fn an_unauthenticated_spawn_opens_no_spawn_span() {
         .iter()
         .filter(|s| matches!(s.name.as_str(), "spawn" | "create_root"))
         .collect();
-    assert_eq!(spawns.len(), 1, "only the operator's root: {spawns:#?}");
-    assert_eq!(spawns[0].get("troupe.session.id"), root);
-    // The refused requests were traced, as requests.
-    let requests = |method: &str| spans.iter().filter(|s| s.name.ends_with(method)).count();
-    assert_eq!(requests("/CreateRootSession"), 2, "{spans:#?}");
-    assert_eq!(requests("/CreateSession"), 1, "{spans:#?}");
+    assert_eq!(spawns.len(), 3, "{spawns:#?}");
+    let made = named(&spans, "create_root");
+    assert_eq!(made.get("troupe.session.id"), root);
+    let refused: Vec<_> = spawns
+        .iter()
+        .filter(|s| s.get("troupe.session.id").is_empty())
+        .collect();
+    assert_eq!(refused.len(), 2, "{spawns:#?}");
+    for span in refused {
+        assert_eq!(span.get("troupe.refusal.reason"), "TOKEN_INVALID");
+        assert_ne!(span.trace, made.trace, "a stranger joins no tree");
+    }
+}
+
+/// Export has threads of its own, at a lower CPU priority than the ones
+/// that serve calls: the export thread (whose runtime encodes and sends
+/// the batches) and the SDK's span and metric threads started from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn export_runs_below_the_serving_threads_priority() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let service = start(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]);
+    service.create_root().await;
+    let threads = service.threads();
+    let nice = |name: &str| -> Vec<i32> {
+        let of_name: Vec<i32> = threads
+            .iter()
+            .filter(|(thread, _)| thread == name)
+            .map(|(_, nice)| *nice)
+            .collect();
+        assert!(!of_name.is_empty(), "no thread {name}: {threads:?}");
+        of_name
+    };
+    let serving = nice("tokio-rt-worker");
+    assert!(serving.iter().all(|n| *n == serving[0]), "{threads:?}");
+    // Thread names as the kernel keeps them: 15 bytes.
+    for exporting in ["troupe-export", "OpenTelemetry.T", "OpenTelemetry.M"] {
+        for n in nice(exporting) {
+            assert!(n > serving[0], "{exporting}: {threads:?}");
+        }
+    }
+    assert!(service.stop().await);
+    assert!(!receiver.spans().is_empty(), "spans still leave");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -95,6 +95,23 @@ impl SessionProcess {
         Duration::from_millis((ticks(11) + ticks(12)) * 1000 / ticks_per_sec)
     }
 
+    /// The process's threads: the name of each (as the kernel keeps it, up
+    /// to 15 bytes) and its nice value, read from `/proc`.
+    pub fn threads(&self) -> Vec<(String, i32)> {
+        let pid = self.child.id().expect("running");
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc");
+        tasks
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+            .filter_map(|stat| {
+                let (head, rest) = stat.rsplit_once(')')?;
+                let (_, name) = head.split_once('(')?;
+                // nice is field 19 of stat, the 17th after the name.
+                let nice = rest.split_whitespace().nth(16)?.parse().ok()?;
+                Some((name.to_owned(), nice))
+            })
+            .collect()
+    }
+
     /// A connection to the service, once it answers.
     pub async fn channel(&self) -> tonic::transport::Channel {
         let mut tries = 0;

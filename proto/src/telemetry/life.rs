@@ -123,15 +123,23 @@ impl LifeSpan {
         )
     }
 
-    /// Makes `span` (not entered yet) a child of this life, unless the call
-    /// it serves already carries this trace (an agent that forwarded its
-    /// `TRACEPARENT`): then it stays under the call's own span.
-    pub fn adopt(&self, span: &tracing::Span) {
-        let call = tracing::Span::current().context();
-        if call.span().span_context().trace_id() != self.trace_id {
-            let parent = Context::new().with_remote_span_context(self.span_context());
-            // Fails only without an OpenTelemetry layer: nothing to parent.
-            let _ = span.set_parent(parent);
+    /// Makes `span` (not started yet) a child of this life, unless the call
+    /// it serves carries this trace in its `traceparent` (an agent that
+    /// forwarded its `TRACEPARENT`): then it stays under the call's span.
+    /// A call from another trace is linked, so its trace still leads here.
+    pub fn adopt(&self, span: &tracing::Span, traceparent: Option<&str>) {
+        let call = traceparent.and_then(super::remote_span);
+        if call
+            .as_ref()
+            .is_some_and(|call| call.trace_id() == self.trace_id)
+        {
+            return;
+        }
+        let parent = Context::new().with_remote_span_context(self.span_context());
+        // Fails only without an OpenTelemetry layer: nothing to parent.
+        let _ = span.set_parent(parent);
+        if let Some(call) = call {
+            span.add_link(call);
         }
     }
 

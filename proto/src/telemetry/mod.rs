@@ -174,17 +174,24 @@ pub fn request_span(request: &http::Request<()>) -> tracing::Span {
     span
 }
 
-/// Puts `span` (not entered yet) under the remote span that the W3C
+/// Puts `span` (not started yet) under the remote span that the W3C
 /// `traceparent` text names. Nothing happens without span export, or for
 /// text that names no span.
 pub fn continue_remote(span: &tracing::Span, traceparent: &str) {
-    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+    if let Some(remote) = remote_span(traceparent) {
+        // Fails only without an OpenTelemetry layer: nothing to parent.
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+    }
+}
+
+/// The span a W3C `traceparent` names, as the propagator reads it; `None`
+/// for text that names no span, or without span export.
+fn remote_span(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
+    let cx = opentelemetry::global::get_text_map_propagator(|propagator| {
         propagator.extract(&Traceparent(traceparent))
     });
-    if parent.span().span_context().is_valid() {
-        // Fails only without an OpenTelemetry layer: nothing to parent.
-        let _ = span.set_parent(parent);
-    }
+    let remote = cx.span().span_context().clone();
+    remote.is_valid().then_some(remote)
 }
 
 /// The W3C `traceparent` of `span`, for the calls made inside it; `None`
@@ -254,8 +261,9 @@ fn on_export_thread<T: Send + 'static>(
             {
                 Ok(runtime) => runtime,
                 Err(e) => {
-                    let _ = built_tx.send(Err(anyhow::Error::new(e)
-                        .context("cannot start the export thread's runtime")));
+                    let _ = built_tx
+                        .send(Err(anyhow::Error::new(e)
+                            .context("cannot start the export thread's runtime")));
                     return;
                 }
             };
@@ -283,9 +291,6 @@ const EXPORT_NICENESS: i32 = 10;
 /// "this process" acts on the calling thread only). Best effort: without
 /// it, export competes with calls as an equal.
 fn lower_priority() {
-    if std::env::var_os("TROUPE_EXPORT_SAME_PRIORITY").is_some() {
-        return;
-    }
     #[cfg(target_os = "linux")]
     if let Err(e) = rustix::process::setpriority_process(None, EXPORT_NICENESS) {
         tracing::debug!(error = %e, "the export thread keeps the serving priority");

@@ -158,53 +158,62 @@ impl<S: Store> Service<S> {
         .await;
     }
 
-    /// `CreateRootSession`: the caller authenticated, then a spawn span.
+    /// `CreateRootSession`, in its spawn span (the request's span).
     async fn create_root(
         &self,
         request: Request<pb::CreateRootSessionRequest>,
     ) -> Result<pb::CreateRootSessionResponse, SessionError> {
-        let caller = self.authenticate(&request, "create_root_session").await?;
+        let span = spawn_span("create_root", &request);
         async move {
-            let req = request.into_inner();
-            let result = create::root(&self.inner, &caller, &req).await;
-            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
-            self.audit_outcome(
-                &caller,
-                "create_root_session",
-                &req.workspace_id,
-                &result,
-                false,
-            )
+            let result = async {
+                let caller = self.authenticate(&request, "create_root_session").await?;
+                let req = request.into_inner();
+                let result = create::root(&self.inner, &caller, &req).await;
+                self.audit_outcome(
+                    &caller,
+                    "create_root_session",
+                    &req.workspace_id,
+                    &result,
+                    false,
+                )
+                .await;
+                result
+            }
             .await;
+            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
             result
         }
-        .instrument(spawn_span("create_root"))
+        .instrument(span)
         .await
     }
 
-    /// `CreateSession`, in a spawn span under the parent's life.
+    /// `CreateSession`, in its spawn span (the request's span), under the
+    /// parent's life.
     async fn create_child(
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<pb::CreateSessionResponse, SessionError> {
-        let caller = self.authenticate(&request, "create_session").await?;
-        let span = spawn_span("spawn");
-        if let Some(life) = self
-            .parent_life(&caller, &request.get_ref().parent_session_id)
-            .await
-        {
-            life.adopt(&span);
-        }
+        let span = spawn_span("spawn", &request);
         async move {
-            let req = request.into_inner();
-            let result = create::child(&self.inner, &caller, &req).await;
+            let result = async {
+                let caller = self.authenticate(&request, "create_session").await?;
+                let parent = &request.get_ref().parent_session_id;
+                if let Some(life) = self.parent_life(&caller, parent).await {
+                    // Before anything starts the spawn span: its parent is final then.
+                    life.adopt(&tracing::Span::current(), traceparent(&request));
+                }
+                let req = request.into_inner();
+                let result = create::child(&self.inner, &caller, &req).await;
+                let target = match (&caller, req.parent_session_id.as_str()) {
+                    (Caller::Session(me), "") => me.session_id.clone(),
+                    (_, parent) => parent.to_owned(),
+                };
+                self.audit_outcome(&caller, "create_session", &target, &result, false)
+                    .await;
+                result
+            }
+            .await;
             record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
-            let target = match (&caller, req.parent_session_id.as_str()) {
-                (Caller::Session(me), "") => me.session_id.clone(),
-                (_, parent) => parent.to_owned(),
-            };
-            self.audit_outcome(&caller, "create_session", &target, &result, false)
-                .await;
             result
         }
         .instrument(span)
@@ -224,12 +233,24 @@ impl<S: Store> Service<S> {
     }
 }
 
-/// The span of a spawn (`create_root` or `spawn`), with the attributes
-/// [`record_spawn`] fills in.
-fn spawn_span(name: &'static str) -> tracing::Span {
-    tracing::info_span!(
+/// Whether a request to `path` is served in a span its handler makes (the
+/// spawns': their spawn span is the request's), rather than in the one
+/// [`troupe_proto::telemetry::request_span`] makes for every other call.
+pub fn makes_own_span(path: &str) -> bool {
+    path.strip_prefix('/')
+        .and_then(|p| p.strip_prefix(pb::session_service_server::SERVICE_NAME))
+        .is_some_and(|method| matches!(method, "/CreateSession" | "/CreateRootSession"))
+}
+
+/// The span of a spawn request (`create_root` or `spawn`), with the
+/// attributes [`record_spawn`] fills in. It is the request's span: a server
+/// span that continues the caller's `traceparent`, if the request has one.
+fn spawn_span<T>(name: &'static str, request: &Request<T>) -> tracing::Span {
+    let span = tracing::info_span!(
         "spawn",
         otel.name = name,
+        otel.kind = "server",
+        rpc.system = "grpc",
         gen_ai.operation.name = "create_agent",
         gen_ai.agent.id = Empty,
         gen_ai.agent.name = Empty,
@@ -239,7 +260,19 @@ fn spawn_span(name: &'static str) -> tracing::Span {
         troupe.workspace.id = Empty,
         troupe.trust_level = Empty,
         troupe.refusal.reason = Empty,
-    )
+    );
+    if let Some(traceparent) = traceparent(request) {
+        troupe_proto::telemetry::continue_remote(&span, traceparent);
+    }
+    span
+}
+
+/// The W3C `traceparent` a request carries, if any.
+fn traceparent<T>(request: &Request<T>) -> Option<&str> {
+    request
+        .metadata()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
 }
 
 /// Records on the current span (a spawn's) the session it made, or the
@@ -247,23 +280,45 @@ fn spawn_span(name: &'static str) -> tracing::Span {
 fn record_spawn(result: &Result<Option<&pb::Session>, &SessionError>) {
     let span = tracing::Span::current();
     match result {
-        Ok(Some(session)) => {
-            span.record("gen_ai.agent.id", session.session_id.as_str());
-            span.record("gen_ai.agent.name", session.agent_name.as_str());
-            span.record("troupe.session.id", session.session_id.as_str());
-            span.record("troupe.tree.id", session.tree_id.as_str());
-            span.record("troupe.depth", session.depth);
-            span.record("troupe.workspace.id", session.workspace_id.as_str());
-            span.record(
-                "troupe.trust_level",
-                troupe_proto::trust::as_str(session.trust_level()),
-            );
-        }
+        Ok(Some(session)) => record_all(
+            &span,
+            [
+                ("gen_ai.agent.id", &session.session_id.as_str()),
+                ("gen_ai.agent.name", &session.agent_name.as_str()),
+                ("troupe.session.id", &session.session_id.as_str()),
+                ("troupe.tree.id", &session.tree_id.as_str()),
+                ("troupe.depth", &session.depth),
+                ("troupe.workspace.id", &session.workspace_id.as_str()),
+                (
+                    "troupe.trust_level",
+                    &troupe_proto::trust::as_str(session.trust_level()),
+                ),
+            ],
+        ),
         Ok(None) => {}
         Err(e) => {
             span.record("troupe.refusal.reason", e.reason().as_str());
         }
     }
+}
+
+/// Records `values` on `span` in one call, where a `record` each would call
+/// every layer once per value. Names the span does not declare are left
+/// out, as `record` leaves them out.
+fn record_all<const N: usize>(span: &tracing::Span, values: [(&str, &dyn tracing::Value); N]) {
+    let Some(fields) = span.metadata().map(|m| m.fields()) else {
+        return;
+    };
+    let Some(any) = fields.iter().next() else {
+        return;
+    };
+    let named = values.map(|(name, value)| match fields.field(name) {
+        Some(field) => (field, Some(value)),
+        // A field without a value records nothing.
+        None => (any.clone(), None),
+    });
+    let pairs = named.each_ref().map(|(field, value)| (field, *value));
+    span.record_all(&fields.value_set(&pairs));
 }
 
 /// Builds the idempotency key of a call, or none without a request id.
@@ -332,7 +387,7 @@ impl<S: Store> SessionService for Service<S> {
     ) -> Result<Response<pb::CreateRootSessionResponse>, Status> {
         let started = Instant::now();
         let result = self.create_root(request).await;
-        metrics::spawn("root", started.elapsed(), &result);
+        metrics::spawn(metrics::Spawn::Root, started.elapsed(), &result);
         Ok(Response::new(result?))
     }
 
@@ -342,7 +397,7 @@ impl<S: Store> SessionService for Service<S> {
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
         let started = Instant::now();
         let result = self.create_child(request).await;
-        metrics::spawn("child", started.elapsed(), &result);
+        metrics::spawn(metrics::Spawn::Child, started.elapsed(), &result);
         Ok(Response::new(result?))
     }
 
