@@ -3,10 +3,11 @@
 //! baseline is their calls pooled; each alone says how far two identical
 //! processes differ, the comparison's noise), one exporting its spans to a
 //! real OTLP receiver on loopback, and one exporting to a receiver that is
-//! down; each call is made to the four
-//! in turn, each round starting at the next one, so all see the same
-//! moments of the machine and none always comes first. Prints a Markdown
-//! table (the figures in BENCHMARKS.md).
+//! down; each call is made to the four in turn, each round starting at the
+//! next one, so all see the same moments of the machine and none always
+//! comes first. The calls alternate two titles, for two sizes of response
+//! (see `TITLES`). Prints Markdown tables (the figures in BENCHMARKS.md):
+//! the percentiles by title and for both, and each process's CPU per call.
 //!
 //! Run: `cargo bench -p troupe-session-svc --bench export` (`BENCH_CALLS`:
 //! counted calls per process, default 4,000; `OTEL_BSP_*` variables are
@@ -163,24 +164,13 @@ async fn main() {
             times.push((i % TITLES.len(), spawn(clients, i).await));
         }
     }
-    // Per process: its label, its calls' times by title, its CPU per call.
+    // Per process: its label, its calls' (title, time), its CPU per call.
     let mut measured = Vec::new();
     for ((label, service, _, times), before) in services.into_iter().zip(cpu_before) {
         // The service's CPU time per call: steadier than latency on a busy machine.
         let cpu = (service.cpu_time() - before) / times.len() as u32;
         assert!(service.stop().await, "{label}: clean stop");
-        let by_title: Vec<Vec<Duration>> = (0..TITLES.len())
-            .map(|t| {
-                let mut of_title: Vec<_> = times
-                    .iter()
-                    .filter(|(title, _)| *title == t)
-                    .map(|(_, took)| *took)
-                    .collect();
-                of_title.sort();
-                of_title
-            })
-            .collect();
-        measured.push((label, by_title, cpu));
+        measured.push((label, times, cpu));
     }
     // The baseline: both processes exporting nothing, their calls pooled.
     let baseline = |label: &str| label.starts_with("export off");
@@ -191,28 +181,40 @@ async fn main() {
         .sum::<Duration>()
         / 2;
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    // The sorted times of `calls` with title `title` (any title if `None`).
+    let of_title = |calls: &[(usize, Duration)], title: Option<usize>| {
+        let mut times: Vec<Duration> = calls
+            .iter()
+            .filter(|(t, _)| title.is_none_or(|title| title == *t))
+            .map(|(_, took)| *took)
+            .collect();
+        times.sort();
+        times
+    };
 
-    println!(
-        "| CreateSession, {calls} calls each | title | p50 ms | p99 ms | p50 / off | p99 / off |"
-    );
-    println!("|---|---|---|---|---|---|");
-    for (t, (title, _)) in TITLES.iter().enumerate() {
-        let mut off: Vec<Duration> = measured
+    println!("| CreateSession | title | calls | p50 ms | p99 ms | p50 / off | p99 / off |");
+    println!("|---|---|---|---|---|---|---|");
+    let groups = (0..TITLES.len())
+        .map(|t| (Some(t), TITLES[t].0))
+        .chain([(None, "both")]);
+    for (title, name) in groups {
+        let pooled: Vec<(usize, Duration)> = measured
             .iter()
             .filter(|(label, ..)| baseline(label))
-            .flat_map(|(_, by_title, _)| by_title[t].iter().copied())
+            .flat_map(|(_, calls, _)| calls.iter().copied())
             .collect();
-        off.sort();
+        let off = of_title(&pooled, title);
         let (off50, off99) = (percentile(&off, 50.0), percentile(&off, 99.0));
-        let rows = std::iter::once(("export off, both processes pooled", &off)).chain(
+        let rows = std::iter::once(("export off, both processes pooled", off)).chain(
             measured
                 .iter()
-                .map(|(label, by_title, _)| (*label, &by_title[t])),
+                .map(|(label, calls, _)| (*label, of_title(calls, title))),
         );
         for (label, times) in rows {
-            let (p50, p99) = (percentile(times, 50.0), percentile(times, 99.0));
+            let (p50, p99) = (percentile(&times, 50.0), percentile(&times, 99.0));
             println!(
-                "| {label} | {title} | {} | {} | {:.2} | {:.2} |",
+                "| {label} | {name} | {} | {} | {} | {:.2} | {:.2} |",
+                times.len(),
                 ms(p50),
                 ms(p99),
                 ratio(p50, off50),

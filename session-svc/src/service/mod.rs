@@ -164,27 +164,16 @@ impl<S: Store> Service<S> {
         request: Request<pb::CreateRootSessionRequest>,
     ) -> Result<pb::CreateRootSessionResponse, SessionError> {
         let span = spawn_span("create_root", &request);
-        async move {
-            let result = async {
-                let caller = self.authenticate(&request, "create_root_session").await?;
-                let req = request.into_inner();
-                let result = create::root(&self.inner, &caller, &req).await;
-                self.audit_outcome(
-                    &caller,
-                    "create_root_session",
-                    &req.workspace_id,
-                    &result,
-                    false,
-                )
+        let spawn = async move {
+            let caller = self.authenticate(&request, "create_root_session").await?;
+            let req = request.into_inner();
+            let result = create::root(&self.inner, &caller, &req).await;
+            let target = &req.workspace_id;
+            self.audit_outcome(&caller, "create_root_session", target, &result, false)
                 .await;
-                result
-            }
-            .await;
-            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
             result
-        }
-        .instrument(span)
-        .await
+        };
+        spawning(span, spawn, |r| r.session.as_ref()).await
     }
 
     /// `CreateSession`, in its spawn span (the request's span), under the
@@ -194,30 +183,24 @@ impl<S: Store> Service<S> {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<pb::CreateSessionResponse, SessionError> {
         let span = spawn_span("spawn", &request);
-        async move {
-            let result = async {
-                let caller = self.authenticate(&request, "create_session").await?;
-                let parent = &request.get_ref().parent_session_id;
-                if let Some(life) = self.parent_life(&caller, parent).await {
-                    // Before anything starts the spawn span: its parent is final then.
-                    life.adopt(&tracing::Span::current(), traceparent(&request));
-                }
-                let req = request.into_inner();
-                let result = create::child(&self.inner, &caller, &req).await;
-                let target = match (&caller, req.parent_session_id.as_str()) {
-                    (Caller::Session(me), "") => me.session_id.clone(),
-                    (_, parent) => parent.to_owned(),
-                };
-                self.audit_outcome(&caller, "create_session", &target, &result, false)
-                    .await;
-                result
+        let spawn = async move {
+            let caller = self.authenticate(&request, "create_session").await?;
+            let parent = &request.get_ref().parent_session_id;
+            if let Some(life) = self.parent_life(&caller, parent).await {
+                // Before anything starts the spawn span: its parent is final then.
+                life.adopt(&tracing::Span::current(), traceparent(&request));
             }
-            .await;
-            record_spawn(&result.as_ref().map(|r| r.session.as_ref()));
+            let req = request.into_inner();
+            let result = create::child(&self.inner, &caller, &req).await;
+            let target = match (&caller, req.parent_session_id.as_str()) {
+                (Caller::Session(me), "") => me.session_id.clone(),
+                (_, parent) => parent.to_owned(),
+            };
+            self.audit_outcome(&caller, "create_session", &target, &result, false)
+                .await;
             result
-        }
-        .instrument(span)
-        .await
+        };
+        spawning(span, spawn, |r| r.session.as_ref()).await
     }
 
     /// The life span of the session a spawn is for (the caller's own, or
@@ -265,6 +248,22 @@ fn spawn_span<T>(name: &'static str, request: &Request<T>) -> tracing::Span {
         troupe_proto::telemetry::continue_remote(&span, traceparent);
     }
     span
+}
+
+/// Runs `spawn` in its `span`, then records on the span the session it made
+/// (`made` finds it in the response) or why it was refused.
+async fn spawning<R>(
+    span: tracing::Span,
+    spawn: impl Future<Output = Result<R, SessionError>>,
+    made: fn(&R) -> Option<&pb::Session>,
+) -> Result<R, SessionError> {
+    async move {
+        let result = spawn.await;
+        record_spawn(&result.as_ref().map(made));
+        result
+    }
+    .instrument(span)
+    .await
 }
 
 /// The W3C `traceparent` a request carries, if any.
