@@ -243,8 +243,8 @@ impl opentelemetry::propagation::Extractor for Headers<'_> {
 /// built. The OTLP exporters must be built there: their gRPC channels run
 /// on the runtime of the thread they are built on, so the encoding and
 /// sending of each batch happens on that thread's runtime, not on the
-/// workers that serve calls. The thread runs at a lower CPU priority (nice
-/// [`EXPORT_NICENESS`]), and so do the threads the SDK starts from it (the
+/// workers that serve calls. The thread runs at a lower CPU priority
+/// ([`EXPORT_NICENESS`] nicer), and so do the threads the SDK starts from it (the
 /// span batcher, the metric reader), since Linux threads inherit it: when
 /// the cores are busy, calls go first and telemetry waits.
 fn on_export_thread<T: Send + 'static>(
@@ -287,13 +287,21 @@ fn on_export_thread<T: Send + 'static>(
 /// How much nicer than the serving threads the export threads are.
 const EXPORT_NICENESS: i32 = 10;
 
-/// Lowers the calling thread's CPU priority (on Linux, `setpriority` on
-/// "this process" acts on the calling thread only). Best effort: without
-/// it, export competes with calls as an equal.
+/// Lowers the calling thread's CPU priority by [`EXPORT_NICENESS`], up to
+/// the lowest there is (on Linux, `getpriority` and `setpriority` on "this
+/// process" act on the calling thread only). Best effort: without it,
+/// export competes with calls as an equal.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(None, EXPORT_NICENESS) {
-        tracing::debug!(error = %e, "the export thread keeps the serving priority");
+    {
+        use rustix::process::{getpriority_process, setpriority_process};
+        /// The nicest value Linux has.
+        const NICEST: i32 = 19;
+        let lowered = getpriority_process(None)
+            .and_then(|now| setpriority_process(None, (now + EXPORT_NICENESS).min(NICEST)));
+        if let Err(e) = lowered {
+            tracing::debug!(error = %e, "the export thread keeps the serving priority");
+        }
     }
 }
 
