@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use common::{pair::*, remove_container};
 use troupe_proto::session::SessionStatus;
-use troupe_tests::otlp::{Received, Receiver, exporting_test, lookup, sample, scrape};
+use troupe_tests::otlp::{
+    Received, Receiver, exporting_test, is_life_of, life_of, lookup, sample, scrape,
+};
 
 const START_EXEC: &str = "/troupe.runner.v1.RunnerService/StartExec";
 
@@ -99,14 +101,7 @@ fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
             telemetry.shutdown().await;
 
             let by_id = |id: &str| spans.iter().find(|s| s.id == id);
-            let life = |session: &str| {
-                spans
-                    .iter()
-                    .find(|s| {
-                        s.name.starts_with("invoke_agent ") && s.get("troupe.session.id") == session
-                    })
-                    .unwrap()
-            };
+            let life = |session: &str| life_of(&spans, session);
             for (session, parent) in [(&lead, &root), (&helper, &lead)] {
                 let span = life(session);
                 assert_eq!(span.trace, trace_id, "one trace for the tree");
@@ -182,23 +177,14 @@ fn a_failed_session_is_an_error_in_its_trace() {
             pair.wait_status(&failing, SessionStatus::Failed).await;
             pair.wait_status(&passing, SessionStatus::Completed).await;
             let spans = lives_of(&receiver, &[&failing, &passing]).await;
-            let life = |session: &str| {
-                spans
-                    .iter()
-                    .find(|s| {
-                        s.name.starts_with("invoke_agent ") && s.get("troupe.session.id") == session
-                    })
-                    .unwrap()
-                    .clone()
-            };
-            let failed = life(&failing);
+            let failed = life_of(&spans, &failing);
             assert!(
                 failed.error,
                 "a failed session's life is an error: {failed:?}"
             );
             assert_eq!(failed.get("troupe.session.status"), "failed");
             assert_eq!(failed.get("troupe.exit_code"), "3");
-            let completed = life(&passing);
+            let completed = life_of(&spans, &passing);
             assert!(!completed.error, "{completed:?}");
             assert_eq!(completed.get("troupe.exit_code"), "0");
             telemetry.shutdown().await;
@@ -211,11 +197,9 @@ async fn lives_of(receiver: &Receiver, sessions: &[&str]) -> Vec<Received> {
     let deadline = tokio::time::Instant::now() + MINUTE;
     loop {
         let spans = receiver.spans();
-        let all = sessions.iter().all(|session| {
-            spans.iter().any(|s| {
-                s.name.starts_with("invoke_agent ") && s.get("troupe.session.id") == *session
-            })
-        });
+        let all = sessions
+            .iter()
+            .all(|session| spans.iter().any(|s| is_life_of(s, session)));
         if all {
             return spans;
         }

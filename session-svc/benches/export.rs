@@ -172,14 +172,16 @@ async fn main() {
         assert!(service.stop().await, "{label}: clean stop");
         measured.push((label, times, cpu));
     }
-    // The baseline: both processes exporting nothing, their calls pooled.
-    let baseline = |label: &str| label.starts_with("export off");
-    let off_cpu = measured
+    // The baseline: the processes exporting nothing, their calls pooled.
+    let baseline: Vec<_> = measured
         .iter()
-        .filter(|(label, ..)| baseline(label))
-        .map(|(.., cpu)| *cpu)
-        .sum::<Duration>()
-        / 2;
+        .filter(|(label, ..)| label.starts_with("export off"))
+        .collect();
+    let off_cpu = baseline.iter().map(|(.., cpu)| *cpu).sum::<Duration>() / baseline.len() as u32;
+    let pooled: Vec<(usize, Duration)> = baseline
+        .iter()
+        .flat_map(|(_, calls, _)| calls.iter().copied())
+        .collect();
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     // The sorted times of `calls` with title `title` (any title if `None`).
     let of_title = |calls: &[(usize, Duration)], title: Option<usize>| {
@@ -198,11 +200,6 @@ async fn main() {
         .map(|t| (Some(t), TITLES[t].0))
         .chain([(None, "both")]);
     for (title, name) in groups {
-        let pooled: Vec<(usize, Duration)> = measured
-            .iter()
-            .filter(|(label, ..)| baseline(label))
-            .flat_map(|(_, calls, _)| calls.iter().copied())
-            .collect();
         let off = of_title(&pooled, title);
         let (off50, off99) = (percentile(&off, 50.0), percentile(&off, 99.0));
         let rows = std::iter::once(("export off, both processes pooled", off)).chain(

@@ -10,7 +10,7 @@ use troupe_proto::session::{
     TrustLevel,
 };
 use troupe_tests::{
-    otlp::{Receiver, lookup, named, sample, scrape},
+    otlp::{Receiver, life_of, lookup, named, sample, scrape, spawn_of},
     process::SessionProcess,
 };
 
@@ -187,14 +187,8 @@ async fn a_spawn_called_from_another_trace_stays_in_the_tree_and_links_the_call(
     assert!(service.stop().await);
 
     let spans = receiver.spans();
-    let root_life = spans
-        .iter()
-        .find(|s| s.name == "invoke_agent worker" && s.get("troupe.session.id") == root_id)
-        .unwrap_or_else(|| panic!("no life of the root: {spans:#?}"));
-    let spawn = spans
-        .iter()
-        .find(|s| s.name == "spawn" && s.get("troupe.session.id") == child.session_id)
-        .unwrap_or_else(|| panic!("no spawn of the child: {spans:#?}"));
+    let root_life = life_of(&spans, &root_id);
+    let spawn = spawn_of(&spans, &child.session_id);
     assert_eq!(spawn.trace, child.trace_id);
     assert_eq!(
         (&spawn.trace, &spawn.parent),
@@ -358,21 +352,8 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
     assert!(service.stop().await);
 
     let spans = receiver.spans();
-    let life = |session: &str| {
-        spans
-            .iter()
-            .find(|s| s.name == "invoke_agent worker" && s.get("troupe.session.id") == session)
-            .unwrap_or_else(|| panic!("no life span of {session}: {spans:#?}"))
-    };
-    let spawned = |session: &str| {
-        spans
-            .iter()
-            .find(|s| {
-                matches!(s.name.as_str(), "spawn" | "create_root")
-                    && s.get("troupe.session.id") == session
-            })
-            .unwrap_or_else(|| panic!("no spawn span of {session}: {spans:#?}"))
-    };
+    let life = |session: &str| life_of(&spans, session);
+    let spawned = |session: &str| spawn_of(&spans, session);
     let root_life = life(&root);
     assert_eq!(root_life.trace, trace_id, "GetSession names the trace");
     assert_eq!(root_life.parent, spawned(&root).id);

@@ -241,6 +241,31 @@ pub fn named<'a>(spans: &'a [Received], name: &str) -> &'a Received {
         .unwrap_or_else(|| panic!("no {name} span: {spans:#?}"))
 }
 
+/// Whether `span` is the life span (`invoke_agent <agent>`) of `session`.
+pub fn is_life_of(span: &Received, session: &str) -> bool {
+    span.name.starts_with("invoke_agent ") && span.get("troupe.session.id") == session
+}
+
+/// The life span of `session`; panics, listing the spans, if none is.
+pub fn life_of<'a>(spans: &'a [Received], session: &str) -> &'a Received {
+    spans
+        .iter()
+        .find(|s| is_life_of(s, session))
+        .unwrap_or_else(|| panic!("no life span of {session}: {spans:#?}"))
+}
+
+/// The span of the spawn (`spawn`, or `create_root`) that made `session`;
+/// panics, listing the spans, if none is.
+pub fn spawn_of<'a>(spans: &'a [Received], session: &str) -> &'a Received {
+    spans
+        .iter()
+        .find(|s| {
+            matches!(s.name.as_str(), "spawn" | "create_root")
+                && s.get("troupe.session.id") == session
+        })
+        .unwrap_or_else(|| panic!("no spawn span of {session}: {spans:#?}"))
+}
+
 /// The value of `key` in `attributes`; empty if absent.
 pub fn lookup(attributes: &[(String, String)], key: &str) -> String {
     attributes

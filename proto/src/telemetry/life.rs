@@ -124,22 +124,17 @@ impl LifeSpan {
     }
 
     /// Makes `span` (not started yet) a child of this life, unless the call
-    /// it serves carries this trace in its `traceparent` (an agent that
-    /// forwarded its `TRACEPARENT`): then it stays under the call's span.
-    /// A call from another trace is linked, so its trace still leads here.
-    pub fn adopt(&self, span: &tracing::Span, traceparent: Option<&str>) {
-        let call = traceparent.and_then(super::remote_span);
-        if call
-            .as_ref()
-            .is_some_and(|call| call.trace_id() == self.trace_id)
-        {
+    /// it serves comes from a span of this trace (`call`, the span its
+    /// `traceparent` names: an agent that forwarded its `TRACEPARENT`):
+    /// then it stays under the call's span. A call from another trace is
+    /// linked, so its trace still leads here.
+    pub fn adopt(&self, span: &tracing::Span, call: Option<&SpanContext>) {
+        if call.is_some_and(|call| call.trace_id() == self.trace_id) {
             return;
         }
-        let parent = Context::new().with_remote_span_context(self.span_context());
-        // Fails only without an OpenTelemetry layer: nothing to parent.
-        let _ = span.set_parent(parent);
+        super::continue_span(span, &self.span_context());
         if let Some(call) = call {
-            span.add_link(call);
+            span.add_link(call.clone());
         }
     }
 

@@ -179,14 +179,20 @@ pub fn request_span(request: &http::Request<()>) -> tracing::Span {
 /// text that names no span.
 pub fn continue_remote(span: &tracing::Span, traceparent: &str) {
     if let Some(remote) = remote_span(traceparent) {
-        // Fails only without an OpenTelemetry layer: nothing to parent.
-        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+        continue_span(span, &remote);
     }
+}
+
+/// Puts `span` (not started yet) under the `remote` span.
+pub fn continue_span(span: &tracing::Span, remote: &opentelemetry::trace::SpanContext) {
+    let parent = opentelemetry::Context::new().with_remote_span_context(remote.clone());
+    // Fails only without an OpenTelemetry layer: nothing to parent.
+    let _ = span.set_parent(parent);
 }
 
 /// The span a W3C `traceparent` names, as the propagator reads it; `None`
 /// for text that names no span, or without span export.
-fn remote_span(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
+pub fn remote_span(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
     let cx = opentelemetry::global::get_text_map_propagator(|propagator| {
         propagator.extract(&Traceparent(traceparent))
     });

@@ -18,12 +18,13 @@ use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};
 use tracing::{Instrument, field::Empty};
 
 use futures::Stream;
+use opentelemetry::trace::SpanContext;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use troupe_proto::{
     session::{self as pb, session_service_server::SessionService},
-    telemetry::LifeSpan,
+    telemetry::{self, LifeSpan},
 };
 
 use crate::{
@@ -163,7 +164,7 @@ impl<S: Store> Service<S> {
         &self,
         request: Request<pb::CreateRootSessionRequest>,
     ) -> Result<pb::CreateRootSessionResponse, SessionError> {
-        let span = spawn_span("create_root", &request);
+        let span = spawn_span("create_root", caller_span(&request).as_ref());
         let spawn = async move {
             let caller = self.authenticate(&request, "create_root_session").await?;
             let req = request.into_inner();
@@ -182,13 +183,14 @@ impl<S: Store> Service<S> {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<pb::CreateSessionResponse, SessionError> {
-        let span = spawn_span("spawn", &request);
+        let call = caller_span(&request);
+        let span = spawn_span("spawn", call.as_ref());
         let spawn = async move {
             let caller = self.authenticate(&request, "create_session").await?;
             let parent = &request.get_ref().parent_session_id;
             if let Some(life) = self.parent_life(&caller, parent).await {
                 // Before anything starts the spawn span: its parent is final then.
-                life.adopt(&tracing::Span::current(), traceparent(&request));
+                life.adopt(&tracing::Span::current(), call.as_ref());
             }
             let req = request.into_inner();
             let result = create::child(&self.inner, &caller, &req).await;
@@ -206,7 +208,7 @@ impl<S: Store> Service<S> {
     /// The life span of the session a spawn is for (the caller's own, or
     /// the one an operator names), so the spawn joins its tree's trace.
     async fn parent_life(&self, caller: &Caller, named: &str) -> Option<LifeSpan> {
-        if !troupe_proto::telemetry::exporting() {
+        if !telemetry::exporting() {
             return None;
         }
         match caller {
@@ -227,8 +229,8 @@ pub fn makes_own_span(path: &str) -> bool {
 
 /// The span of a spawn request (`create_root` or `spawn`), with the
 /// attributes [`record_spawn`] fills in. It is the request's span: a server
-/// span that continues the caller's `traceparent`, if the request has one.
-fn spawn_span<T>(name: &'static str, request: &Request<T>) -> tracing::Span {
+/// span under the caller's span (`call`), if the request names one.
+fn spawn_span(name: &'static str, call: Option<&SpanContext>) -> tracing::Span {
     let span = tracing::info_span!(
         "spawn",
         otel.name = name,
@@ -244,8 +246,8 @@ fn spawn_span<T>(name: &'static str, request: &Request<T>) -> tracing::Span {
         troupe.trust_level = Empty,
         troupe.refusal.reason = Empty,
     );
-    if let Some(traceparent) = traceparent(request) {
-        troupe_proto::telemetry::continue_remote(&span, traceparent);
+    if let Some(call) = call {
+        telemetry::continue_span(&span, call);
     }
     span
 }
@@ -266,12 +268,11 @@ async fn spawning<R>(
     .await
 }
 
-/// The W3C `traceparent` a request carries, if any.
-fn traceparent<T>(request: &Request<T>) -> Option<&str> {
-    request
-        .metadata()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
+/// The caller's span, as the request's W3C `traceparent` names it, if it
+/// does (and spans are exported).
+fn caller_span<T>(request: &Request<T>) -> Option<SpanContext> {
+    let traceparent = request.metadata().get("traceparent")?.to_str().ok()?;
+    telemetry::remote_span(traceparent)
 }
 
 /// Records on the current span (a spawn's) the session it made, or the
