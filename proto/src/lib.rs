@@ -9,6 +9,7 @@
 //! - [`names`]: the rule for workspace ids and agent names.
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
+//! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
 //! - [`telemetry`]: logs on stderr and OpenTelemetry span export, set by `OTEL_*` variables.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
@@ -23,6 +24,7 @@ pub mod runner {
     tonic::include_proto!("troupe.runner.v1");
 }
 
+pub mod drain;
 pub mod endpoint;
 pub mod names;
 pub mod paths;

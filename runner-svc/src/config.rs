@@ -63,6 +63,11 @@ pub struct Config {
     /// Grace between SIGTERM and SIGKILL when a timeout ends an exec.
     #[arg(long, env = "TROUPE_TIMEOUT_GRACE_MS", default_value_t = 5000)]
     pub timeout_grace_ms: u64,
+    /// Time open calls get to finish at a stop (SIGTERM, SIGINT), in
+    /// milliseconds: health goes NOT_SERVING and every watch ends at once,
+    /// then what is still open after this is closed. Agents keep running.
+    #[arg(long, env = "TROUPE_SHUTDOWN_DRAIN_MS", default_value_t = 5000)]
+    pub shutdown_drain_ms: u64,
     /// How long an exited exec stays listed and watchable before its log and
     /// directory are removed.
     #[arg(long, env = "TROUPE_KEEP_EXITED_SECS", default_value_t = 3600)]

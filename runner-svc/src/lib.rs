@@ -32,7 +32,7 @@ use std::{
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use troupe_proto::runner::runner_service_server::RunnerServiceServer;
+use troupe_proto::{drain::Drain, runner::runner_service_server::RunnerServiceServer};
 
 pub use config::Config;
 
@@ -110,28 +110,36 @@ pub async fn serve(
     )
     .await?;
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<RunnerServiceServer<Service>>().await;
+    let drain = Drain::new(
+        tonic_health::server::HealthReporter::new(),
+        &[<RunnerServiceServer<Service> as tonic::server::NamedService>::NAME],
+        cancel.clone(),
+        std::time::Duration::from_millis(config.shutdown_drain_ms),
+    );
+    drain.serving().await;
     let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     tracing::info!(addr = %listener.local_addr()?, "runner listening");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let stop = cancel.clone();
-    let result = tonic::transport::Server::builder()
+    // The drain ends watch streams and followers; the execs themselves keep running.
+    let server = tonic::transport::Server::builder()
         .trace_fn(troupe_proto::telemetry::request_span)
-        .add_service(health_service)
+        .add_service(drain.health_service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(RunnerServiceServer::new(Service::new(runner, operator)))
-        .serve_with_incoming_shutdown(incoming, async move {
+        .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
+    let stop = tokio::spawn({
+        let drain = drain.clone();
+        async move {
             shutdown.await;
-            // Ends watch streams and followers so the server can drain; the
-            // execs themselves keep running.
-            stop.cancel();
-        })
-        .await;
+            drain.begin().await;
+        }
+    });
+    let served = drain.bounded(server).await;
+    stop.abort();
     cancel.cancel();
-    result.context("grpc server failed")
+    served.unwrap_or(Ok(())).context("grpc server failed")
 }
 
 /// Every exec holds four descriptors while it is kept: allow what the

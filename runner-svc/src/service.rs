@@ -146,7 +146,9 @@ impl RunnerService for Service {
                     () = tx.closed() => return,
                     () = shutdown.cancelled() => {
                         let _ = tx
-                            .send(Err(Status::unavailable("runner is shutting down")))
+                            .send(Err(Status::unavailable(
+                                "the runner is shutting down; reconnect and resume after the last sequence",
+                            )))
                             .await;
                         return;
                     }

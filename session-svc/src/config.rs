@@ -44,6 +44,11 @@ pub struct Config {
     /// Lifetime of a session token, in seconds.
     #[arg(long, env = "TROUPE_TOKEN_TTL_SECS", default_value_t = 24 * 3600)]
     pub token_ttl_secs: u64,
+    /// Time open calls get to finish at a stop (SIGTERM, SIGINT), in
+    /// milliseconds: health goes NOT_SERVING and every stream ends at once,
+    /// then what is still open after this is closed.
+    #[arg(long, env = "TROUPE_SHUTDOWN_DRAIN_MS", default_value_t = 5000)]
+    pub shutdown_drain_ms: u64,
     /// Events kept for watchers that resume; older ones are pruned.
     #[arg(long, env = "TROUPE_EVENT_RETENTION", default_value_t = 100_000)]
     pub event_retention: u64,
@@ -117,6 +122,10 @@ impl Config {
             Some(path) => Some(path.clone()),
             None => Some(troupe_proto::paths::session_socket_path(&self.data_dir)),
         }
+    }
+
+    pub fn shutdown_drain(&self) -> Duration {
+        Duration::from_millis(self.shutdown_drain_ms)
     }
 
     pub fn token_ttl(&self) -> Duration {

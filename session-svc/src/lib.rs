@@ -30,7 +30,7 @@ use std::{future::Future, time::Duration};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use troupe_proto::session::session_service_server::SessionServiceServer;
+use troupe_proto::{drain::Drain, session::session_service_server::SessionServiceServer};
 
 pub use config::{Config, Limits};
 
@@ -117,59 +117,74 @@ async fn serve_with_store<S: Store + Clone>(
         .then(|| tokio::spawn(lives::export(store.clone(), lives_from, cancel.clone())));
     let upkeep = tokio::spawn(upkeep(store, config.event_retention, cancel.clone()));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<SessionServiceServer<Service<S>>>()
-        .await;
+    let service_name = <SessionServiceServer<Service<S>> as tonic::server::NamedService>::NAME;
+    let drain = Drain::new(
+        tonic_health::server::HealthReporter::new(),
+        &[service_name],
+        cancel.clone(),
+        config.shutdown_drain(),
+    );
+    drain.serving().await;
     let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     let mut routes = tonic::service::Routes::builder();
     routes
-        .add_service(health_service)
+        .add_service(drain.health_service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SessionServiceServer::new(service));
     let routes = routes.routes();
 
+    // Both servers stop accepting when the drain begins.
     let unix = match config.socket() {
         Some(path) => {
             let listener = bind_unix(&path)?;
             tracing::info!(socket = %path.display(), "session service listening");
             let stream = tokio_stream::wrappers::UnixListenerStream::new(listener);
-            let stop = cancel.clone();
-            let server = tonic::transport::Server::builder()
-                .trace_fn(request_span)
-                .add_routes(routes.clone())
-                .serve_with_incoming_shutdown(stream, stop.cancelled_owned());
-            Some(tokio::spawn(server))
+            Some(
+                tonic::transport::Server::builder()
+                    .trace_fn(request_span)
+                    .add_routes(routes.clone())
+                    .serve_with_incoming_shutdown(stream, cancel.clone().cancelled_owned()),
+            )
         }
         None => None,
     };
-
     tracing::info!(addr = %listener.local_addr()?, "session service listening");
     // Without TCP_NODELAY, small HTTP/2 frames wait out delayed ACKs (~40 ms).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let stop = cancel.clone();
-    let result = tonic::transport::Server::builder()
+    let tcp = tonic::transport::Server::builder()
         .trace_fn(request_span)
         .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, async move {
+        .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
+    let stop = tokio::spawn({
+        let drain = drain.clone();
+        async move {
             shutdown.await;
-            // Ends open watch streams so the server can drain.
-            stop.cancel();
+            drain.begin().await;
+        }
+    });
+    let served = drain
+        .bounded(async {
+            let unix = async {
+                match unix {
+                    Some(server) => server
+                        .await
+                        .context("grpc server on the unix socket failed"),
+                    None => Ok(()),
+                }
+            };
+            let (tcp, unix) = tokio::join!(tcp, unix);
+            tcp.context("grpc server failed").and(unix)
         })
         .await;
+    stop.abort();
     cancel.cancel();
     let _ = upkeep.await;
     if let Some(lives) = lives {
         let _ = lives.await;
     }
-    if let Some(unix) = unix {
-        unix.await
-            .context("unix socket server panicked")?
-            .context("grpc server on the unix socket failed")?;
-    }
-    result.context("grpc server failed")
+    served.unwrap_or(Ok(()))
 }
 
 /// Binds the Unix socket, replacing a stale one, connectable by every uid:

@@ -4,11 +4,13 @@
 //! - [`TestServer`]: start, restart on the same data, stop (propagating server errors).
 //! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
 //! - [`reason`]: the `ErrorInfo` reason of a refusal.
+//! - [`drain`]: what clients see of a server that stops.
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
 
 pub mod bench;
+pub mod drain;
 pub mod otlp;
 pub mod process;
 

@@ -215,6 +215,21 @@ impl SessionProcess {
     /// Stops the service; returns whether it exited cleanly, and a way to
     /// start it again on the same data.
     pub async fn stop_keeping_data(mut self) -> (bool, Stopped) {
+        self.terminate().await;
+        let clean = self
+            .exited_within(Duration::from_secs(30))
+            .await
+            .expect("the service stops after SIGTERM")
+            .success();
+        let stopped = Stopped {
+            binary: self.binary,
+            dir: self.dir,
+        };
+        (clean, stopped)
+    }
+
+    /// Sends SIGTERM, as an operator (or an orchestrator) stops a service.
+    pub async fn terminate(&self) {
         let pid = self.child.id().expect("running").to_string();
         let signalled = Command::new("kill")
             .args(["-TERM", &pid])
@@ -222,16 +237,22 @@ impl SessionProcess {
             .await
             .unwrap();
         assert!(signalled.success());
-        let clean = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+    }
+
+    /// How the process exited, if it did within `limit`.
+    pub async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(limit, self.child.wait())
             .await
-            .expect("the service stops after SIGTERM")
-            .unwrap()
-            .success();
-        let stopped = Stopped {
-            binary: self.binary,
-            dir: self.dir,
-        };
-        (clean, stopped)
+            .ok()
+            .map(|status| status.expect("wait"))
+    }
+
+    /// The address the service listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.endpoint
+            .trim_start_matches("http://")
+            .parse()
+            .expect("an address")
     }
 }
 

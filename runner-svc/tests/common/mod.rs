@@ -209,7 +209,7 @@ impl Drop for TestRunner {
 
 /// The tools directory every runner of this test binary mounts: the
 /// supervisor and the agent tools, installed once.
-fn tools() -> &'static Path {
+pub fn tools() -> &'static Path {
     static TOOLS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     TOOLS.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("troupe-tools");
