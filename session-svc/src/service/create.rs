@@ -3,8 +3,8 @@
 use troupe_proto::{session as pb, telemetry::LifeSpan};
 
 use super::{
-    Inner, MAX_MESSAGE_BYTES, MAX_SHORT_TEXT, allowed, check_len, idempotency, require_operator,
-    view,
+    Inner, MAX_MESSAGE_BYTES, MAX_SHORT_TEXT, allowed, check_len, idempotency, identity::Lapse,
+    require_operator, view,
 };
 use crate::{
     agents,
@@ -134,6 +134,7 @@ pub async fn root<S: Store>(
 pub async fn child<S: Store>(
     inner: &Inner<S>,
     caller: &Caller,
+    lapse: &Lapse,
     req: &pb::CreateSessionRequest,
 ) -> Result<pb::CreateSessionResponse, SessionError> {
     let parent = match caller {
@@ -211,7 +212,7 @@ pub async fn child<S: Store>(
         driver.launch(session.clone(), mode == pb::ExecutionMode::Callback);
     }
     let result = if mode == pb::ExecutionMode::Sync {
-        session = wait_for_end(inner, &session.session_id).await?;
+        session = wait_for_end(inner, lapse, &session.session_id).await?;
         let process = inner.store.process(&session.session_id).await?;
         Some(view::result(&session, process.as_ref()))
     } else {
@@ -225,14 +226,20 @@ pub async fn child<S: Store>(
 }
 
 /// Waits until the session has ended and its exit (if it had a process)
-/// is recorded; as long as the caller waits. Every commit of the ledger,
-/// the recording of an exit included, wakes the store's subscribers.
+/// is recorded; as long as the caller waits, and its token would still be
+/// taken (`lapse`: a caller that ended, with its child or not, is refused
+/// the result). Every commit of the ledger, the recording of an exit
+/// included, wakes the store's subscribers.
 async fn wait_for_end<S: Store>(
     inner: &Inner<S>,
+    lapse: &Lapse,
     session_id: &str,
 ) -> Result<crate::model::SessionRow, SessionError> {
     let mut changes = inner.store.subscribe();
+    let lapsed = lapse.lapsed(inner);
+    tokio::pin!(lapsed);
     loop {
+        lapse.check(inner).await?;
         let row = inner
             .store
             .get_session(session_id)
@@ -261,6 +268,7 @@ async fn wait_for_end<S: Store>(
                 }
             }
             () = inner.shutdown.cancelled() => return Err(shutting_down()),
+            refusal = &mut lapsed => return Err(refusal),
         }
     }
 }

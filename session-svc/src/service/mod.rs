@@ -6,6 +6,7 @@
 mod audit;
 mod create;
 mod get;
+mod identity;
 mod list;
 mod message;
 mod progress;
@@ -27,8 +28,10 @@ use troupe_proto::{
     telemetry::{self, LifeSpan},
 };
 
+use identity::{Lapse, identify};
+
 use crate::{
-    auth::{Bearer, Tokens, bearer},
+    auth::{Tokens, bearer},
     config::Limits,
     driver::Driver,
     error::{Reason, SessionError},
@@ -81,49 +84,44 @@ impl<S: Store> Service<S> {
         request: &Request<T>,
         action: &'static str,
     ) -> Result<Caller, SessionError> {
-        match self.caller(request).await {
-            Ok(caller) => Ok(caller),
-            Err(err) => {
-                self.audit(AuditRecord {
-                    caller: "anonymous".to_owned(),
-                    action,
-                    target: String::new(),
-                    allowed: false,
-                    reason: err.reason().as_str().to_owned(),
-                    detail: err.to_string(),
-                })
-                .await;
-                Err(err)
-            }
-        }
+        Ok(self.identified(request, action).await?.0)
     }
 
-    async fn caller<T>(&self, request: &Request<T>) -> Result<Caller, SessionError> {
+    /// [`Service::authenticate`], for a call that lasts: with what the
+    /// caller's standing rests on, so the call can end when it lapses.
+    async fn authenticate_lasting<T>(
+        &self,
+        request: &Request<T>,
+        action: &'static str,
+    ) -> Result<(Caller, Lapse), SessionError> {
+        let (caller, expires_at) = self.identified(request, action).await?;
         let token = bearer(request.metadata())?;
-        match self.inner.tokens.verify(token, &self.inner.store).await? {
-            Bearer::Operator => Ok(Caller::Operator),
-            Bearer::Session(claims) => {
-                let row = self
-                    .inner
-                    .store
-                    .get_session(&claims.sub)
-                    .await?
-                    .ok_or_else(|| {
-                        SessionError::refused(Reason::TokenInvalid, "invalid session token")
-                    })?;
-                if !row.is_active() {
-                    return Err(SessionError::refused(
-                        Reason::TokenRevoked,
-                        format!(
-                            "session {} has ended ({}); its tokens are revoked",
-                            row.session_id,
-                            troupe_proto::status::status_str(row.status)
-                        ),
-                    ));
-                }
-                Ok(Caller::Session(Box::new(row)))
-            }
+        let lapse = Lapse::of(&caller, token, expires_at);
+        Ok((caller, lapse))
+    }
+
+    /// The caller and its token's expiry; refusals audited.
+    async fn identified<T>(
+        &self,
+        request: &Request<T>,
+        action: &'static str,
+    ) -> Result<(Caller, Option<u64>), SessionError> {
+        let identified = match bearer(request.metadata()) {
+            Ok(token) => identify(&self.inner, token).await,
+            Err(missing) => Err(missing),
+        };
+        if let Err(err) = &identified {
+            self.audit(AuditRecord {
+                caller: "anonymous".to_owned(),
+                action,
+                target: String::new(),
+                allowed: false,
+                reason: err.reason().as_str().to_owned(),
+                detail: err.to_string(),
+            })
+            .await;
         }
+        identified
     }
 
     /// Appends an audit entry; a failure is logged, never returned.
@@ -186,14 +184,21 @@ impl<S: Store> Service<S> {
         let call = caller_span(&request);
         let span = spawn_span("spawn", call.as_ref());
         let spawn = async move {
-            let caller = self.authenticate(&request, "create_session").await?;
+            let (caller, expires_at) = self.identified(&request, "create_session").await?;
+            // Only a sync create lasts: it waits on its child.
+            let lapse = match request.get_ref().mode() {
+                pb::ExecutionMode::Sync => {
+                    Lapse::of(&caller, bearer(request.metadata())?, expires_at)
+                }
+                _ => Lapse::Never,
+            };
             let parent = &request.get_ref().parent_session_id;
             if let Some(life) = self.parent_life(&caller, parent).await {
                 // Before anything starts the spawn span: its parent is final then.
                 life.adopt(&tracing::Span::current(), call.as_ref());
             }
             let req = request.into_inner();
-            let result = create::child(&self.inner, &caller, &req).await;
+            let result = create::child(&self.inner, &caller, &lapse, &req).await;
             let target = match (&caller, req.parent_session_id.as_str()) {
                 (Caller::Session(me), "") => me.session_id.clone(),
                 (_, parent) => parent.to_owned(),
@@ -474,9 +479,11 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::WatchSessionsRequest>,
     ) -> Result<Response<Self::WatchSessionsStream>, Status> {
-        let caller = self.authenticate(&request, "watch_sessions").await?;
+        let (caller, lapse) = self
+            .authenticate_lasting(&request, "watch_sessions")
+            .await?;
         let req = request.into_inner();
-        let result = watch::start(Arc::clone(&self.inner), &caller, &req).await;
+        let result = watch::start(Arc::clone(&self.inner), &caller, lapse, &req).await;
         let target = [&req.session_id, &req.tree_id, &req.workspace_id]
             .into_iter()
             .find(|t| !t.is_empty())

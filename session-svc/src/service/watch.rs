@@ -1,16 +1,19 @@
 //! `WatchSessions`: replays stored events after the cursor, then follows new
 //! ones. Every event is read back from the store in cursor order (the live
 //! signal only says "there is more"), so a watcher neither misses nor repeats
-//! an event, and a reconnect with the last cursor resumes exactly.
+//! an event, and a reconnect with the last cursor resumes exactly. A watch
+//! opened with a session's token ends, UNAUTHENTICATED, once that token
+//! would be refused (the session ended, the token expired).
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use troupe_proto::session as pb;
 
-use super::{EventStream, Inner, view};
+use super::{EventStream, Inner, identity::Lapse, view};
 use crate::{
     error::{Reason, SessionError},
     model::{Caller, EventFilter},
@@ -23,6 +26,7 @@ const PAGE: u32 = 256;
 pub async fn start<S: Store>(
     inner: Arc<Inner<S>>,
     caller: &Caller,
+    lapse: Lapse,
     req: &pb::WatchSessionsRequest,
 ) -> Result<EventStream, SessionError> {
     let filter = filter(&inner, caller, req).await?;
@@ -43,8 +47,15 @@ pub async fn start<S: Store>(
     let (tx, rx) = mpsc::channel(64);
     let caller = caller.clone();
     tokio::spawn(async move {
+        // The watch ends, refused, as soon as a new call of its caller would be.
+        let lapsed = lapse.lapsed(&inner);
+        tokio::pin!(lapsed);
         let mut page = first;
         loop {
+            if let Some(refusal) = (&mut lapsed).now_or_never() {
+                let _ = tx.send(Err(refusal.into())).await;
+                return;
+            }
             let full = page.len() == PAGE as usize;
             for event in &page {
                 after = event.id;
@@ -60,6 +71,10 @@ pub async fn start<S: Store>(
                         return;
                     }
                     () = tx.closed() => return,
+                    refusal = &mut lapsed => {
+                        let _ = tx.send(Err(refusal.into())).await;
+                        return;
+                    }
                 }
             }
             changes.borrow_and_update();

@@ -1,0 +1,134 @@
+//! Who a call is made by, for as long as the call lasts.
+//!
+//! [`identify`] establishes the caller from the bearer token and the
+//! database: the one place it is done. A call that lasts (a watch, a `sync`
+//! create waiting on its child) also holds a [`Lapse`], which completes with
+//! the refusal a new call with the same token would get, as soon as it would
+//! get one: when the caller's session ends (its tokens are revoked) or the
+//! token expires. The call then ends with that refusal.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::Inner;
+use crate::{
+    auth::Bearer,
+    error::{Reason, SessionError},
+    model::Caller,
+    store::Store,
+};
+
+/// Establishes the caller of `token`, and when the token expires (Unix
+/// seconds; none for the operator).
+pub async fn identify<S: Store>(
+    inner: &Inner<S>,
+    token: &str,
+) -> Result<(Caller, Option<u64>), SessionError> {
+    match inner.tokens.verify(token, &inner.store).await? {
+        Bearer::Operator => Ok((Caller::Operator, None)),
+        Bearer::Session(claims) => {
+            let row = inner.store.get_session(&claims.sub).await?.ok_or_else(|| {
+                SessionError::refused(Reason::TokenInvalid, "invalid session token")
+            })?;
+            if !row.is_active() {
+                return Err(SessionError::refused(
+                    Reason::TokenRevoked,
+                    format!(
+                        "session {} has ended ({}); its tokens are revoked",
+                        row.session_id,
+                        troupe_proto::status::status_str(row.status)
+                    ),
+                ));
+            }
+            Ok((Caller::Session(Box::new(row)), Some(claims.exp)))
+        }
+    }
+}
+
+/// What a caller's standing rests on while its call lasts.
+#[derive(Clone, Debug)]
+pub enum Lapse {
+    /// The operator token does not lapse while the service runs.
+    Never,
+    /// A session token: valid until it expires or its session ends.
+    Session {
+        token: String,
+        session_id: String,
+        /// Unix seconds; the token is refused from the second after.
+        expires_at: u64,
+    },
+}
+
+impl Lapse {
+    /// What the standing of `caller`, identified by `token` that expires
+    /// at `expires_at`, rests on.
+    pub fn of(caller: &Caller, token: &str, expires_at: Option<u64>) -> Lapse {
+        match (caller, expires_at) {
+            (Caller::Session(me), Some(expires_at)) => Lapse::Session {
+                token: token.to_owned(),
+                session_id: me.session_id.clone(),
+                expires_at,
+            },
+            _ => Lapse::Never,
+        }
+    }
+
+    /// The refusal a new call would get now, if it would get one.
+    pub async fn check<S: Store>(&self, inner: &Inner<S>) -> Result<(), SessionError> {
+        match self {
+            Lapse::Never => Ok(()),
+            Lapse::Session { token, .. } => identify(inner, token).await.map(|_| ()),
+        }
+    }
+
+    /// Completes, with the refusal a new call would get, once the caller's
+    /// token would be refused; never for the operator.
+    pub async fn lapsed<S: Store>(&self, inner: &Inner<S>) -> SessionError {
+        let Lapse::Session {
+            token,
+            session_id,
+            expires_at,
+        } = self
+        else {
+            return std::future::pending().await;
+        };
+        // Subscribed before the first look, so no ending falls between.
+        let mut ends = inner.store.subscribe_ends();
+        loop {
+            let ended = match inner.store.get_session(session_id).await {
+                Ok(Some(row)) => !row.is_active(),
+                Ok(None) | Err(_) => true,
+            };
+            if ended || unix_now() > *expires_at {
+                // The same verdict a new call gets, in its words.
+                if let Err(refusal) = identify(inner, token).await {
+                    return refusal;
+                }
+            }
+            let expiry = until_unix(expires_at + 1);
+            tokio::select! {
+                changed = ends.changed() => {
+                    if changed.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+                () = tokio::time::sleep(expiry) => {}
+            }
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The time from now until Unix second `at` (at least a few milliseconds,
+/// so a clock at the boundary does not spin).
+fn until_unix(at: u64) -> Duration {
+    let at = UNIX_EPOCH + Duration::from_secs(at);
+    at.duration_since(SystemTime::now())
+        .unwrap_or_default()
+        .max(Duration::from_millis(10))
+}
