@@ -4,172 +4,14 @@
 //! endpoint with each request's bearer token. Needs `python3` with
 //! `mcp` 2.x installed; without it these tests fail, saying how to install it.
 
-use std::{process::Stdio, time::Duration};
+mod common;
 
-use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
-    process::{Child, Command},
-};
-use troupe_proto::session::{self as pb, TrustLevel};
+use std::process::Stdio;
+
+use common::*;
+use serde_json::json;
+use troupe_proto::session::TrustLevel;
 use troupe_tests::{TestServer, get, terminate};
-
-const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
-const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
-const TOOLS: [&str; 7] = [
-    "create_session",
-    "send_message",
-    "list_workspace_sessions",
-    "get_session",
-    "wait_for_session",
-    "terminate_session",
-    "report_progress",
-];
-
-fn require_python_mcp() {
-    let importable = std::process::Command::new("python3")
-        .args(["-c", "import mcp"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        importable,
-        "these tests drive troupe-mcp with the MCP Python SDK, and `python3 -c 'import mcp'` \
-         failed: pip install mcp (python3 -m pip install 'mcp>=2,<3')"
-    );
-}
-
-/// Starts the Python client on `connections` without waiting for it.
-async fn spawn_client(connections: Vec<Value>) -> Child {
-    require_python_mcp();
-    let mut child = Command::new("python3")
-        .arg(CLIENT)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 runs");
-    let plan = json!({ "connections": connections }).to_string();
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(plan.as_bytes())
-        .await
-        .expect("plan written");
-    drop(stdin);
-    child
-}
-
-/// Waits for the client; returns what each connection saw.
-async fn finish_client(child: Child) -> Vec<Value> {
-    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the MCP client finished within 60 s")
-        .expect("client output");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the MCP client failed:\n{stderr}");
-    let report: Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("client output is not JSON ({e}):\n{stderr}"));
-    let connections = report["connections"]
-        .as_array()
-        .expect("connections")
-        .clone();
-    for connection in &connections {
-        assert!(
-            connection.get("error").is_none(),
-            "a connection failed: {connection}\nclient stderr:\n{stderr}"
-        );
-    }
-    connections
-}
-
-async fn drive(connections: Vec<Value>) -> Vec<Value> {
-    finish_client(spawn_client(connections).await).await
-}
-
-fn call(name: &str, arguments: Value) -> Value {
-    json!({ "name": name, "arguments": arguments })
-}
-
-/// A stdio connection: the bridge as a subprocess with the session's environment.
-fn stdio(endpoint: &str, token: &str, calls: Vec<Value>) -> Value {
-    json!({
-        "transport": "stdio",
-        "command": BRIDGE,
-        "env": { "TROUPE_SESSION_TOKEN": token, "TROUPE_SESSION_ENDPOINT": endpoint },
-        "calls": calls,
-    })
-}
-
-/// An HTTP connection with these headers.
-fn http(url: &str, headers: Value, calls: Vec<Value>) -> Value {
-    json!({ "transport": "http", "url": url, "headers": headers, "calls": calls })
-}
-
-fn bearer(token: &str) -> Value {
-    json!({ "Authorization": format!("Bearer {token}") })
-}
-
-/// The structured value of a successful call, checked against its text.
-fn ok(result: &Value) -> &Value {
-    assert_ne!(result["isError"], true, "the call failed: {result}");
-    let value = &result["structuredContent"];
-    let text = result["content"][0]["text"].as_str().expect("text content");
-    let parsed: Value = serde_json::from_str(text).expect("the text is JSON");
-    assert_eq!(&parsed, value, "text and structured content agree");
-    value
-}
-
-/// The text of a refused call, after checking its structured reason.
-fn refused(result: &Value, reason: &str) -> String {
-    assert_eq!(result["isError"], true, "expected a refusal: {result}");
-    assert_eq!(
-        result["structuredContent"]["error"]["reason"], reason,
-        "{result}"
-    );
-    let text = result["content"][0]["text"]
-        .as_str()
-        .expect("text")
-        .to_owned();
-    assert!(text.contains(reason), "{text}");
-    text
-}
-
-fn ids(list: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = list["sessions"]
-        .as_array()
-        .expect("sessions")
-        .iter()
-        .map(|s| s["session_id"].as_str().expect("id").to_owned())
-        .collect();
-    ids.sort();
-    ids
-}
-
-fn sorted(ids: &[&str]) -> Vec<String> {
-    let mut ids: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
-    ids.sort();
-    ids
-}
-
-fn unix_endpoint(server: &TestServer) -> String {
-    let socket = server
-        .config
-        .socket()
-        .expect("the service serves a Unix socket");
-    format!("unix://{}", socket.display())
-}
-
-async fn inbox_count(server: &TestServer, session_id: &str) -> u64 {
-    server
-        .operator()
-        .await
-        .get_session(get(session_id))
-        .await
-        .expect("get")
-        .into_inner()
-        .inbox_count
-}
 
 #[tokio::test]
 async fn tools_list_shows_seven_tools_with_schemas() {
@@ -496,33 +338,6 @@ async fn wait_for_session_outlasts_a_service_restart() {
     assert_eq!(waited["session"]["status"], "terminated");
 }
 
-/// Waits until `caller` has opened `count` watches on `session_id` (the
-/// audit log records each).
-async fn watches_opened(server: &TestServer, session_id: &str, caller: &str, count: usize) -> bool {
-    let mut operator = server.operator().await;
-    for _ in 0..600 {
-        let entries = operator
-            .list_audit(pb::ListAuditRequest {
-                session_id: session_id.to_owned(),
-                after_id: 0,
-                limit: 1000,
-            })
-            .await
-            .expect("audit")
-            .into_inner()
-            .entries;
-        let watches = entries
-            .iter()
-            .filter(|e| e.action == "watch_sessions" && e.caller == caller)
-            .count();
-        if watches >= count {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
 #[tokio::test]
 async fn http_endpoint_acts_as_each_requests_token() {
     let server = TestServer::start().await;
@@ -634,39 +449,4 @@ fn stdio_without_its_environment_says_what_is_missing() {
         "{no_endpoint}"
     );
     assert!(no_endpoint.contains("unix://"), "{no_endpoint}");
-}
-
-/// `troupe-mcp http` on a free port, stopped on drop.
-struct HttpBridge {
-    url: String,
-    _child: Child,
-}
-
-impl HttpBridge {
-    async fn start(endpoint: &str) -> HttpBridge {
-        let mut child = Command::new(BRIDGE)
-            .args(["http", "--listen", "127.0.0.1:0", "--endpoint", endpoint])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("bridge starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let url = tokio::time::timeout(Duration::from_secs(10), async {
-            while let Some(line) = lines.next_line().await.expect("stderr line") {
-                if let Some(at) = line.find("serving MCP on ") {
-                    let rest = &line[at + "serving MCP on ".len()..];
-                    return rest.split_whitespace().next().expect("url").to_owned();
-                }
-            }
-            panic!("the bridge exited before listening");
-        })
-        .await
-        .expect("the bridge listens within 10 s");
-        // Keep draining its log so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        HttpBridge { url, _child: child }
-    }
 }
