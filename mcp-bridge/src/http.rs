@@ -3,7 +3,7 @@
 //! [`Bridge`], acting per request with the request's bearer token
 //! ([`crate::caller`]), so one endpoint serves every session of a machine.
 
-use std::{future::Future, sync::Arc};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use rmcp::transport::streamable_http_server::{
@@ -37,7 +37,8 @@ pub fn router(args: &HttpArgs, cancel: CancellationToken) -> axum::Router {
 }
 
 /// Serves on `listener` until `shutdown` completes, then ends the open MCP
-/// sessions and returns.
+/// sessions and returns once the requests still open have finished, or
+/// the drain time (`--shutdown-drain-ms`) has passed.
 pub async fn serve(
     listener: TcpListener,
     args: &HttpArgs,
@@ -45,11 +46,17 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let app = router(args, cancel.child_token());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            cancel.cancel();
-        })
-        .await
-        .context("the HTTP server failed")
+    let stopping = cancel.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        stopping.cancel();
+    });
+    let drain = Duration::from_millis(args.shutdown_drain_ms);
+    tokio::select! {
+        served = server => served.context("the HTTP server failed"),
+        () = async { cancel.cancelled().await; tokio::time::sleep(drain).await } => {
+            tracing::warn!(drain_ms = args.shutdown_drain_ms, "requests still open after the drain time; closing them");
+            Ok(())
+        }
+    }
 }

@@ -84,6 +84,11 @@ pub struct HttpArgs {
     /// needed when clients reach the bridge by another name or address.
     #[arg(long = "allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,
+    /// Time open requests get to finish at a stop (SIGTERM, SIGINT), in
+    /// milliseconds: MCP sessions end at once, then what is still open
+    /// after this is closed.
+    #[arg(long, env = "TROUPE_SHUTDOWN_DRAIN_MS", default_value_t = 5000)]
+    pub shutdown_drain_ms: u64,
 }
 
 impl Cli {

@@ -206,13 +206,19 @@ pub async fn watches_opened(
 /// `troupe-mcp http` on a free port, stopped on drop.
 pub struct HttpBridge {
     pub url: String,
-    _child: Child,
+    pub child: Child,
 }
 
 impl HttpBridge {
     pub async fn start(endpoint: &str) -> HttpBridge {
+        HttpBridge::start_with(endpoint, &[]).await
+    }
+
+    /// Starts the bridge with `flags` besides its listen address and endpoint.
+    pub async fn start_with(endpoint: &str, flags: &[&str]) -> HttpBridge {
         let mut child = Command::new(BRIDGE)
             .args(["http", "--listen", "127.0.0.1:0", "--endpoint", endpoint])
+            .args(flags)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -234,6 +240,6 @@ impl HttpBridge {
         .expect("the bridge listens within 10 s");
         // Keep draining its log so it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        HttpBridge { url, _child: child }
+        HttpBridge { url, child }
     }
 }
