@@ -13,7 +13,7 @@ use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
-pub use sqlite::{OutputBudget, SqliteStore};
+pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 
 use crate::{
     error::{QuotaLeft, SessionError},
