@@ -205,6 +205,10 @@ fn event_detail(detail: Option<&Detail>) -> Value {
             "progress": p.progress,
             "description": text(&p.description),
         }),
+        Some(Detail::OutputTruncated(t)) => json!({
+            "dropped_bytes": t.dropped_bytes,
+            "dropped_events": t.dropped_events,
+        }),
     }
 }
 
@@ -240,6 +244,10 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
                 word(&p.description)
             )
         }
+        Some(Detail::OutputTruncated(t)) => format!(
+            "dropped_bytes={} dropped_events={}",
+            t.dropped_bytes, t.dropped_events
+        ),
     }
 }
 

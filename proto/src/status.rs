@@ -47,6 +47,7 @@ pub fn kind_str(kind: EventKind) -> &'static str {
         EventKind::Completed => "completed",
         EventKind::Failed => "failed",
         EventKind::Terminated => "terminated",
+        EventKind::OutputTruncated => "output_truncated",
     }
 }
 
@@ -61,6 +62,7 @@ pub fn parse_kind(text: &str) -> Option<EventKind> {
         "completed" => EventKind::Completed,
         "failed" => EventKind::Failed,
         "terminated" => EventKind::Terminated,
+        "output_truncated" => EventKind::OutputTruncated,
         _ => return None,
     })
 }
@@ -89,6 +91,7 @@ mod tests {
             EventKind::Completed,
             EventKind::Failed,
             EventKind::Terminated,
+            EventKind::OutputTruncated,
         ] {
             assert_eq!(parse_kind(kind_str(k)), Some(k));
         }

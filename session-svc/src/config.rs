@@ -6,6 +6,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Args, Parser};
 use troupe_proto::paths::default_data_dir;
 
+use crate::store::OutputBudget;
+
 /// `troupe-session`: the spawn-tree ledger of Troupe, served over gRPC.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "troupe-session", version, about)]
@@ -41,6 +43,15 @@ pub struct Config {
     /// Bytes of each agent's latest output kept for `GetSession` and callbacks.
     #[arg(long, env = "TROUPE_OUTPUT_TAIL_BYTES", default_value_t = 16 * 1024)]
     pub output_tail_bytes: usize,
+    /// Bytes of output events one session keeps for its watchers; past it,
+    /// its oldest output is dropped (down to three quarters of it) and an
+    /// `output_truncated` event marks the gap.
+    #[arg(long, env = "TROUPE_OUTPUT_SESSION_BYTES", default_value_t = OutputBudget::default().session_bytes)]
+    pub output_session_bytes: u64,
+    /// Bytes of output events kept for all sessions together; past it, the
+    /// sessions keeping the most lose their oldest output, as above.
+    #[arg(long, env = "TROUPE_OUTPUT_TOTAL_BYTES", default_value_t = OutputBudget::default().total_bytes)]
+    pub output_total_bytes: u64,
     /// Lifetime of a session token, in seconds.
     #[arg(long, env = "TROUPE_TOKEN_TTL_SECS", default_value_t = 24 * 3600)]
     pub token_ttl_secs: u64,
@@ -126,6 +137,14 @@ impl Config {
 
     pub fn shutdown_drain(&self) -> Duration {
         Duration::from_millis(self.shutdown_drain_ms)
+    }
+
+    /// How much agents' output the store keeps.
+    pub fn output_budget(&self) -> OutputBudget {
+        OutputBudget {
+            session_bytes: self.output_session_bytes,
+            total_bytes: self.output_total_bytes,
+        }
     }
 
     pub fn token_ttl(&self) -> Duration {

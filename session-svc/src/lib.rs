@@ -65,7 +65,8 @@ pub async fn serve(
     );
     let store = SqliteStore::open(&url)
         .await
-        .with_context(|| format!("cannot open database {url}"))?;
+        .with_context(|| format!("cannot open database {url}"))?
+        .with_output_budget(config.output_budget());
     let operator =
         troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
@@ -206,9 +207,10 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     Ok(listener)
 }
 
-/// Prunes old events (at start, then every [`PRUNE_EVERY`]) and checkpoints
-/// the store (every [`CHECKPOINT_EVERY`]) until `cancel`.
-async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
+/// Keeps the store's files bounded until `cancel`: prunes old events (at
+/// start, then every [`PRUNE_EVERY`]), returns freed space and checkpoints
+/// (every [`CHECKPOINT_EVERY`]).
+pub async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
     let mut prune = tokio::time::interval(PRUNE_EVERY);
     let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
     loop {
@@ -219,6 +221,10 @@ async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
                 }
             }
             _ = checkpoint.tick() => {
+                // Before the checkpoint, which then cuts the file to size.
+                if let Err(e) = store.reclaim().await {
+                    tracing::warn!(error = %e, "returning free space failed");
+                }
                 if let Err(e) = store.checkpoint().await {
                     tracing::warn!(error = %e, "checkpoint failed");
                 }

@@ -127,6 +127,10 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
             progress: number("progress") as u32,
             description: text("description"),
         })),
+        EventKind::OutputTruncated => Some(Detail::OutputTruncated(pb::OutputTruncated {
+            dropped_bytes: number("dropped_bytes"),
+            dropped_events: number("dropped_events"),
+        })),
         EventKind::Completed | EventKind::Failed if detail_json.get("reason").is_some() => {
             Some(Detail::Ended(pb::Ended {
                 exit_code: detail_json["exit_code"].as_i64().unwrap_or(-1) as i32,

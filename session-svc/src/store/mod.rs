@@ -13,7 +13,7 @@ use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 
 use crate::{
     error::{QuotaLeft, SessionError},
@@ -155,6 +155,12 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// periodically by the service.
     fn checkpoint(&self) -> impl Future<Output = Result<(), SessionError>> + Send;
 
+    /// Returns space the database no longer needs (pruned events, dropped
+    /// output) to the file system, a bounded amount per call, so no call
+    /// waits long behind it. Returns the pages returned. Called
+    /// periodically by the service.
+    fn reclaim(&self) -> impl Future<Output = Result<u64, SessionError>> + Send;
+
     /// Counts the pending or running sessions of each workspace, by trust
     /// level (only the non-zero counts). Cheap and synchronous: metrics read
     /// it at every collection.
@@ -204,8 +210,9 @@ pub trait Store: Send + Sync + Clone + 'static {
 
     /// Applies runner event `runner_seq` of a session's process, once: the
     /// status it implies (pending to running, running to completed or
-    /// failed), its event, the output tail (at most `tail_max` bytes), the
-    /// exit. Returns the session after it, or `None` if it was applied before.
+    /// failed), its event, the output tail (its last `tail_max` bytes, every
+    /// byte as printed), the exit. Output events are kept within the
+    /// store's byte budgets (see [`OutputBudget`]). Returns the session after it, or `None` if it was applied before.
     /// Wakes the subscribers even when it wrote no event (an exit after a
     /// termination), so a waiter sees the exit code land.
     fn record_process(

@@ -14,7 +14,9 @@
 //! never checkpoints; [`Store::checkpoint`] does, on a connection of its
 //! own, so no call waits for the WAL's data to reach the database file.
 
+mod output;
 mod process;
+mod upkeep;
 mod write;
 
 use std::{
@@ -50,6 +52,8 @@ use crate::{
     policy::SpawnContext,
 };
 
+pub use self::output::OutputBudget;
+
 /// Default size of the write-ahead log past which a checkpoint makes
 /// writers wait while it starts the log over.
 pub const WAL_LIMIT: u64 = 64 << 20;
@@ -72,6 +76,10 @@ pub struct SqliteStore {
     /// Size of the write-ahead log past which a checkpoint restarts it
     /// (see [`Store::checkpoint`]).
     wal_limit: u64,
+    /// The write-ahead log's file (none for an in-memory database).
+    wal_path: Option<std::path::PathBuf>,
+    /// How much agents' output is kept.
+    output_budget: OutputBudget,
     /// Bumped after every commit that wrote events.
     events_written: watch::Sender<u64>,
     /// The ledger's count of ended sessions, as last published.
@@ -141,6 +149,7 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await?;
         let owner = claim(options.get_filename())?;
+        upkeep::incremental_vacuum_on(&migrating).await?;
         sqlx::migrate!("./migrations/sqlite")
             .run(&migrating)
             .await
@@ -161,6 +170,11 @@ impl SqliteStore {
                 .map(entry_from_row)
                 .collect::<Result<Vec<_>, _>>()?,
         );
+        let wal_path = (options.get_filename() != std::path::Path::new(":memory:")).then(|| {
+            let mut path = options.get_filename().as_os_str().to_owned();
+            path.push("-wal");
+            std::path::PathBuf::from(path)
+        });
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(options.read_only(true))
@@ -178,6 +192,8 @@ impl SqliteStore {
             checkpointer: Arc::new(Mutex::new(checkpointer)),
             frame_bytes: page_size as u64 + WAL_FRAME_HEADER,
             wal_limit: WAL_LIMIT,
+            wal_path,
+            output_budget: OutputBudget::default(),
             events_written,
             sessions_ended,
             _owner: Arc::new(owner),
@@ -188,6 +204,13 @@ impl SqliteStore {
     /// restarts it ([`WAL_LIMIT`] by default).
     pub fn with_wal_limit(mut self, bytes: u64) -> Self {
         self.wal_limit = bytes;
+        self
+    }
+
+    /// Sets how much agents' output is kept ([`OutputBudget::default`]
+    /// unless set).
+    pub fn with_output_budget(mut self, budget: OutputBudget) -> Self {
+        self.output_budget = budget;
         self
     }
 
@@ -211,9 +234,11 @@ impl SqliteStore {
         self.ledger.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes the writer, first settling what a cancelled write left.
+    /// Takes the writer, first settling what a cancelled write left, and
+    /// cutting the write-ahead log back if it is past its limit.
     async fn writer(&self) -> Result<MutexGuard<'_, Writer>, SessionError> {
         let mut w = self.writer.lock().await;
+        self.cut_wal_if_full().await;
         if w.open || !w.unsettled.is_empty() {
             rollback(&mut w.conn).await;
             w.open = false;
@@ -711,21 +736,11 @@ impl Store for SqliteStore {
     }
 
     async fn checkpoint(&self) -> Result<(), SessionError> {
-        let mut conn = self.checkpointer.lock().await;
-        // (busy, frames in the log, frames copied to the database)
-        let (_, frames, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(&mut *conn)
-            .await?;
-        // A passive checkpoint never waits, so under writes that never
-        // pause it ends with frames written meanwhile left in the log, and
-        // the log is never started over: it would grow without end. Past
-        // the limit, writers wait while the log is emptied and cut to zero.
-        if frames.max(0) as u64 * self.frame_bytes > self.wal_limit {
-            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&mut *conn)
-                .await?;
-        }
-        Ok(())
+        self.checkpoint_impl().await
+    }
+
+    async fn reclaim(&self) -> Result<u64, SessionError> {
+        self.reclaim_impl().await
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {

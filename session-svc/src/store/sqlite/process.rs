@@ -2,7 +2,6 @@
 //! runner reported it, which messages reached its stdin, and the progress
 //! it reported.
 
-use base64::Engine as _;
 use serde_json::json;
 use sqlx::Row;
 
@@ -79,21 +78,14 @@ impl SqliteStore {
                 }
             }
             ProcessChange::Output { stream, data } => {
-                sqlx::query(
-                    "UPDATE processes SET output_tail = substr(output_tail || ?1, -?2) \
-                     WHERE session_id = ?3",
-                )
-                .bind(&data)
-                .bind(tail_max as i64)
-                .bind(session_id)
-                .execute(tx.conn())
-                .await?;
-                let data = base64::engine::general_purpose::STANDARD.encode(&data);
-                tx.event(
+                super::output::record(
+                    tx.conn(),
                     session_id,
-                    "output",
+                    stream,
                     troupe_proto::status::status_str(row.status),
-                    json!({"stream": stream, "data": data}),
+                    &data,
+                    tail_max,
+                    self.output_budget,
                 )
                 .await?;
             }

@@ -301,6 +301,7 @@ impl<'c> Write<'c> {
             .bind(keep.min(i64::MAX as u64) as i64)
             .fetch_one(&mut *self.tx)
             .await?;
+        super::output::forget_pruned(&mut self.tx, through).await?;
         sqlx::query("DELETE FROM events WHERE id <= ?")
             .bind(through)
             .execute(&mut *self.tx)
