@@ -58,8 +58,9 @@ pub enum SessionCommand {
     Create(CreateArgs),
     /// List the sessions of a workspace.
     List(ListArgs),
-    /// Show one session, its direct children and its inbox count.
-    Get(IdArg),
+    /// Show one session, its direct children, its inbox count and its
+    /// agent's latest output.
+    Get(GetArgs),
     /// Show the whole spawn tree containing a session.
     Tree(TreeArgs),
     /// End a session and its whole subtree.
@@ -76,6 +77,17 @@ pub enum SessionCommand {
 pub struct IdArg {
     /// Session id (`sess_...`).
     pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Session id (`sess_...`).
+    pub id: String,
+    /// Print only the agent's latest output, exactly as it was written
+    /// (control characters and escape sequences included): for a file or a
+    /// pipe, not a terminal. Otherwise they are shown escaped (`\u{1b}`).
+    #[arg(long, env = "TROUPE_RAW")]
+    pub raw: bool,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +212,18 @@ mod tests {
     fn json_flag_is_accepted_after_the_subcommand() {
         let cli = Cli::try_parse_from(["troupe", "session", "get", "sess_1", "--json"]).unwrap();
         assert!(cli.global.json);
+    }
+
+    #[test]
+    fn get_takes_raw() {
+        let cli = Cli::try_parse_from(["troupe", "session", "get", "sess_1", "--raw"]).unwrap();
+        let Command::Session {
+            command: SessionCommand::Get(args),
+        } = cli.command
+        else {
+            panic!("a get: {cli:?}");
+        };
+        assert!(args.raw);
     }
 
     #[test]

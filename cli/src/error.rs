@@ -3,13 +3,11 @@
 //! shown with its `google.rpc.ErrorInfo` reason and metadata, decoded and
 //! worded by [`troupe_proto::refusal`].
 
-use std::io::Write;
-
 use serde_json::{Map, Value, json};
 use tonic::{Code, Status};
 use troupe_proto::refusal::{self, Refusal};
 
-use crate::connect::TokenOrigin;
+use crate::{connect::TokenOrigin, safe};
 
 /// What the report needs to know beyond the error, for hints.
 #[derive(Debug, Default)]
@@ -123,11 +121,9 @@ impl Failure {
 pub fn report(err: &anyhow::Error, json: bool, setting: &Setting) {
     let failure = Failure::from_error(err, setting);
     if json {
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", failure.json());
-        let _ = stdout.flush();
+        let _ = crate::out::json_line(&failure.json());
     } else {
-        eprintln!("{}", failure.text());
+        eprintln!("{}", safe::block(&failure.text()));
     }
 }
 

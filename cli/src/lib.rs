@@ -9,7 +9,8 @@
 //! - [`render`]: text and JSON forms of every protocol message.
 //! - [`tree`], [`table`]: spawn trees and tables as text.
 //! - [`error`]: how failures are reported (ErrorInfo reason and metadata).
-//! - [`out`]: stdout writes that survive a closed pipe.
+//! - [`out`]: stdout writes that survive a closed pipe, terminal-safe.
+//! - [`safe`]: terminal-safe forms of agent-written text.
 
 pub mod cli;
 pub mod cmd;
@@ -17,6 +18,7 @@ pub mod connect;
 pub mod error;
 pub mod out;
 pub mod render;
+pub mod safe;
 pub mod table;
 pub mod tree;
 

@@ -2,6 +2,7 @@
 //! `Serialize`, so each message is mapped by hand, once, here: enums as
 //! lowercase text, timestamps as RFC 3339 UTC, empty strings as `null`.
 
+use crate::safe;
 use prost_types::Timestamp;
 use serde_json::{Map, Value, json};
 use troupe_proto::{
@@ -72,7 +73,8 @@ pub fn session(s: &pb::Session) -> Value {
     })
 }
 
-/// Returns a session as `key  value` lines, for text output.
+/// Returns a session as `key  value` lines, for text output; every value is
+/// one terminal-safe line.
 pub fn session_text(s: &pb::Session) -> String {
     let fields = [
         ("session", s.session_id.as_str()),
@@ -92,7 +94,7 @@ pub fn session_text(s: &pb::Session) -> String {
     ];
     fields
         .iter()
-        .map(|(key, value)| format!("{key:<11} {value}\n"))
+        .map(|(key, value)| format!("{key:<11} {}\n", safe::line(value)))
         .collect()
 }
 
@@ -251,17 +253,17 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
     }
 }
 
-/// Returns free text as one word: quoted (and escaped) when it is empty or
-/// holds spaces, quotes or control characters.
+/// Returns free text as one word: quoted when it is empty or holds spaces,
+/// quotes or backslashes, and terminal-safe ([`safe::line`]).
 fn word(text: &str) -> String {
     let plain = !text.is_empty()
         && !text
             .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || c == '"');
+            .any(|c| c.is_whitespace() || safe::is_unsafe(c) || c == '"' || c == '\\');
     if plain {
         text.to_owned()
     } else {
-        format!("{text:?}")
+        safe::quoted(text)
     }
 }
 

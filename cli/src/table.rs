@@ -1,11 +1,15 @@
 //! Plain text tables: columns padded to their widest cell, the last one left
-//! ragged, control characters in cells shown as spaces.
+//! ragged, each cell one terminal-safe line ([`crate::safe::line`]).
 
 /// Returns the table as lines, header first.
 pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| clean(cell)).collect())
+        .map(|row| {
+            row.iter()
+                .map(|cell| crate::safe::line(cell).into_owned())
+                .collect()
+        })
         .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
@@ -32,18 +36,12 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn clean(cell: &str) -> String {
-    cell.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn columns_align_and_control_characters_become_spaces() {
+    fn columns_align_and_control_characters_are_escaped() {
         let rows = vec![
             vec![
                 "sess_1".to_owned(),
@@ -55,7 +53,7 @@ mod tests {
         assert_eq!(
             render(&["ID", "STATUS", "TITLE"], &rows),
             "ID      STATUS   TITLE\n\
-             sess_1  running  two lines\n\
+             sess_1  running  two\\nlines\n\
              s2      -\n"
         );
     }

@@ -57,7 +57,8 @@ pub fn line(s: &Session) -> String {
         },
     );
     if !s.title.is_empty() {
-        out.push_str(&format!("  {:?}", s.title));
+        out.push_str("  ");
+        out.push_str(&crate::safe::quoted(&s.title));
     }
     out
 }

@@ -20,7 +20,10 @@ pub const MCP_PATH: &str = "/mcp";
 /// Builds the axum router: `/mcp` and `/healthz`.
 pub fn router(args: &HttpArgs, cancel: CancellationToken) -> axum::Router {
     let backend = Arc::new(Backend::new(args.endpoint.clone()));
-    let mut config = StreamableHttpServerConfig::default().with_cancellation_token(cancel);
+    let mut config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(cancel)
+        // The same limit as a stdio line; a larger body is answered 413.
+        .with_max_request_body_bytes(crate::stdio::MAX_LINE_BYTES);
     if !args.allowed_hosts.is_empty() {
         let mut hosts = config.allowed_hosts.clone();
         hosts.extend(args.allowed_hosts.iter().cloned());

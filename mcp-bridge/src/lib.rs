@@ -16,6 +16,8 @@
 //! - [`view`]: the JSON the tools return.
 //! - [`failure`]: refusals as MCP tool errors (reason, quota left, advice).
 //! - [`http`]: the streamable HTTP service mounted in axum.
+//! - [`stdio`]: the stdio transport, which answers every line it cannot
+//!   read (too long, not JSON, nested too deep) with a JSON-RPC error.
 //! - [`claude`]: `claude-input`, which is no server: it turns Troupe's stdin
 //!   message lines into Claude Code's stream-json user messages.
 
@@ -24,6 +26,7 @@ pub mod caller;
 pub mod claude;
 pub mod failure;
 pub mod http;
+pub mod stdio;
 pub mod tools;
 pub mod view;
 
@@ -138,7 +141,7 @@ async fn run_stdio() -> anyhow::Result<()> {
     let traceparent = std::env::var("TRACEPARENT").ok();
     let bridge = Bridge::new(backend, Identity::fixed(&token, traceparent.as_deref())?);
     let service = bridge
-        .serve(rmcp::transport::stdio())
+        .serve(stdio::transport())
         .await
         .context("the MCP client did not complete the handshake on stdin/stdout")?;
     service.waiting().await.context("the MCP service failed")?;

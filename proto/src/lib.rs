@@ -7,6 +7,7 @@
 //! - [`status`]: text forms of session statuses and event kinds.
 //! - [`paths`]: the default data directory and the operator token.
 //! - [`names`]: the rule for workspace ids and agent names.
+//! - [`codec`]: tonic-prost's codec, but an undecodable request is `INVALID_ARGUMENT`.
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
 //! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
@@ -24,6 +25,7 @@ pub mod runner {
     tonic::include_proto!("troupe.runner.v1");
 }
 
+pub mod codec;
 pub mod drain;
 pub mod endpoint;
 pub mod names;

@@ -214,7 +214,27 @@ impl From<SessionError> for Status {
             }
             SessionError::SessionNotFound { .. } => err.to_string(),
         };
+        let message = bounded(message);
         details.set_error_info(reason.as_str(), ERROR_DOMAIN, metadata);
         Status::with_error_details(reason.code(), message, details)
     }
+}
+
+/// The longest message a refusal carries. A message can echo what the
+/// caller sent (a session id); it goes back in a header, twice (message and
+/// details), and a header too large breaks the caller's connection instead
+/// of answering it.
+pub const MAX_STATUS_MESSAGE: usize = 1024;
+
+/// Returns `message`, cut to [`MAX_STATUS_MESSAGE`] bytes (at a character).
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE - '…'.len_utf8();
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
 }

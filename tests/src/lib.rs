@@ -8,11 +8,13 @@
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
+//! - [`raw`]: calls made of hand-written wire bytes (fields that are not UTF-8).
 
 pub mod bench;
 pub mod drain;
 pub mod otlp;
 pub mod process;
+pub mod raw;
 
 use std::{net::SocketAddr, path::PathBuf};
 

@@ -13,7 +13,7 @@ pub async fn session(ctx: &mut Ctx, command: &SessionCommand) -> anyhow::Result<
     match command {
         SessionCommand::Create(args) => session::create(ctx, args).await,
         SessionCommand::List(args) => session::list(ctx, args).await,
-        SessionCommand::Get(args) => session::get(ctx, &args.id).await,
+        SessionCommand::Get(args) => session::get(ctx, args).await,
         SessionCommand::Tree(args) => tree::run(ctx, args).await,
         SessionCommand::Terminate(args) => session::terminate(ctx, args).await,
         SessionCommand::Token(args) => session::token(ctx, &args.id).await,

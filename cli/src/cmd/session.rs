@@ -1,5 +1,6 @@
 //! `troupe session create|list|get|terminate|token|send`: one call each
-//! (list follows every page), printed as text or JSON.
+//! (list follows every page), printed as text or JSON; `get --raw` prints
+//! the agent's latest output alone, as it is.
 
 use anyhow::bail;
 use serde_json::Value;
@@ -15,8 +16,8 @@ use troupe_proto::{
 
 use crate::{
     Ctx,
-    cli::{CreateArgs, ListArgs, SendArgs, TerminateArgs},
-    out, render, table, tree,
+    cli::{CreateArgs, GetArgs, ListArgs, SendArgs, TerminateArgs},
+    out, render, safe, table, tree,
 };
 
 pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
@@ -151,14 +152,21 @@ pub async fn list(ctx: &mut Ctx, args: &ListArgs) -> anyhow::Result<()> {
     ))
 }
 
-pub async fn get(ctx: &mut Ctx, id: &str) -> anyhow::Result<()> {
+pub async fn get(ctx: &mut Ctx, args: &GetArgs) -> anyhow::Result<()> {
+    if args.raw && ctx.json {
+        bail!("--raw prints the agent's output as it is, not JSON: use one or the other");
+    }
     let r = ctx
         .client
         .get_session(GetSessionRequest {
-            session_id: id.to_owned(),
+            session_id: args.id.clone(),
         })
         .await?
         .into_inner();
+    if args.raw {
+        let tail = r.result.as_ref().map_or("", |x| x.output_tail.as_str());
+        return out::raw(tail.as_bytes());
+    }
     if ctx.json {
         return out::json(&render::got(&r));
     }
@@ -174,7 +182,7 @@ pub async fn get(ctx: &mut Ctx, id: &str) -> anyhow::Result<()> {
         }
         if !result.output_tail.is_empty() {
             text.push_str("output (latest):\n");
-            text.push_str(&result.output_tail);
+            text.push_str(&safe::block(&result.output_tail));
             if !result.output_tail.ends_with('\n') {
                 text.push('\n');
             }

@@ -18,7 +18,7 @@ use crate::{
     Ctx,
     cli::TreeArgs,
     connect::Client,
-    out, render,
+    out, render, safe,
     tree::{self, Node},
 };
 
@@ -64,7 +64,10 @@ pub async fn run(ctx: &mut Ctx, args: &TreeArgs) -> anyhow::Result<()> {
             // The service went away: watch again, then read the tree again,
             // so a change made meanwhile is shown.
             Some(status) if watch::went_away(&status) => {
-                eprintln!("the watch broke ({}); watching again", status.message());
+                eprintln!(
+                    "the watch broke ({}); watching again",
+                    safe::line(status.message())
+                );
                 tokio::select! {
                     _ = &mut interrupted => return Ok(()),
                     reopened = watch::reopen(&mut ctx.client, &request) => events = reopened?,
@@ -104,16 +107,15 @@ fn print(ctx: &Ctx, node: &Node, when: Print) -> anyhow::Result<()> {
             Print::First | Print::Again => out::json_line(&render::tree(node)),
         };
     }
-    let mut text = String::new();
     if when == Print::Again {
         if std::io::stdout().is_terminal() {
-            text.push_str("\x1b[2J\x1b[H");
+            // The CLI's own control sequence: clear the screen, cursor home.
+            out::raw(b"\x1b[2J\x1b[H")?;
         } else {
-            text.push_str("---\n");
+            out::raw(b"---\n")?;
         }
     }
-    text.push_str(&tree::render(node));
-    out::text(&text)
+    out::text(&tree::render(node))
 }
 
 /// Returns the tree containing `id` (or, with `subtree`, rooted at it).

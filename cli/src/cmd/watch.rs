@@ -18,7 +18,7 @@ use crate::{
     cli::WatchArgs,
     connect::Client,
     error::{self, Reported},
-    out, render,
+    out, render, safe,
 };
 
 /// The longest wait between two attempts to open a watch again.
@@ -75,12 +75,15 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
             Some(cursor) => {
                 eprintln!(
                     "the watch broke ({}); resuming after cursor {cursor}",
-                    broken.message()
+                    safe::line(broken.message())
                 );
                 request.after_cursor = cursor;
                 request.live_only = false;
             }
-            None => eprintln!("the watch broke ({}); watching again", broken.message()),
+            None => eprintln!(
+                "the watch broke ({}); watching again",
+                safe::line(broken.message())
+            ),
         }
         tokio::select! {
             _ = &mut interrupted => return Ok(()),

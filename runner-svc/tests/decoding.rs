@@ -1,0 +1,49 @@
+//! A request the runner cannot decode is answered `INVALID_ARGUMENT` with a
+//! clear message, never `INTERNAL`, on every method.
+
+mod common;
+
+use common::{TOKEN, TestRunner};
+use tonic::Code;
+use troupe_tests::raw::{field, unary};
+
+#[tokio::test]
+async fn a_string_that_is_not_utf8_is_invalid_argument_on_every_method() {
+    let runner = TestRunner::start().await;
+    let channel = troupe_proto::endpoint::connect(&format!("http://{}", runner.addr))
+        .await
+        .expect("connect");
+    let not_utf8: &[u8] = b"\xff\xfe";
+    for (path, body) in [
+        (
+            "/troupe.runner.v1.RunnerService/StartExec",
+            [field(1, not_utf8), field(2, b"exec")].concat(),
+        ),
+        (
+            "/troupe.runner.v1.RunnerService/WatchExec",
+            field(1, not_utf8),
+        ),
+        (
+            "/troupe.runner.v1.RunnerService/WriteStdin",
+            field(1, not_utf8),
+        ),
+        (
+            "/troupe.runner.v1.RunnerService/TerminateExec",
+            field(1, not_utf8),
+        ),
+        (
+            "/troupe.runner.v1.RunnerService/ListExecs",
+            field(1, not_utf8),
+        ),
+    ] {
+        let status = unary(channel.clone(), TOKEN, path, body)
+            .await
+            .expect_err(path);
+        assert_eq!(status.code(), Code::InvalidArgument, "{path}: {status:?}");
+        assert!(
+            status.message().contains("not UTF-8"),
+            "{path}: {}",
+            status.message()
+        );
+    }
+}
