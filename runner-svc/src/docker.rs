@@ -187,11 +187,15 @@ impl Engine {
     }
 
     /// Forgets every workspace's container: after an outage of the engine,
-    /// none is known to run until it is checked again.
+    /// none is known to run until it is checked again. Never waits: a
+    /// workspace whose container is being checked right now is skipped (an
+    /// exec in a container that is gone after all is retried once anyway).
     pub async fn forget_containers(&self) {
         let slots: Vec<_> = self.containers.lock().await.values().cloned().collect();
         for slot in slots {
-            slot.lock().await.running = None;
+            if let Ok(mut slot) = slot.try_lock() {
+                slot.running = None;
+            }
         }
     }
 

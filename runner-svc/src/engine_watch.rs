@@ -63,12 +63,12 @@ async fn changed(engine: &Engine, health: &HealthReporter, pinged: anyhow::Resul
                 "the docker engine does not answer; not serving"
             );
             engine.set_reachable(false);
-            // Whatever ran may be gone when the engine is back: each
-            // workspace's container is checked again before its next exec.
-            engine.forget_containers().await;
             health
                 .set_not_serving::<RunnerServiceServer<Service>>()
                 .await;
+            // Whatever ran may be gone when the engine is back: each
+            // workspace's container is checked again before its next exec.
+            engine.forget_containers().await;
         }
     }
 }

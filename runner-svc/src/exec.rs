@@ -145,7 +145,7 @@ pub struct Exec {
     /// `index[k]`: offset of record `k * INDEX_EVERY + 1`.
     index: Mutex<Vec<u64>>,
     /// Its supervisor's host process, once the engine has named it.
-    host: Mutex<Option<outage::HostProcess>>,
+    host: Mutex<outage::Host>,
 }
 
 impl Exec {
@@ -164,7 +164,7 @@ impl Exec {
             exited_at: Mutex::new(None),
             progress: watch::Sender::new(Progress::default()),
             index: Mutex::new(Vec::new()),
-            host: Mutex::new(None),
+            host: Mutex::new(outage::Host::Unnamed),
         }
     }
 
@@ -734,6 +734,7 @@ impl Runner {
             if corrupt.is_none() {
                 match scanner.scan_blocking(exec).await {
                     Ok(Some(exit)) => return Some(exit),
+                    Ok(None) if scanner.seq > 0 => self.name_host(exec).await,
                     Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(exec = %exec.meta.exec_id, error = %e, "corrupt exec log; terminating the exec");

@@ -3,10 +3,11 @@
 //! - A start is refused as [`ExecError::Unavailable`], so its caller tries
 //!   again later, and is refused before any uid or directory is taken.
 //! - A follower cannot ask the engine whether its supervisor still runs, so
-//!   it asks the host: the engine named the supervisor's host process while
-//!   it ran ([`HostProcess`]); once that process is gone (killed with its
-//!   container when the engine stopped), the exec ends as container lost at
-//!   once. Without one, the engine decides as soon as it answers again.
+//!   it asks the host: the engine named the supervisor's host process once
+//!   the supervisor ran ([`HostProcess`]); once that process is gone (killed
+//!   with its container when the engine stopped), the exec ends as container
+//!   lost at once. Without one, the engine decides as soon as it answers
+//!   again.
 
 use std::path::Path;
 
@@ -25,6 +26,18 @@ pub(super) enum Seen {
     Ended(ExecProcess),
     /// The engine does not answer and the process is gone from the host.
     DiedWithEngine,
+}
+
+/// What the runner knows of an exec's supervisor on the host.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) enum Host {
+    /// Not asked yet.
+    #[default]
+    Unnamed,
+    Named(HostProcess),
+    /// The engine named none, or one this runner cannot see (another pid
+    /// namespace): only the engine can tell.
+    Unseen,
 }
 
 /// The exit of an exec whose supervisor died while the engine was away.
@@ -65,29 +78,44 @@ impl Runner {
         }
     }
 
+    /// Asks the engine, once, for the host process of the exec's
+    /// supervisor. Called once the supervisor has written to its log: before
+    /// that, the process the engine names may not be the supervisor yet.
+    pub(super) async fn name_host(&self, exec: &Exec) {
+        if !matches!(*exec.host.lock().expect("poisoned"), Host::Unnamed)
+            || !self.engine.is_reachable()
+        {
+            return;
+        }
+        let named = match self.engine.exec_status(&exec.meta.docker_exec_id).await {
+            Ok((ExecProcess::Running, Some(pid))) => {
+                let dir = format!("{}/{}", layout::CONTAINER_EXECS, exec.meta.exec_id);
+                match HostProcess::find(Path::new("/proc"), pid, &dir) {
+                    Some(found) => Host::Named(found),
+                    None => Host::Unseen,
+                }
+            }
+            Ok(_) => Host::Unseen,
+            // Asked again after the next record.
+            Err(_) => return,
+        };
+        *exec.host.lock().expect("poisoned") = named;
+    }
+
     /// Whether the exec's process still runs: the engine says, or, while it
     /// does not answer, the host's `/proc` does.
     pub(super) async fn observe(&self, exec: &Exec) -> anyhow::Result<Seen> {
         if self.engine.is_reachable() {
-            match self.engine.exec_status(&exec.meta.docker_exec_id).await {
-                Ok((ExecProcess::Running, pid)) => {
-                    let mut host = exec.host.lock().expect("poisoned");
-                    if host.is_none()
-                        && let Some(pid) = pid
-                    {
-                        let dir = format!("{}/{}", layout::CONTAINER_EXECS, exec.meta.exec_id);
-                        *host = HostProcess::find(Path::new("/proc"), pid, &dir);
-                    }
-                    return Ok(Seen::Running);
-                }
-                Ok((process, _)) => return Ok(Seen::Ended(process)),
+            match self.engine.exec_process(&exec.meta.docker_exec_id).await {
+                Ok(ExecProcess::Running) => return Ok(Seen::Running),
+                Ok(process) => return Ok(Seen::Ended(process)),
                 Err(e) if !unreachable(&e) => return Err(e),
                 Err(_) => {}
             }
         }
         let host = *exec.host.lock().expect("poisoned");
         Ok(match host {
-            Some(host) if !host.alive(Path::new("/proc")) => Seen::DiedWithEngine,
+            Host::Named(host) if !host.alive(Path::new("/proc")) => Seen::DiedWithEngine,
             _ => Seen::Running,
         })
     }
