@@ -28,6 +28,10 @@ pub struct Config {
     /// into, `<data-dir>/operator.token` (the session service's).
     #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
+    /// The Docker engine (`unix:///var/run/docker.sock`, `tcp://host:2375`).
+    /// Default: Docker's own default socket.
+    #[arg(long, env = "DOCKER_HOST")]
+    pub docker_host: Option<String>,
     /// Image of new workspace containers (build it with `scripts/build-image`).
     #[arg(long, env = "TROUPE_IMAGE", default_value = "troupe-workspace:latest")]
     pub image: String,

@@ -2,7 +2,15 @@
 //! container of each workspace and the `docker exec`s inside it. Nothing
 //! else in Troupe talks to Docker.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::Context;
 use bollard::{
@@ -15,6 +23,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use crate::layout;
+
+/// Longest wait for the engine's `/_ping`: an engine that takes longer is
+/// as good as gone.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Label every Troupe workspace container carries, valued with the workspace id.
 pub const WORKSPACE_LABEL: &str = "org.troupe.workspace";
@@ -55,6 +67,8 @@ pub struct Engine {
     spec: ContainerSpec,
     /// Container id by workspace; a workspace's lock serializes its creation.
     containers: Mutex<HashMap<String, Arc<Mutex<ContainerSlot>>>>,
+    /// Whether the engine answered its last ping (see [`crate::engine_watch`]).
+    reachable: AtomicBool,
 }
 
 /// What an exec's process is doing.
@@ -67,9 +81,14 @@ pub enum ExecProcess {
 }
 
 impl Engine {
-    /// Connects to `DOCKER_HOST` (or the default socket) and agrees on an API version.
-    pub async fn connect(spec: ContainerSpec) -> anyhow::Result<Self> {
-        let docker = Docker::connect_with_defaults()
+    /// Connects to `host` (`unix://...`, `tcp://...`; default: `DOCKER_HOST`
+    /// or the default socket) and agrees on an API version.
+    pub async fn connect(host: Option<&str>, spec: ContainerSpec) -> anyhow::Result<Self> {
+        let docker = match host {
+            Some(host) => Docker::connect_with_host(host),
+            None => Docker::connect_with_defaults(),
+        };
+        let docker = docker
             .context("cannot reach a Docker engine (set DOCKER_HOST)")?
             .negotiate_version()
             .await
@@ -85,7 +104,27 @@ impl Engine {
             docker,
             spec,
             containers: Mutex::new(HashMap::new()),
+            reachable: AtomicBool::new(true),
         })
+    }
+
+    /// Asks the engine whether it answers, waiting at most [`PING_TIMEOUT`].
+    pub async fn ping(&self) -> anyhow::Result<()> {
+        match tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e).context("the Docker engine does not answer"),
+            Err(_) => anyhow::bail!("the Docker engine did not answer within {PING_TIMEOUT:?}"),
+        }
+    }
+
+    /// Whether the engine answered its last ping.
+    pub fn is_reachable(&self) -> bool {
+        self.reachable.load(Ordering::SeqCst)
+    }
+
+    /// Records what the last ping found.
+    pub fn set_reachable(&self, reachable: bool) {
+        self.reachable.store(reachable, Ordering::SeqCst);
     }
 
     /// The container name of a workspace: readable, and unique even if two
@@ -144,6 +183,19 @@ impl Engine {
     pub async fn forget_container(&self, workspace: &str) {
         if let Some(slot) = self.containers.lock().await.get(workspace) {
             slot.lock().await.running = None;
+        }
+    }
+
+    /// Forgets every workspace's container: after an outage of the engine,
+    /// none is known to run until it is checked again. Never waits: a
+    /// workspace whose container is being checked right now is skipped (an
+    /// exec in a container that is gone after all is retried once anyway).
+    pub async fn forget_containers(&self) {
+        let slots: Vec<_> = self.containers.lock().await.values().cloned().collect();
+        for slot in slots {
+            if let Ok(mut slot) = slot.try_lock() {
+                slot.running = None;
+            }
         }
     }
 
@@ -260,10 +312,23 @@ impl Engine {
 
     /// Whether the Docker exec still runs.
     pub async fn exec_process(&self, exec_id: &str) -> anyhow::Result<ExecProcess> {
+        Ok(self.exec_status(exec_id).await?.0)
+    }
+
+    /// Whether the Docker exec still runs, and while it does, the host pid
+    /// of its process (as the engine sees it: the runner may be in another
+    /// pid namespace).
+    pub async fn exec_status(&self, exec_id: &str) -> anyhow::Result<(ExecProcess, Option<u32>)> {
         match self.docker.inspect_exec(exec_id).await {
-            Ok(found) if found.running == Some(true) => Ok(ExecProcess::Running),
-            Ok(found) => Ok(ExecProcess::Ended(found.exit_code)),
-            Err(e) if is_not_found(&e) => Ok(ExecProcess::Unknown),
+            Ok(found) if found.running == Some(true) => Ok((
+                ExecProcess::Running,
+                found
+                    .pid
+                    .and_then(|pid| u32::try_from(pid).ok())
+                    .filter(|pid| *pid > 0),
+            )),
+            Ok(found) => Ok((ExecProcess::Ended(found.exit_code), None)),
+            Err(e) if is_not_found(&e) => Ok((ExecProcess::Unknown, None)),
             Err(e) => Err(e).context("cannot inspect exec"),
         }
     }
@@ -303,6 +368,20 @@ pub fn is_not_found(e: &bollard::errors::Error) -> bool {
             status_code: 404,
             ..
         }
+    )
+}
+
+/// True when the engine could not be reached at all (no socket, refused,
+/// broken or timed-out connection), as opposed to an answer it gave.
+pub fn is_unreachable(e: &bollard::errors::Error) -> bool {
+    use bollard::errors::Error;
+    matches!(
+        e,
+        Error::IOError { .. }
+            | Error::HyperResponseError { .. }
+            | Error::HyperLegacyError { .. }
+            | Error::RequestTimeoutError
+            | Error::SocketNotFoundError(_)
     )
 }
 

@@ -36,6 +36,8 @@ use serde::{Deserialize, Serialize};
 use tokio::{io::AsyncWriteExt, net::unix::pipe, sync::watch};
 use tokio_util::sync::CancellationToken;
 
+mod outage;
+
 use crate::{
     docker::{Engine, ExecProcess, WorkspaceDirs, is_container_gone},
     layout,
@@ -117,6 +119,9 @@ pub enum ExecError {
     Conflict(String),
     #[error("{0}")]
     OutOfRange(String),
+    /// The engine does not answer: the caller may try again later.
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -139,6 +144,8 @@ pub struct Exec {
     progress: watch::Sender<Progress>,
     /// `index[k]`: offset of record `k * INDEX_EVERY + 1`.
     index: Mutex<Vec<u64>>,
+    /// Its supervisor's host process, once the engine has named it.
+    host: Mutex<outage::Host>,
 }
 
 impl Exec {
@@ -157,6 +164,7 @@ impl Exec {
             exited_at: Mutex::new(None),
             progress: watch::Sender::new(Progress::default()),
             index: Mutex::new(Vec::new()),
+            host: Mutex::new(outage::Host::Unnamed),
         }
     }
 
@@ -375,9 +383,12 @@ impl Runner {
         spec: &StartSpec,
         meta_path: &Path,
     ) -> Result<Arc<Exec>, ExecError> {
+        let dirs = self.workspace_dirs(&spec.workspace_id)?;
+        // The engine first: a start it cannot take costs no uid and leaves
+        // no directory, however often it is retried.
+        let mut container = self.container_for(&spec.workspace_id, &dirs).await?;
         let uid = self.allocate_uid()?;
         let gid = self.settings.uid_base;
-        let dirs = self.workspace_dirs(&spec.workspace_id)?;
         let dir = dirs.execs.join(&spec.exec_id);
         let files = create_exec_dir(&dir, uid, gid)?;
 
@@ -408,26 +419,35 @@ impl Runner {
 
         let started_at_micros = log::now_micros();
         let mut attempt = 0;
-        let (container_id, docker_exec_id) = loop {
+        let launched = loop {
             attempt += 1;
-            let container = self
-                .engine
-                .ensure_container(&spec.workspace_id, &dirs)
-                .await?;
             match self
                 .engine
                 .exec(&container, uid, env.clone(), cmd.clone(), working_dir)
                 .await
             {
-                Ok(id) => break (container, id),
+                Ok(id) => break Ok((container, id)),
                 Err(e) if is_container_gone(&e) && attempt == 1 => {
                     self.engine.forget_container(&spec.workspace_id).await;
+                    match self.container_for(&spec.workspace_id, &dirs).await {
+                        Ok(again) => container = again,
+                        Err(e) => break Err(e),
+                    }
                 }
                 Err(e) => {
-                    return Err(anyhow::Error::from(e)
-                        .context("cannot start the exec")
-                        .into());
+                    let e = anyhow::Error::from(e).context("cannot start the exec");
+                    break Err(self.start_failed(e).await);
                 }
+            }
+        };
+        let (container_id, docker_exec_id) = match launched {
+            Ok(launched) => launched,
+            Err(e) => {
+                // Its uid is not reused; its directory goes.
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(exec = %spec.exec_id, error = %e, "cannot remove the directory of an exec that did not start");
+                }
+                return Err(e);
             }
         };
 
@@ -714,6 +734,7 @@ impl Runner {
             if corrupt.is_none() {
                 match scanner.scan_blocking(exec).await {
                     Ok(Some(exit)) => return Some(exit),
+                    Ok(None) if scanner.seq > 0 => self.name_host(exec).await,
                     Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(exec = %exec.meta.exec_id, error = %e, "corrupt exec log; terminating the exec");
@@ -791,18 +812,21 @@ impl Runner {
         corrupt: Option<&str>,
     ) -> anyhow::Result<Option<Exit>> {
         let meta = &exec.meta;
-        let process = self.engine.exec_process(&meta.docker_exec_id).await?;
-        if process == ExecProcess::Running {
-            return Ok(None);
-        }
+        let process = match self.observe(exec).await? {
+            outage::Seen::Running => return Ok(None),
+            outage::Seen::Ended(process) => Some(process),
+            outage::Seen::DiedWithEngine => None,
+        };
         if corrupt.is_none() {
             // The supervisor may have written its exit just now.
             if let Some(exit) = scanner.scan_blocking(exec).await? {
                 return Ok(Some(exit));
             }
         }
-        let container_alive = self.engine.container_running(&meta.container_id).await?;
-        let exit = if !container_alive {
+        let exit = if process.is_none() {
+            self.engine.forget_container(&meta.workspace_id).await;
+            outage::died_with_engine()
+        } else if !self.engine.container_running(&meta.container_id).await? {
             self.engine.forget_container(&meta.workspace_id).await;
             Exit {
                 code: -1,
@@ -813,7 +837,7 @@ impl Runner {
             // Whatever the agent left running goes with it.
             self.engine.kill_uid(&meta.container_id, meta.uid).await?;
             let code = match process {
-                ExecProcess::Ended(Some(code)) => i32::try_from(code).unwrap_or(-1),
+                Some(ExecProcess::Ended(Some(code))) => i32::try_from(code).unwrap_or(-1),
                 _ => -1,
             };
             Exit {

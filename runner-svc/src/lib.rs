@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: flags and `TROUPE_*` variables.
 //! - [`docker`]: the workspace containers and execs (the only Docker client).
+//! - [`engine_watch`]: pings the engine; health follows it.
 //! - [`exec`]: execs, their logs, watchers, stdin, termination, recovery.
 //! - [`supervisor`]: the in-container supervisor (this binary, run as
 //!   `troupe-supervisor`).
@@ -16,6 +17,7 @@
 
 pub mod config;
 pub mod docker;
+pub mod engine_watch;
 pub mod exec;
 pub mod layout;
 pub mod log;
@@ -76,7 +78,7 @@ pub async fn serve(
     if let Some(dir) = &socket_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let engine = Engine::connect(ContainerSpec {
+    let spec = ContainerSpec {
         image: config.image.clone(),
         network: config.network.clone(),
         pids_limit: config.pids_limit,
@@ -84,8 +86,8 @@ pub async fn serve(
         workspace_gid: config.uid_base,
         tools_dir,
         session_socket_dir: socket_dir,
-    })
-    .await?;
+    };
+    let engine = Engine::connect(config.docker_host.as_deref(), spec).await?;
     let socket_name = socket
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -110,13 +112,15 @@ pub async fn serve(
     )
     .await?;
 
+    let health = tonic_health::server::HealthReporter::new();
     let drain = Drain::new(
-        tonic_health::server::HealthReporter::new(),
+        health.clone(),
         &[<RunnerServiceServer<Service> as tonic::server::NamedService>::NAME],
         cancel.clone(),
         std::time::Duration::from_millis(config.shutdown_drain_ms),
     );
     drain.serving().await;
+    tokio::spawn(engine_watch::run(runner.clone(), health, cancel.clone()));
     let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     tracing::info!(addr = %listener.local_addr()?, "runner listening");

@@ -40,6 +40,11 @@ pub struct Config {
     /// sessions are recorded and stay pending.
     #[arg(long, env = "TROUPE_RUNNER_ENDPOINT")]
     pub runner: Option<String>,
+    /// How long after its creation a session's agent may still be started
+    /// while the runner (or its Docker engine) is unavailable; past it, the
+    /// session fails (`lost`).
+    #[arg(long, env = "TROUPE_START_DEADLINE_SECS", default_value_t = 300)]
+    pub start_deadline_secs: u64,
     /// Bytes of each agent's latest output kept for `GetSession` and callbacks.
     #[arg(long, env = "TROUPE_OUTPUT_TAIL_BYTES", default_value_t = 16 * 1024)]
     pub output_tail_bytes: usize,
@@ -149,5 +154,9 @@ impl Config {
 
     pub fn token_ttl(&self) -> Duration {
         Duration::from_secs(self.token_ttl_secs)
+    }
+
+    pub fn start_deadline(&self) -> Duration {
+        Duration::from_secs(self.start_deadline_secs)
     }
 }

@@ -49,6 +49,8 @@ pub struct Driver<S> {
     tokens: Arc<Tokens>,
     runner: Client,
     tail_max: usize,
+    /// How long after its creation a session's agent may still be started.
+    start_deadline: Duration,
     /// Serialises stdin delivery per session, so messages keep their order.
     delivering: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions whose events are being followed.
@@ -66,6 +68,7 @@ impl<S: Store> Driver<S> {
         channel: Channel,
         operator_token: &str,
         tail_max: usize,
+        start_deadline: Duration,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Self>> {
         let auth = Bearer::new(Some(operator_token))?;
@@ -75,6 +78,7 @@ impl<S: Store> Driver<S> {
             runner: RunnerServiceClient::with_interceptor(channel, auth)
                 .max_decoding_message_size(16 << 20),
             tail_max,
+            start_deadline,
             delivering: Mutex::new(HashMap::new()),
             following: Mutex::new(HashSet::new()),
             started_at_ms: crate::model::now_ms(),
@@ -156,11 +160,19 @@ impl<S: Store> Driver<S> {
                 Ok(_) => break,
                 // Started before a restart of ours: follow it.
                 Err(status) if status.code() == Code::AlreadyExists => break,
-                // The runner is down: the session stays pending until it is back.
+                // The runner (or its engine) is down: the session stays
+                // pending until it is back, or until its start deadline.
                 Err(status) if status.code() == Code::Unavailable => {
-                    tracing::info!(session = %session.session_id, "runner unavailable; retrying the start");
+                    let Some(left) = self.start_time_left(session) else {
+                        anyhow::bail!(
+                            "not started within {}s of its creation: the runner is unavailable ({})",
+                            self.start_deadline.as_secs(),
+                            status.message()
+                        );
+                    };
+                    tracing::info!(session = %session.session_id, %status, "runner unavailable; retrying the start");
                     tokio::select! {
-                        () = tokio::time::sleep(RETRY * 4) => {}
+                        () = tokio::time::sleep(left.min(RETRY * 4)) => {}
                         () = self.shutdown.cancelled() => return Ok(()),
                     }
                     if !self.is_active(&session.session_id).await {
@@ -184,6 +196,15 @@ impl<S: Store> Driver<S> {
         }
         self.follow(session.session_id.clone());
         Ok(())
+    }
+
+    /// How long the session's agent may still be started, if at all.
+    fn start_time_left(&self, session: &SessionRow) -> Option<Duration> {
+        let deadline = session
+            .created_at_ms
+            .saturating_add(i64::try_from(self.start_deadline.as_millis()).unwrap_or(i64::MAX));
+        let left = deadline.saturating_sub(crate::model::now_ms());
+        (left > 0).then(|| Duration::from_millis(left as u64))
     }
 
     /// The messages not yet written to `recipient`'s agent, as it may see

@@ -94,6 +94,7 @@ async fn serve_with_store<S: Store + Clone>(
                 channel,
                 tokens.operator(),
                 config.output_tail_bytes,
+                config.start_deadline(),
                 cancel.clone(),
             )?;
             tokio::spawn(driver.clone().reconcile());

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod pair;
+pub mod private_engine;
 
 use std::{
     collections::HashMap,
