@@ -42,8 +42,8 @@ use crate::{
     log::{self, Exit, HEADER_LEN, Kind, Reason},
 };
 
-/// Every this many records, the follower remembers an offset.
-const INDEX_EVERY: u64 = 256;
+mod bounds;
+pub use bounds::{LogLimits, Next, Place};
 /// How often a running exec's process is checked with the engine.
 const LIVENESS_EVERY: Duration = Duration::from_secs(1);
 /// A watcher reports its progress to the supervisor every this many bytes.
@@ -57,6 +57,8 @@ pub struct Settings {
     pub uid_base: u32,
     pub exec_pids_limit: u64,
     pub output_window: u64,
+    /// What the logs keep.
+    pub logs: LogLimits,
     pub timeout_grace_ms: u64,
     /// How long an exited exec stays listed and watchable.
     pub keep_exited: Duration,
@@ -137,8 +139,8 @@ pub struct Exec {
     ending: Mutex<Option<Reason>>,
     exited_at: Mutex<Option<std::time::Instant>>,
     progress: watch::Sender<Progress>,
-    /// `index[k]`: offset of record `k * INDEX_EVERY + 1`.
-    index: Mutex<Vec<u64>>,
+    /// What the log keeps, and where its records start.
+    kept: bounds::Kept,
 }
 
 impl Exec {
@@ -156,7 +158,7 @@ impl Exec {
             ending: Mutex::new(None),
             exited_at: Mutex::new(None),
             progress: watch::Sender::new(Progress::default()),
-            index: Mutex::new(Vec::new()),
+            kept: bounds::Kept::default(),
         }
     }
 
@@ -168,7 +170,8 @@ impl Exec {
         self.progress.subscribe()
     }
 
-    /// Offset of the record after `after`, which must exist or be the next one.
+    /// Offset of the record after `after`, which must exist or be the next
+    /// one; the head's if that record was dropped.
     pub fn locate_after(&self, after: u64, progress: &Progress) -> Result<u64, ExecError> {
         if after > progress.last_sequence {
             return Err(ExecError::OutOfRange(format!(
@@ -179,10 +182,15 @@ impl Exec {
         if after == progress.last_sequence {
             return Ok(progress.end);
         }
-        let block = after / INDEX_EVERY;
-        let mut pos = self.index.lock().expect("poisoned")[block as usize];
-        for _ in block * INDEX_EVERY..after {
-            pos += read_header(&self.log, pos)?.record_len();
+        let from = self.kept.boundary_before(after + 1);
+        let mut pos = from.offset;
+        for _ in from.sequence.min(after + 1)..after + 1 {
+            match read_header(&self.log, pos) {
+                Ok(header) => pos += header.record_len(),
+                // Dropped while walking: the watcher is told.
+                Err(_) if self.kept.head().sequence > after + 1 => break,
+                Err(e) => return Err(e),
+            }
         }
         Ok(pos)
     }
@@ -235,6 +243,8 @@ pub struct Runner {
     execs: Mutex<HashMap<String, Arc<Exec>>>,
     next_uid: Mutex<u32>,
     shutdown: CancellationToken,
+    /// What all logs keep.
+    logs: bounds::Logs,
 }
 
 impl Runner {
@@ -255,6 +265,7 @@ impl Runner {
             execs: Mutex::new(HashMap::new()),
             next_uid: Mutex::new(next_uid),
             shutdown,
+            logs: bounds::Logs::default(),
         });
         runner.recover().await?;
         tokio::spawn(runner.clone().forget_old());
@@ -285,6 +296,7 @@ impl Runner {
                 .cloned()
                 .collect();
             for exec in old {
+                self.forget_log(&exec);
                 let meta = &exec.meta;
                 self.execs.lock().expect("poisoned").remove(&meta.exec_id);
                 let record = meta_dir(&self.settings).join(format!("{}.json", meta.exec_id));
@@ -390,7 +402,10 @@ impl Runner {
             "--nproc".into(),
             self.settings.exec_pids_limit.to_string(),
             "--window".into(),
-            self.settings.output_window.to_string(),
+            self.settings
+                .logs
+                .window(self.settings.output_window)
+                .to_string(),
             "--grace-ms".into(),
             self.settings.timeout_grace_ms.to_string(),
         ];
@@ -660,7 +675,7 @@ impl Runner {
                     // that cannot be read is left to the follower, which
                     // ends the exec.
                     let exec = Arc::new(Exec::new(meta, files));
-                    let mut scanner = Scanner::default();
+                    let mut scanner = self.resume_scanner(&exec);
                     let exit = scanner.scan_blocking(&exec).await.unwrap_or(None);
                     self.follow_from(exec, scanner, exit);
                 }
@@ -683,10 +698,11 @@ impl Runner {
         };
         if let Some(exit) = exit {
             self.finish(&exec, exit, &scanner).await;
+            self.bound_logs(&exec).await;
         }
     }
 
-    async fn follow_log(&self, exec: &Arc<Exec>, scanner: &mut Scanner) -> Option<Exit> {
+    async fn follow_log(self: &Arc<Self>, exec: &Arc<Exec>, scanner: &mut Scanner) -> Option<Exit> {
         let mut wakeups = match watch_file(&exec.log) {
             Ok(stream) => Some(stream),
             Err(e) => {
@@ -714,7 +730,7 @@ impl Runner {
             if corrupt.is_none() {
                 match scanner.scan_blocking(exec).await {
                     Ok(Some(exit)) => return Some(exit),
-                    Ok(None) => {}
+                    Ok(None) => self.bound_logs(exec).await,
                     Err(e) => {
                         tracing::warn!(exec = %exec.meta.exec_id, error = %e, "corrupt exec log; terminating the exec");
                         corrupt = Some(e.to_string());
@@ -863,6 +879,9 @@ impl Scanner {
     /// Advances over complete records, publishing progress; returns the exit once read.
     fn scan(&mut self, exec: &Exec) -> anyhow::Result<Option<Exit>> {
         let len = exec.log.metadata()?.len();
+        if len < self.pos {
+            return Err(log::Corrupt("the log shrank").into());
+        }
         let mut exit = None;
         let start_seq = self.seq;
         while self.pos + HEADER_LEN as u64 <= len {
@@ -877,12 +896,13 @@ impl Scanner {
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 exit = Some(log::decode_exit(&payload)?);
             }
-            if self.seq.is_multiple_of(INDEX_EVERY) {
-                let mut index = exec.index.lock().expect("poisoned");
-                if index.len() as u64 == self.seq / INDEX_EVERY {
-                    index.push(self.pos);
-                }
-            }
+            exec.kept.note(
+                Place {
+                    sequence: self.seq + 1,
+                    offset: self.pos,
+                },
+                header.record_len(),
+            );
             self.seq += 1;
             self.pos += header.record_len();
             if exit.is_some() {
