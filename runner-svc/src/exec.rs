@@ -170,31 +170,6 @@ impl Exec {
         self.progress.subscribe()
     }
 
-    /// Offset of the record after `after`, which must exist or be the next
-    /// one; the head's if that record was dropped.
-    pub fn locate_after(&self, after: u64, progress: &Progress) -> Result<u64, ExecError> {
-        if after > progress.last_sequence {
-            return Err(ExecError::OutOfRange(format!(
-                "sequence {after} is beyond the last one, {}",
-                progress.last_sequence
-            )));
-        }
-        if after == progress.last_sequence {
-            return Ok(progress.end);
-        }
-        let from = self.kept.boundary_before(after + 1);
-        let mut pos = from.offset;
-        for _ in from.sequence.min(after + 1)..after + 1 {
-            match read_header(&self.log, pos) {
-                Ok(header) => pos += header.record_len(),
-                // Dropped while walking: the watcher is told.
-                Err(_) if self.kept.head().sequence > after + 1 => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(pos)
-    }
-
     /// Reads the record at `pos`; returns it and its length.
     pub fn read_record(&self, pos: u64) -> Result<(log::Header, Vec<u8>), ExecError> {
         let header = read_header(&self.log, pos)?;

@@ -47,7 +47,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{Exec, ExecError, Runner, Scanner, meta_dir};
+use super::{Exec, ExecError, Progress, Runner, Scanner, meta_dir, read_header};
 use crate::{config::LogPolicy, log};
 
 /// Every this many records, the scanner marks a boundary (for
@@ -231,6 +231,31 @@ pub enum Next {
 }
 
 impl Exec {
+    /// Offset of the record after `after`, which must exist or be the next
+    /// one; the head's if that record was dropped.
+    pub fn locate_after(&self, after: u64, progress: &Progress) -> Result<u64, ExecError> {
+        if after > progress.last_sequence {
+            return Err(ExecError::OutOfRange(format!(
+                "sequence {after} is beyond the last one, {}",
+                progress.last_sequence
+            )));
+        }
+        if after == progress.last_sequence {
+            return Ok(progress.end);
+        }
+        let from = self.kept.boundary_before(after + 1);
+        let mut pos = from.offset;
+        for _ in from.sequence.min(after + 1)..after + 1 {
+            match read_header(&self.log, pos) {
+                Ok(header) => pos += header.record_len(),
+                // Dropped while walking: the watcher is told.
+                Err(_) if self.kept.head().sequence > after + 1 => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(pos)
+    }
+
     /// The record after sequence `seq`, which starts at `pos` unless it was dropped.
     pub fn next_record(&self, seq: u64, pos: u64) -> Result<Next, ExecError> {
         let dropped = || {
