@@ -268,7 +268,8 @@ async fn records_an_agent_appends_to_its_log_itself_are_bounded_all_the_same() {
     assert_eq!(exit.reason(), ExitReason::Exited);
     assert!(std::fs::metadata(&log).unwrap().len() > 50 << 20);
     let now = allocated(&log);
-    assert!(now <= (1 << 20) + 4096, "the log takes {now} bytes on disk");
+    // The bound, and the two blocks at the log's ends.
+    assert!(now <= (1 << 20) + 8192, "the log takes {now} bytes on disk");
     // Nothing holds such a writer back but the runner's reading.
     assert!(peak <= 8 << 20, "the log took {peak} bytes on disk");
     let out = collect(&mut client, "evil", 0, MINUTE).await;

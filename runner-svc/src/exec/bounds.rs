@@ -28,10 +28,11 @@
 //! first), down to their exit record, then the largest logs, whatever the
 //! policy.
 //!
-//! What a log takes on disk may pass its bound by what the supervisor wrote
-//! since the runner last read it, which the output window limits (the
-//! watchers' acknowledgements, and the cuts, are what let the supervisor
-//! go on), and by the block a cut falls in.
+//! What a running exec's log takes on disk may pass its bound by what the
+//! supervisor wrote since the runner last read it, which the output window
+//! limits (watchers' acknowledgements and cuts are what let the supervisor
+//! go on, and both follow the runner's reading), one record past it, and the
+//! two partly used blocks at the log's ends.
 
 use std::{
     collections::VecDeque,
