@@ -61,6 +61,22 @@ pub struct Config {
     /// Output an exec may produce ahead of its watchers before it is paused, in KiB.
     #[arg(long, env = "TROUPE_OUTPUT_WINDOW_KIB", default_value_t = 16 * 1024)]
     pub output_window_kib: u64,
+    /// Most bytes one exec's output log keeps, in MiB. Past it, the oldest
+    /// output goes as `--exec-log-policy` says.
+    #[arg(long, env = "TROUPE_EXEC_LOG_MAX_MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub exec_log_max_mib: u64,
+    /// What happens to an exec whose log reaches `--exec-log-max-mib`:
+    /// `drop` its oldest output (watchers are told what was dropped; the
+    /// agent never waits), or `pause` the agent until a watcher has read
+    /// what it would drop.
+    #[arg(long, env = "TROUPE_EXEC_LOG_POLICY", value_enum, default_value_t = LogPolicy::Drop)]
+    pub exec_log_policy: LogPolicy,
+    /// Most bytes all exec logs together keep, in MiB. Past it, the oldest
+    /// output of exited execs goes first, then that of the largest logs.
+    #[arg(long, env = "TROUPE_LOGS_MAX_MIB", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub logs_max_mib: u64,
     /// First uid of exec processes; the workspace group is this gid.
     #[arg(long, env = "TROUPE_UID_BASE", default_value_t = 100_000)]
     pub uid_base: u32,
@@ -76,6 +92,16 @@ pub struct Config {
     /// directory are removed.
     #[arg(long, env = "TROUPE_KEEP_EXITED_SECS", default_value_t = 3600)]
     pub keep_exited_secs: u64,
+}
+
+/// What the runner does with an exec whose log is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogPolicy {
+    /// Drop the oldest output, with a marker; the agent runs on.
+    #[default]
+    Drop,
+    /// Keep the output nobody has read, pausing the agent until a watcher reads it.
+    Pause,
 }
 
 impl Config {

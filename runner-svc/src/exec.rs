@@ -44,8 +44,8 @@ use crate::{
     log::{self, Exit, HEADER_LEN, Kind, Reason},
 };
 
-/// Every this many records, the follower remembers an offset.
-const INDEX_EVERY: u64 = 256;
+mod bounds;
+pub use bounds::{LogLimits, Next, Place};
 /// How often a running exec's process is checked with the engine.
 const LIVENESS_EVERY: Duration = Duration::from_secs(1);
 /// A watcher reports its progress to the supervisor every this many bytes.
@@ -59,6 +59,8 @@ pub struct Settings {
     pub uid_base: u32,
     pub exec_pids_limit: u64,
     pub output_window: u64,
+    /// What the logs keep.
+    pub logs: LogLimits,
     pub timeout_grace_ms: u64,
     /// How long an exited exec stays listed and watchable.
     pub keep_exited: Duration,
@@ -142,8 +144,8 @@ pub struct Exec {
     ending: Mutex<Option<Reason>>,
     exited_at: Mutex<Option<std::time::Instant>>,
     progress: watch::Sender<Progress>,
-    /// `index[k]`: offset of record `k * INDEX_EVERY + 1`.
-    index: Mutex<Vec<u64>>,
+    /// What the log keeps, and where its records start.
+    kept: bounds::Kept,
     /// Its supervisor's host process, once the engine has named it.
     host: Mutex<outage::Host>,
 }
@@ -163,7 +165,7 @@ impl Exec {
             ending: Mutex::new(None),
             exited_at: Mutex::new(None),
             progress: watch::Sender::new(Progress::default()),
-            index: Mutex::new(Vec::new()),
+            kept: bounds::Kept::default(),
             host: Mutex::new(outage::Host::Unnamed),
         }
     }
@@ -174,25 +176,6 @@ impl Exec {
 
     pub fn subscribe(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
-    }
-
-    /// Offset of the record after `after`, which must exist or be the next one.
-    pub fn locate_after(&self, after: u64, progress: &Progress) -> Result<u64, ExecError> {
-        if after > progress.last_sequence {
-            return Err(ExecError::OutOfRange(format!(
-                "sequence {after} is beyond the last one, {}",
-                progress.last_sequence
-            )));
-        }
-        if after == progress.last_sequence {
-            return Ok(progress.end);
-        }
-        let block = after / INDEX_EVERY;
-        let mut pos = self.index.lock().expect("poisoned")[block as usize];
-        for _ in block * INDEX_EVERY..after {
-            pos += read_header(&self.log, pos)?.record_len();
-        }
-        Ok(pos)
     }
 
     /// Reads the record at `pos`; returns it and its length.
@@ -243,6 +226,8 @@ pub struct Runner {
     execs: Mutex<HashMap<String, Arc<Exec>>>,
     next_uid: Mutex<u32>,
     shutdown: CancellationToken,
+    /// What all logs keep.
+    logs: bounds::Logs,
 }
 
 impl Runner {
@@ -263,6 +248,7 @@ impl Runner {
             execs: Mutex::new(HashMap::new()),
             next_uid: Mutex::new(next_uid),
             shutdown,
+            logs: bounds::Logs::default(),
         });
         runner.recover().await?;
         tokio::spawn(runner.clone().forget_old());
@@ -293,6 +279,7 @@ impl Runner {
                 .cloned()
                 .collect();
             for exec in old {
+                self.forget_log(&exec);
                 let meta = &exec.meta;
                 self.execs.lock().expect("poisoned").remove(&meta.exec_id);
                 let record = meta_dir(&self.settings).join(format!("{}.json", meta.exec_id));
@@ -401,7 +388,10 @@ impl Runner {
             "--nproc".into(),
             self.settings.exec_pids_limit.to_string(),
             "--window".into(),
-            self.settings.output_window.to_string(),
+            self.settings
+                .logs
+                .window(self.settings.output_window)
+                .to_string(),
             "--grace-ms".into(),
             self.settings.timeout_grace_ms.to_string(),
         ];
@@ -680,7 +670,7 @@ impl Runner {
                     // that cannot be read is left to the follower, which
                     // ends the exec.
                     let exec = Arc::new(Exec::new(meta, files));
-                    let mut scanner = Scanner::default();
+                    let mut scanner = self.resume_scanner(&exec);
                     let exit = scanner.scan_blocking(&exec).await.unwrap_or(None);
                     self.follow_from(exec, scanner, exit);
                 }
@@ -703,10 +693,11 @@ impl Runner {
         };
         if let Some(exit) = exit {
             self.finish(&exec, exit, &scanner).await;
+            self.bound_logs(&exec).await;
         }
     }
 
-    async fn follow_log(&self, exec: &Arc<Exec>, scanner: &mut Scanner) -> Option<Exit> {
+    async fn follow_log(self: &Arc<Self>, exec: &Arc<Exec>, scanner: &mut Scanner) -> Option<Exit> {
         let mut wakeups = match watch_file(&exec.log) {
             Ok(stream) => Some(stream),
             Err(e) => {
@@ -734,8 +725,12 @@ impl Runner {
             if corrupt.is_none() {
                 match scanner.scan_blocking(exec).await {
                     Ok(Some(exit)) => return Some(exit),
-                    Ok(None) if scanner.seq > 0 => self.name_host(exec).await,
-                    Ok(None) => {}
+                    Ok(None) => {
+                        if scanner.seq > 0 {
+                            self.name_host(exec).await;
+                        }
+                        self.bound_logs(exec).await;
+                    }
                     Err(e) => {
                         tracing::warn!(exec = %exec.meta.exec_id, error = %e, "corrupt exec log; terminating the exec");
                         corrupt = Some(e.to_string());
@@ -887,6 +882,9 @@ impl Scanner {
     /// Advances over complete records, publishing progress; returns the exit once read.
     fn scan(&mut self, exec: &Exec) -> anyhow::Result<Option<Exit>> {
         let len = exec.log.metadata()?.len();
+        if len < self.pos {
+            return Err(log::Corrupt("the log shrank").into());
+        }
         let mut exit = None;
         let start_seq = self.seq;
         while self.pos + HEADER_LEN as u64 <= len {
@@ -901,12 +899,13 @@ impl Scanner {
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 exit = Some(log::decode_exit(&payload)?);
             }
-            if self.seq.is_multiple_of(INDEX_EVERY) {
-                let mut index = exec.index.lock().expect("poisoned");
-                if index.len() as u64 == self.seq / INDEX_EVERY {
-                    index.push(self.pos);
-                }
-            }
+            exec.kept.note(
+                Place {
+                    sequence: self.seq + 1,
+                    offset: self.pos,
+                },
+                header.record_len(),
+            );
             self.seq += 1;
             self.pos += header.record_len();
             if exit.is_some() {

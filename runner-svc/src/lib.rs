@@ -100,6 +100,11 @@ pub async fn serve(
             uid_base: config.uid_base,
             exec_pids_limit: config.exec_pids_limit,
             output_window: config.output_window_kib * 1024,
+            logs: exec::LogLimits {
+                per_exec: config.exec_log_max_mib << 20,
+                total: config.logs_max_mib << 20,
+                policy: config.exec_log_policy,
+            },
             timeout_grace_ms: config.timeout_grace_ms,
             keep_exited: std::time::Duration::from_secs(config.keep_exited_secs),
             default_endpoint: Some(format!(

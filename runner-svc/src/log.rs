@@ -3,7 +3,9 @@
 //! The supervisor inside the container appends records to `output.log` in
 //! the exec's directory; the runner on the host reads them back by offset.
 //! Because the log is a file, neither a runner restart nor a slow watcher
-//! loses a byte, and a watcher resumes at any sequence.
+//! loses a byte the log keeps, and a watcher resumes at any sequence. The
+//! runner keeps the log within its bounds by punching out its oldest
+//! records (see `exec::bounds`); offsets and sequences never change.
 //!
 //! A record is a 13-byte header, then its payload:
 //!

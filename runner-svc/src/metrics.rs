@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `troupe.exec.start.duration` | histogram, s | (from `StartExec` to the agent's process running) |
 //! | `troupe.container.recreations` | counter | `troupe.recreation.cause` (`stopped`, `gone`) |
+//! | `troupe.exec.log.dropped` | counter, By | (output dropped from exec logs to keep them within their bounds) |
 
 use std::{sync::LazyLock, time::Duration};
 
@@ -23,6 +24,7 @@ const START_BUCKETS: [f64; 11] = [
 struct Instruments {
     start: Histogram<f64>,
     recreations: Counter<u64>,
+    dropped: Counter<u64>,
 }
 
 /// Made on first use, from the provider installed by then.
@@ -41,6 +43,13 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
                 "Workspace containers created again because the one there had stopped or vanished",
             )
             .build(),
+        dropped: meter
+            .u64_counter("troupe.exec.log.dropped")
+            .with_unit("By")
+            .with_description(
+                "Bytes of output dropped from exec logs to keep them within their bounds",
+            )
+            .build(),
     }
 });
 
@@ -55,4 +64,9 @@ pub fn container_recreated(cause: &'static str) {
     INSTRUMENTS
         .recreations
         .add(1, &[KeyValue::new("troupe.recreation.cause", cause)]);
+}
+
+/// Records `bytes` of an exec's log dropped to keep it within its bounds.
+pub fn log_dropped(bytes: u64) {
+    INSTRUMENTS.dropped.add(bytes, &[]);
 }

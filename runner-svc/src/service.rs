@@ -18,7 +18,7 @@ use troupe_proto::runner::{
 };
 
 use crate::{
-    exec::{Exec, ExecError, Runner, StartSpec},
+    exec::{Exec, ExecError, Next, Place, Runner, StartSpec},
     log::{Exit, Kind},
 };
 
@@ -121,11 +121,16 @@ impl RunnerService for Service {
             loop {
                 let now = progress.borrow_and_update().clone();
                 while seq < now.last_sequence {
-                    let event = match exec.read_record(pos) {
-                        Ok((header, payload)) => {
+                    let event = match exec.next_record(seq, pos) {
+                        Ok(Next::Record(header, payload)) => {
                             pos += header.record_len();
                             seq += 1;
                             event(&exec, seq, header, payload)
+                        }
+                        Ok(Next::Dropped(head)) => {
+                            seq = head.sequence - 1;
+                            pos = head.offset;
+                            Ok(truncated(&exec, head))
                         }
                         Err(e) => Err(Status::from(e)),
                     };
@@ -133,7 +138,8 @@ impl RunnerService for Service {
                     if tx.send(event).await.is_err() || failed {
                         return;
                     }
-                    exec.ack(pos, seq == now.last_sequence);
+                    exec.ack(pos, seq >= now.last_sequence);
+                    exec.read_to(seq, pos);
                 }
                 if now.exit.is_some() {
                     return;
@@ -236,6 +242,19 @@ fn event(
         at: Some(timestamp(header.at_micros)),
         event: Some(event),
     })
+}
+
+/// The event that stands for the records before `head`, dropped.
+fn truncated(exec: &Exec, head: Place) -> ExecEvent {
+    ExecEvent {
+        exec_id: exec.meta.exec_id.clone(),
+        sequence: head.sequence - 1,
+        at: Some(timestamp(crate::log::now_micros())),
+        event: Some(exec_event::Event::Truncated(pb::Truncated {
+            first_kept_sequence: head.sequence,
+            dropped_bytes: head.offset,
+        })),
+    }
 }
 
 fn exited(exit: &Exit) -> pb::Exited {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::*;
 use troupe_proto::runner::{
     ExecState, ExitReason, ListExecsRequest, TerminateExecRequest, WatchExecRequest,
+    WriteStdinRequest,
 };
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -171,4 +172,112 @@ async fn exited_execs_are_forgotten_after_the_retention() {
     .await
     .expect("the exec must be forgotten");
     assert!(!dir.exists(), "{} is still there", dir.display());
+}
+
+#[tokio::test]
+async fn an_agent_that_truncates_its_log_is_ended_and_told_why() {
+    let runner = TestRunner::start().await;
+    let ws = runner.workspace("shrink");
+    let mut client = runner.client().await;
+    runner
+        .sh(
+            &ws,
+            "evil",
+            "echo hi; read x; : > $HOME/../output.log; sleep 4325",
+        )
+        .await;
+    // Once the runner has read "hi", the agent empties its log.
+    let mut stream = client
+        .watch_exec(WatchExecRequest {
+            exec_id: "evil".into(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Collected::default();
+    while seen.stdout_text() != "hi\n" {
+        let event = tokio::time::timeout(MINUTE, tokio_stream::StreamExt::next(&mut stream))
+            .await
+            .expect("hi")
+            .expect("open")
+            .expect("event");
+        seen.add(event);
+    }
+    client
+        .write_stdin(WriteStdinRequest {
+            exec_id: "evil".into(),
+            data: b"go\n".to_vec(),
+            close: false,
+        })
+        .await
+        .unwrap();
+    let exit = tokio::time::timeout(MINUTE, async {
+        loop {
+            let execs = client
+                .list_execs(ListExecsRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .execs;
+            if let Some(exit) = execs.into_iter().find_map(|e| e.exit) {
+                return exit;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the exec must end");
+    assert_eq!(exit.reason(), ExitReason::Killed);
+    assert!(exit.detail.contains("shrank"), "{}", exit.detail);
+    let left = processes(&runner, &ws, "ps").await;
+    assert!(!left.contains("sleep 4325"), "{left}");
+}
+
+#[tokio::test]
+async fn records_an_agent_appends_to_its_log_itself_are_bounded_all_the_same() {
+    let runner = TestRunner::start_with(|c| c.exec_log_max_mib = 1).await;
+    let ws = runner.workspace("forger");
+    // 800 well-formed stdout records of 64 KiB (50 MiB), written straight
+    // into the log, past the supervisor and its window.
+    let script = r"printf '\002\000\000\001\000\000\000\000\000\000\000\000\000' > /tmp/rec; head -c 65536 /dev/zero >> /tmp/rec; i=0; while [ $i -lt 800 ]; do cat /tmp/rec >> $HOME/../output.log; i=$((i+1)); done; echo done";
+    let log = runner.exec_dir(&ws, "evil").join("output.log");
+    let mut client = runner.client().await;
+    client
+        .start_exec(start_request(&ws, "evil", &["sh", "-c", script]))
+        .await
+        .unwrap();
+    let mut peak = 0;
+    let exit = tokio::time::timeout(MINUTE, async {
+        loop {
+            peak = peak.max(allocated(&log));
+            let execs = client
+                .list_execs(ListExecsRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .execs;
+            if let Some(exit) = execs.into_iter().find_map(|e| e.exit) {
+                return exit;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the exec must end");
+    assert_eq!(exit.reason(), ExitReason::Exited);
+    assert!(std::fs::metadata(&log).unwrap().len() > 50 << 20);
+    let now = allocated(&log);
+    // The bound, and the two blocks at the log's ends.
+    assert!(now <= (1 << 20) + 8192, "the log takes {now} bytes on disk");
+    // Nothing holds such a writer back but the runner's reading.
+    assert!(peak <= 8 << 20, "the log took {peak} bytes on disk");
+    let out = collect(&mut client, "evil", 0, MINUTE).await;
+    assert!(out.stdout_text().ends_with("done\n"));
+}
+
+/// Bytes the file takes on disk (its blocks, not its size).
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
 }
