@@ -9,8 +9,11 @@ use bollard::{
     Docker,
     exec::{CreateExecOptions, StartExecOptions},
     models::{ContainerCreateBody, HostConfig},
-    query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder},
+    query_parameters::{
+        CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StatsOptions,
+    },
 };
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
@@ -266,6 +269,31 @@ impl Engine {
             Err(e) if is_not_found(&e) => Ok(ExecProcess::Unknown),
             Err(e) => Err(e).context("cannot inspect exec"),
         }
+    }
+
+    /// Says why, when the container's processes are at its limit: a
+    /// `docker exec` into it cannot make the process it starts.
+    pub async fn out_of_processes(&self, container: &str) -> Option<String> {
+        // What `docker exec` makes in the container before the process runs.
+        const EXEC_NEEDS: u64 = 4;
+        let options = StatsOptions {
+            stream: false,
+            one_shot: true,
+        };
+        let stats = self
+            .docker
+            .stats(container, Some(options))
+            .next()
+            .await?
+            .ok()?;
+        let pids = stats.pids_stats?;
+        let (current, limit) = (pids.current?, pids.limit?);
+        (limit > 0 && current + EXEC_NEEDS > limit).then(|| {
+            format!(
+                "the workspace container has no process left: it runs {current} of its \
+                 {limit} (--pids-limit)"
+            )
+        })
     }
 
     /// Whether the container exists and runs.

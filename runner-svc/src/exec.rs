@@ -37,6 +37,7 @@ use tokio::{io::AsyncWriteExt, net::unix::pipe, sync::watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    admission::Admission,
     docker::{Engine, ExecProcess, WorkspaceDirs, is_container_gone},
     layout,
     log::{self, Exit, HEADER_LEN, Kind, Reason},
@@ -55,6 +56,8 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub workspaces_dir: PathBuf,
     pub uid_base: u32,
+    /// The container's process limit (0 or less: none), `--pids-limit`.
+    pub pids_limit: i64,
     pub exec_pids_limit: u64,
     pub output_window: u64,
     pub timeout_grace_ms: u64,
@@ -117,6 +120,9 @@ pub enum ExecError {
     Conflict(String),
     #[error("{0}")]
     OutOfRange(String),
+    /// The workspace's container has no room for another exec.
+    #[error("{0}")]
+    NoResources(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -233,6 +239,7 @@ pub struct Runner {
     settings: Settings,
     engine: Engine,
     execs: Mutex<HashMap<String, Arc<Exec>>>,
+    admission: Arc<Admission>,
     next_uid: Mutex<u32>,
     shutdown: CancellationToken,
 }
@@ -249,10 +256,15 @@ impl Runner {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let next_uid = read_next_uid(&settings)?;
+        let admission = Arc::new(Admission::new(
+            settings.pids_limit,
+            settings.exec_pids_limit,
+        )?);
         let runner = Arc::new(Runner {
             settings,
             engine,
             execs: Mutex::new(HashMap::new()),
+            admission,
             next_uid: Mutex::new(next_uid),
             shutdown,
         });
@@ -336,7 +348,18 @@ impl Runner {
         execs
     }
 
-    /// Starts an exec; returns once its process runs.
+    /// How many execs of `workspace` have not ended.
+    fn running_in(&self, workspace: &str) -> usize {
+        self.execs
+            .lock()
+            .expect("poisoned")
+            .values()
+            .filter(|e| e.meta.workspace_id == workspace && e.progress().exit.is_none())
+            .count()
+    }
+
+    /// Starts an exec; returns once its process runs (refused with
+    /// [`ExecError::NoResources`] when its container has no room for it).
     pub async fn start(self: &Arc<Self>, spec: StartSpec) -> Result<Arc<Exec>, ExecError> {
         validate(&spec)?;
         let meta_path = meta_dir(&self.settings).join(format!("{}.json", spec.exec_id));
@@ -358,7 +381,16 @@ impl Runner {
             }
         }
         let started = std::time::Instant::now();
-        match self.start_reserved(&spec, &meta_path).await {
+        // Room in the container is taken after the id: a start repeated
+        // for an exec that runs is told so, whatever the room.
+        let admitted = self
+            .admission
+            .admit(&spec.workspace_id, || self.running_in(&spec.workspace_id));
+        let result = match admitted {
+            Ok(_place) => self.start_reserved(&spec, &meta_path).await,
+            Err(full) => Err(ExecError::NoResources(full.to_string())),
+        };
+        match result {
             Ok(exec) => {
                 crate::metrics::exec_started(started.elapsed());
                 Ok(exec)
@@ -422,6 +454,13 @@ impl Runner {
                 Ok(id) => break (container, id),
                 Err(e) if is_container_gone(&e) && attempt == 1 => {
                     self.engine.forget_container(&spec.workspace_id).await;
+                }
+                // Processes the runner does not count (not its execs') fill it.
+                Err(e) if let Some(why) = self.engine.out_of_processes(&container).await => {
+                    tracing::warn!(workspace = %spec.workspace_id, error = %e, "no process left for an exec");
+                    return Err(ExecError::NoResources(format!(
+                        "cannot start the exec: {why}"
+                    )));
                 }
                 Err(e) => {
                     return Err(anyhow::Error::from(e)

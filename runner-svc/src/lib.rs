@@ -5,6 +5,7 @@
 //! - [`config`]: flags and `TROUPE_*` variables.
 //! - [`docker`]: the workspace containers and execs (the only Docker client).
 //! - [`exec`]: execs, their logs, watchers, stdin, termination, recovery.
+//! - [`admission`]: how many execs a workspace container holds at once.
 //! - [`supervisor`]: the in-container supervisor (this binary, run as
 //!   `troupe-supervisor`).
 //! - [`log`], [`layout`]: the log format and the exec directory, shared by
@@ -14,6 +15,7 @@
 //!
 //! [`serve`] runs the whole service on a listener the caller bound.
 
+pub mod admission;
 pub mod config;
 pub mod docker;
 pub mod exec;
@@ -96,6 +98,7 @@ pub async fn serve(
             state_dir,
             workspaces_dir: config.workspaces_dir(),
             uid_base: config.uid_base,
+            pids_limit: config.pids_limit,
             exec_pids_limit: config.exec_pids_limit,
             output_window: config.output_window_kib * 1024,
             timeout_grace_ms: config.timeout_grace_ms,

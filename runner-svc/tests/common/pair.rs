@@ -27,6 +27,14 @@ impl Pair {
 
     /// As [`Pair::start`], with the session service's configuration adjusted.
     pub async fn start_with(adjust: impl FnOnce(&mut troupe_session_svc::Config)) -> Pair {
+        Pair::start_configured(|_| {}, adjust).await
+    }
+
+    /// As [`Pair::start`], with both configurations adjusted.
+    pub async fn start_configured(
+        adjust_runner: impl FnOnce(&mut troupe_runner_svc::Config),
+        adjust: impl FnOnce(&mut troupe_session_svc::Config),
+    ) -> Pair {
         // The session service's socket, which the runner mounts into containers.
         let sockets = tempfile::tempdir().unwrap();
         let socket = sockets.path().join("session.sock");
@@ -34,6 +42,7 @@ impl Pair {
         let runner = TestRunner::start_with(|c| {
             c.operator_token = Some(OPERATOR_TOKEN.into());
             c.session_socket = Some(runner_socket);
+            adjust_runner(c);
         })
         .await;
         let endpoint = format!("http://{}", runner.addr);
