@@ -195,6 +195,16 @@ impl Engine {
                 network_mode: Some(spec.network.clone()),
                 // A reaper at PID 1: orphans of agents do not stay zombies.
                 init: Some(true),
+                // Agents share /workspace and nothing else: the root
+                // filesystem (/tmp, /var/tmp, /run included) is read-only,
+                // each exec writes its own directory ($HOME, $TMPDIR), no
+                // /dev/shm is mounted, and /dev/mqueue is a read-only tmpfs.
+                readonly_rootfs: Some(true),
+                ipc_mode: Some("none".into()),
+                tmpfs: Some(HashMap::from([(
+                    "/dev/mqueue".to_owned(),
+                    "ro,nosuid,nodev,noexec".to_owned(),
+                )])),
                 ..Default::default()
             }),
             ..Default::default()

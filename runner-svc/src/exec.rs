@@ -521,6 +521,8 @@ impl Runner {
         }
         env.entry("HOME".into())
             .or_insert_with(|| format!("{container_dir}/{}", layout::HOME));
+        env.entry("TMPDIR".into())
+            .or_insert_with(|| format!("{container_dir}/{}", layout::TMP));
         env.entry("PATH".into()).or_insert_with(|| {
             format!(
                 "{}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
@@ -997,15 +999,18 @@ fn create_exec_dir(dir: &Path, uid: u32, gid: u32) -> Result<ExecFiles, ExecErro
                 nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
             )?;
         }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir.join(layout::HOME))?;
+        for name in [layout::HOME, layout::TMP] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir.join(name))?;
+        }
         for name in [
             layout::LOG,
             layout::ACK,
             layout::STDIN,
             layout::CONTROL,
             layout::HOME,
+            layout::TMP,
             "",
         ] {
             chown(dir.join(name), Some(uid), Some(gid))?;
