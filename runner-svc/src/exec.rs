@@ -442,9 +442,14 @@ impl Runner {
         let mut attempt = 0;
         let (container_id, docker_exec_id) = loop {
             attempt += 1;
+            // Other execs of the workspace run or start: its container is
+            // kept, however it was made.
+            let busy = self.running_in(&spec.workspace_id)
+                + self.admission.starting(&spec.workspace_id)
+                > 1;
             let container = self
                 .engine
-                .ensure_container(&spec.workspace_id, &dirs)
+                .ensure_container(&spec.workspace_id, &dirs, busy)
                 .await?;
             match self
                 .engine

@@ -1,12 +1,17 @@
 //! What a workspace container lets its agents share: `/workspace`, by
-//! design, and nothing else.
+//! design, and nothing else; and containers made otherwise (by an older
+//! runner, or other flags) are made again once nothing runs in them.
 
 mod common;
 
 use std::{collections::BTreeSet, time::Duration};
 
-use common::pair::*;
-use troupe_proto::session::{CreateSessionRequest, SessionStatus, TrustLevel};
+use common::{pair::*, *};
+use troupe_proto::{
+    runner::TerminateExecRequest,
+    session::{CreateSessionRequest, SessionStatus, TrustLevel},
+};
+use troupe_runner_svc::docker::{Engine, SPEC_LABEL};
 
 /// Prints every place the agent can write (`W <path>`), by writing there:
 /// a new file in every directory, an append of nothing to every file (and
@@ -148,4 +153,46 @@ async fn agents_share_the_workspace_and_nothing_else() {
         .unwrap();
     pair.wait_status(&sandboxed, SessionStatus::Terminated)
         .await;
+}
+
+/// A workspace container made otherwise (here, with another process limit;
+/// an older runner's has no spec label at all) is kept while execs that
+/// run in it live, so they are not cut short, and made again, as this
+/// runner makes them, by the first start that finds it idle.
+#[tokio::test]
+async fn a_container_made_otherwise_is_made_again_once_idle() {
+    let mut runner = TestRunner::start_with(|c| c.pids_limit = 900).await;
+    let ws = runner.workspace("remade");
+    runner.sh(&ws, "old", "sleep 1005").await;
+    let docker = docker().await;
+    let name = Engine::container_name(&ws);
+    let before = docker.inspect_container(&name, None).await.unwrap();
+    assert_eq!(before.host_config.unwrap().pids_limit, Some(900));
+
+    runner.stop().await;
+    runner.config.pids_limit = 1000;
+    runner.start_again().await;
+    // The old exec still runs in it: a new start joins it there.
+    let out = run_sh(&runner, &ws, "beside", "echo beside").await;
+    assert_eq!(out.stdout_text(), "beside\n");
+    let kept = docker.inspect_container(&name, None).await.unwrap();
+    assert_eq!(kept.id, before.id);
+
+    let mut client = runner.client().await;
+    client
+        .terminate_exec(TerminateExecRequest {
+            exec_id: "old".into(),
+            grace_ms: 100,
+        })
+        .await
+        .unwrap();
+    let out = run_sh(&runner, &ws, "after", "echo after").await;
+    assert_eq!(out.stdout_text(), "after\n");
+    let remade = docker.inspect_container(&name, None).await.unwrap();
+    assert_ne!(remade.id, before.id);
+    let host = remade.host_config.unwrap();
+    assert_eq!(host.pids_limit, Some(1000));
+    assert_eq!(host.readonly_rootfs, Some(true));
+    let labels = remade.config.unwrap().labels.unwrap();
+    assert!(labels.contains_key(SPEC_LABEL), "{labels:?}");
 }
