@@ -36,11 +36,13 @@ use serde::{Deserialize, Serialize};
 use tokio::{io::AsyncWriteExt, net::unix::pipe, sync::watch};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::request::StartSpec;
 use crate::{
     admission::Admission,
     docker::{Engine, ExecProcess, WorkspaceDirs, is_container_gone},
     layout,
     log::{self, Exit, HEADER_LEN, Kind, Reason},
+    request::{environment, validate},
 };
 
 /// Every this many records, the follower remembers an offset.
@@ -65,20 +67,6 @@ pub struct Settings {
     pub keep_exited: Duration,
     /// `TROUPE_SESSION_ENDPOINT` when the caller gives none.
     pub default_endpoint: Option<String>,
-}
-
-/// What a caller asks to run.
-#[derive(Clone, Debug, Default)]
-pub struct StartSpec {
-    pub exec_id: String,
-    pub workspace_id: String,
-    pub command: Vec<String>,
-    pub env: HashMap<String, String>,
-    pub initial_stdin: Vec<u8>,
-    pub working_dir: String,
-    pub timeout_ms: u64,
-    pub traceparent: String,
-    pub labels: HashMap<String, String>,
 }
 
 /// The runner's record of an exec; never in a directory the agent can write.
@@ -431,7 +419,11 @@ impl Runner {
         }
         cmd.push("--".into());
         cmd.extend(spec.command.iter().cloned());
-        let env = self.environment(spec, &container_dir);
+        let env = environment(
+            spec,
+            &container_dir,
+            self.settings.default_endpoint.as_deref(),
+        );
         let working_dir = if spec.working_dir.is_empty() {
             layout::CONTAINER_WORKSPACE
         } else {
@@ -500,43 +492,6 @@ impl Runner {
             });
         }
         Ok(exec)
-    }
-
-    fn environment(&self, spec: &StartSpec, container_dir: &str) -> Vec<String> {
-        let mut env = spec.env.clone();
-        for (troupe, parachute) in [
-            ("TROUPE_SESSION_ID", "PARACHUTE_SESSION_ID"),
-            ("TROUPE_WORKSPACE_ID", "PARACHUTE_WORKSPACE_ID"),
-            ("TROUPE_TRUST_LEVEL", "PARACHUTE_TRUST_LEVEL"),
-        ] {
-            if let Some(value) = env.get(troupe).cloned() {
-                env.entry(parachute.into()).or_insert(value);
-            }
-        }
-        env.entry("TROUPE_SESSION_ID".into())
-            .or_insert_with(|| spec.exec_id.clone());
-        env.entry("TROUPE_WORKSPACE_ID".into())
-            .or_insert_with(|| spec.workspace_id.clone());
-        if let Some(endpoint) = &self.settings.default_endpoint {
-            env.entry("TROUPE_SESSION_ENDPOINT".into())
-                .or_insert_with(|| endpoint.clone());
-        }
-        if !spec.traceparent.is_empty() {
-            env.insert("TRACEPARENT".into(), spec.traceparent.clone());
-        }
-        env.entry("HOME".into())
-            .or_insert_with(|| format!("{container_dir}/{}", layout::HOME));
-        env.entry("TMPDIR".into())
-            .or_insert_with(|| format!("{container_dir}/{}", layout::TMP));
-        env.entry("PATH".into()).or_insert_with(|| {
-            format!(
-                "{}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-                layout::CONTAINER_TOOLS
-            )
-        });
-        let mut env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-        env.sort();
-        env
     }
 
     /// Writes `data` (and maybe the end of input) to the exec's stdin;
@@ -1116,39 +1071,4 @@ fn read_next_uid(settings: &Settings) -> anyhow::Result<u32> {
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(settings.uid_base + 1),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Checks a start request before anything is created.
-fn validate(spec: &StartSpec) -> Result<(), ExecError> {
-    let invalid = |m: String| Err(ExecError::Invalid(m));
-    if !troupe_proto::names::is_slug(&spec.exec_id) {
-        return invalid(format!(
-            "exec_id {:?} must be 1 to 64 letters, digits, '-' or '_'",
-            spec.exec_id
-        ));
-    }
-    if !troupe_proto::names::is_slug(&spec.workspace_id) {
-        return invalid(format!(
-            "workspace_id {:?} must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
-            spec.workspace_id
-        ));
-    }
-    if spec.command.is_empty() || spec.command[0].is_empty() {
-        return invalid("command must name a program".into());
-    }
-    if spec.command.iter().any(|a| a.contains('\0')) {
-        return invalid("command arguments must not contain NUL".into());
-    }
-    for (key, value) in &spec.env {
-        let good_key = !key.is_empty()
-            && !key.as_bytes()[0].is_ascii_digit()
-            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !good_key || value.contains('\0') {
-            return invalid(format!("environment variable {key:?} is not valid"));
-        }
-    }
-    if !spec.working_dir.is_empty() && !spec.working_dir.starts_with('/') {
-        return invalid("working_dir must be absolute".into());
-    }
-    Ok(())
 }

@@ -5,6 +5,7 @@
 //! - [`config`]: flags and `TROUPE_*` variables.
 //! - [`docker`]: the workspace containers and execs (the only Docker client).
 //! - [`exec`]: execs, their logs, watchers, stdin, termination, recovery.
+//! - [`request`]: what a start asks for, its checks, the exec's environment.
 //! - [`admission`]: how many execs a workspace container holds at once.
 //! - [`supervisor`]: the in-container supervisor (this binary, run as
 //!   `troupe-supervisor`).
@@ -22,6 +23,7 @@ pub mod exec;
 pub mod layout;
 pub mod log;
 pub mod metrics;
+pub mod request;
 pub mod service;
 pub mod supervisor;
 
