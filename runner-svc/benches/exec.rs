@@ -44,7 +44,7 @@ async fn bench() {
         &ws,
         "prep",
         &format!(
-            "head -c {} /dev/urandom > /tmp/blob; chmod 644 /tmp/blob",
+            "head -c {} /dev/urandom > /workspace/blob; chmod 644 /workspace/blob",
             mb << 20
         ),
     )
@@ -125,7 +125,7 @@ async fn troupe_first_byte(runner: &TestRunner, ws: &str, i: usize) -> f64 {
 
 async fn bare_throughput(docker: &bollard::Docker, container: &str, uid: &str, size: u64) -> f64 {
     let t = Instant::now();
-    let mut output = bare_exec(docker, container, uid, &["cat", "/tmp/blob"]).await;
+    let mut output = bare_exec(docker, container, uid, &["cat", "/workspace/blob"]).await;
     let mut bytes = 0u64;
     while let Some(chunk) = output.next().await {
         bytes += chunk.unwrap().into_bytes().len() as u64;
@@ -139,7 +139,7 @@ fn cli_throughput(container: &str, uid: &str, size: u64) -> f64 {
     use std::io::Read;
     let t = Instant::now();
     let mut child = std::process::Command::new("docker")
-        .args(["exec", "-u", uid, container, "cat", "/tmp/blob"])
+        .args(["exec", "-u", uid, container, "cat", "/workspace/blob"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("docker CLI");
@@ -162,7 +162,7 @@ async fn troupe_throughput(runner: &TestRunner, ws: &str, i: usize, size: u64) -
     let id = format!("cat-{i}");
     let t = Instant::now();
     client
-        .start_exec(start_request(ws, &id, &["cat", "/tmp/blob"]))
+        .start_exec(start_request(ws, &id, &["cat", "/workspace/blob"]))
         .await
         .unwrap();
     let mut stream = client

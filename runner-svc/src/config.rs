@@ -48,11 +48,15 @@ pub struct Config {
     /// Network of workspace containers (`none`, `bridge`, a network name).
     #[arg(long, env = "TROUPE_NETWORK", default_value = "none")]
     pub network: String,
-    /// Most processes (and threads) one workspace container may run.
-    #[arg(long, env = "TROUPE_PIDS_LIMIT", default_value_t = 1024)]
+    /// Most processes (and threads) one workspace container may run (0: no
+    /// limit). A workspace runs at most (this - 32) / --exec-pids-limit
+    /// agents at once (31 by default); a start beyond is refused, so agents
+    /// at their limits never keep another from starting.
+    #[arg(long, env = "TROUPE_PIDS_LIMIT", default_value_t = 8192)]
     pub pids_limit: i64,
-    /// Most processes one exec's uid may run (RLIMIT_NPROC), so one agent's
-    /// fork bomb leaves room for the others.
+    /// Most processes (and threads) one exec may run, its supervisor's
+    /// included (RLIMIT_NPROC of its uid; at least 16), so one agent's fork
+    /// bomb leaves room for the others.
     #[arg(long, env = "TROUPE_EXEC_PIDS_LIMIT", default_value_t = 256)]
     pub exec_pids_limit: u64,
     /// Memory limit of a workspace container, in MiB (0: none).

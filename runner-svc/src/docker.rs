@@ -17,8 +17,11 @@ use bollard::{
     Docker,
     exec::{CreateExecOptions, StartExecOptions},
     models::{ContainerCreateBody, HostConfig},
-    query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder},
+    query_parameters::{
+        CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StatsOptions,
+    },
 };
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
@@ -30,6 +33,10 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Label every Troupe workspace container carries, valued with the workspace id.
 pub const WORKSPACE_LABEL: &str = "org.troupe.workspace";
+/// Label valued with a hash of everything the container was made with: one
+/// made otherwise (by an older runner, or other flags) is recreated once no
+/// exec of this runner runs in it.
+pub const SPEC_LABEL: &str = "org.troupe.spec";
 
 /// How workspace containers are made.
 #[derive(Clone, Debug)]
@@ -59,6 +66,9 @@ struct ContainerSlot {
     /// Whether this runner has had a container for the workspace (so one
     /// that is gone is recreated, not created).
     seen: bool,
+    /// The running container was made otherwise than this runner makes
+    /// them, and kept for the execs that ran in it.
+    outdated: bool,
 }
 
 /// The engine, plus the containers known to run.
@@ -135,11 +145,15 @@ impl Engine {
     }
 
     /// Returns the id of the workspace's running container, creating it
-    /// (or recreating it, if it was removed or stopped) first.
+    /// (or recreating it, if it was removed or stopped) first. One made
+    /// otherwise than this runner makes them is recreated too, unless
+    /// `busy` (execs of the workspace other than the caller's run or start):
+    /// then it is kept until a start finds the workspace idle.
     pub async fn ensure_container(
         &self,
         workspace: &str,
         dirs: &WorkspaceDirs,
+        busy: bool,
     ) -> anyhow::Result<String> {
         let slot = self
             .containers
@@ -149,34 +163,60 @@ impl Engine {
             .or_default()
             .clone();
         let mut slot = slot.lock().await;
-        if let Some(id) = slot.running.as_ref() {
-            return Ok(id.clone());
-        }
         let name = Self::container_name(workspace);
-        match self.docker.inspect_container(&name, None).await {
-            Ok(found) if found.state.as_ref().and_then(|s| s.running) == Some(true) => {
-                let id = found.id.context("container without id")?;
-                slot.running = Some(id.clone());
-                slot.seen = true;
-                return Ok(id);
-            }
-            Ok(_) => {
-                tracing::info!(workspace, "workspace container stopped; recreating it");
-                crate::metrics::container_recreated("stopped");
-                self.remove(&name).await?;
-            }
-            Err(e) if is_not_found(&e) => {
-                if slot.seen {
-                    tracing::info!(workspace, "workspace container gone; recreating it");
-                    crate::metrics::container_recreated("gone");
+        let body = self.body(workspace, dirs);
+        let spec = spec_hash(&body);
+        match slot.running.clone() {
+            Some(id) if !slot.outdated || busy => return Ok(id),
+            Some(_) => self.replace_outdated(workspace, &name).await?,
+            None => match self.docker.inspect_container(&name, None).await {
+                Ok(found) if found.state.as_ref().and_then(|s| s.running) == Some(true) => {
+                    let id = found.id.context("container without id")?;
+                    let made_as = found.config.and_then(|c| c.labels?.remove(SPEC_LABEL));
+                    let outdated = made_as.as_deref() != Some(spec.as_str());
+                    if !outdated || busy {
+                        if outdated {
+                            tracing::warn!(
+                                workspace,
+                                "workspace container made otherwise (an older runner, other flags); kept while its execs run"
+                            );
+                        }
+                        slot.running = Some(id.clone());
+                        slot.seen = true;
+                        slot.outdated = outdated;
+                        return Ok(id);
+                    }
+                    self.replace_outdated(workspace, &name).await?;
                 }
-            }
-            Err(e) => return Err(e).context("cannot inspect the workspace container"),
+                Ok(_) => {
+                    tracing::info!(workspace, "workspace container stopped; recreating it");
+                    crate::metrics::container_recreated("stopped");
+                    self.remove(&name).await?;
+                }
+                Err(e) if is_not_found(&e) => {
+                    if slot.seen {
+                        tracing::info!(workspace, "workspace container gone; recreating it");
+                        crate::metrics::container_recreated("gone");
+                    }
+                }
+                Err(e) => return Err(e).context("cannot inspect the workspace container"),
+            },
         }
-        let id = self.create(workspace, &name, dirs).await?;
+        slot.running = None;
+        let id = self.create(workspace, &name, body, spec).await?;
         slot.running = Some(id.clone());
         slot.seen = true;
+        slot.outdated = false;
         Ok(id)
+    }
+
+    async fn replace_outdated(&self, workspace: &str, name: &str) -> anyhow::Result<()> {
+        tracing::info!(
+            workspace,
+            "workspace container made otherwise and idle; recreating it"
+        );
+        crate::metrics::container_recreated("outdated");
+        self.remove(name).await
     }
 
     /// Forgets the workspace's container, so the next exec checks it again.
@@ -199,12 +239,8 @@ impl Engine {
         }
     }
 
-    async fn create(
-        &self,
-        workspace: &str,
-        name: &str,
-        dirs: &WorkspaceDirs,
-    ) -> anyhow::Result<String> {
+    /// What a workspace's container is made with, but its [`SPEC_LABEL`].
+    fn body(&self, workspace: &str, dirs: &WorkspaceDirs) -> ContainerCreateBody {
         let spec = &self.spec;
         let mut binds = vec![
             format!("{}:{}", dirs.files.display(), layout::CONTAINER_WORKSPACE),
@@ -222,7 +258,7 @@ impl Engine {
                 layout::CONTAINER_SESSION_DIR
             ));
         }
-        let body = ContainerCreateBody {
+        ContainerCreateBody {
             image: Some(spec.image.clone()),
             cmd: Some(vec![
                 format!("{}/{}", layout::CONTAINER_TOOLS, layout::SUPERVISOR),
@@ -244,10 +280,33 @@ impl Engine {
                 network_mode: Some(spec.network.clone()),
                 // A reaper at PID 1: orphans of agents do not stay zombies.
                 init: Some(true),
+                // Agents share /workspace and nothing else: the root
+                // filesystem (/tmp, /var/tmp, /run included) is read-only,
+                // each exec writes its own directory ($HOME, $TMPDIR), no
+                // /dev/shm is mounted, and /dev/mqueue is a read-only tmpfs.
+                readonly_rootfs: Some(true),
+                ipc_mode: Some("none".into()),
+                tmpfs: Some(HashMap::from([(
+                    "/dev/mqueue".to_owned(),
+                    "ro,nosuid,nodev,noexec".to_owned(),
+                )])),
                 ..Default::default()
             }),
             ..Default::default()
-        };
+        }
+    }
+
+    async fn create(
+        &self,
+        workspace: &str,
+        name: &str,
+        mut body: ContainerCreateBody,
+        spec_hash: String,
+    ) -> anyhow::Result<String> {
+        let spec = &self.spec;
+        body.labels
+            .get_or_insert_default()
+            .insert(SPEC_LABEL.to_owned(), spec_hash);
         let options = CreateContainerOptionsBuilder::default().name(name).build();
         let created = match self.docker.create_container(Some(options), body).await {
             Ok(created) => created,
@@ -333,6 +392,31 @@ impl Engine {
         }
     }
 
+    /// Says why, when the container's processes are at its limit: a
+    /// `docker exec` into it cannot make the process it starts.
+    pub async fn out_of_processes(&self, container: &str) -> Option<String> {
+        // What `docker exec` makes in the container before the process runs.
+        const EXEC_NEEDS: u64 = 4;
+        let options = StatsOptions {
+            stream: false,
+            one_shot: true,
+        };
+        let stats = self
+            .docker
+            .stats(container, Some(options))
+            .next()
+            .await?
+            .ok()?;
+        let pids = stats.pids_stats?;
+        let (current, limit) = (pids.current?, pids.limit?);
+        (limit > 0 && current + EXEC_NEEDS > limit).then(|| {
+            format!(
+                "the workspace container has no process left: it runs {current} of its \
+                 {limit} (--pids-limit)"
+            )
+        })
+    }
+
     /// Whether the container exists and runs.
     pub async fn container_running(&self, container: &str) -> anyhow::Result<bool> {
         match self.docker.inspect_container(container, None).await {
@@ -358,6 +442,15 @@ impl Engine {
         }
         anyhow::bail!("kill-all did not finish")
     }
+}
+
+/// A hash of what a container is made with (maps have one entry each, and
+/// JSON objects here keep their keys sorted, so the text is stable).
+fn spec_hash(body: &ContainerCreateBody) -> String {
+    let text = serde_json::to_value(body)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    hex::encode(&Sha256::digest(text.as_bytes())[..16])
 }
 
 /// True when the engine answered 404.

@@ -38,10 +38,13 @@ use tokio_util::sync::CancellationToken;
 
 mod outage;
 
+pub use crate::request::StartSpec;
 use crate::{
+    admission::Admission,
     docker::{Engine, ExecProcess, WorkspaceDirs, is_container_gone},
     layout,
     log::{self, Exit, HEADER_LEN, Kind, Reason},
+    request::{environment, validate},
 };
 
 mod bounds;
@@ -57,6 +60,8 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub workspaces_dir: PathBuf,
     pub uid_base: u32,
+    /// The container's process limit (0 or less: none), `--pids-limit`.
+    pub pids_limit: i64,
     pub exec_pids_limit: u64,
     pub output_window: u64,
     /// What the logs keep.
@@ -66,20 +71,6 @@ pub struct Settings {
     pub keep_exited: Duration,
     /// `TROUPE_SESSION_ENDPOINT` when the caller gives none.
     pub default_endpoint: Option<String>,
-}
-
-/// What a caller asks to run.
-#[derive(Clone, Debug, Default)]
-pub struct StartSpec {
-    pub exec_id: String,
-    pub workspace_id: String,
-    pub command: Vec<String>,
-    pub env: HashMap<String, String>,
-    pub initial_stdin: Vec<u8>,
-    pub working_dir: String,
-    pub timeout_ms: u64,
-    pub traceparent: String,
-    pub labels: HashMap<String, String>,
 }
 
 /// The runner's record of an exec; never in a directory the agent can write.
@@ -124,6 +115,9 @@ pub enum ExecError {
     /// The engine does not answer: the caller may try again later.
     #[error("{0}")]
     Unavailable(String),
+    /// The workspace's container has no room for another exec.
+    #[error("{0}")]
+    NoResources(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -224,6 +218,7 @@ pub struct Runner {
     settings: Settings,
     engine: Engine,
     execs: Mutex<HashMap<String, Arc<Exec>>>,
+    admission: Arc<Admission>,
     next_uid: Mutex<u32>,
     shutdown: CancellationToken,
     /// What all logs keep.
@@ -242,10 +237,15 @@ impl Runner {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let next_uid = read_next_uid(&settings)?;
+        let admission = Arc::new(Admission::new(
+            settings.pids_limit,
+            settings.exec_pids_limit,
+        )?);
         let runner = Arc::new(Runner {
             settings,
             engine,
             execs: Mutex::new(HashMap::new()),
+            admission,
             next_uid: Mutex::new(next_uid),
             shutdown,
             logs: bounds::Logs::default(),
@@ -331,7 +331,18 @@ impl Runner {
         execs
     }
 
-    /// Starts an exec; returns once its process runs.
+    /// How many execs of `workspace` have not ended.
+    fn running_in(&self, workspace: &str) -> usize {
+        self.execs
+            .lock()
+            .expect("poisoned")
+            .values()
+            .filter(|e| e.meta.workspace_id == workspace && e.progress().exit.is_none())
+            .count()
+    }
+
+    /// Starts an exec; returns once its process runs (refused with
+    /// [`ExecError::NoResources`] when its container has no room for it).
     pub async fn start(self: &Arc<Self>, spec: StartSpec) -> Result<Arc<Exec>, ExecError> {
         validate(&spec)?;
         let meta_path = meta_dir(&self.settings).join(format!("{}.json", spec.exec_id));
@@ -353,7 +364,16 @@ impl Runner {
             }
         }
         let started = std::time::Instant::now();
-        match self.start_reserved(&spec, &meta_path).await {
+        // Room in the container is taken after the id: a start repeated
+        // for an exec that runs is told so, whatever the room.
+        let admitted = self
+            .admission
+            .admit(&spec.workspace_id, || self.running_in(&spec.workspace_id));
+        let result = match admitted {
+            Ok(_place) => self.start_reserved(&spec, &meta_path).await,
+            Err(full) => Err(ExecError::NoResources(full.to_string())),
+        };
+        match result {
             Ok(exec) => {
                 crate::metrics::exec_started(started.elapsed());
                 Ok(exec)
@@ -373,7 +393,11 @@ impl Runner {
         let dirs = self.workspace_dirs(&spec.workspace_id)?;
         // The engine first: a start it cannot take costs no uid and leaves
         // no directory, however often it is retried.
-        let mut container = self.container_for(&spec.workspace_id, &dirs).await?;
+        // Other execs of the workspace run or start: its container is kept,
+        // however it was made.
+        let busy =
+            self.running_in(&spec.workspace_id) + self.admission.starting(&spec.workspace_id) > 1;
+        let mut container = self.container_for(&spec.workspace_id, &dirs, busy).await?;
         let uid = self.allocate_uid()?;
         let gid = self.settings.uid_base;
         let dir = dirs.execs.join(&spec.exec_id);
@@ -400,7 +424,11 @@ impl Runner {
         }
         cmd.push("--".into());
         cmd.extend(spec.command.iter().cloned());
-        let env = self.environment(spec, &container_dir);
+        let env = environment(
+            spec,
+            &container_dir,
+            self.settings.default_endpoint.as_deref(),
+        );
         let working_dir = if spec.working_dir.is_empty() {
             layout::CONTAINER_WORKSPACE
         } else {
@@ -419,10 +447,17 @@ impl Runner {
                 Ok(id) => break Ok((container, id)),
                 Err(e) if is_container_gone(&e) && attempt == 1 => {
                     self.engine.forget_container(&spec.workspace_id).await;
-                    match self.container_for(&spec.workspace_id, &dirs).await {
+                    match self.container_for(&spec.workspace_id, &dirs, busy).await {
                         Ok(again) => container = again,
                         Err(e) => break Err(e),
                     }
+                }
+                // Processes the runner does not count (not its execs') fill it.
+                Err(e) if let Some(why) = self.engine.out_of_processes(&container).await => {
+                    tracing::warn!(workspace = %spec.workspace_id, error = %e, "no process left for an exec");
+                    return Err(ExecError::NoResources(format!(
+                        "cannot start the exec: {why}"
+                    )));
                 }
                 Err(e) => {
                     let e = anyhow::Error::from(e).context("cannot start the exec");
@@ -466,41 +501,6 @@ impl Runner {
             });
         }
         Ok(exec)
-    }
-
-    fn environment(&self, spec: &StartSpec, container_dir: &str) -> Vec<String> {
-        let mut env = spec.env.clone();
-        for (troupe, parachute) in [
-            ("TROUPE_SESSION_ID", "PARACHUTE_SESSION_ID"),
-            ("TROUPE_WORKSPACE_ID", "PARACHUTE_WORKSPACE_ID"),
-            ("TROUPE_TRUST_LEVEL", "PARACHUTE_TRUST_LEVEL"),
-        ] {
-            if let Some(value) = env.get(troupe).cloned() {
-                env.entry(parachute.into()).or_insert(value);
-            }
-        }
-        env.entry("TROUPE_SESSION_ID".into())
-            .or_insert_with(|| spec.exec_id.clone());
-        env.entry("TROUPE_WORKSPACE_ID".into())
-            .or_insert_with(|| spec.workspace_id.clone());
-        if let Some(endpoint) = &self.settings.default_endpoint {
-            env.entry("TROUPE_SESSION_ENDPOINT".into())
-                .or_insert_with(|| endpoint.clone());
-        }
-        if !spec.traceparent.is_empty() {
-            env.insert("TRACEPARENT".into(), spec.traceparent.clone());
-        }
-        env.entry("HOME".into())
-            .or_insert_with(|| format!("{container_dir}/{}", layout::HOME));
-        env.entry("PATH".into()).or_insert_with(|| {
-            format!(
-                "{}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-                layout::CONTAINER_TOOLS
-            )
-        });
-        let mut env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-        env.sort();
-        env
     }
 
     /// Writes `data` (and maybe the end of input) to the exec's stdin;
@@ -981,15 +981,18 @@ fn create_exec_dir(dir: &Path, uid: u32, gid: u32) -> Result<ExecFiles, ExecErro
                 nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
             )?;
         }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir.join(layout::HOME))?;
+        for name in [layout::HOME, layout::TMP] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir.join(name))?;
+        }
         for name in [
             layout::LOG,
             layout::ACK,
             layout::STDIN,
             layout::CONTROL,
             layout::HOME,
+            layout::TMP,
             "",
         ] {
             chown(dir.join(name), Some(uid), Some(gid))?;
@@ -1090,39 +1093,4 @@ fn read_next_uid(settings: &Settings) -> anyhow::Result<u32> {
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(settings.uid_base + 1),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Checks a start request before anything is created.
-fn validate(spec: &StartSpec) -> Result<(), ExecError> {
-    let invalid = |m: String| Err(ExecError::Invalid(m));
-    if !troupe_proto::names::is_slug(&spec.exec_id) {
-        return invalid(format!(
-            "exec_id {:?} must be 1 to 64 letters, digits, '-' or '_'",
-            spec.exec_id
-        ));
-    }
-    if !troupe_proto::names::is_slug(&spec.workspace_id) {
-        return invalid(format!(
-            "workspace_id {:?} must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
-            spec.workspace_id
-        ));
-    }
-    if spec.command.is_empty() || spec.command[0].is_empty() {
-        return invalid("command must name a program".into());
-    }
-    if spec.command.iter().any(|a| a.contains('\0')) {
-        return invalid("command arguments must not contain NUL".into());
-    }
-    for (key, value) in &spec.env {
-        let good_key = !key.is_empty()
-            && !key.as_bytes()[0].is_ascii_digit()
-            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !good_key || value.contains('\0') {
-            return invalid(format!("environment variable {key:?} is not valid"));
-        }
-    }
-    if !spec.working_dir.is_empty() && !spec.working_dir.starts_with('/') {
-        return invalid("working_dir must be absolute".into());
-    }
-    Ok(())
 }

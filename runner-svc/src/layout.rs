@@ -17,6 +17,8 @@ pub const CONTROL: &str = "control";
 pub const ACK: &str = "ack";
 /// The agent's `$HOME`.
 pub const HOME: &str = "home";
+/// The agent's `$TMPDIR`: the root filesystem, `/tmp` included, is read-only.
+pub const TMP: &str = "tmp";
 
 /// A stdin frame is a u32 LE length, then that many bytes; this length
 /// instead closes the agent's stdin.

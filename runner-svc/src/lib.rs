@@ -6,6 +6,8 @@
 //! - [`docker`]: the workspace containers and execs (the only Docker client).
 //! - [`engine_watch`]: pings the engine; health follows it.
 //! - [`exec`]: execs, their logs, watchers, stdin, termination, recovery.
+//! - [`request`]: what a start asks for, its checks, the exec's environment.
+//! - [`admission`]: how many execs a workspace container holds at once.
 //! - [`supervisor`]: the in-container supervisor (this binary, run as
 //!   `troupe-supervisor`).
 //! - [`log`], [`layout`]: the log format and the exec directory, shared by
@@ -15,6 +17,7 @@
 //!
 //! [`serve`] runs the whole service on a listener the caller bound.
 
+pub mod admission;
 pub mod config;
 pub mod docker;
 pub mod engine_watch;
@@ -22,6 +25,7 @@ pub mod exec;
 pub mod layout;
 pub mod log;
 pub mod metrics;
+pub mod request;
 pub mod service;
 pub mod supervisor;
 
@@ -98,6 +102,7 @@ pub async fn serve(
             state_dir,
             workspaces_dir: config.workspaces_dir(),
             uid_base: config.uid_base,
+            pids_limit: config.pids_limit,
             exec_pids_limit: config.exec_pids_limit,
             output_window: config.output_window_kib * 1024,
             logs: exec::LogLimits {

@@ -63,6 +63,8 @@ pub enum Reason {
     Killed = 2,
     TimedOut = 3,
     ContainerLost = 4,
+    /// No process could be made for it: the container's or its uid's limit.
+    NoResources = 5,
 }
 
 impl Reason {
@@ -72,6 +74,7 @@ impl Reason {
             2 => Self::Killed,
             3 => Self::TimedOut,
             4 => Self::ContainerLost,
+            5 => Self::NoResources,
             _ => return None,
         })
     }

@@ -59,7 +59,7 @@ pub fn exec_started(elapsed: Duration) {
 }
 
 /// Records a workspace container recreated, because the one there had
-/// `stopped` or was `gone`.
+/// `stopped`, was `gone`, or was made otherwise (`outdated`).
 pub fn container_recreated(cause: &'static str) {
     INSTRUMENTS
         .recreations

@@ -64,6 +64,7 @@ impl From<ExecError> for Status {
             ExecError::Conflict(m) => Status::failed_precondition(m),
             ExecError::OutOfRange(m) => Status::out_of_range(m),
             ExecError::Unavailable(m) => Status::unavailable(m),
+            ExecError::NoResources(_) => Status::resource_exhausted(e.to_string()),
             ExecError::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "runner call failed");
                 Status::internal(format!("{e:#}"))

@@ -146,6 +146,58 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
     }
 
+    let ending = Ending {
+        reason: Arc::new(Mutex::new(None)),
+        unbounded: log.unbounded.clone(),
+    };
+    // Every thread of the supervisor is made before the agent starts, each
+    // waiting for it: an agent that uses up its uid's processes at once
+    // cannot leave its supervisor short of one.
+    let (stdin_tx, stdin_rx) = mpsc::channel::<ChildStdin>();
+    let (child_tx, child_rx) = mpsc::channel::<Child>();
+    let (go_control, control_go) = mpsc::channel::<()>();
+    let (go_timer, timer_go) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    let made = spawn_thread(move || {
+        if let Ok(stdin) = stdin_rx.recv() {
+            forward_stdin(stdin_fifo, stdin);
+        }
+    })
+    .and_then(|()| {
+        let ending = ending.clone();
+        spawn_thread(move || {
+            if control_go.recv().is_ok() {
+                obey_control(control, ending);
+            }
+        })
+    })
+    .and_then(|()| {
+        if args.timeout_ms == 0 {
+            return Ok(());
+        }
+        let ending = ending.clone();
+        let (timeout, grace) = (args.timeout_ms, args.grace_ms);
+        spawn_thread(move || {
+            if timer_go.recv().is_ok() {
+                thread::sleep(Duration::from_millis(timeout));
+                ending.terminate(Reason::TimedOut, Duration::from_millis(grace));
+            }
+        })
+    })
+    .and_then(|()| {
+        spawn_thread(move || {
+            if let Ok(child) = child_rx.recv() {
+                let status = wait(child);
+                // Whatever the agent left running ends with it, so its pipes close.
+                kill_all(Signal::SIGKILL);
+                let _ = done_tx.send(status);
+            }
+        })
+    });
+    if let Err(e) = made {
+        return log.no_room(&args.command[0], &e);
+    }
+
     let mut child = match Command::new(&args.command[0])
         .args(&args.command[1..])
         .stdin(Stdio::piped())
@@ -155,6 +207,7 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         .spawn()
     {
         Ok(child) => child,
+        Err(e) if is_out_of_processes(&e) => return log.no_room(&args.command[0], &e),
         Err(e) => {
             let code = if e.kind() == ErrorKind::NotFound {
                 127
@@ -171,34 +224,12 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
     };
     log.record(Kind::Started, &log::started_payload(i64::from(child.id())))?;
 
-    let ending = Ending {
-        reason: Arc::new(Mutex::new(None)),
-        unbounded: log.unbounded.clone(),
-    };
-    let stdin = child.stdin.take().expect("piped");
-    thread::spawn(move || forward_stdin(stdin_fifo, stdin));
-    {
-        let ending = ending.clone();
-        thread::spawn(move || obey_control(control, ending));
-    }
-    if args.timeout_ms > 0 {
-        let ending = ending.clone();
-        let (timeout, grace) = (args.timeout_ms, args.grace_ms);
-        thread::spawn(move || {
-            thread::sleep(Duration::from_millis(timeout));
-            ending.terminate(Reason::TimedOut, Duration::from_millis(grace));
-        });
-    }
-
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
-    let (done_tx, done_rx) = mpsc::channel();
-    thread::spawn(move || {
-        let status = wait(child);
-        // Whatever the agent left running ends with it, so its pipes close.
-        kill_all(Signal::SIGKILL);
-        let _ = done_tx.send(status);
-    });
+    let _ = stdin_tx.send(child.stdin.take().expect("piped"));
+    let _ = child_tx.send(child);
+    let _ = go_control.send(());
+    let _ = go_timer.send(());
 
     pump(stdout, stderr, &mut log)?;
     let status = done_rx.recv()?;
@@ -240,6 +271,17 @@ impl Ending {
         }
         kill_all(Signal::SIGKILL);
     }
+}
+
+/// Starts a thread, or says why not (a thread is a process to the limits).
+fn spawn_thread(f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    thread::Builder::new().spawn(f).map(drop)
+}
+
+/// Whether a failed fork or thread was refused for want of processes: the
+/// container's pids limit or the uid's `RLIMIT_NPROC`.
+fn is_out_of_processes(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(Errno::EAGAIN as i32)
 }
 
 /// Sends `signal` to every process of this uid but the caller.
@@ -307,8 +349,11 @@ fn obey_control(fifo: File, ending: Ending) {
         let Ok(line) = line else { return };
         if let Some(grace) = line.strip_prefix("term ") {
             let grace = Duration::from_millis(grace.trim().parse().unwrap_or(5000));
-            let ending = ending.clone();
-            thread::spawn(move || ending.terminate(Reason::Killed, grace));
+            let waiter = ending.clone();
+            if spawn_thread(move || waiter.terminate(Reason::Killed, grace)).is_err() {
+                // No thread to spare: end it from here.
+                ending.terminate(Reason::Killed, grace);
+            }
         }
     }
 }
@@ -411,6 +456,19 @@ impl LogWriter {
             detail: format!("troupe-supervisor: {detail}"),
         })?;
         Ok(125)
+    }
+
+    /// Ends the log with the agent not started for want of processes.
+    fn no_room(&mut self, program: &str, e: &std::io::Error) -> anyhow::Result<u8> {
+        self.exit(&Exit {
+            code: 126,
+            reason: Reason::NoResources,
+            detail: format!(
+                "cannot start {program:?}: no process left, the workspace container's \
+                 or this session's process limit is reached ({e})"
+            ),
+        })?;
+        Ok(126)
     }
 
     fn exit(&mut self, exit: &Exit) -> std::io::Result<()> {

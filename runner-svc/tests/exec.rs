@@ -462,7 +462,7 @@ async fn runner_restart_loses_no_output_and_keeps_stdin() {
 async fn a_hundred_megabytes_arrive_intact_and_a_slow_watcher_holds_the_agent_back() {
     let runner = TestRunner::start_with(|c| c.output_window_kib = 4096).await;
     let ws = runner.workspace("big");
-    let script = "head -c 104857600 /dev/urandom > /tmp/big; sha256sum /tmp/big >&2; cat /tmp/big; rm /tmp/big";
+    let script = "head -c 104857600 /dev/urandom > $TMPDIR/big; sha256sum $TMPDIR/big >&2; cat $TMPDIR/big; rm $TMPDIR/big";
     runner.sh(&ws, "big", script).await;
 
     // Nobody watches yet: the log stops growing near the window.

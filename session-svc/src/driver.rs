@@ -33,10 +33,17 @@ use crate::{
     auth::Tokens,
     error::SessionError,
     model::{
-        AuditRecord, Idempotency, InboxMessage, NewMessage, ProcessChange, ProcessExit, SessionRow,
+        AuditRecord, Failure, Idempotency, InboxMessage, NewMessage, ProcessChange, ProcessExit,
+        SessionRow,
     },
     store::Store,
 };
+
+/// The runner refused a start: its workspace's container has no room for
+/// another agent (the runner's message says why).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct NoRoom(String);
 
 /// How long a lost runner connection waits before it is tried again.
 const RETRY: Duration = Duration::from_millis(500);
@@ -93,8 +100,15 @@ impl<S: Store> Driver<S> {
             if let Err(e) = driver.start(&session, notify_parent).await {
                 tracing::warn!(session = %session.session_id, error = %e, "agent did not start");
                 let audit = system_audit("start_agent", &session.session_id, false, &e);
+                let failure = if e.is::<NoRoom>() {
+                    Failure::NoResources
+                } else {
+                    Failure::Lost
+                };
                 let detail = format!("the agent could not be started: {e}");
-                driver.fail(&session.session_id, &detail, audit).await;
+                driver
+                    .fail(&session.session_id, failure, &detail, audit)
+                    .await;
             }
         });
     }
@@ -180,6 +194,9 @@ impl<S: Store> Driver<S> {
                         return Ok(());
                     }
                 }
+                Err(status) if status.code() == Code::ResourceExhausted => {
+                    return Err(NoRoom(status.message().to_owned()).into());
+                }
                 Err(status) => anyhow::bail!("{}", status.message()),
             }
         }
@@ -263,7 +280,7 @@ impl<S: Store> Driver<S> {
                 Err(status) if status.code() == Code::NotFound => {
                     let detail = "the runner has no process for this session";
                     let audit = system_audit("reconcile", session_id, true, &detail);
-                    self.fail(session_id, detail, audit).await;
+                    self.fail(session_id, Failure::Lost, detail, audit).await;
                     return;
                 }
                 Err(status) => {
@@ -491,12 +508,22 @@ impl<S: Store> Driver<S> {
 
     /// Fails a session whose agent is lost or could not start, and tells
     /// its parent (CALLBACK mode) as an exit would.
-    async fn fail(self: &Arc<Self>, session_id: &str, detail: &str, audit: AuditRecord) {
-        match self.store.fail_session(session_id, detail, audit).await {
+    async fn fail(
+        self: &Arc<Self>,
+        session_id: &str,
+        failure: Failure,
+        detail: &str,
+        audit: AuditRecord,
+    ) {
+        match self
+            .store
+            .fail_session(session_id, failure, detail, audit)
+            .await
+        {
             Ok(true) => {
                 let exit = ProcessExit {
                     code: -1,
-                    reason: "lost".to_owned(),
+                    reason: failure.as_str().to_owned(),
                     detail: detail.to_owned(),
                 };
                 self.callback(session_id, &exit).await;
@@ -566,7 +593,8 @@ impl<S: Store> Driver<S> {
                 (None, Some(_)) => {
                     let detail = "its process is gone (the runner does not know it)";
                     let audit = system_audit("reconcile", &session.session_id, true, &detail);
-                    self.fail(&session.session_id, detail, audit).await;
+                    self.fail(&session.session_id, Failure::Lost, detail, audit)
+                        .await;
                 }
             }
         }
@@ -646,6 +674,7 @@ fn change(event: &rpb::ExecEvent) -> Option<ProcessChange> {
                 rpb::ExitReason::Killed => "killed",
                 rpb::ExitReason::TimedOut => "timed_out",
                 rpb::ExitReason::ContainerLost => "container_lost",
+                rpb::ExitReason::NoResources => "no_resources",
                 _ => "exited",
             }
             .to_owned(),

@@ -204,11 +204,32 @@ pub enum ProcessChange {
     Exited(ProcessExit),
 }
 
+/// Why a session failed with no exit of its agent to tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Its process vanished, or could not be started.
+    Lost,
+    /// The runner had no room for its agent: the workspace container's
+    /// process limit.
+    NoResources,
+}
+
+impl Failure {
+    /// The session's end reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Lost => "lost",
+            Failure::NoResources => "no_resources",
+        }
+    }
+}
+
 /// How an agent's process ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessExit {
     pub code: i32,
-    /// `exited`, `killed`, `timed_out` or `container_lost`.
+    /// `exited`, `killed`, `timed_out`, `container_lost` or `no_resources`
+    /// (the runner's), `lost` or `not_started` (the driver's).
     pub reason: String,
     pub detail: String,
 }

@@ -56,13 +56,14 @@ impl Runner {
         &self,
         workspace: &str,
         dirs: &WorkspaceDirs,
+        busy: bool,
     ) -> Result<String, ExecError> {
         if !self.engine.is_reachable()
             && let Err(e) = self.engine.ping().await
         {
             return Err(unavailable(&e));
         }
-        match self.engine.ensure_container(workspace, dirs).await {
+        match self.engine.ensure_container(workspace, dirs, busy).await {
             Ok(container) => Ok(container),
             Err(e) => Err(self.start_failed(e).await),
         }

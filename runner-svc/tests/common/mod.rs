@@ -54,6 +54,7 @@ impl TestRunner {
         config.tools_dir = Some(tools().to_path_buf());
         config.image = IMAGE.into();
         config.timeout_grace_ms = 500;
+        config.uid_base = private_uid_base();
         configure(&mut config);
         let mut runner = TestRunner {
             dir,
@@ -206,6 +207,16 @@ impl Drop for TestRunner {
         .join()
         .ok();
     }
+}
+
+/// A range of 10,000 uids no other runner of these tests uses, even in
+/// other test processes at the same time: `RLIMIT_NPROC` counts a uid's
+/// processes on the whole host, so runners sharing uids would share their
+/// execs' process limits.
+fn private_uid_base() -> u32 {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let slot = (std::process::id() % 3000) * 64 + N.fetch_add(1, Ordering::SeqCst) % 64;
+    10_000_000 + slot * 10_000
 }
 
 /// The tools directory every runner of this test binary mounts: the

@@ -18,8 +18,8 @@ pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 use crate::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, AuditRow, EventFilter, EventRow, Idempotency, InboxMessage, NewMessage,
-        NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
+        AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency, InboxMessage,
+        NewMessage, NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
 };
@@ -264,11 +264,13 @@ pub trait Store: Send + Sync + Clone + 'static {
         check: MessageCheck<'_>,
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
-    /// Ends an active session as failed (its process is gone) with an audit
-    /// entry; false if it had already ended.
+    /// Ends an active session as failed (its process is gone, or could not
+    /// be made: `failure` says which) with an audit entry; false if it had
+    /// already ended.
     fn fail_session(
         &self,
         session_id: &str,
+        failure: Failure,
         detail: &str,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<bool, SessionError>> + Send;

@@ -46,7 +46,7 @@ use super::{
 use crate::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, AuditRow, EventFilter, EventRow, Idempotency, NewMessage, NewSession,
+        AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency, NewMessage, NewSession,
         SessionRow, Trust, now_ms,
     },
     policy::SpawnContext,
@@ -882,9 +882,11 @@ impl Store for SqliteStore {
     async fn fail_session(
         &self,
         session_id: &str,
+        failure: Failure,
         detail: &str,
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
-        self.fail_session_impl(session_id, detail, audit).await
+        self.fail_session_impl(session_id, failure, detail, audit)
+            .await
     }
 }

@@ -14,7 +14,8 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, now_ms,
+        AuditRecord, Failure, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
+        now_ms,
     },
     store::MessageCheck,
 };
@@ -264,19 +265,21 @@ impl SqliteStore {
     pub(super) async fn fail_session_impl(
         &self,
         session_id: &str,
+        failure: Failure,
         detail: &str,
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
         let mut w = self.writer().await?;
         w.unsettled = vec![session_id.to_owned()];
         let mut tx = Write::begin(&mut w.conn).await?;
-        let ended = tx.end_session(session_id, "failed", "lost").await?;
+        let reason = failure.as_str();
+        let ended = tx.end_session(session_id, "failed", reason).await?;
         if ended.is_some() {
             tx.event(
                 session_id,
                 "failed",
                 "failed",
-                json!({"exit_code": -1, "reason": "lost", "detail": detail}),
+                json!({"exit_code": -1, "reason": reason, "detail": detail}),
             )
             .await?;
         }

@@ -1,0 +1,97 @@
+//! What a start asks for: [`StartSpec`], its checks, made before anything
+//! is created, and the environment the exec gets.
+
+use std::collections::HashMap;
+
+use crate::{exec::ExecError, layout};
+
+/// What a caller asks to run.
+#[derive(Clone, Debug, Default)]
+pub struct StartSpec {
+    pub exec_id: String,
+    pub workspace_id: String,
+    pub command: Vec<String>,
+    pub env: HashMap<String, String>,
+    pub initial_stdin: Vec<u8>,
+    pub working_dir: String,
+    pub timeout_ms: u64,
+    pub traceparent: String,
+    pub labels: HashMap<String, String>,
+}
+
+/// The environment of an exec: the caller's, with Troupe's defaults.
+pub fn environment(
+    spec: &StartSpec,
+    container_dir: &str,
+    default_endpoint: Option<&str>,
+) -> Vec<String> {
+    let mut env = spec.env.clone();
+    for (troupe, parachute) in [
+        ("TROUPE_SESSION_ID", "PARACHUTE_SESSION_ID"),
+        ("TROUPE_WORKSPACE_ID", "PARACHUTE_WORKSPACE_ID"),
+        ("TROUPE_TRUST_LEVEL", "PARACHUTE_TRUST_LEVEL"),
+    ] {
+        if let Some(value) = env.get(troupe).cloned() {
+            env.entry(parachute.into()).or_insert(value);
+        }
+    }
+    env.entry("TROUPE_SESSION_ID".into())
+        .or_insert_with(|| spec.exec_id.clone());
+    env.entry("TROUPE_WORKSPACE_ID".into())
+        .or_insert_with(|| spec.workspace_id.clone());
+    if let Some(endpoint) = default_endpoint {
+        env.entry("TROUPE_SESSION_ENDPOINT".into())
+            .or_insert_with(|| endpoint.to_owned());
+    }
+    if !spec.traceparent.is_empty() {
+        env.insert("TRACEPARENT".into(), spec.traceparent.clone());
+    }
+    env.entry("HOME".into())
+        .or_insert_with(|| format!("{container_dir}/{}", layout::HOME));
+    env.entry("TMPDIR".into())
+        .or_insert_with(|| format!("{container_dir}/{}", layout::TMP));
+    env.entry("PATH".into()).or_insert_with(|| {
+        format!(
+            "{}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+            layout::CONTAINER_TOOLS
+        )
+    });
+    let mut env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    env.sort();
+    env
+}
+
+/// Checks a start request before anything is created.
+pub fn validate(spec: &StartSpec) -> Result<(), ExecError> {
+    let invalid = |m: String| Err(ExecError::Invalid(m));
+    if !troupe_proto::names::is_slug(&spec.exec_id) {
+        return invalid(format!(
+            "exec_id {:?} must be 1 to 64 letters, digits, '-' or '_'",
+            spec.exec_id
+        ));
+    }
+    if !troupe_proto::names::is_slug(&spec.workspace_id) {
+        return invalid(format!(
+            "workspace_id {:?} must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
+            spec.workspace_id
+        ));
+    }
+    if spec.command.is_empty() || spec.command[0].is_empty() {
+        return invalid("command must name a program".into());
+    }
+    if spec.command.iter().any(|a| a.contains('\0')) {
+        return invalid("command arguments must not contain NUL".into());
+    }
+    for (key, value) in &spec.env {
+        let good_key = !key.is_empty()
+            && !key.as_bytes()[0].is_ascii_digit()
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !good_key || value.contains('\0') {
+            return invalid(format!("environment variable {key:?} is not valid"));
+        }
+    }
+    if !spec.working_dir.is_empty() && !spec.working_dir.starts_with('/') {
+        return invalid("working_dir must be absolute".into());
+    }
+    Ok(())
+}
