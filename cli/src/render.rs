@@ -210,6 +210,7 @@ fn event_detail(detail: Option<&Detail>) -> Value {
         Some(Detail::OutputTruncated(t)) => json!({
             "dropped_bytes": t.dropped_bytes,
             "dropped_events": t.dropped_events,
+            "by_runner": t.by_runner,
         }),
     }
 }
@@ -247,8 +248,10 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
             )
         }
         Some(Detail::OutputTruncated(t)) => format!(
-            "dropped_bytes={} dropped_events={}",
-            t.dropped_bytes, t.dropped_events
+            "dropped_bytes={} dropped_events={}{}",
+            t.dropped_bytes,
+            t.dropped_events,
+            if t.by_runner { " by=runner" } else { "" }
         ),
     }
 }

@@ -240,7 +240,7 @@ async fn records_an_agent_appends_to_its_log_itself_are_bounded_all_the_same() {
     let ws = runner.workspace("forger");
     // 800 well-formed stdout records of 64 KiB (50 MiB), written straight
     // into the log, past the supervisor and its window.
-    let script = r"printf '\002\000\000\001\000\000\000\000\000\000\000\000\000' > /tmp/rec; head -c 65536 /dev/zero >> /tmp/rec; i=0; while [ $i -lt 800 ]; do cat /tmp/rec >> $HOME/../output.log; i=$((i+1)); done; echo done";
+    let script = r"printf '\002\000\000\001\000\000\000\000\000\000\000\000\000' > $TMPDIR/rec; head -c 65536 /dev/zero >> $TMPDIR/rec; i=0; while [ $i -lt 800 ]; do cat $TMPDIR/rec >> $HOME/../output.log; i=$((i+1)); done; echo done";
     let log = runner.exec_dir(&ws, "evil").join("output.log");
     let mut client = runner.client().await;
     client

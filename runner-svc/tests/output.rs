@@ -90,14 +90,11 @@ async fn output_past_the_budget_is_dropped_and_watchers_are_told_where() {
     };
     let live = watch().await;
     let root = pair.root(&ws, "flood", "go").await;
-    let live = read_until_completed(live, &printed).await;
+    // A watcher that keeps up may be sent every chunk (the drops fall
+    // behind it) or meet markers: either way no chunk is out of place.
+    read_until_completed(live, &printed).await;
     pair.wait_status(&root.session_id, SessionStatus::Completed)
         .await;
-    assert!(
-        live.markers > 0,
-        "{} bytes printed, none dropped",
-        printed.len()
-    );
 
     let afterwards = read_until_completed(watch().await, &printed).await;
     assert_eq!(afterwards.markers, 1, "one marker stands for every drop");
@@ -167,4 +164,106 @@ async fn read_until_completed(
             return seen;
         }
     }
+}
+
+/// Output the runner's log dropped, past its bound, while the session
+/// service was down reaches watchers as a gap marked where it is
+/// (`by_runner`), never a silent one, and what follows it is intact.
+#[tokio::test]
+async fn output_the_runner_dropped_while_the_service_was_down_is_marked() {
+    let mut pair = Pair::start_on(
+        |runner| {
+            runner.exec_log_max_mib = 1;
+            runner.output_window_kib = 2048;
+        },
+        |_| {},
+    )
+    .await;
+    let ws = pair.runner.workspace("gap");
+    // Prints 4 MiB and a last line once the test says go.
+    pair.agent(
+        &ws,
+        "chatty",
+        "while [ ! -e /workspace/go ]; do sleep 0.05; done; \
+         head -c 4194304 /dev/zero | tr '\\0' x; echo; echo last line",
+    );
+    let printed = format!("{}\nlast line\n", "x".repeat(4 << 20));
+    let root = pair.root(&ws, "chatty", "go").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+
+    pair.server.stop_for_restart().await;
+    std::fs::write(pair.runner.config.workspaces_dir().join(&ws).join("go"), "").unwrap();
+    let mut runner = pair.runner.client().await;
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while runner
+        .list_execs(troupe_proto::runner::ListExecsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .execs
+        .iter()
+        .any(|e| e.exec_id == root.session_id && e.exit.is_none())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pair.server.start_again().await;
+    pair.wait_status(&root.session_id, SessionStatus::Completed)
+        .await;
+
+    let mut events = pair
+        .server
+        .operator()
+        .await
+        .watch_sessions(WatchSessionsRequest {
+            session_id: root.session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (mut before, mut after, mut marker) = (Vec::new(), Vec::new(), None);
+    loop {
+        let event = tokio::time::timeout(MINUTE, events.next())
+            .await
+            .expect("an event within a minute")
+            .expect("the watch goes on")
+            .expect("an event");
+        let kind = event.kind();
+        match event.detail {
+            Some(Detail::Output(out)) if marker.is_none() => before.extend(out.data),
+            Some(Detail::Output(out)) => after.extend(out.data),
+            Some(Detail::OutputTruncated(t)) => {
+                assert!(marker.is_none(), "one gap, one marker");
+                marker = Some(t);
+            }
+            _ => {}
+        }
+        if kind == EventKind::Completed {
+            break;
+        }
+    }
+    let marker = marker.expect("the gap is marked");
+    assert!(marker.by_runner, "{marker:?}");
+    assert!(
+        marker.dropped_events > 0 && marker.dropped_bytes > 0,
+        "{marker:?}"
+    );
+    assert!(
+        printed.as_bytes().starts_with(&before),
+        "what came before the gap is what was printed first"
+    );
+    assert!(
+        !after.is_empty() && printed.as_bytes().ends_with(&after),
+        "what follows the gap is the end of what was printed, whole ({} bytes)",
+        after.len()
+    );
+    assert!(
+        after.len() < printed.len() - before.len(),
+        "something was dropped"
+    );
 }

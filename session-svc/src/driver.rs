@@ -663,11 +663,11 @@ fn change(event: &rpb::ExecEvent) -> Option<ProcessChange> {
             },
             data: out.data.clone(),
         },
-        exec_event::Event::Truncated(t) => {
-            // The runner dropped output to keep its log within bounds.
-            tracing::warn!(session = %event.exec_id, first_kept = t.first_kept_sequence, dropped_bytes = t.dropped_bytes, "agent output was dropped by the runner");
-            return None;
-        }
+        // The runner dropped output, to keep its log within bounds, before
+        // it was read: the gap is marked where it is.
+        exec_event::Event::Truncated(t) => ProcessChange::Truncated {
+            log_bytes: t.dropped_bytes,
+        },
         exec_event::Event::Exited(exit) => ProcessChange::Exited(ProcessExit {
             code: exit.exit_code,
             reason: match exit.reason() {

@@ -200,7 +200,16 @@ pub fn now_ms() -> i64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProcessChange {
     Started,
-    Output { stream: &'static str, data: Vec<u8> },
+    Output {
+        stream: &'static str,
+        data: Vec<u8>,
+    },
+    /// The runner's log dropped output before it was read: the events
+    /// before this one's sequence that were not applied are gone.
+    Truncated {
+        /// What the runner's log had dropped in all, in bytes.
+        log_bytes: u64,
+    },
     Exited(ProcessExit),
 }
 

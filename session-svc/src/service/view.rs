@@ -130,6 +130,7 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
         EventKind::OutputTruncated => Some(Detail::OutputTruncated(pb::OutputTruncated {
             dropped_bytes: number("dropped_bytes"),
             dropped_events: number("dropped_events"),
+            by_runner: detail_json["by_runner"].as_bool().unwrap_or(false),
         })),
         EventKind::Completed | EventKind::Failed if detail_json.get("reason").is_some() => {
             Some(Detail::Ended(pb::Ended {

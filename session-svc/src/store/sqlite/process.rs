@@ -48,6 +48,18 @@ impl SqliteStore {
             .ok_or_else(|| SessionError::not_found(session_id))?;
         w.unsettled = vec![session_id.to_owned()];
         let mut tx = Write::begin(&mut w.conn).await?;
+        // A gap's first event: the one after the last applied.
+        let gap_from = match change {
+            ProcessChange::Truncated { .. } => {
+                let last: Option<i64> =
+                    sqlx::query_scalar("SELECT runner_seq FROM processes WHERE session_id = ?")
+                        .bind(session_id)
+                        .fetch_optional(tx.conn())
+                        .await?;
+                last.unwrap_or(0) as u64 + 1
+            }
+            _ => 0,
+        };
         let applied: Option<i64> = sqlx::query_scalar(
             "INSERT INTO processes (session_id, runner_seq) VALUES (?1, ?2) \
              ON CONFLICT (session_id) DO UPDATE SET runner_seq = ?2 WHERE runner_seq < ?2 \
@@ -87,6 +99,22 @@ impl SqliteStore {
                     &data,
                     tail_max,
                     self.output_budget,
+                )
+                .await?;
+            }
+            ProcessChange::Truncated { log_bytes } => {
+                // `runner_seq` is the last event dropped: the gap is
+                // `gap_from..=runner_seq`, marked where it is.
+                let dropped_events = (runner_seq + 1).saturating_sub(gap_from);
+                tx.event(
+                    session_id,
+                    "output_truncated",
+                    troupe_proto::status::status_str(row.status),
+                    json!({
+                        "dropped_bytes": log_bytes,
+                        "dropped_events": dropped_events,
+                        "by_runner": true,
+                    }),
                 )
                 .await?;
             }
