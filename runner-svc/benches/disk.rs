@@ -1,6 +1,6 @@
 //! Disk use of the pair while one agent prints a great deal: the session
 //! service's database (`troupe.db` and its write-ahead log) and the
-//! runner's data directory, sampled every 100 ms from the session's start
+//! runner's data directory, in blocks on disk, sampled every 100 ms from the session's start
 //! until a few seconds after its end (the upkeep returns freed space), with
 //! the peak and final sizes of each, against the session service's caps.
 //!
@@ -35,7 +35,8 @@ fn main() {
         .block_on(bench());
 }
 
-/// Bytes of the files under `path` (what they hold, not their blocks).
+/// Bytes the files under `path` take on disk: their blocks, not their
+/// sizes (a log whose head was punched out keeps its size).
 fn tree_bytes(path: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(path) else {
         return 0;
@@ -44,14 +45,16 @@ fn tree_bytes(path: &Path) -> u64 {
         .flatten()
         .map(|entry| match entry.file_type() {
             Ok(kind) if kind.is_dir() => tree_bytes(&entry.path()),
-            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+            Ok(kind) if kind.is_file() => file_bytes(&entry.path()),
             _ => 0,
         })
         .sum()
 }
 
+/// Bytes a file takes on disk (its blocks).
 fn file_bytes(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
 }
 
 /// Peak and latest of one size.
@@ -154,5 +157,13 @@ async fn bench() {
         config.output_total_bytes as f64 / MIB,
         troupe_session_svc::store::WAL_LIMIT as f64 / MIB,
         SETTLE.as_secs(),
+    );
+    let runner = &pair.runner.config;
+    println!(
+        "runner caps: a log {} MiB ({:?}), all logs {} MiB, output window {} KiB",
+        runner.exec_log_max_mib,
+        runner.exec_log_policy,
+        runner.logs_max_mib,
+        runner.output_window_kib,
     );
 }
