@@ -126,11 +126,7 @@ async fn read_until_completed(
         markers: 0,
     };
     loop {
-        let event = tokio::time::timeout(MINUTE, events.next())
-            .await
-            .expect("an event within a minute")
-            .expect("the watch goes on")
-            .expect("an event");
+        let event = next(&mut events).await;
         let kind = event.kind();
         match event.detail {
             Some(Detail::Output(out)) => {
@@ -228,11 +224,7 @@ async fn output_the_runner_dropped_while_the_service_was_down_is_marked() {
         .into_inner();
     let (mut before, mut after, mut marker) = (Vec::new(), Vec::new(), None);
     loop {
-        let event = tokio::time::timeout(MINUTE, events.next())
-            .await
-            .expect("an event within a minute")
-            .expect("the watch goes on")
-            .expect("an event");
+        let event = next(&mut events).await;
         let kind = event.kind();
         match event.detail {
             Some(Detail::Output(out)) if marker.is_none() => before.extend(out.data),
@@ -266,4 +258,15 @@ async fn output_the_runner_dropped_while_the_service_was_down_is_marked() {
         after.len() < printed.len() - before.len(),
         "something was dropped"
     );
+}
+
+/// The next event of a watch, which must come within a minute.
+async fn next(
+    events: &mut tonic::Streaming<troupe_proto::session::SessionEvent>,
+) -> troupe_proto::session::SessionEvent {
+    tokio::time::timeout(MINUTE, events.next())
+        .await
+        .expect("an event within a minute")
+        .expect("the watch goes on")
+        .expect("an event")
 }
