@@ -549,30 +549,6 @@ async fn bad_requests_are_refused() {
     assert_eq!(status.code(), Code::Unauthenticated);
 }
 
-/// Waits until the exec has printed `needle`.
-async fn wait_for_output(client: &mut Client, exec_id: &str, needle: &str) {
-    let mut stream = client
-        .watch_exec(troupe_proto::runner::WatchExecRequest {
-            exec_id: exec_id.into(),
-            after_sequence: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut seen = Collected::default();
-    let found = tokio::time::timeout(MINUTE, async {
-        while let Some(event) = tokio_stream::StreamExt::next(&mut stream).await {
-            seen.add(event.unwrap());
-            if seen.stdout_text().contains(needle) {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert_eq!(found, Ok(true), "{exec_id} never printed {needle:?}");
-}
-
 /// Every process of the workspace container, as a fresh exec sees them.
 async fn processes(runner: &TestRunner, ws: &str, exec_id: &str) -> String {
     run_sh(runner, ws, exec_id, "ps -o pid,user,args")

@@ -98,22 +98,7 @@ async fn a_corrupt_log_ends_the_exec_and_says_so() {
         ))
         .await
         .unwrap();
-    let info = tokio::time::timeout(MINUTE, async {
-        loop {
-            let execs = client
-                .list_execs(ListExecsRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .execs;
-            if let Some(exit) = execs.into_iter().find_map(|e| e.exit) {
-                return exit;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("the exec must end");
+    let info = first_exit(&mut client).await;
     assert_eq!(info.reason(), ExitReason::Killed);
     assert!(info.detail.contains("corrupt"), "{}", info.detail);
     let left = processes(&runner, &ws, "ps").await;
@@ -212,22 +197,7 @@ async fn an_agent_that_truncates_its_log_is_ended_and_told_why() {
         })
         .await
         .unwrap();
-    let exit = tokio::time::timeout(MINUTE, async {
-        loop {
-            let execs = client
-                .list_execs(ListExecsRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .execs;
-            if let Some(exit) = execs.into_iter().find_map(|e| e.exit) {
-                return exit;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("the exec must end");
+    let exit = first_exit(&mut client).await;
     assert_eq!(exit.reason(), ExitReason::Killed);
     assert!(exit.detail.contains("shrank"), "{}", exit.detail);
     let left = processes(&runner, &ws, "ps").await;

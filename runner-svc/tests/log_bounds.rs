@@ -226,27 +226,6 @@ async fn a_restarted_runner_reads_a_log_whose_head_was_dropped() {
     assert!(out.stdout_text().ends_with("y\ndone\n"));
 }
 
-/// Watches from 0 until the exec has printed `needle`.
-async fn wait_for_output(client: &mut Client, exec_id: &str, needle: &str) {
-    let mut stream = client
-        .watch_exec(troupe_proto::runner::WatchExecRequest {
-            exec_id: exec_id.into(),
-            after_sequence: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut seen = Collected::default();
-    while !seen.stdout.ends_with(needle.as_bytes()) {
-        let event = tokio::time::timeout(MINUTE, tokio_stream::StreamExt::next(&mut stream))
-            .await
-            .unwrap_or_else(|_| panic!("{exec_id} never printed {needle:?}"))
-            .expect("open")
-            .expect("event");
-        seen.add(event);
-    }
-}
-
 /// What a watch from 0 gets until it has caught up with the log (not its end).
 async fn watch_some(client: &mut Client, exec_id: &str) -> Collected {
     let info = client

@@ -29,6 +29,9 @@ use troupe_runner_svc::{Config, docker::Engine};
 pub const TOKEN: &str = "test-operator-token-0123456789";
 pub const IMAGE: &str = "troupe-workspace:latest";
 
+/// How long a test waits for what should come in seconds.
+pub const MINUTE: Duration = Duration::from_secs(60);
+
 pub type Client = RunnerServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// A runner serving on a loopback port, with its own data directory.
@@ -362,4 +365,64 @@ pub async fn run_sh(
         Duration::from_secs(60),
     )
     .await
+}
+
+/// Watches `exec_id` from its start until it has printed `needle`, within
+/// a minute. Only what each event adds is searched, so a flood stays cheap.
+pub async fn wait_for_output(client: &mut Client, exec_id: &str, needle: &str) {
+    let mut stream = client
+        .watch_exec(WatchExecRequest {
+            exec_id: exec_id.into(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let needle = needle.as_bytes();
+    let mut seen = Collected::default();
+    // Bytes before this were searched already, but for a needle's length
+    // less one: the needle may start in them.
+    let mut searched: usize = 0;
+    loop {
+        let from = searched.saturating_sub(needle.len().saturating_sub(1));
+        if seen.stdout[from..]
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
+            return;
+        }
+        searched = seen.stdout.len();
+        let event = tokio::time::timeout(MINUTE, stream.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{exec_id} never printed {:?}",
+                    String::from_utf8_lossy(needle)
+                )
+            })
+            .expect("the watch goes on")
+            .expect("an event");
+        seen.add(event);
+    }
+}
+
+/// The exit of the first exec of `client`'s runner that has one, once one
+/// has (execs are polled), within a minute.
+pub async fn first_exit(client: &mut Client) -> troupe_proto::runner::Exited {
+    tokio::time::timeout(MINUTE, async {
+        loop {
+            let execs = client
+                .list_execs(troupe_proto::runner::ListExecsRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .execs;
+            if let Some(exit) = execs.into_iter().find_map(|e| e.exit) {
+                return exit;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("an exec ends within a minute")
 }

@@ -11,7 +11,7 @@ use troupe_tests::{OPERATOR_TOKEN, TestServer};
 
 use super::TestRunner;
 
-pub const MINUTE: Duration = Duration::from_secs(60);
+pub use super::MINUTE;
 
 /// A runner and a session service that drives it, sharing workspaces.
 pub struct Pair {
