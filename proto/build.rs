@@ -1,8 +1,9 @@
 //! Generates the gRPC code of both services and the descriptor set that
-//! server reflection serves, with `codec::TroupeCodec` as every method's
-//! codec, and `decoded.rs`: which messages are requests (a method's input)
-//! and which are responses, for that codec. Uses `$PROTOC` when set, else a
-//! vendored protoc.
+//! server reflection serves, and the servers of gRPC health and server
+//! reflection (their messages are tonic-health's and tonic-reflection's),
+//! all with `codec::TroupeCodec` as every method's codec; and `decoded.rs`:
+//! which messages are requests (a method's input) and which are responses,
+//! for that codec. Uses `$PROTOC` when set, else a vendored protoc.
 
 use std::{collections::BTreeMap, env, fmt::Write as _, path::PathBuf};
 
@@ -10,28 +11,55 @@ use prost::Message as _;
 use tonic_prost_build::FileDescriptorSet;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = tonic_prost_build::Config::new();
     let protoc = match env::var_os("PROTOC") {
         Some(path) => PathBuf::from(path),
         None => protoc_bin_vendored::protoc_bin_path()?,
     };
-    config.protoc_executable(protoc);
+    let config = || {
+        let mut config = tonic_prost_build::Config::new();
+        config.protoc_executable(&protoc);
+        config
+    };
     let out = PathBuf::from(env::var("OUT_DIR")?);
     let descriptors = out.join("troupe_descriptor.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(&descriptors)
         .codec_path("crate::codec::TroupeCodec")
         .compile_with_config(
-            config,
+            config(),
             &[
                 "troupe/session/v1/session.proto",
                 "troupe/runner/v1/runner.proto",
             ],
             &["."],
         )?;
-    let set = FileDescriptorSet::decode(std::fs::read(&descriptors)?.as_slice())?;
+    // Their own descriptor set: reflection serves tonic-health's and its own.
+    let standard = out.join("grpc_descriptor.bin");
+    tonic_prost_build::configure()
+        .build_client(false)
+        .file_descriptor_set_path(&standard)
+        .codec_path("crate::codec::TroupeCodec")
+        .extern_path(".grpc.health.v1", "::tonic_health::pb")
+        .extern_path(".grpc.reflection.v1", "::tonic_reflection::pb::v1")
+        .extern_path(
+            ".grpc.reflection.v1alpha",
+            "::tonic_reflection::pb::v1alpha",
+        )
+        .compile_with_config(
+            config(),
+            &[
+                "grpc/health/v1/health.proto",
+                "grpc/reflection/v1/reflection.proto",
+                "grpc/reflection/v1alpha/reflection.proto",
+            ],
+            &["."],
+        )?;
+    let mut set = FileDescriptorSet::decode(std::fs::read(&descriptors)?.as_slice())?;
+    set.file
+        .extend(FileDescriptorSet::decode(std::fs::read(&standard)?.as_slice())?.file);
     std::fs::write(out.join("decoded.rs"), decoded(&set)?)?;
     println!("cargo:rerun-if-changed=troupe");
+    println!("cargo:rerun-if-changed=grpc");
     Ok(())
 }
 
@@ -71,12 +99,17 @@ fn decoded(set: &FileDescriptorSet) -> Result<String, String> {
 }
 
 /// `.troupe.session.v1.Foo` -> `crate::session::Foo`, as `lib.rs` includes
-/// each package; `.google.protobuf.Foo` -> `::prost_types::Foo`.
+/// each package; `.google.protobuf.Foo` -> `::prost_types::Foo`; gRPC
+/// health's and reflection's messages as their `extern_path`s say.
 fn rust_path(proto: &str) -> Result<String, String> {
     let parts: Vec<&str> = proto.trim_start_matches('.').split('.').collect();
     match parts.as_slice() {
         ["troupe", module, "v1", message] => Ok(format!("crate::{module}::{message}")),
         ["google", "protobuf", message] => Ok(format!("::prost_types::{message}")),
+        ["grpc", "health", "v1", message] => Ok(format!("::tonic_health::pb::{message}")),
+        ["grpc", "reflection", version, message] => {
+            Ok(format!("::tonic_reflection::pb::{version}::{message}"))
+        }
         _ => Err(format!("no Rust path known for the message type {proto}")),
     }
 }

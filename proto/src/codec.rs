@@ -1,4 +1,5 @@
-//! The codec of every Troupe service and client: tonic-prost's, except that
+//! The codec of every Troupe service and client, and of the gRPC health and
+//! server reflection services Troupe's servers serve: tonic-prost's, except that
 //! a request the server cannot decode (a `string` field that is not UTF-8,
 //! bad wire data) is the caller's fault and answered `INVALID_ARGUMENT`,
 //! with `ErrorInfo` reason `INVALID_ARGUMENT`, rather than tonic-prost's

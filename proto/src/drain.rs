@@ -17,12 +17,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tonic_health::{
     ServingStatus,
-    pb::{
-        HealthCheckRequest, HealthCheckResponse,
-        health_server::{Health, HealthServer},
-    },
+    pb::{HealthCheckRequest, HealthCheckResponse, health_server::Health as _},
     server::{HealthReporter, HealthService},
 };
+
+use crate::grpc::health::health_server::{Health, HealthServer};
 
 /// Default time open calls get to finish once a server stops.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
@@ -75,7 +74,8 @@ impl Drain {
     }
 
     /// The gRPC health service, whose watches end with UNAVAILABLE once the
-    /// drain begins, after delivering the NOT_SERVING it reported.
+    /// drain begins, after delivering the NOT_SERVING it reported. Served
+    /// with Troupe's codec: a request it cannot decode is `INVALID_ARGUMENT`.
     pub fn health_service(&self) -> HealthServer<DrainingHealth> {
         HealthServer::new(DrainingHealth {
             inner: HealthService::from_health_reporter(self.health.clone()),
@@ -115,7 +115,8 @@ impl Drain {
     }
 }
 
-/// gRPC health whose watches end at a stop, once they have told it.
+/// gRPC health whose watches end at a stop, once they have told it:
+/// tonic-health's answers, behind a server generated with Troupe's codec.
 pub struct DrainingHealth {
     inner: HealthService,
     stop: CancellationToken,

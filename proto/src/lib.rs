@@ -7,6 +7,7 @@
 //! - [`status`]: text forms of session statuses and event kinds.
 //! - [`paths`]: the default data directory and the operator token.
 //! - [`names`]: the rule for workspace ids and agent names.
+//! - [`grpc`]: the servers of gRPC health and server reflection, with that codec.
 //! - [`codec`]: tonic-prost's codec, but an undecodable request is `INVALID_ARGUMENT`.
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
@@ -23,6 +24,30 @@ pub mod session {
 /// `troupe.runner.v1`.
 pub mod runner {
     tonic::include_proto!("troupe.runner.v1");
+}
+
+/// The servers of the standard gRPC services every Troupe server serves,
+/// generated with [`codec::TroupeCodec`] like Troupe's own. Their messages
+/// are tonic-health's and tonic-reflection's, which answer them
+/// ([`drain::DrainingHealth`], [`serving::reflection`]).
+pub mod grpc {
+    /// `grpc.health.v1`.
+    pub mod health {
+        tonic::include_proto!("grpc.health.v1");
+    }
+
+    /// `grpc.reflection.v1` and `grpc.reflection.v1alpha`.
+    pub mod reflection {
+        /// `grpc.reflection.v1`.
+        pub mod v1 {
+            tonic::include_proto!("grpc.reflection.v1");
+        }
+
+        /// `grpc.reflection.v1alpha`.
+        pub mod v1alpha {
+            tonic::include_proto!("grpc.reflection.v1alpha");
+        }
+    }
 }
 
 pub mod codec;

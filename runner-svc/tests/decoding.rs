@@ -1,11 +1,12 @@
 //! A request the runner cannot decode is answered `INVALID_ARGUMENT` with a
-//! clear message, never `INTERNAL`, on every method.
+//! clear message, never `INTERNAL`, on every method: the runner's own and
+//! those of gRPC health and server reflection (v1 and v1alpha).
 
 mod common;
 
 use common::{TOKEN, TestRunner};
 use tonic::Code;
-use troupe_tests::raw::{field, unary};
+use troupe_tests::raw::{field, standard_bad_requests, streaming, unary};
 
 #[tokio::test]
 async fn a_string_that_is_not_utf8_is_invalid_argument_on_every_method() {
@@ -43,6 +44,29 @@ async fn a_string_that_is_not_utf8_is_invalid_argument_on_every_method() {
         assert!(
             status.message().contains("not UTF-8"),
             "{path}: {}",
+            status.message()
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_to_health_and_reflection_are_invalid_argument() {
+    let runner = TestRunner::start().await;
+    let channel = troupe_proto::endpoint::connect(&format!("http://{}", runner.addr))
+        .await
+        .expect("connect");
+    for (path, body, says) in standard_bad_requests() {
+        let answer = streaming(channel.clone(), TOKEN, path, vec![body]).await;
+        let what = format!("{path} ({says})");
+        assert!(answer.messages.is_empty(), "{what}: {answer:?}");
+        let status = answer.end.expect_err(&what);
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        assert!(
+            status
+                .message()
+                .starts_with("the request is not a valid message")
+                && status.message().contains(says),
+            "{what}: {}",
             status.message()
         );
     }

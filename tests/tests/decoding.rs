@@ -1,16 +1,18 @@
 //! A request the service cannot decode is the caller's mistake, answered
 //! `INVALID_ARGUMENT` with a clear message (never `INTERNAL`), on every
 //! method; so is bad wire data. And a request field too long to echo back
-//! still gets an answer, not a broken connection.
+//! still gets an answer, not a broken connection. The same holds for the
+//! services the server serves besides its own: gRPC health and server
+//! reflection (v1 and v1alpha).
 
+use prost::Message as _;
 use tonic::{Code, Status, transport::Channel};
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use troupe_tests::{
     OPERATOR_TOKEN, TestServer,
-    raw::{field, unary},
+    raw::{NOT_UTF8, field, standard_bad_requests, streaming, unary},
     reason,
 };
-
-const NOT_UTF8: &[u8] = b"\xff\xfe\xc3";
 
 /// Each method of the session service, with a request whose only string is
 /// not UTF-8 (the title of a root, the message of a send, ...).
@@ -49,7 +51,7 @@ async fn channel(server: &TestServer) -> Channel {
         .expect("connect")
 }
 
-fn assert_invalid(what: &str, answer: Result<Vec<u8>, Status>, says: &str) {
+fn assert_invalid<T: std::fmt::Debug>(what: &str, answer: Result<T, Status>, says: &str) {
     let status = answer.expect_err(what);
     assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
     assert_eq!(reason(&status), "INVALID_ARGUMENT", "{what}: {status:?}");
@@ -100,6 +102,60 @@ async fn bad_wire_data_is_invalid_argument() {
     ] {
         let answer = unary(channel.clone(), OPERATOR_TOKEN, get, body).await;
         assert_invalid(what, answer, says);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_to_health_and_reflection_are_invalid_argument() {
+    let server = TestServer::start().await;
+    let channel = channel(&server).await;
+    for (path, body, says) in standard_bad_requests() {
+        let answer = streaming(channel.clone(), OPERATOR_TOKEN, path, vec![body]).await;
+        let what = format!("{path} ({says})");
+        assert!(answer.messages.is_empty(), "{what}: {answer:?}");
+        assert_invalid(&what, answer.end, says);
+    }
+    server.stop().await;
+}
+
+/// A reflection stream answers the requests it could decode, in order, and
+/// ends with the refusal of the first it could not.
+#[tokio::test]
+async fn a_reflection_stream_answers_up_to_its_first_bad_request() {
+    let server = TestServer::start().await;
+    let channel = channel(&server).await;
+    // `list_services` (field 7), then a host that is not UTF-8.
+    let list = field(7, b"");
+    for path in [
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+    ] {
+        let bodies = vec![list.clone(), list.clone(), field(1, NOT_UTF8), list.clone()];
+        let answer = streaming(channel.clone(), OPERATOR_TOKEN, path, bodies).await;
+        assert_eq!(answer.messages.len(), 2, "{path}: {answer:?}");
+        for message in &answer.messages {
+            // v1alpha's messages are v1's, field for field.
+            let response =
+                tonic_reflection::pb::v1::ServerReflectionResponse::decode(message.as_slice())
+                    .expect("a reflection response");
+            let Some(MessageResponse::ListServicesResponse(list)) = response.message_response
+            else {
+                panic!("{path}: not a list: {response:?}")
+            };
+            assert!(
+                list.service
+                    .iter()
+                    .any(|s| s.name == "troupe.session.v1.SessionService"),
+                "{path}: {list:?}"
+            );
+        }
+        assert_invalid(path, answer.end, "UTF-8");
+        // Well formed, the same stream ends as it did.
+        let bodies = vec![list.clone(), list.clone()];
+        let answer = streaming(channel.clone(), OPERATOR_TOKEN, path, bodies).await;
+        assert_eq!(answer.messages.len(), 2, "{path}: {answer:?}");
+        answer.end.expect(path);
     }
     server.stop().await;
 }

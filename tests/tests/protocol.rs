@@ -71,6 +71,71 @@ async fn health_and_reflection_are_served() {
     server.stop().await;
 }
 
+/// What grpcurl's `describe` asks: the file that defines a symbol (with
+/// the files it imports, by name); an unknown symbol ends the stream
+/// NOT_FOUND, after the answers before it.
+#[tokio::test]
+async fn reflection_describes_symbols_and_refuses_unknown_ones() {
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let server = TestServer::start().await;
+    let channel = troupe_proto::endpoint::connect(&format!("http://{}", server.addr))
+        .await
+        .expect("connect");
+    let ask = |request| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(request),
+    };
+    let requests = vec![
+        ask(MessageRequest::FileContainingSymbol(
+            "troupe.session.v1.SessionService".into(),
+        )),
+        ask(MessageRequest::FileByFilename(
+            "google/protobuf/timestamp.proto".into(),
+        )),
+        ask(MessageRequest::FileContainingSymbol(
+            "no.such.Symbol".into(),
+        )),
+        ask(MessageRequest::ListServices(String::new())),
+    ];
+    let mut answers = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter(requests))
+        .await
+        .expect("reflection")
+        .into_inner();
+    for file in [
+        "troupe/session/v1/session.proto",
+        "google/protobuf/timestamp.proto",
+    ] {
+        let answer = answers.next().await.expect("an answer").expect(file);
+        let Some(MessageResponse::FileDescriptorResponse(files)) = answer.message_response else {
+            panic!("{file}: not a file: {answer:?}")
+        };
+        use prost::Message;
+        let names: Vec<String> = files
+            .file_descriptor_proto
+            .iter()
+            .map(|bytes| {
+                prost_types::FileDescriptorProto::decode(bytes.as_slice())
+                    .expect("a file descriptor")
+                    .name()
+                    .to_owned()
+            })
+            .collect();
+        assert!(names.iter().any(|name| name == file), "{file}: {names:?}");
+    }
+    let status = answers
+        .next()
+        .await
+        .expect("an answer")
+        .expect_err("no such symbol");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    assert!(answers.next().await.is_none(), "the stream ended");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn the_unix_socket_serves_the_same_rules() {
     use troupe_proto::session::{
