@@ -27,9 +27,17 @@ use tokio::sync::Mutex;
 
 use crate::layout;
 
-/// Longest wait for the engine's `/_ping`: an engine that takes longer is
-/// as good as gone.
-const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for the engine's `/_ping`, and for agreeing on an API
+/// version: an engine that takes longer is as good as gone.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for any other call but a container's creation, start or
+/// removal: inspecting a container or an exec, creating and starting an
+/// exec (detached: the engine answers once its process runs), process
+/// counts. An engine that takes longer is taken as unreachable.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for creating, starting or removing a workspace container
+/// (a start mounts its directories and starts its init; a removal kills it).
+pub const CONTAINER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Label every Troupe workspace container carries, valued with the workspace id.
 pub const WORKSPACE_LABEL: &str = "org.troupe.workspace";
@@ -73,7 +81,12 @@ struct ContainerSlot {
 
 /// The engine, plus the containers known to run.
 pub struct Engine {
-    docker: Docker,
+    /// `DOCKER_HOST` (`None`: Docker's defaults).
+    host: Option<String>,
+    /// The client, once an API version was agreed with the engine; none
+    /// while the engine does not answer (calls then fail at once, and the
+    /// next [`Engine::ping`] agrees on a version again).
+    client: std::sync::RwLock<Option<Docker>>,
     spec: ContainerSpec,
     /// Container id by workspace; a workspace's lock serializes its creation.
     containers: Mutex<HashMap<String, Arc<Mutex<ContainerSlot>>>>,
@@ -91,36 +104,75 @@ pub enum ExecProcess {
 }
 
 impl Engine {
-    /// Connects to `host` (`unix://...`, `tcp://...`; default: `DOCKER_HOST`
-    /// or the default socket) and agrees on an API version.
-    pub async fn connect(host: Option<&str>, spec: ContainerSpec) -> anyhow::Result<Self> {
-        let docker = match host {
-            Some(host) => Docker::connect_with_host(host),
-            None => Docker::connect_with_defaults(),
-        };
-        let docker = docker
-            .context("cannot reach a Docker engine (set DOCKER_HOST)")?
-            .negotiate_version()
-            .await
-            .context("cannot reach a Docker engine (set DOCKER_HOST)")?;
-        docker
-            .ping()
-            .await
-            .context("the Docker engine does not answer")?;
-        if let Err(e) = docker.inspect_image(&spec.image).await {
-            tracing::warn!(image = %spec.image, error = %e, "workspace image not found; build it with scripts/build-image");
-        }
-        Ok(Engine {
-            docker,
+    /// An engine at `host` (`unix://...`, `tcp://...`; default: `DOCKER_HOST`
+    /// or the default socket), asked once whether it answers
+    /// ([`Engine::is_reachable`] says what it found). One that does not
+    /// answer is no error: the runner serves without it until it does.
+    pub async fn connect(host: Option<String>, spec: ContainerSpec) -> Self {
+        let engine = Engine {
+            host,
+            client: std::sync::RwLock::new(None),
             spec,
             containers: Mutex::new(HashMap::new()),
-            reachable: AtomicBool::new(true),
-        })
+            reachable: AtomicBool::new(false),
+        };
+        match engine.ping().await {
+            Ok(()) => engine.set_reachable(true),
+            Err(e) => tracing::warn!(
+                error = format!("{e:#}"),
+                "the docker engine does not answer; not serving until it does"
+            ),
+        }
+        engine
     }
 
-    /// Asks the engine whether it answers, waiting at most [`PING_TIMEOUT`].
+    /// The client, or an error that [`is_unreachable`] while the engine
+    /// has not answered (since its last outage).
+    fn docker(&self) -> Result<Docker, bollard::errors::Error> {
+        self.client
+            .read()
+            .expect("poisoned")
+            .clone()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the Docker engine has not answered since it was last unreachable",
+                )
+                .into()
+            })
+    }
+
+    /// A new client, with an API version agreed with the engine.
+    async fn negotiate(&self) -> anyhow::Result<Docker> {
+        let docker = match &self.host {
+            Some(host) => Docker::connect_with_host(host),
+            None => Docker::connect_with_defaults(),
+        }
+        .context("cannot reach a Docker engine (set DOCKER_HOST)")?
+        .with_timeout(CALL_TIMEOUT);
+        let docker = match tokio::time::timeout(PING_TIMEOUT, docker.negotiate_version()).await {
+            Ok(negotiated) => {
+                negotiated.context("cannot reach a Docker engine (set DOCKER_HOST)")?
+            }
+            Err(_) => anyhow::bail!("the Docker engine did not answer within {PING_TIMEOUT:?}"),
+        };
+        if let Ok(Err(e)) =
+            tokio::time::timeout(PING_TIMEOUT, docker.inspect_image(&self.spec.image)).await
+        {
+            tracing::warn!(image = %self.spec.image, error = %e, "workspace image not found; build it with scripts/build-image");
+        }
+        *self.client.write().expect("poisoned") = Some(docker.clone());
+        Ok(docker)
+    }
+
+    /// Asks the engine whether it answers, waiting at most [`PING_TIMEOUT`]
+    /// (and first agreeing on an API version, if none is agreed yet).
     pub async fn ping(&self) -> anyhow::Result<()> {
-        match tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await {
+        let docker = match self.docker() {
+            Ok(docker) => docker,
+            Err(_) => self.negotiate().await?,
+        };
+        match tokio::time::timeout(PING_TIMEOUT, docker.ping()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(e).context("the Docker engine does not answer"),
             Err(_) => anyhow::bail!("the Docker engine did not answer within {PING_TIMEOUT:?}"),
@@ -132,9 +184,19 @@ impl Engine {
         self.reachable.load(Ordering::SeqCst)
     }
 
-    /// Records what the last ping found.
+    /// Records what the last ping found. An engine found unreachable is
+    /// asked for an API version again once it answers (it may have been
+    /// replaced meanwhile).
     pub fn set_reachable(&self, reachable: bool) {
         self.reachable.store(reachable, Ordering::SeqCst);
+        if !reachable {
+            *self.client.write().expect("poisoned") = None;
+        }
+    }
+
+    /// The client for a container's creation, start or removal.
+    fn slow_docker(&self) -> Result<Docker, bollard::errors::Error> {
+        Ok(self.docker()?.with_timeout(CONTAINER_TIMEOUT))
     }
 
     /// The container name of a workspace: readable, and unique even if two
@@ -169,7 +231,7 @@ impl Engine {
         match slot.running.clone() {
             Some(id) if !slot.outdated || busy => return Ok(id),
             Some(_) => self.replace_outdated(workspace, &name).await?,
-            None => match self.docker.inspect_container(&name, None).await {
+            None => match self.docker()?.inspect_container(&name, None).await {
                 Ok(found) if found.state.as_ref().and_then(|s| s.running) == Some(true) => {
                     let id = found.id.context("container without id")?;
                     let made_as = found.config.and_then(|c| c.labels?.remove(SPEC_LABEL));
@@ -308,7 +370,8 @@ impl Engine {
             .get_or_insert_default()
             .insert(SPEC_LABEL.to_owned(), spec_hash);
         let options = CreateContainerOptionsBuilder::default().name(name).build();
-        let created = match self.docker.create_container(Some(options), body).await {
+        let docker = self.slow_docker()?;
+        let created = match docker.create_container(Some(options), body).await {
             Ok(created) => created,
             Err(e) if is_not_found(&e) => anyhow::bail!(
                 "the workspace image {} is missing: build it with scripts/build-image",
@@ -320,7 +383,7 @@ impl Engine {
                 });
             }
         };
-        self.docker
+        docker
             .start_container(&created.id, None)
             .await
             .with_context(|| format!("cannot start container {name}"))?;
@@ -330,7 +393,11 @@ impl Engine {
 
     async fn remove(&self, name: &str) -> anyhow::Result<()> {
         let options = RemoveContainerOptionsBuilder::default().force(true).build();
-        match self.docker.remove_container(name, Some(options)).await {
+        match self
+            .slow_docker()?
+            .remove_container(name, Some(options))
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(e).with_context(|| format!("cannot remove container {name}")),
@@ -356,8 +423,9 @@ impl Engine {
             working_dir: Some(working_dir.to_owned()),
             ..Default::default()
         };
-        let created = self.docker.create_exec(container, options).await?;
-        self.docker
+        let docker = self.docker()?;
+        let created = docker.create_exec(container, options).await?;
+        docker
             .start_exec(
                 &created.id,
                 Some(StartExecOptions {
@@ -378,7 +446,7 @@ impl Engine {
     /// of its process (as the engine sees it: the runner may be in another
     /// pid namespace).
     pub async fn exec_status(&self, exec_id: &str) -> anyhow::Result<(ExecProcess, Option<u32>)> {
-        match self.docker.inspect_exec(exec_id).await {
+        match self.docker()?.inspect_exec(exec_id).await {
             Ok(found) if found.running == Some(true) => Ok((
                 ExecProcess::Running,
                 found
@@ -402,7 +470,8 @@ impl Engine {
             one_shot: true,
         };
         let stats = self
-            .docker
+            .docker()
+            .ok()?
             .stats(container, Some(options))
             .next()
             .await?
@@ -419,7 +488,7 @@ impl Engine {
 
     /// Whether the container exists and runs.
     pub async fn container_running(&self, container: &str) -> anyhow::Result<bool> {
-        match self.docker.inspect_container(container, None).await {
+        match self.docker()?.inspect_container(container, None).await {
             Ok(found) => Ok(found.state.and_then(|s| s.running) == Some(true)),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(e).context("cannot inspect container"),

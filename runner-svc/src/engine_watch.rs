@@ -2,7 +2,8 @@
 //! it finds, as the runner's gRPC health (`NOT_SERVING` while the engine does
 //! not answer, `SERVING` again once it does) and to the runner itself
 //! ([`Engine::is_reachable`]: starts are refused as `UNAVAILABLE` meanwhile,
-//! and followers judge their execs without the engine).
+//! and followers judge their execs without the engine). A runner started
+//! while the engine does not answer starts `NOT_SERVING` ([`start`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,6 +15,17 @@ use crate::{docker::Engine, exec::Runner, service::Service};
 
 /// How often the engine is pinged.
 pub const PING_EVERY: Duration = Duration::from_millis(500);
+
+/// Sets the health to what [`Engine::connect`] found (`NOT_SERVING` if the
+/// engine did not answer), then watches the engine with [`run`] in a task
+/// of its own. Called before the server serves: no check sees `SERVING`
+/// for an engine that was never reached.
+pub async fn start(runner: Arc<Runner>, health: HealthReporter, stop: CancellationToken) {
+    if !runner.engine().is_reachable() {
+        report(&health, ServingStatus::NotServing).await;
+    }
+    tokio::spawn(run(runner, health, stop));
+}
 
 /// Pings the engine until `stop` is cancelled, keeping the health of
 /// `RunnerService` (and the server's overall health) and

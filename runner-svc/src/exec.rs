@@ -41,7 +41,7 @@ mod outage;
 pub use crate::request::StartSpec;
 use crate::{
     admission::Admission,
-    docker::{Engine, ExecProcess, WorkspaceDirs, is_container_gone},
+    docker::{Engine, ExecProcess, WorkspaceDirs, is_container_gone, is_unreachable},
     layout,
     log::{self, Exit, HEADER_LEN, Kind, Reason},
     request::{environment, validate},
@@ -86,6 +86,11 @@ pub struct Meta {
     /// The exec's timeout (0: none), which the runner enforces as well.
     #[serde(default)]
     pub timeout_ms: u64,
+    /// Its supervisor's host process, once the engine has named it: a
+    /// runner started again while the engine does not answer still tells
+    /// whether it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervisor: Option<outage::HostProcess>,
 }
 
 /// How far an exec's log goes.
@@ -149,7 +154,6 @@ impl Exec {
     fn new(meta: Meta, files: ExecFiles) -> Exec {
         let acked = read_ack(&files.ack);
         Exec {
-            meta,
             log: Arc::new(files.log),
             ack: files.ack,
             acked: AtomicU64::new(acked),
@@ -160,7 +164,11 @@ impl Exec {
             exited_at: Mutex::new(None),
             progress: watch::Sender::new(Progress::default()),
             kept: bounds::Kept::default(),
-            host: Mutex::new(outage::Host::Unnamed),
+            host: Mutex::new(
+                meta.supervisor
+                    .map_or(outage::Host::Unnamed, outage::Host::Named),
+            ),
+            meta,
         }
     }
 
@@ -453,7 +461,10 @@ impl Runner {
                     }
                 }
                 // Processes the runner does not count (not its execs') fill it.
-                Err(e) if let Some(why) = self.engine.out_of_processes(&container).await => {
+                Err(e)
+                    if !is_unreachable(&e)
+                        && let Some(why) = self.engine.out_of_processes(&container).await =>
+                {
                     tracing::warn!(workspace = %spec.workspace_id, error = %e, "no process left for an exec");
                     return Err(ExecError::NoResources(format!(
                         "cannot start the exec: {why}"
@@ -485,6 +496,7 @@ impl Runner {
             started_at_micros,
             labels: spec.labels.clone(),
             timeout_ms: spec.timeout_ms,
+            supervisor: None,
         };
         write_meta(meta_path, &meta)?;
         let exec = self.adopt(meta, files);

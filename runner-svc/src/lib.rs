@@ -50,9 +50,11 @@ use crate::{
 
 /// Serves the runner on `listener` until `shutdown` completes.
 ///
-/// Connects to the Docker engine, prepares the tools directory, re-attaches
-/// to the execs of a previous run, then serves `RunnerService`, gRPC health
-/// and server reflection.
+/// Prepares the tools directory, asks the Docker engine whether it answers,
+/// re-attaches to the execs of a previous run, then serves `RunnerService`,
+/// gRPC health and server reflection. An engine that does not answer keeps
+/// the runner from nothing but starting execs: its health says
+/// `NOT_SERVING` until the engine answers (see [`engine_watch`]).
 pub async fn serve(
     config: Config,
     listener: TcpListener,
@@ -91,7 +93,8 @@ pub async fn serve(
         tools_dir,
         session_socket_dir: socket_dir,
     };
-    let engine = Engine::connect(config.docker_host.as_deref(), spec).await?;
+    // An engine that does not answer yet keeps nothing from serving.
+    let engine = Engine::connect(config.docker_host.clone(), spec).await;
     let socket_name = socket
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -130,7 +133,7 @@ pub async fn serve(
         std::time::Duration::from_millis(config.shutdown_drain_ms),
     );
     drain.serving().await;
-    tokio::spawn(engine_watch::run(runner.clone(), health, cancel.clone()));
+    engine_watch::start(runner.clone(), health, cancel.clone()).await;
     let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     tracing::info!(addr = %listener.local_addr()?, "runner listening");

@@ -1,14 +1,17 @@
 //! Outages of what the runner depends on: its Docker engine stopping and
-//! coming back, and starts that cannot be made before their deadline.
+//! coming back, down when the runner starts, or hanging (taking connections
+//! and answering nothing), and starts that cannot be made before their
+//! deadline.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{
+    TestRunner, collect,
     pair::{MINUTE, Pair},
     private_engine::PrivateEngine,
-    start_request,
+    run_sh, start_request,
 };
 use tokio_stream::StreamExt;
 use tonic::{Code, Streaming};
@@ -16,6 +19,7 @@ use tonic_health::pb::{
     HealthCheckRequest, HealthCheckResponse, health_check_response::ServingStatus,
     health_client::HealthClient,
 };
+use troupe_proto::runner::{ExitReason, WatchExecRequest, exec_event};
 use troupe_proto::{
     runner::runner_service_server::SERVICE_NAME,
     session::{SessionStatus, WatchSessionsRequest, session_event},
@@ -132,6 +136,242 @@ async fn a_start_not_made_within_its_deadline_fails_the_session() {
         detail.contains("not started within 2s") && detail.contains("runner is unavailable"),
         "{detail}"
     );
+}
+
+/// An agent that prints a numbered line every 0.3 s, forever.
+const TICKER: &str = "i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.3; done";
+
+/// A runner started while its engine is down serves anyway: NOT_SERVING,
+/// its starts refused as UNAVAILABLE at no cost; once the engine answers,
+/// SERVING, and its starts work.
+#[tokio::test]
+async fn a_runner_started_while_the_engine_is_down_serves_and_waits_for_it() {
+    let mut engine = PrivateEngine::start().await;
+    engine.stop().await;
+    let host = engine.host();
+    let runner = TestRunner::start_with(|c| c.docker_host = Some(host)).await;
+    let ws = runner.workspace("down-at-start");
+    assert_health(&runner, ServingStatus::NotServing).await;
+    refused(&runner, &ws, "early", SOON).await;
+
+    engine.start_again().await;
+
+    wait_health(&runner, ServingStatus::Serving).await;
+    let done = run_sh(&runner, &ws, "late", "echo up").await;
+    assert_eq!(done.stdout_text(), "up\n");
+    assert_eq!(done.exit, Some((0, ExitReason::Exited, String::new())));
+}
+
+/// A runner restarted while its engine is down serves the execs it finds
+/// in its state directory: their logs are read, and an exec whose process
+/// ended with the engine is told so (container lost) without the engine;
+/// once the engine answers, starts work again.
+#[tokio::test]
+async fn a_runner_restarted_while_the_engine_is_down_serves_and_judges_its_execs() {
+    let mut engine = PrivateEngine::start().await;
+    let host = engine.host();
+    let mut runner = TestRunner::start_with(|c| c.docker_host = Some(host)).await;
+    let ws = runner.workspace("down-at-restart");
+    runner.sh(&ws, "ticker", TICKER).await;
+    let mut watch = Watched::open(&runner, "ticker").await;
+    watch.until(|text| text.contains("tick 2\n"), SOON).await;
+    runner.stop().await;
+    // The exec's process ends with its container.
+    engine.stop().await;
+
+    runner.start_again().await;
+
+    assert_health(&runner, ServingStatus::NotServing).await;
+    refused(&runner, &ws, "refused", SOON).await;
+    let out = collect(&mut runner.client().await, "ticker", 0, SOON).await;
+    assert!(
+        out.stdout_text().starts_with("tick 0\ntick 1\ntick 2\n"),
+        "{:?}",
+        out.stdout_text()
+    );
+    let (code, reason, detail) = out.exit.expect("an exit");
+    assert_eq!((code, reason), (-1, ExitReason::ContainerLost), "{detail}");
+    assert!(detail.contains("Docker engine stopped"), "{detail}");
+
+    engine.start_again().await;
+
+    wait_health(&runner, ServingStatus::Serving).await;
+    let done = run_sh(&runner, &ws, "again", "echo up").await;
+    assert_eq!(done.stdout_text(), "up\n");
+}
+
+/// An engine that takes connections and never answers (a socket nobody
+/// serves) keeps the runner neither from starting nor its callers waiting:
+/// NOT_SERVING, and starts refused as UNAVAILABLE within seconds.
+#[tokio::test]
+async fn a_runner_whose_engine_never_answers_starts_and_refuses_starts_quickly() {
+    let dir = tempfile::Builder::new()
+        .prefix("troupe-mute.")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let socket = dir.path().join("docker.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    let mute = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let host = format!("unix://{}", socket.display());
+    let runner = TestRunner::start_with(|c| c.docker_host = Some(host)).await;
+    let ws = runner.workspace("mute");
+    assert_health(&runner, ServingStatus::NotServing).await;
+    refused(&runner, &ws, "first", PROMPT).await;
+    refused(&runner, &ws, "second", PROMPT).await;
+    mute.abort();
+}
+
+/// The engine hangs under a running exec: a start made before the runner
+/// knows is refused within the runner's call timeout, health goes
+/// NOT_SERVING, later starts are refused at once, the exec's output still
+/// reaches its watcher and the exec is not taken for lost; the engine
+/// answers again: SERVING, and starts work.
+#[tokio::test]
+async fn an_engine_that_hangs_is_not_waited_for() {
+    let engine = PrivateEngine::start().await;
+    let host = engine.host();
+    let runner = TestRunner::start_with(|c| c.docker_host = Some(host)).await;
+    let ws = runner.workspace("hang");
+    runner.sh(&ws, "ticker", TICKER).await;
+    let mut watch = Watched::open(&runner, "ticker").await;
+    watch.until(|text| text.contains("tick 1\n"), SOON).await;
+
+    engine.hang();
+
+    refused(&runner, &ws, "unaware", Duration::from_secs(15)).await;
+    wait_health(&runner, ServingStatus::NotServing).await;
+    refused(&runner, &ws, "aware", PROMPT).await;
+    let seen = watch.ticks();
+    watch.until(|text| ticks(text) >= seen + 10, SOON).await;
+
+    engine.resume();
+
+    wait_health(&runner, ServingStatus::Serving).await;
+    let done = run_sh(&runner, &ws, "after", "echo up").await;
+    assert_eq!(done.stdout_text(), "up\n");
+    let seen = watch.ticks();
+    watch.until(|text| ticks(text) >= seen + 3, SOON).await;
+    assert!(watch.exit.is_none(), "{:?}", watch.exit);
+}
+
+/// Longest a start may take to be refused once the runner knows its engine
+/// does not answer: one ping.
+const PROMPT: Duration = Duration::from_secs(5);
+
+/// A start refused as UNAVAILABLE within `limit`, at no cost of directory.
+async fn refused(runner: &TestRunner, ws: &str, exec_id: &str, limit: Duration) {
+    let mut client = runner.client().await;
+    let start = client.start_exec(start_request(ws, exec_id, &["true"]));
+    let refused = tokio::time::timeout(limit, start)
+        .await
+        .unwrap_or_else(|_| panic!("start {exec_id} not answered within {limit:?}"))
+        .expect_err("no engine, no start");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("Docker engine"),
+        "{}",
+        refused.message()
+    );
+    assert!(!runner.exec_dir(ws, exec_id).exists());
+}
+
+/// The runner's health as a check sees it, overall and its service's.
+async fn health_of(runner: &TestRunner) -> [ServingStatus; 2] {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", runner.addr))
+        .unwrap()
+        .connect()
+        .await
+        .expect("health channel");
+    let mut health = HealthClient::new(channel);
+    let mut statuses = [ServingStatus::Unknown; 2];
+    for (status, service) in statuses.iter_mut().zip(["", SERVICE_NAME]) {
+        *status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .expect("health check")
+            .into_inner()
+            .status();
+    }
+    statuses
+}
+
+async fn assert_health(runner: &TestRunner, want: ServingStatus) {
+    assert_eq!(health_of(runner).await, [want; 2]);
+}
+
+async fn wait_health(runner: &TestRunner, want: ServingStatus) {
+    let deadline = tokio::time::Instant::now() + SOON;
+    loop {
+        let now = health_of(runner).await;
+        if now == [want; 2] {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "health never became {want:?} within {SOON:?}: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What a watch of an exec has delivered so far.
+struct Watched {
+    stream: Streaming<troupe_proto::runner::ExecEvent>,
+    text: String,
+    exit: Option<exec_event::Event>,
+}
+
+impl Watched {
+    async fn open(runner: &TestRunner, exec_id: &str) -> Watched {
+        let stream = runner
+            .client()
+            .await
+            .watch_exec(WatchExecRequest {
+                exec_id: exec_id.into(),
+                after_sequence: 0,
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        Watched {
+            stream,
+            text: String::new(),
+            exit: None,
+        }
+    }
+
+    /// Reads until what was delivered satisfies `done`.
+    async fn until(&mut self, done: impl Fn(&str) -> bool, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !done(&self.text) {
+            match tokio::time::timeout_at(deadline, self.stream.next()).await {
+                Ok(Some(Ok(event))) => match event.event {
+                    Some(exec_event::Event::Output(out)) => {
+                        self.text.push_str(&String::from_utf8_lossy(&out.data));
+                    }
+                    Some(exited @ exec_event::Event::Exited(_)) => self.exit = Some(exited),
+                    _ => {}
+                },
+                Ok(other) => panic!("watch ended: {other:?}; so far {:?}", self.text),
+                Err(_) => panic!("not delivered within {limit:?}; so far {:?}", self.text),
+            }
+        }
+    }
+
+    fn ticks(&self) -> usize {
+        ticks(&self.text)
+    }
+}
+
+fn ticks(text: &str) -> usize {
+    text.matches("tick ").count()
 }
 
 /// Reads health updates until `want`.

@@ -7,7 +7,9 @@
 //!   the supervisor ran ([`HostProcess`]); once that process is gone (killed
 //!   with its container when the engine stopped), the exec ends as container
 //!   lost at once. Without one, the engine decides as soon as it answers
-//!   again.
+//!   again. The host process is kept in the exec's record, so a runner
+//!   started (again) while the engine is away judges the execs it recovers
+//!   the same way.
 
 use std::path::Path;
 
@@ -80,8 +82,10 @@ impl Runner {
     }
 
     /// Asks the engine, once, for the host process of the exec's
-    /// supervisor. Called once the supervisor has written to its log: before
-    /// that, the process the engine names may not be the supervisor yet.
+    /// supervisor, and keeps it in the exec's record (for a runner started
+    /// again while the engine is away). Called once the supervisor has
+    /// written to its log: before that, the process the engine names may not
+    /// be the supervisor yet.
     pub(super) async fn name_host(&self, exec: &Exec) {
         if !matches!(*exec.host.lock().expect("poisoned"), Host::Unnamed)
             || !self.engine.is_reachable()
@@ -100,6 +104,17 @@ impl Runner {
             // Asked again after the next record.
             Err(_) => return,
         };
+        if let Host::Named(found) = named {
+            let record =
+                super::meta_dir(&self.settings).join(format!("{}.json", exec.meta.exec_id));
+            let meta = super::Meta {
+                supervisor: Some(found),
+                ..exec.meta.clone()
+            };
+            if let Err(e) = super::write_meta(&record, &meta) {
+                tracing::warn!(exec = %exec.meta.exec_id, error = %e, "cannot record the supervisor's host process");
+            }
+        }
         *exec.host.lock().expect("poisoned") = named;
     }
 
@@ -125,8 +140,8 @@ impl Runner {
 /// The host process of an exec's supervisor, as the engine named it while
 /// it ran: its pid and start time (which tell it from a later process that
 /// takes the same pid).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct HostProcess {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostProcess {
     pid: u32,
     start_ticks: u64,
 }

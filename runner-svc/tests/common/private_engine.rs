@@ -101,12 +101,30 @@ impl PrivateEngine {
         }
     }
 
+    /// Freezes `dockerd` (SIGSTOP): it still accepts connections, as the
+    /// kernel does for it, and answers nothing; its containers run on.
+    pub fn hang(&self) {
+        signal(
+            self.dockerd.as_ref().expect("dockerd runs"),
+            Signal::SIGSTOP,
+        );
+    }
+
+    /// Lets a frozen `dockerd` go on (SIGCONT).
+    pub fn resume(&self) {
+        signal(
+            self.dockerd.as_ref().expect("dockerd runs"),
+            Signal::SIGCONT,
+        );
+    }
+
     /// Stops `dockerd` as a service manager does (SIGTERM) and waits until
     /// it is gone; its containers are stopped with it.
     pub async fn stop(&mut self) {
         let Some(mut child) = self.dockerd.take() else {
             return;
         };
+        signal(&child, Signal::SIGCONT);
         signal(&child, Signal::SIGTERM);
         let deadline = Instant::now() + PATIENCE;
         while child.try_wait().expect("dockerd status").is_none() {
@@ -153,6 +171,7 @@ impl Drop for PrivateEngine {
         let Some(mut child) = self.dockerd.take() else {
             return;
         };
+        signal(&child, Signal::SIGCONT);
         signal(&child, Signal::SIGTERM);
         let deadline = Instant::now() + PATIENCE;
         while matches!(child.try_wait(), Ok(None)) {
