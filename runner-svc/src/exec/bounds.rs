@@ -32,7 +32,8 @@
 //! supervisor wrote since the runner last read it, which the output window
 //! limits (watchers' acknowledgements and cuts are what let the supervisor
 //! go on, and both follow the runner's reading), one record past it, and the
-//! two partly used blocks at the log's ends.
+//! two partly used blocks at the log's ends. Under `pause`, whose cuts also
+//! wait for the watcher, by up to twice the window.
 
 use std::{
     collections::VecDeque,

@@ -155,6 +155,9 @@ impl SqliteStore {
             .await
             .map_err(|e| SessionError::Internal(format!("migration failed: {e}")))?;
         migrating.close().await;
+        // The writer never checkpoints: the upkeep task does, every second,
+        // on a connection of its own (`checkpointer`), so no call pays for a
+        // checkpoint while the log is under its limit.
         let mut writer =
             SqliteConnection::connect_with(&options.clone().pragma("wal_autocheckpoint", "0"))
                 .await?;
