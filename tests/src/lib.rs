@@ -5,6 +5,7 @@
 //! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
 //! - [`reason`]: the `ErrorInfo` reason of a refusal.
 //! - [`drain`]: what clients see of a server that stops.
+//! - [`flags_doc`]: docs/flags.md against the binaries' `--help`.
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
@@ -12,6 +13,7 @@
 
 pub mod bench;
 pub mod drain;
+pub mod flags_doc;
 pub mod otlp;
 pub mod process;
 pub mod raw;
