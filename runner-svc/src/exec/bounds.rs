@@ -48,7 +48,9 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{Exec, ExecError, Progress, Runner, Scanner, meta_dir, read_header};
+use super::{
+    Exec, ExecError, Progress, Runner, files::meta_dir, handle::read_header, scanner::Scanner,
+};
 use crate::{config::LogPolicy, log};
 
 /// Every this many records, the scanner marks a boundary (for
