@@ -12,15 +12,14 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context;
 use tokio::{net::unix::pipe, sync::watch};
 
 use super::{
     ExecError, Meta, Progress, bounds,
     files::{ExecFiles, read_ack},
-    outage,
+    outage, scanner,
 };
-use crate::log::{self, HEADER_LEN, Reason};
+use crate::log::{self, Reason};
 
 /// A watcher reports its progress to the supervisor every this many bytes.
 const ACK_EVERY: u64 = 256 * 1024;
@@ -80,12 +79,7 @@ impl Exec {
 
     /// Reads the record at `pos`; returns it and its length.
     pub fn read_record(&self, pos: u64) -> Result<(log::Header, Vec<u8>), ExecError> {
-        let header = read_header(&self.log, pos)?;
-        let mut payload = vec![0u8; header.len as usize];
-        self.log
-            .read_exact_at(&mut payload, pos + HEADER_LEN as u64)
-            .context("cannot read the exec log")?;
-        Ok((header, payload))
+        scanner::read_record(&*self.log, pos)
     }
 
     /// Asks the supervisor to end the exec, without waiting on the FIFO.
@@ -110,11 +104,4 @@ impl Exec {
             }
         }
     }
-}
-
-pub(super) fn read_header(file: &File, pos: u64) -> Result<log::Header, ExecError> {
-    let mut bytes = [0u8; HEADER_LEN];
-    file.read_exact_at(&mut bytes, pos)
-        .context("cannot read the exec log")?;
-    Ok(log::decode_header(&bytes).map_err(anyhow::Error::from)?)
 }
