@@ -49,7 +49,11 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{Exec, ExecError, Progress, Runner, Scanner, meta_dir, read_header};
+use super::{
+    Exec, ExecError, Progress, Runner,
+    files::meta_dir,
+    scanner::{Scanner, read_header},
+};
 use crate::{config::LogPolicy, log};
 
 /// Every this many records, the scanner marks a boundary (for
@@ -248,7 +252,7 @@ impl Exec {
         let from = self.kept.boundary_before(after + 1);
         let mut pos = from.offset;
         for _ in from.sequence.min(after + 1)..after + 1 {
-            match read_header(&self.log, pos) {
+            match read_header(&*self.log, pos) {
                 Ok(header) => pos += header.record_len(),
                 // Dropped while walking: the watcher is told.
                 Err(_) if self.kept.head().sequence > after + 1 => break,

@@ -106,12 +106,12 @@ impl Runner {
         };
         if let Host::Named(found) = named {
             let record =
-                super::meta_dir(&self.settings).join(format!("{}.json", exec.meta.exec_id));
+                super::files::meta_dir(&self.settings).join(format!("{}.json", exec.meta.exec_id));
             let meta = super::Meta {
                 supervisor: Some(found),
                 ..exec.meta.clone()
             };
-            if let Err(e) = super::write_meta(&record, &meta) {
+            if let Err(e) = super::files::write_meta(&record, &meta) {
                 tracing::warn!(exec = %exec.meta.exec_id, error = %e, "cannot record the supervisor's host process");
             }
         }

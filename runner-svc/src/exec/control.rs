@@ -1,0 +1,114 @@
+//! What callers send an exec: its stdin, written as frames the supervisor
+//! reads, and termination.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use tokio::{io::AsyncWriteExt, net::unix::pipe};
+
+use super::{Exec, ExecError, LIVENESS_EVERY, Runner};
+use crate::{layout, log::Reason};
+
+impl Runner {
+    /// Writes `data` (and maybe the end of input) to the exec's stdin;
+    /// returns once the supervisor has it.
+    pub async fn write_stdin(
+        &self,
+        exec: &Arc<Exec>,
+        data: &[u8],
+        close: bool,
+    ) -> Result<(), ExecError> {
+        self.queue_stdin(exec, data.to_vec(), close).await.await
+    }
+
+    /// Takes the exec's stdin (so writes keep their order), then returns the
+    /// write to await. The write runs in a task of its own, so a caller that
+    /// goes away cannot leave half a frame.
+    pub(super) async fn queue_stdin(
+        &self,
+        exec: &Arc<Exec>,
+        data: Vec<u8>,
+        close: bool,
+    ) -> impl Future<Output = Result<(), ExecError>> + use<> {
+        let id = exec.meta.exec_id.clone();
+        let exited = exec.progress().exit.is_some();
+        let stdin = exec.stdin.clone().lock_owned().await;
+        let mut progress = exec.subscribe();
+        let task = tokio::spawn(async move {
+            let mut stdin = stdin;
+            if exited {
+                return Err(ExecError::Conflict(format!("exec {id:?} has exited")));
+            }
+            let Some(pipe) = stdin.as_mut() else {
+                return Err(ExecError::Conflict(format!(
+                    "stdin of exec {id:?} is closed"
+                )));
+            };
+            tokio::select! {
+                written = write_frames(pipe, &data, close) => {
+                    written.context("cannot write to the exec's stdin")?;
+                }
+                _ = progress.wait_for(|p| p.exit.is_some()) => {
+                    return Err(ExecError::Conflict(format!(
+                        "exec {id:?} exited before reading its stdin"
+                    )));
+                }
+            }
+            if close {
+                *stdin = None;
+            }
+            Ok(())
+        });
+        async move { task.await.map_err(anyhow::Error::from)? }
+    }
+
+    /// Stops the exec and every process it started; returns once it has exited.
+    pub async fn terminate(&self, exec: &Arc<Exec>, grace: Duration) -> Result<(), ExecError> {
+        let mut progress = exec.subscribe();
+        if progress.borrow().exit.is_some() {
+            return Ok(());
+        }
+        exec.ask_to_end(Reason::Killed, grace);
+        let wait = grace + Duration::from_secs(3);
+        if tokio::time::timeout(wait, progress.wait_for(|p| p.exit.is_some()))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        // The supervisor is gone, stopped or stuck: kill the uid from outside.
+        tracing::warn!(exec = %exec.meta.exec_id, "supervisor did not stop the exec; killing its uid");
+        self.engine
+            .kill_uid(&exec.meta.container_id, exec.meta.uid)
+            .await?;
+        let wait = LIVENESS_EVERY * 3;
+        match tokio::time::timeout(wait, progress.wait_for(|p| p.exit.is_some())).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(anyhow::anyhow!("the exec did not end").into()),
+        }
+    }
+}
+/// Writes `data` as stdin frames, each in one `write` of at most
+/// `PIPE_BUF` bytes, which a pipe takes whole or not at all: a runner that
+/// stops between two writes never leaves half a frame in the FIFO.
+async fn write_frames(pipe: &mut pipe::Sender, data: &[u8], close: bool) -> std::io::Result<()> {
+    let mut frames: Vec<Vec<u8>> = data
+        .chunks(layout::STDIN_FRAME)
+        .map(|chunk| {
+            let mut frame = Vec::with_capacity(chunk.len() + 4);
+            frame.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+            frame.extend_from_slice(chunk);
+            frame
+        })
+        .collect();
+    if close {
+        frames.push(layout::STDIN_CLOSE.to_le_bytes().to_vec());
+    }
+    for frame in frames {
+        let written = pipe.write(&frame).await?;
+        if written != frame.len() {
+            return Err(std::io::Error::other("a stdin frame was split"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! The runner's files on disk: the exec records (out of the agents'
+//! reach), the uid counter, the workspace directories, and each exec's
+//! directory, made and opened without following the agent's links.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::ErrorKind,
+    os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt},
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use tokio::net::unix::pipe;
+
+use super::{ExecError, Meta, Runner, Settings};
+use crate::{docker::WorkspaceDirs, layout};
+
+impl Runner {
+    pub(super) fn allocate_uid(&self) -> Result<u32, ExecError> {
+        let mut next = self.next_uid.lock().expect("poisoned");
+        let uid = *next;
+        let path = self.settings.state_dir.join("next_uid");
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, (uid + 1).to_string())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .context("cannot persist the uid counter")?;
+        *next = uid + 1;
+        Ok(uid)
+    }
+
+    pub(super) fn workspace_dirs(&self, workspace: &str) -> Result<WorkspaceDirs, ExecError> {
+        let files = self.settings.workspaces_dir.join(workspace);
+        if !files.exists() {
+            std::fs::create_dir_all(&files)
+                .with_context(|| format!("cannot create {}", files.display()))?;
+            // Shared by every agent of the workspace, through its group.
+            std::os::unix::fs::chown(&files, None, Some(self.settings.uid_base))
+                .context("cannot chown the workspace")?;
+            std::fs::set_permissions(&files, std::fs::Permissions::from_mode(0o2775))
+                .context("cannot chmod the workspace")?;
+        }
+        let execs = self
+            .settings
+            .state_dir
+            .join("workspaces")
+            .join(workspace)
+            .join("execs");
+        if !execs.exists() {
+            std::fs::create_dir_all(&execs)
+                .with_context(|| format!("cannot create {}", execs.display()))?;
+        }
+        // Agents may enter their own directory but not list their siblings'.
+        std::fs::set_permissions(&execs, std::fs::Permissions::from_mode(0o711))
+            .context("cannot chmod the exec directory")?;
+        Ok(WorkspaceDirs { files, execs })
+    }
+}
+/// The descriptors of an exec's directory the runner keeps open.
+pub(super) struct ExecFiles {
+    pub(super) log: File,
+    pub(super) ack: File,
+    pub(super) stdin: pipe::Sender,
+    pub(super) control: pipe::Sender,
+}
+
+pub(super) fn create_exec_dir(dir: &Path, uid: u32, gid: u32) -> Result<ExecFiles, ExecError> {
+    use std::os::unix::fs::{DirBuilderExt, chown};
+    let created = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    match created {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            // Left by an earlier exec of the same id whose record was dropped.
+            std::fs::remove_dir_all(dir).context("cannot clear an old exec directory")?;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .context("cannot create the exec directory")?;
+        }
+        Err(e) => {
+            return Err(anyhow::Error::from(e)
+                .context("cannot create the exec directory")
+                .into());
+        }
+    }
+    let setup = || -> anyhow::Result<()> {
+        for name in [layout::LOG, layout::ACK] {
+            File::options()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join(name))?;
+        }
+        for name in [layout::STDIN, layout::CONTROL] {
+            nix::unistd::mkfifo(
+                &dir.join(name),
+                nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+            )?;
+        }
+        for name in [layout::HOME, layout::TMP] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir.join(name))?;
+        }
+        for name in [
+            layout::LOG,
+            layout::ACK,
+            layout::STDIN,
+            layout::CONTROL,
+            layout::HOME,
+            layout::TMP,
+            "",
+        ] {
+            chown(dir.join(name), Some(uid), Some(gid))?;
+        }
+        Ok(())
+    };
+    setup().context("cannot prepare the exec directory")?;
+    Ok(open_exec_files(dir, uid)?)
+}
+
+/// Opens the files of an exec directory without following links, checking
+/// each is what the runner made and belongs to the exec's uid.
+pub(super) fn open_exec_files(dir: &Path, uid: u32) -> anyhow::Result<ExecFiles> {
+    let open = |name: &str, fifo: bool| -> anyhow::Result<File> {
+        let path = dir.join(name);
+        // Non-blocking as well: a lease the agent takes on a file must not
+        // hold the runner up.
+        let flags = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let meta = file.metadata()?;
+        use std::os::unix::fs::FileTypeExt;
+        let right_type = if fifo {
+            meta.file_type().is_fifo()
+        } else {
+            meta.file_type().is_file()
+        };
+        anyhow::ensure!(
+            right_type && meta.uid() == uid,
+            "{} is not the runner's",
+            path.display()
+        );
+        Ok(file)
+    };
+    Ok(ExecFiles {
+        log: open(layout::LOG, false)?,
+        ack: open(layout::ACK, false)?,
+        stdin: pipe::Sender::from_file(open(layout::STDIN, true)?)?,
+        control: pipe::Sender::from_file(open(layout::CONTROL, true)?)?,
+    })
+}
+pub(super) fn read_ack(file: &File) -> u64 {
+    let mut bytes = [0u8; 8];
+    match file.read_at(&mut bytes, 0) {
+        Ok(8) => u64::from_le_bytes(bytes),
+        _ => 0,
+    }
+}
+
+pub(super) fn meta_dir(settings: &Settings) -> PathBuf {
+    settings.state_dir.join("execs")
+}
+
+pub(super) fn write_meta(path: &Path, meta: &Meta) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(meta)?)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+pub(super) fn read_next_uid(settings: &Settings) -> anyhow::Result<u32> {
+    let path = settings.state_dir.join("next_uid");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .with_context(|| format!("{} is not a uid", path.display())),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(settings.uid_base + 1),
+        Err(e) => Err(e.into()),
+    }
+}
