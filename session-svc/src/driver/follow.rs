@@ -153,3 +153,92 @@ fn change(event: &rpb::ExecEvent) -> Option<ProcessChange> {
 fn internal(e: SessionError) -> Status {
     Status::internal(e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(event: exec_event::Event) -> rpb::ExecEvent {
+        rpb::ExecEvent {
+            sequence: 1,
+            event: Some(event),
+            ..Default::default()
+        }
+    }
+
+    fn output(stream: rpb::OutputStream, data: &[u8]) -> rpb::ExecEvent {
+        let mut out = rpb::Output {
+            data: data.to_vec(),
+            ..Default::default()
+        };
+        out.set_stream(stream);
+        event(exec_event::Event::Output(out))
+    }
+
+    fn exited(code: i32, reason: rpb::ExitReason) -> Option<ProcessChange> {
+        let mut exit = rpb::Exited {
+            exit_code: code,
+            detail: "why".to_owned(),
+            ..Default::default()
+        };
+        exit.set_reason(reason);
+        change(&event(exec_event::Event::Exited(exit)))
+    }
+
+    #[test]
+    fn an_event_without_a_body_means_nothing() {
+        assert_eq!(change(&rpb::ExecEvent::default()), None);
+    }
+
+    #[test]
+    fn a_start_and_a_truncation_map_to_their_changes() {
+        let started = event(exec_event::Event::Started(rpb::Started::default()));
+        assert_eq!(change(&started), Some(ProcessChange::Started));
+        let truncated = event(exec_event::Event::Truncated(rpb::Truncated {
+            first_kept_sequence: 9,
+            dropped_bytes: 4096,
+        }));
+        assert_eq!(
+            change(&truncated),
+            Some(ProcessChange::Truncated { log_bytes: 4096 })
+        );
+    }
+
+    #[test]
+    fn output_keeps_its_stream_and_bytes_and_an_unknown_stream_is_stdout() {
+        for (stream, name) in [
+            (rpb::OutputStream::Stdout, "stdout"),
+            (rpb::OutputStream::Stderr, "stderr"),
+            (rpb::OutputStream::Unspecified, "stdout"),
+        ] {
+            assert_eq!(
+                change(&output(stream, b"hi\n")),
+                Some(ProcessChange::Output {
+                    stream: name,
+                    data: b"hi\n".to_vec()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn each_exit_reason_maps_to_its_ledger_name() {
+        for (reason, name) in [
+            (rpb::ExitReason::Exited, "exited"),
+            (rpb::ExitReason::Killed, "killed"),
+            (rpb::ExitReason::TimedOut, "timed_out"),
+            (rpb::ExitReason::ContainerLost, "container_lost"),
+            (rpb::ExitReason::NoResources, "no_resources"),
+            (rpb::ExitReason::Unspecified, "exited"),
+        ] {
+            assert_eq!(
+                exited(3, reason),
+                Some(ProcessChange::Exited(ProcessExit {
+                    code: 3,
+                    reason: name.to_owned(),
+                    detail: "why".to_owned(),
+                }))
+            );
+        }
+    }
+}

@@ -125,3 +125,99 @@ impl<S: Store> Driver<S> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(runner_seq: u64, notify_parent: bool) -> ProcessRow {
+        ProcessRow {
+            runner_seq,
+            notify_parent,
+            ..ProcessRow::default()
+        }
+    }
+
+    #[test]
+    fn a_session_whose_exec_the_runner_knows_is_followed() {
+        for status in [SessionStatus::Pending, SessionStatus::Running] {
+            assert_eq!(decide(status, true, None), Decision::Follow);
+            assert_eq!(
+                decide(status, true, Some(&process(0, true))),
+                Decision::Follow
+            );
+            assert_eq!(
+                decide(status, true, Some(&process(7, false))),
+                Decision::Follow
+            );
+        }
+    }
+
+    #[test]
+    fn a_session_without_a_process_record_is_started_without_a_callback() {
+        for status in [SessionStatus::Pending, SessionStatus::Running] {
+            assert_eq!(
+                decide(status, false, None),
+                Decision::Start {
+                    notify_parent: false
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_pending_session_whose_start_was_being_retried_is_started_with_its_callback() {
+        for notify_parent in [false, true] {
+            assert_eq!(
+                decide(
+                    SessionStatus::Pending,
+                    false,
+                    Some(&process(0, notify_parent))
+                ),
+                Decision::Start { notify_parent }
+            );
+        }
+    }
+
+    #[test]
+    fn a_session_whose_process_the_runner_lost_fails() {
+        // It reported events, so it ran.
+        assert_eq!(
+            decide(SessionStatus::Pending, false, Some(&process(3, true))),
+            Decision::Fail
+        );
+        assert_eq!(
+            decide(SessionStatus::Running, false, Some(&process(3, false))),
+            Decision::Fail
+        );
+        // Running, so it started, even if no event of it was applied.
+        assert_eq!(
+            decide(SessionStatus::Running, false, Some(&process(0, true))),
+            Decision::Fail
+        );
+    }
+
+    fn exec(id: &str, state: rpb::ExecState) -> rpb::ExecInfo {
+        let mut info = rpb::ExecInfo {
+            exec_id: id.to_owned(),
+            ..Default::default()
+        };
+        info.set_state(state);
+        info
+    }
+
+    #[test]
+    fn only_running_execs_of_inactive_sessions_are_stopped() {
+        let execs = [
+            exec("sess_active", rpb::ExecState::Running),
+            exec("sess_ended", rpb::ExecState::Running),
+            exec("sess_exited", rpb::ExecState::Exited),
+            exec("sess_gone", rpb::ExecState::Running),
+        ];
+        let active = HashSet::from(["sess_active", "sess_exited"]);
+        assert_eq!(orphans(&execs, &active), ["sess_ended", "sess_gone"]);
+        let all = HashSet::from(["sess_active", "sess_ended", "sess_exited", "sess_gone"]);
+        assert!(orphans(&execs, &all).is_empty());
+        assert!(orphans(&[], &active).is_empty());
+    }
+}
