@@ -241,3 +241,207 @@ impl Ledger {
         rows.into_iter().map(|(_, row)| row).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use troupe_proto::session::SessionStatus;
+
+    use super::*;
+
+    /// A pending session `id` of workspace `ws`, in `parent`'s tree (or a
+    /// tree of its own).
+    fn row(id: &str, ws: &str, parent: Option<&SessionRow>, trust: Trust) -> SessionRow {
+        SessionRow {
+            session_id: id.to_owned(),
+            workspace_id: ws.to_owned(),
+            parent_session_id: parent.map(|p| p.session_id.clone()),
+            parent_trust: parent.map(|p| p.trust),
+            tree_id: parent.map_or_else(|| format!("tree_{id}"), |p| p.tree_id.clone()),
+            depth: parent.map_or(0, |p| p.depth + 1),
+            trust,
+            agent_name: "echo".to_owned(),
+            agent_command: "[]".to_owned(),
+            title: String::new(),
+            status: SessionStatus::Pending,
+            created_by: "operator".to_owned(),
+            created_at_ms: 0,
+            ended_at_ms: None,
+            end_reason: None,
+            spawn_tat_ms: 0,
+            inbox_seq: 0,
+            trace: None,
+        }
+    }
+
+    fn ended(mut row: SessionRow) -> SessionRow {
+        row.status = SessionStatus::Terminated;
+        row
+    }
+
+    fn ids(rows: &[SessionRow]) -> Vec<&str> {
+        rows.iter().map(|r| r.session_id.as_str()).collect()
+    }
+
+    /// root ─┬─ a ── a1
+    ///       └─ b
+    /// in workspace `ws`, plus `other` in workspace `ws2`; rowids in
+    /// creation order.
+    fn tree() -> (Ledger, [SessionRow; 5]) {
+        let root = row("root", "ws", None, Trust::Direct);
+        let a = row("a", "ws", Some(&root), Trust::Sandboxed);
+        let b = row("b", "ws", Some(&root), Trust::Direct);
+        let a1 = row("a1", "ws", Some(&a), Trust::Sandboxed);
+        let other = row("other", "ws2", None, Trust::Sandboxed);
+        let rows = [root, a, b, a1, other];
+        let ledger = Ledger::load(
+            rows.iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, r)| (i as i64 + 1, r)),
+        );
+        (ledger, rows)
+    }
+
+    #[test]
+    fn puts_count_trees_children_and_active_sessions() {
+        let (ledger, _) = tree();
+        let facts = ledger.spawn_facts("root").expect("root is stored");
+        assert_eq!(facts.parent.session_id, "root");
+        assert_eq!(facts.tree_sessions, 4);
+        assert_eq!(facts.children, 2);
+        assert_eq!(facts.workspace_active, 4);
+        assert_eq!(ledger.spawn_facts("a").map(|f| f.children), Some(1));
+        assert_eq!(
+            ledger.spawn_facts("other").map(|f| f.tree_sessions),
+            Some(1)
+        );
+        assert!(ledger.spawn_facts("nobody").is_none());
+        assert_eq!(ledger.active_in_workspace("ws"), 4);
+        assert_eq!(ledger.active_in_workspace("ws2"), 1);
+        assert_eq!(ledger.active_in_workspace("none"), 0);
+        let mut counts = ledger.active_counts();
+        counts.sort_by(|x, y| (&x.0, x.1 as u8).cmp(&(&y.0, y.1 as u8)));
+        assert_eq!(
+            counts,
+            [
+                ("ws".to_owned(), Trust::Direct, 2),
+                ("ws".to_owned(), Trust::Sandboxed, 2),
+                ("ws2".to_owned(), Trust::Sandboxed, 1),
+            ]
+        );
+        assert_eq!(ledger.ended(), 0);
+    }
+
+    #[test]
+    fn children_come_in_creation_order_whatever_the_order_of_the_puts() {
+        let root = row("root", "ws", None, Trust::Direct);
+        let mut ledger = Ledger::default();
+        ledger.put(1, root.clone());
+        ledger.put(5, row("late", "ws", Some(&root), Trust::Direct));
+        ledger.put(3, row("early", "ws", Some(&root), Trust::Direct));
+        ledger.put(4, row("middle", "ws", Some(&root), Trust::Direct));
+        assert_eq!(ids(&ledger.children("root")), ["early", "middle", "late"]);
+        assert!(ledger.children("early").is_empty());
+        assert!(ledger.children("nobody").is_empty());
+    }
+
+    #[test]
+    fn an_end_leaves_the_active_counts_once_and_the_tree_and_children_as_they_were() {
+        let (mut ledger, [_, a, ..]) = tree();
+        ledger.put(2, ended(a.clone()));
+        assert_eq!(ledger.ended(), 1);
+        assert_eq!(ledger.active_in_workspace("ws"), 3);
+        // Storing the ended row again (a cancelled write's reread) ends nothing.
+        ledger.put(2, ended(a));
+        assert_eq!(ledger.ended(), 1);
+        assert_eq!(ledger.active_in_workspace("ws"), 3);
+        let facts = ledger.spawn_facts("root").expect("root is stored");
+        assert_eq!((facts.tree_sessions, facts.children), (4, 2));
+        assert_eq!(ids(&ledger.children("root")), ["a", "b"]);
+        assert_eq!(
+            ledger.get("a").map(|r| r.status),
+            Some(SessionStatus::Terminated)
+        );
+        let sandboxed_in_ws = ledger
+            .active_counts()
+            .into_iter()
+            .find(|(ws, trust, _)| ws == "ws" && *trust == Trust::Sandboxed)
+            .map(|(_, _, n)| n);
+        assert_eq!(sandboxed_in_ws, Some(1));
+    }
+
+    #[test]
+    fn update_changes_a_stored_row_and_ignores_an_unknown_one() {
+        let (mut ledger, _) = tree();
+        ledger.update("b", |r| r.inbox_seq = 7);
+        assert_eq!(ledger.get("b").map(|r| r.inbox_seq), Some(7));
+        ledger.update("b", |r| r.status = SessionStatus::Completed);
+        assert_eq!(ledger.ended(), 1);
+        assert_eq!(ledger.active_in_workspace("ws"), 3);
+        ledger.update("nobody", |r| r.inbox_seq = 9);
+        assert!(ledger.get("nobody").is_none());
+        assert_eq!(ledger.active_in_workspace("ws"), 3);
+    }
+
+    #[test]
+    fn ancestors_come_nearest_first() {
+        let (ledger, _) = tree();
+        assert_eq!(ledger.ancestors("a1"), ["a", "root"]);
+        assert!(ledger.ancestors("root").is_empty());
+        assert!(ledger.ancestors("nobody").is_empty());
+    }
+
+    #[test]
+    fn the_active_subtree_is_level_by_level_and_passes_through_ended_sessions() {
+        let (mut ledger, [_, a, ..]) = tree();
+        assert_eq!(ledger.active_subtree("root"), ["root", "a", "b", "a1"]);
+        ledger.put(2, ended(a));
+        assert_eq!(ledger.active_subtree("root"), ["root", "b", "a1"]);
+        assert_eq!(ledger.active_subtree("a"), ["a1"]);
+        assert!(ledger.active_subtree("nobody").is_empty());
+    }
+
+    #[test]
+    fn active_is_every_pending_or_running_session_in_creation_order() {
+        let (mut ledger, [_, _, b, ..]) = tree();
+        ledger.put(3, ended(b));
+        assert_eq!(ids(&ledger.active()), ["root", "a", "a1", "other"]);
+    }
+
+    #[test]
+    fn list_pages_a_workspace_with_its_filters() {
+        let (mut ledger, [_, _, b, ..]) = tree();
+        ledger.put(3, ended(b));
+        let list = |sandboxed_only, include_ended, after, limit| {
+            let (rows, next) = ledger.list("ws", sandboxed_only, include_ended, after, limit);
+            let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
+            (ids, next)
+        };
+        assert_eq!(
+            list(false, true, 0, 10),
+            (
+                vec!["root".into(), "a".into(), "b".into(), "a1".into()],
+                None
+            )
+        );
+        assert_eq!(
+            list(false, false, 0, 10),
+            (vec!["root".into(), "a".into(), "a1".into()], None)
+        );
+        assert_eq!(
+            list(true, true, 0, 10),
+            (vec!["a".into(), "a1".into()], None)
+        );
+        // Pages: the token is the last rowid returned.
+        assert_eq!(
+            list(false, true, 0, 2),
+            (vec!["root".into(), "a".into()], Some(2))
+        );
+        assert_eq!(
+            list(false, true, 2, 2),
+            (vec!["b".into(), "a1".into()], None)
+        );
+        assert_eq!(list(false, false, 1, 1), (vec!["a".into()], Some(2)));
+        assert_eq!(ledger.list("none", false, true, 0, 10).0.len(), 0);
+    }
+}

@@ -18,7 +18,7 @@ use sqlx::{
     sqlite::{SqliteArguments, SqliteRow},
 };
 
-use super::RawSession;
+use super::open::RawSession;
 use crate::{
     error::{QuotaLeft, Reason, SessionError},
     model::{AuditRecord, Idempotency, NewMessage, NewSession, SessionRow, now_ms},

@@ -1,0 +1,111 @@
+//! Delivery of a session's messages to its agent's stdin, one JSON line
+//! each, in order.
+
+use std::sync::Arc;
+
+use troupe_proto::runner::WriteStdinRequest;
+
+use super::Driver;
+use crate::{
+    error::SessionError,
+    model::{InboxMessage, SessionRow},
+    store::Store,
+};
+
+impl<S: Store> Driver<S> {
+    /// The messages not yet written to `recipient`'s agent, as it may see
+    /// them: a sandboxed agent is never told a direct session's id, so such
+    /// a sender reads `session`, as in every view of the ledger.
+    pub(super) async fn inbox_for(
+        &self,
+        recipient: &SessionRow,
+    ) -> Result<Vec<InboxMessage>, SessionError> {
+        let mut pending = self.store.undelivered(&recipient.session_id).await?;
+        for m in &mut pending {
+            let Some(sender) = m.sender.strip_prefix("session:") else {
+                continue;
+            };
+            let visible = match self.store.get_session(sender).await? {
+                Some(row) => crate::policy::trust_sees(recipient.trust, row.trust),
+                None => false,
+            };
+            if !visible {
+                m.sender = "session".to_owned();
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Writes the session's undelivered messages to its agent's stdin; true
+    /// if every message stored so far has reached it. The delivery is
+    /// recorded after the answer, still under the session's delivery lock,
+    /// so the next delivery starts after it: a record lost to a crash means
+    /// the messages are written again, as when the crash comes between the
+    /// write and the record.
+    pub async fn deliver(self: &Arc<Self>, session_id: &str) -> bool {
+        let lock = self
+            .delivering
+            .lock()
+            .expect("poisoned")
+            .entry(session_id.to_owned())
+            .or_default()
+            .clone();
+        let serial = lock.lock_owned().await;
+        let recipient = match self.store.get_session(session_id).await {
+            Ok(Some(row)) if row.status == troupe_proto::session::SessionStatus::Running => row,
+            _ => return false,
+        };
+        let pending = match self.inbox_for(&recipient).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "cannot read the inbox");
+                return false;
+            }
+        };
+        let Some(last) = pending.last().map(|m| m.seq) else {
+            return true;
+        };
+        let written = self
+            .runner
+            .clone()
+            .write_stdin(WriteStdinRequest {
+                exec_id: session_id.to_owned(),
+                data: lines(&pending),
+                close: false,
+            })
+            .await;
+        if let Err(status) = written {
+            tracing::debug!(session = session_id, %status, "message not delivered yet");
+            return false;
+        }
+        let driver = self.clone();
+        let session_id = session_id.to_owned();
+        tokio::spawn(async move {
+            match driver.store.mark_delivered(&session_id, last).await {
+                Ok(()) => crate::metrics::delivered(pending.len()),
+                Err(e) => {
+                    tracing::warn!(session = session_id, error = %e, "cannot record a delivery")
+                }
+            }
+            drop(serial);
+        });
+        true
+    }
+}
+
+/// The stdin lines of `messages`.
+pub(super) fn lines(messages: &[InboxMessage]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in messages {
+        let line = serde_json::json!({
+            "type": "message",
+            "sequence": m.seq,
+            "message_id": m.message_id,
+            "sender": m.sender,
+            "message": m.body,
+        });
+        out.extend_from_slice(line.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out
+}

@@ -1,0 +1,244 @@
+//! The follower of a running exec: it watches the runner's events into the
+//! ledger, from the last one applied, mapping each to a [`ProcessChange`].
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tonic::{Code, Status};
+use troupe_proto::runner::{self as rpb, WatchExecRequest, exec_event};
+
+use super::{Driver, RETRY, system_audit};
+use crate::{
+    error::SessionError,
+    model::{Failure, ProcessChange, ProcessExit},
+    store::Store,
+};
+
+impl<S: Store> Driver<S> {
+    /// Follows a session's runner events into the ledger, in the background,
+    /// from the last one applied.
+    pub(super) fn follow(self: &Arc<Self>, session_id: String) {
+        if !self
+            .following
+            .lock()
+            .expect("poisoned")
+            .insert(session_id.clone())
+        {
+            return;
+        }
+        let driver = self.clone();
+        tokio::spawn(async move {
+            driver.follow_until_exit(&session_id).await;
+            driver
+                .following
+                .lock()
+                .expect("poisoned")
+                .remove(&session_id);
+        });
+    }
+
+    pub(super) async fn follow_until_exit(self: &Arc<Self>, session_id: &str) {
+        loop {
+            match self.follow_once(session_id).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(status) if status.code() == Code::NotFound => {
+                    let detail = "the runner has no process for this session";
+                    let audit = system_audit("reconcile", session_id, true, &detail);
+                    self.fail(session_id, Failure::Lost, detail, audit).await;
+                    return;
+                }
+                Err(status) => {
+                    tracing::debug!(session = session_id, %status, "runner watch interrupted");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RETRY) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// One watch of the runner's events; true once the exit was applied.
+    pub(super) async fn follow_once(self: &Arc<Self>, session_id: &str) -> Result<bool, Status> {
+        let after = self
+            .store
+            .process(session_id)
+            .await
+            .map_err(internal)?
+            .map_or(0, |p| p.runner_seq);
+        let mut stream = self
+            .runner
+            .clone()
+            .watch_exec(WatchExecRequest {
+                exec_id: session_id.to_owned(),
+                after_sequence: after,
+            })
+            .await?
+            .into_inner();
+        // The runner answers again (after a restart of either side, or a
+        // lost connection): what could not be written meanwhile goes now.
+        self.deliver(session_id).await;
+        loop {
+            let event = tokio::select! {
+                event = stream.next() => event,
+                () = self.shutdown.cancelled() => return Ok(true),
+            };
+            let Some(event) = event.transpose()? else {
+                return Ok(false);
+            };
+            let Some(change) = change(&event) else {
+                continue;
+            };
+            let exited = matches!(change, ProcessChange::Exited(_));
+            let started = change == ProcessChange::Started;
+            let applied = self
+                .store
+                .record_process(session_id, event.sequence, change.clone(), self.tail_max)
+                .await
+                .map_err(internal)?;
+            if applied.is_some()
+                && let ProcessChange::Output { stream, data } = &change
+            {
+                crate::metrics::output(stream, data.len());
+            }
+            if started {
+                // Messages sent while it was pending.
+                self.deliver(session_id).await;
+            }
+            if exited {
+                if applied.is_some()
+                    && let ProcessChange::Exited(exit) = change
+                {
+                    self.callback(session_id, &exit).await;
+                }
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// What a runner event means to the ledger.
+fn change(event: &rpb::ExecEvent) -> Option<ProcessChange> {
+    Some(match event.event.as_ref()? {
+        exec_event::Event::Started(_) => ProcessChange::Started,
+        exec_event::Event::Output(out) => ProcessChange::Output {
+            stream: if out.stream() == rpb::OutputStream::Stderr {
+                "stderr"
+            } else {
+                "stdout"
+            },
+            data: out.data.clone(),
+        },
+        // The runner dropped output, to keep its log within bounds, before
+        // it was read: the gap is marked where it is.
+        exec_event::Event::Truncated(t) => ProcessChange::Truncated {
+            log_bytes: t.dropped_bytes,
+        },
+        exec_event::Event::Exited(exit) => ProcessChange::Exited(ProcessExit {
+            code: exit.exit_code,
+            reason: match exit.reason() {
+                rpb::ExitReason::Killed => "killed",
+                rpb::ExitReason::TimedOut => "timed_out",
+                rpb::ExitReason::ContainerLost => "container_lost",
+                rpb::ExitReason::NoResources => "no_resources",
+                _ => "exited",
+            }
+            .to_owned(),
+            detail: exit.detail.clone(),
+        }),
+    })
+}
+
+fn internal(e: SessionError) -> Status {
+    Status::internal(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(event: exec_event::Event) -> rpb::ExecEvent {
+        rpb::ExecEvent {
+            sequence: 1,
+            event: Some(event),
+            ..Default::default()
+        }
+    }
+
+    fn output(stream: rpb::OutputStream, data: &[u8]) -> rpb::ExecEvent {
+        let mut out = rpb::Output {
+            data: data.to_vec(),
+            ..Default::default()
+        };
+        out.set_stream(stream);
+        event(exec_event::Event::Output(out))
+    }
+
+    fn exited(code: i32, reason: rpb::ExitReason) -> Option<ProcessChange> {
+        let mut exit = rpb::Exited {
+            exit_code: code,
+            detail: "why".to_owned(),
+            ..Default::default()
+        };
+        exit.set_reason(reason);
+        change(&event(exec_event::Event::Exited(exit)))
+    }
+
+    #[test]
+    fn an_event_without_a_body_means_nothing() {
+        assert_eq!(change(&rpb::ExecEvent::default()), None);
+    }
+
+    #[test]
+    fn a_start_and_a_truncation_map_to_their_changes() {
+        let started = event(exec_event::Event::Started(rpb::Started::default()));
+        assert_eq!(change(&started), Some(ProcessChange::Started));
+        let truncated = event(exec_event::Event::Truncated(rpb::Truncated {
+            first_kept_sequence: 9,
+            dropped_bytes: 4096,
+        }));
+        assert_eq!(
+            change(&truncated),
+            Some(ProcessChange::Truncated { log_bytes: 4096 })
+        );
+    }
+
+    #[test]
+    fn output_keeps_its_stream_and_bytes_and_an_unknown_stream_is_stdout() {
+        for (stream, name) in [
+            (rpb::OutputStream::Stdout, "stdout"),
+            (rpb::OutputStream::Stderr, "stderr"),
+            (rpb::OutputStream::Unspecified, "stdout"),
+        ] {
+            assert_eq!(
+                change(&output(stream, b"hi\n")),
+                Some(ProcessChange::Output {
+                    stream: name,
+                    data: b"hi\n".to_vec()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn each_exit_reason_maps_to_its_ledger_name() {
+        for (reason, name) in [
+            (rpb::ExitReason::Exited, "exited"),
+            (rpb::ExitReason::Killed, "killed"),
+            (rpb::ExitReason::TimedOut, "timed_out"),
+            (rpb::ExitReason::ContainerLost, "container_lost"),
+            (rpb::ExitReason::NoResources, "no_resources"),
+            (rpb::ExitReason::Unspecified, "exited"),
+        ] {
+            assert_eq!(
+                exited(3, reason),
+                Some(ProcessChange::Exited(ProcessExit {
+                    code: 3,
+                    reason: name.to_owned(),
+                    detail: "why".to_owned(),
+                }))
+            );
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The session write paths: creating a root or a child session, sending a
+//! message, terminating a subtree. Each checks its rule inside its
+//! transaction, against the ledger, and puts its results in the ledger
+//! after the commit.
+
+use serde_json::json;
+
+use super::{
+    SqliteStore,
+    write::{Write, quota_json},
+    writer::{Begun, first_i64},
+};
+use crate::{
+    error::{QuotaLeft, SessionError},
+    model::{AuditRecord, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
+    policy::SpawnContext,
+    store::{Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck},
+};
+
+impl SqliteStore {
+    pub(super) async fn create_root_impl(
+        &self,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: RootCheck<'_>,
+    ) -> Result<Created, SessionError> {
+        let mut w = self.writer().await?;
+        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+            Begun::Replay(result) => return replayed_create(result),
+            Begun::Batch(batch) => batch,
+        };
+        let quota = check(self.ledger().active_in_workspace(&new.workspace_id));
+        let quota = w.or_abandon(quota).await?;
+        let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
+        batch
+            .remember(
+                idem.as_ref(),
+                json!({"session_id": new.session_id, "quota": quota_json(&quota)}),
+            )
+            .insert_session(&new, None, &tree_id, 0)
+            .audit(&audit);
+        let session = self.commit_create(&mut w, batch, &new, None).await?;
+        Ok(Created::New {
+            session: Box::new(session),
+            quota,
+        })
+    }
+
+    pub(super) async fn create_child_impl(
+        &self,
+        parent_id: &str,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: SpawnCheck<'_>,
+    ) -> Result<Created, SessionError> {
+        let mut w = self.writer().await?;
+        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+            Begun::Replay(result) => return replayed_create(result),
+            Begun::Batch(batch) => batch,
+        };
+        let facts = self
+            .ledger()
+            .spawn_facts(parent_id)
+            .ok_or_else(|| SessionError::not_found(parent_id));
+        let facts = w.or_abandon(facts).await?;
+        let admission = check(&SpawnContext {
+            parent: &facts.parent,
+            tree_sessions: facts.tree_sessions,
+            children: facts.children,
+            workspace_active: facts.workspace_active,
+            now_ms: now_ms(),
+        });
+        let admission = w.or_abandon(admission).await?;
+        let parent = &facts.parent;
+        batch.remember(
+            idem.as_ref(),
+            json!({"session_id": new.session_id, "quota": quota_json(&admission.quota)}),
+        );
+        let tat = (admission.parent_spawn_tat_ms != parent.spawn_tat_ms)
+            .then_some(admission.parent_spawn_tat_ms);
+        if let Some(tat) = tat {
+            batch.set_spawn_tat(&parent.session_id, tat);
+        }
+        batch
+            .insert_session(&new, Some(parent), &parent.tree_id, admission.depth)
+            .audit(&audit);
+        let session = self
+            .commit_create(
+                &mut w,
+                batch,
+                &new,
+                tat.map(|t| (parent.session_id.as_str(), t)),
+            )
+            .await?;
+        Ok(Created::New {
+            session: Box::new(session),
+            quota: admission.quota,
+        })
+    }
+
+    pub(super) async fn send_message_impl(
+        &self,
+        recipient: &str,
+        message: NewMessage,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<Sent, SessionError> {
+        let mut w = self.writer().await?;
+        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+            Begun::Replay(result) => {
+                let bad = || SessionError::Internal("bad idempotency record".to_owned());
+                return Ok(Sent {
+                    message_id: result["message_id"].as_str().ok_or_else(bad)?.to_owned(),
+                    sequence: result["sequence"].as_u64().ok_or_else(bad)?,
+                    replayed: true,
+                });
+            }
+            Begun::Batch(batch) => batch,
+        };
+        let target = self
+            .ledger()
+            .get(recipient)
+            .ok_or_else(|| SessionError::not_found(recipient));
+        let target = w.or_abandon(target).await?;
+        let checked = check(&target);
+        w.or_abandon(checked).await?;
+        // The sequence the message will get: the ledger holds the committed
+        // inbox_seq and nothing else writes it.
+        let sequence = target.inbox_seq as u64 + 1;
+        batch
+            .remember(
+                idem.as_ref(),
+                json!({"message_id": message.message_id, "sequence": sequence}),
+            )
+            .message(&target.session_id, &message)
+            .audit(&audit);
+        w.unsettled = vec![target.session_id.clone()];
+        let rows = self.run_batch(&mut w, batch).await?;
+        let stored = first_i64(&rows)? as u64;
+        if stored != sequence {
+            return Err(SessionError::Internal(format!(
+                "inbox sequence {stored} stored where {sequence} was expected"
+            )));
+        }
+        self.ledger_mut()
+            .update(recipient, |row| row.inbox_seq = sequence as i64);
+        w.unsettled.clear();
+        drop(w);
+        self.published();
+        Ok(Sent {
+            message_id: message.message_id,
+            sequence,
+            replayed: false,
+        })
+    }
+
+    pub(super) async fn terminate_impl(
+        &self,
+        target: &str,
+        terminated_by: &str,
+        reason: &str,
+        audit: AuditRecord,
+        check: TerminateCheck<'_>,
+    ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        let mut w = self.writer().await?;
+        let (row, ancestors, subtree) = {
+            let ledger = self.ledger();
+            let row = ledger
+                .get(target)
+                .ok_or_else(|| SessionError::not_found(target))?;
+            (row, ledger.ancestors(target), ledger.active_subtree(target))
+        };
+        check(&row, &ancestors)?;
+        w.unsettled = subtree.clone();
+        let mut tx = Write::begin(&mut w.conn).await?;
+        let mut ended = Vec::with_capacity(subtree.len());
+        for id in &subtree {
+            let why = if id == target { reason } else { "cascade" };
+            if let Some(entry) = tx.end_session(id, "terminated", why).await? {
+                tx.event(
+                    id,
+                    "terminated",
+                    "terminated",
+                    json!({"reason": why, "terminated_by": terminated_by}),
+                )
+                .await?;
+                ended.push(entry);
+            }
+        }
+        let ids: Vec<String> = ended.iter().map(|(_, r)| r.session_id.clone()).collect();
+        let mut audit = audit;
+        audit.detail = json!({"terminated": ids}).to_string();
+        tx.audit(&audit).await?;
+        tx.commit().await?;
+        let row = {
+            let mut ledger = self.ledger_mut();
+            for (rowid, row) in ended {
+                ledger.put(rowid, row);
+            }
+            ledger.get(target).unwrap_or(row)
+        };
+        w.unsettled.clear();
+        drop(w);
+        self.published();
+        Ok((ids, row))
+    }
+}
+
+fn replayed_create(result: serde_json::Value) -> Result<Created, SessionError> {
+    let bad = || SessionError::Internal("bad idempotency record".to_owned());
+    let session_id = result["session_id"].as_str().ok_or_else(bad)?.to_owned();
+    let q = |i: usize| {
+        result["quota"][i]
+            .as_u64()
+            .map(|v| v as u32)
+            .ok_or_else(bad)
+    };
+    Ok(Created::Replayed {
+        session_id,
+        quota: QuotaLeft {
+            tree_sessions_remaining: q(0)?,
+            depth_remaining: q(1)?,
+            children_remaining: q(2)?,
+        },
+    })
+}

@@ -1,0 +1,135 @@
+//! The writer's discipline: taking the one writer connection (settling what
+//! a cancelled write left), beginning a write that may carry a request id,
+//! and running a batch whose results go to the ledger.
+
+use sqlx::{Row, sqlite::SqliteRow};
+use tokio::sync::MutexGuard;
+
+use super::{
+    SqliteStore, Writer,
+    write::{Batch, entry_from_row, replay, rollback, session_columns},
+};
+use crate::{
+    error::SessionError,
+    model::{Idempotency, NewSession, SessionRow},
+};
+
+/// How a write that may carry a request id begins.
+pub(super) enum Begun {
+    /// An earlier call with the same request id and payload: its result.
+    Replay(serde_json::Value),
+    /// No earlier call: the batch to fill and commit.
+    Batch(Batch),
+}
+
+impl SqliteStore {
+    /// Takes the writer, first settling what a cancelled write left, and
+    /// cutting the write-ahead log back if it is past its limit.
+    pub(super) async fn writer(&self) -> Result<MutexGuard<'_, Writer>, SessionError> {
+        let mut w = self.writer.lock().await;
+        self.cut_wal_if_full().await;
+        if w.open || !w.unsettled.is_empty() {
+            rollback(&mut w.conn).await;
+            w.open = false;
+            let sql = concat!(
+                "SELECT ",
+                session_columns!(),
+                " FROM sessions WHERE session_id = ?"
+            );
+            for id in w.unsettled.clone() {
+                let row = sqlx::query(sql)
+                    .bind(&id)
+                    .fetch_optional(&mut w.conn)
+                    .await?;
+                if let Some((rowid, row)) = row.as_ref().map(entry_from_row).transpose()? {
+                    self.ledger_mut().put(rowid, row);
+                }
+            }
+            w.unsettled.clear();
+        }
+        Ok(w)
+    }
+
+    /// Begins a write. With a request id, the transaction opens here and the
+    /// earlier call with that id is looked up inside it, so the lookup and
+    /// the batch that records the id (or the rule that refuses it) are one
+    /// transaction; without one, the batch opens its own and the write stays
+    /// one round trip.
+    pub(super) async fn begin(
+        &self,
+        w: &mut Writer,
+        idem: Option<&Idempotency>,
+    ) -> Result<Begun, SessionError> {
+        let Some(idem) = idem else {
+            return Ok(Begun::Batch(Batch::new()));
+        };
+        w.open = true;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
+        let found = replay(&mut w.conn, idem).await;
+        match w.or_abandon(found).await? {
+            None => Ok(Begun::Batch(Batch::within())),
+            Some(result) => {
+                w.abandon().await;
+                Ok(Begun::Replay(result))
+            }
+        }
+    }
+
+    /// Runs a batch on the writer; it ends the transaction either way. On an
+    /// error nothing changed, so nothing is left to settle.
+    pub(super) async fn run_batch(
+        &self,
+        w: &mut Writer,
+        batch: Batch,
+    ) -> Result<Vec<SqliteRow>, SessionError> {
+        let result = batch.run(&mut w.conn).await;
+        w.open = false;
+        match result {
+            Ok(rows) => Ok(rows),
+            Err(e) => {
+                w.unsettled.clear();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs a create's batch and puts its results in the ledger: the new
+    /// session, its initial message's sequence, the parent's rate state.
+    pub(super) async fn commit_create(
+        &self,
+        w: &mut Writer,
+        batch: Batch,
+        new: &NewSession,
+        parent_tat: Option<(&str, i64)>,
+    ) -> Result<SessionRow, SessionError> {
+        w.unsettled = vec![new.session_id.clone()];
+        w.unsettled.extend(parent_tat.map(|(id, _)| id.to_owned()));
+        let rows = self.run_batch(w, batch).await?;
+        let mut rows = rows.iter();
+        let (rowid, mut session) = entry_from_row(
+            rows.next()
+                .ok_or_else(|| SessionError::Internal("insert returned no session".to_owned()))?,
+        )?;
+        if let Some(seq) = rows.next() {
+            session.inbox_seq = seq.try_get(0)?;
+        }
+        {
+            let mut ledger = self.ledger_mut();
+            if let Some((parent, tat)) = parent_tat {
+                ledger.update(parent, |row| row.spawn_tat_ms = tat);
+            }
+            ledger.put(rowid, session.clone());
+        }
+        w.unsettled.clear();
+        self.published();
+        Ok(session)
+    }
+}
+
+/// The first column of the first row, as an integer.
+pub(super) fn first_i64(rows: &[SqliteRow]) -> Result<i64, SessionError> {
+    let row = rows
+        .first()
+        .ok_or_else(|| SessionError::Internal("statement returned no row".to_owned()))?;
+    Ok(row.try_get(0)?)
+}
