@@ -2,7 +2,7 @@
 //! row on every call, spawn quotas, lists, children) cost no round trip to
 //! the database.
 //!
-//! The store owns its database alone (see [`super::SqliteStore::claim`]) and
+//! The store owns its database alone (the exclusive lock `claim` takes in `store/sqlite/open.rs`) and
 //! changes the ledger only after a commit, under its writer lock, with the
 //! rows it committed: the ledger is always a state the database was in, and
 //! a reader never sees a row that was not committed. Every session ever
