@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value, json};
 use tonic::{Code, Status};
-use troupe_proto::refusal::{self, Refusal};
+use troupe_proto::refusal::{self, Reason, Refusal};
 
 use crate::{connect::TokenOrigin, safe};
 
@@ -34,7 +34,7 @@ impl std::error::Error for Reported {}
 pub struct Failure {
     pub code: Option<&'static str>,
     pub message: String,
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// Sorted by key.
     pub metadata: Vec<(String, String)>,
     pub hint: Option<String>,
@@ -61,12 +61,12 @@ impl Failure {
             reason,
             metadata,
         } = Refusal::from_status(status);
-        let hint = match (status.code(), reason.as_deref()) {
+        let hint = match (status.code(), &reason) {
             (Code::Unavailable, None) => Some(format!(
                 "is troupe-session running at {}?",
                 setting.endpoint
             )),
-            (Code::Unauthenticated, Some("TOKEN_INVALID")) => {
+            (Code::Unauthenticated, Some(Reason::TokenInvalid)) => {
                 setting.token_origin.as_ref().map(|origin| {
                     format!("the token from {origin} is not one this server issued or accepts")
                 })
@@ -86,7 +86,7 @@ impl Failure {
     pub fn text(&self) -> String {
         let mut out = format!(
             "error: {}",
-            refusal::describe(&self.message, self.reason.as_deref(), &self.metadata)
+            refusal::describe(&self.message, self.reason.as_ref(), &self.metadata)
         );
         if let Some(hint) = &self.hint {
             out.push_str(&format!("\nhint: {hint}"));
@@ -102,7 +102,7 @@ impl Failure {
         }
         error.insert("message".into(), self.message.clone().into());
         if let Some(reason) = &self.reason {
-            error.insert("reason".into(), reason.clone().into());
+            error.insert("reason".into(), reason.as_str().into());
             let metadata: Map<String, Value> = self
                 .metadata
                 .iter()

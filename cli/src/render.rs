@@ -9,6 +9,7 @@ use troupe_proto::{
     session::{self as pb, DeliveryStatus, session_event::Detail},
     status::{kind_str, status_str},
     trust,
+    view::{self, quota, text, timestamp},
 };
 
 /// Returns a timestamp as RFC 3339 UTC (`2025-01-02T03:04:05.678Z`), or `-` when unset.
@@ -33,18 +34,6 @@ pub fn or_dash(text: &str) -> &str {
     if text.is_empty() { "-" } else { text }
 }
 
-fn text(s: &str) -> Value {
-    if s.is_empty() {
-        Value::Null
-    } else {
-        Value::String(s.to_owned())
-    }
-}
-
-fn timestamp(ts: Option<&Timestamp>) -> Value {
-    ts.map_or(Value::Null, |t| Value::String(t.to_string()))
-}
-
 pub fn delivery_str(delivery: DeliveryStatus) -> &'static str {
     match delivery {
         DeliveryStatus::Unspecified => "unspecified",
@@ -53,24 +42,11 @@ pub fn delivery_str(delivery: DeliveryStatus) -> &'static str {
     }
 }
 
+/// Returns a session as JSON: [`view::session`] and its `trace_id`.
 pub fn session(s: &pb::Session) -> Value {
-    json!({
-        "session_id": s.session_id,
-        "workspace_id": s.workspace_id,
-        "parent_session_id": text(&s.parent_session_id),
-        "tree_id": s.tree_id,
-        "depth": s.depth,
-        "trust_level": trust::as_str(s.trust_level()),
-        "agent_name": text(&s.agent_name),
-        "title": text(&s.title),
-        "status": status_str(s.status()),
-        "created_by": text(&s.created_by),
-        "created_at": timestamp(s.created_at.as_ref()),
-        "ended_at": timestamp(s.ended_at.as_ref()),
-        "end_reason": text(&s.end_reason),
-        "exit_code": s.exit_code,
-        "trace_id": text(&s.trace_id),
-    })
+    let mut fields = view::session(s);
+    fields.insert("trace_id".to_owned(), text(&s.trace_id));
+    Value::Object(fields)
 }
 
 /// Returns a session as `key  value` lines, for text output; every value is
@@ -100,16 +76,6 @@ pub fn session_text(s: &pb::Session) -> String {
 
 fn opt_session(s: Option<&pb::Session>) -> Value {
     s.map_or(Value::Null, session)
-}
-
-pub fn quota(q: Option<&pb::QuotaInfo>) -> Value {
-    q.map_or(Value::Null, |q| {
-        json!({
-            "tree_sessions_remaining": q.tree_sessions_remaining,
-            "depth_remaining": q.depth_remaining,
-            "children_remaining": q.children_remaining,
-        })
-    })
 }
 
 pub fn created_root(r: &pb::CreateRootSessionResponse) -> Value {

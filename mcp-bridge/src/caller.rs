@@ -21,6 +21,7 @@ use axum::http::{HeaderMap, request::Parts};
 use base64::Engine;
 use rmcp::model::Extensions;
 use tonic::metadata::AsciiMetadataValue;
+use troupe_proto::refusal::Reason;
 
 use crate::failure::ToolFailure;
 
@@ -111,7 +112,7 @@ fn check_hint(hint: &str, token: &str) -> Result<(), ToolFailure> {
         Some(subject) if subject == hint => Ok(()),
         Some(subject) => Err(ToolFailure::bridge(
             "PERMISSION_DENIED",
-            "SESSION_HINT_MISMATCH",
+            Reason::SessionHintMismatch,
             format!(
                 "X-Agent-Session-Id says {hint:?} but the bearer token belongs to session \
                  {subject:?}; nothing was forwarded"
@@ -123,7 +124,7 @@ fn check_hint(hint: &str, token: &str) -> Result<(), ToolFailure> {
         )),
         None => Err(ToolFailure::bridge(
             "PERMISSION_DENIED",
-            "SESSION_HINT_MISMATCH",
+            Reason::SessionHintMismatch,
             format!(
                 "X-Agent-Session-Id says {hint:?} but the bearer token is not a session token; \
                  nothing was forwarded"
@@ -151,7 +152,7 @@ fn bearer_value(token: &str) -> Result<AsciiMetadataValue, ToolFailure> {
     format!("Bearer {token}").parse().map_err(|_| {
         ToolFailure::bridge(
             "UNAUTHENTICATED",
-            "TOKEN_INVALID",
+            Reason::TokenInvalid,
             "the session token holds characters a header cannot carry",
         )
     })
@@ -160,7 +161,7 @@ fn bearer_value(token: &str) -> Result<AsciiMetadataValue, ToolFailure> {
 fn missing_token() -> ToolFailure {
     ToolFailure::bridge(
         "UNAUTHENTICATED",
-        "TOKEN_MISSING",
+        Reason::TokenMissing,
         "no session token: this shared endpoint acts as the session whose token comes in \
          `Authorization: Bearer <token>` on each request, and this request has none",
     )
@@ -172,7 +173,7 @@ fn missing_token() -> ToolFailure {
 fn malformed_authorization() -> ToolFailure {
     ToolFailure::bridge(
         "UNAUTHENTICATED",
-        "TOKEN_INVALID",
+        Reason::TokenInvalid,
         "the Authorization header must be `Bearer <session token>`",
     )
 }
@@ -266,14 +267,14 @@ mod tests {
         assert!(from_headers(&headers(Some(&format!("bearer  {token}")), None)).is_ok());
 
         let mismatch = from_headers(&headers(Some(&auth), Some("sess_b"))).unwrap_err();
-        assert_eq!(mismatch.reason.as_deref(), Some("SESSION_HINT_MISMATCH"));
+        assert_eq!(mismatch.reason, Some(Reason::SessionHintMismatch));
         assert!(mismatch.message.contains("sess_b"), "{}", mismatch.message);
 
         let missing = from_headers(&headers(None, Some("sess_a"))).unwrap_err();
-        assert_eq!(missing.reason.as_deref(), Some("TOKEN_MISSING"));
+        assert_eq!(missing.reason, Some(Reason::TokenMissing));
         let basic = from_headers(&headers(Some("Basic abc"), None)).unwrap_err();
-        assert_eq!(basic.reason.as_deref(), Some("TOKEN_INVALID"));
+        assert_eq!(basic.reason, Some(Reason::TokenInvalid));
         let opaque = from_headers(&headers(Some("Bearer opaque"), Some("sess_a"))).unwrap_err();
-        assert_eq!(opaque.reason.as_deref(), Some("SESSION_HINT_MISMATCH"));
+        assert_eq!(opaque.reason, Some(Reason::SessionHintMismatch));
     }
 }

@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value, json};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
-use troupe_proto::refusal::{self, Refusal};
+use troupe_proto::refusal::{self, Reason, Refusal};
 
 /// Who refused a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub struct ToolFailure {
     /// gRPC code name (`RESOURCE_EXHAUSTED`, `UNAUTHENTICATED`, ...).
     pub code: &'static str,
     /// Machine-readable reason (`DEPTH_EXCEEDED`, ...), when there is one.
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     pub message: String,
     /// `ErrorInfo` metadata, sorted by key (quota left, the field at fault).
     pub metadata: Vec<(String, String)>,
@@ -57,7 +57,7 @@ impl ToolFailure {
             .map(|delay| delay.as_millis());
         let advice = refusal
             .reason
-            .as_deref()
+            .as_ref()
             .and_then(|reason| advice(reason, retry_ms));
         ToolFailure {
             source: Source::SessionService,
@@ -89,11 +89,11 @@ impl ToolFailure {
     }
 
     /// A check of the bridge itself refused the call before anything was forwarded.
-    pub fn bridge(code: &'static str, reason: &str, message: impl Into<String>) -> Self {
+    pub fn bridge(code: &'static str, reason: Reason, message: impl Into<String>) -> Self {
         ToolFailure {
             source: Source::Bridge,
             code,
-            reason: Some(reason.to_owned()),
+            reason: Some(reason),
             message: message.into(),
             metadata: Vec::new(),
             advice: None,
@@ -102,7 +102,7 @@ impl ToolFailure {
 
     /// An argument the bridge cannot forward.
     pub fn invalid(field: &str, message: impl Into<String>) -> Self {
-        let mut failure = ToolFailure::bridge("INVALID_ARGUMENT", "INVALID_ARGUMENT", message);
+        let mut failure = ToolFailure::bridge("INVALID_ARGUMENT", Reason::InvalidArgument, message);
         failure.metadata = vec![("field".to_owned(), field.to_owned())];
         failure
     }
@@ -124,7 +124,7 @@ impl ToolFailure {
         };
         let mut out = format!(
             "{by}: {}",
-            refusal::describe(&self.message, self.reason.as_deref(), &self.metadata)
+            refusal::describe(&self.message, self.reason.as_ref(), &self.metadata)
         );
         if let Some(advice) = &self.advice {
             out.push('\n');
@@ -150,7 +150,7 @@ impl ToolFailure {
             "error": {
                 "source": self.source.as_str(),
                 "code": self.code,
-                "reason": self.reason,
+                "reason": self.reason.as_ref().map(Reason::as_str),
                 "message": self.message,
                 "metadata": metadata,
                 "advice": self.advice,
@@ -167,57 +167,61 @@ impl ToolFailure {
 }
 
 /// What an agent can do after a refusal with `reason`.
-fn advice(reason: &str, retry_ms: Option<u128>) -> Option<String> {
+fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
     let text = match reason {
-        "DEPTH_EXCEEDED" => {
+        Reason::DepthExceeded => {
             "This session is as deep in the spawn tree as the service allows, so it cannot \
              create children: do the work in this session, or report back to its parent."
         }
-        "TREE_QUOTA_EXCEEDED" => {
+        Reason::TreeQuotaExceeded => {
             "The spawn tree has used every session it may hold (ended ones count too): \
              reuse existing sessions with send_message instead of creating new ones."
         }
-        "CHILD_QUOTA_EXCEEDED" => {
+        Reason::ChildQuotaExceeded => {
             "This session has created as many children as it may (ended ones count too): \
              reuse existing children with send_message."
         }
-        "WORKSPACE_QUOTA_EXCEEDED" => {
+        Reason::WorkspaceQuotaExceeded => {
             "The workspace has as many active sessions as it may: wait for some to end \
              (wait_for_session), then retry."
         }
-        "RATE_LIMITED" => {
+        Reason::RateLimited => {
             return Some(match retry_ms {
                 Some(ms) => format!("Sessions are being created too fast: retry in {ms} ms."),
                 None => "Sessions are being created too fast: retry in a moment.".to_owned(),
             });
         }
-        "TRUST_ESCALATION" => {
+        Reason::TrustEscalation => {
             "A sandboxed session may create only sandboxed sessions: omit trust_level \
              (children inherit the caller's level) or pass \"sandboxed\"."
         }
-        "PARENT_NOT_RUNNING" => "The calling session has ended: it can no longer create sessions.",
-        "SESSION_ENDED" => "That session has ended: it takes no more messages.",
-        "SESSION_NOT_FOUND" => {
+        Reason::ParentNotRunning => {
+            "The calling session has ended: it can no longer create sessions."
+        }
+        Reason::SessionEnded => "That session has ended: it takes no more messages.",
+        Reason::SessionNotFound => {
             "No such session, or this session may not see it (the two answers are the same): \
              list_workspace_sessions shows the sessions this session may see."
         }
-        "AGENT_NOT_FOUND" => {
+        Reason::AgentNotFound => {
             "No agent definition by that name: agents are Agents/<name>.md files of the \
              workspace (or shared by all workspaces)."
         }
-        "AGENT_INVALID" => "The agent definition exists but is malformed; the message says why.",
-        "NOT_A_DESCENDANT" => {
+        Reason::AgentInvalid => {
+            "The agent definition exists but is malformed; the message says why."
+        }
+        Reason::NotADescendant => {
             "A session may terminate only sessions below it in its spawn tree (its children \
              and their descendants)."
         }
-        "PARENT_OVERRIDE_FORBIDDEN" => "A session creates children only under itself.",
-        "OPERATOR_ONLY" => "Only the operator may do that.",
-        "TOKEN_MISSING" | "TOKEN_INVALID" => {
+        Reason::ParentOverrideForbidden => "A session creates children only under itself.",
+        Reason::OperatorOnly => "Only the operator may do that.",
+        Reason::TokenMissing | Reason::TokenInvalid => {
             "The bridge needs this session's own token: TROUPE_SESSION_TOKEN on stdio, \
              `Authorization: Bearer <token>` over HTTP."
         }
-        "TOKEN_EXPIRED" => "The session token has expired; the operator can issue a new one.",
-        "TOKEN_REVOKED" => "This session has ended, and its token with it.",
+        Reason::TokenExpired => "The session token has expired; the operator can issue a new one.",
+        Reason::TokenRevoked => "This session has ended, and its token with it.",
         _ => return None,
     };
     Some(text.to_owned())

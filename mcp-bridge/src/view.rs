@@ -1,61 +1,23 @@
 //! The JSON the tools return, made for a model to read: enums as lowercase
 //! words (`running`, `sandboxed`, `queued`), timestamps as RFC 3339 UTC,
-//! absent values as `null`.
+//! absent values as `null`; a session is [`troupe_proto::view`]'s.
 
-use prost_types::Timestamp;
 use serde_json::{Value, json};
 use troupe_proto::{
     session::{self as pb, DeliveryStatus},
     status::{is_ended, status_str},
-    trust,
+    view::{self, quota},
 };
 
-fn text(s: &str) -> Value {
-    if s.is_empty() {
-        Value::Null
-    } else {
-        Value::String(s.to_owned())
-    }
-}
-
-fn timestamp(ts: Option<&Timestamp>) -> Value {
-    ts.map_or(Value::Null, |t| Value::String(t.to_string()))
-}
-
-/// One session.
+/// One session: [`view::session`] and whether it has `ended`.
 pub fn session(s: &pb::Session) -> Value {
-    json!({
-        "session_id": s.session_id,
-        "title": text(&s.title),
-        "agent_name": text(&s.agent_name),
-        "status": status_str(s.status()),
-        "ended": is_ended(s.status()),
-        "exit_code": s.exit_code,
-        "trust_level": trust::as_str(s.trust_level()),
-        "depth": s.depth,
-        "parent_session_id": text(&s.parent_session_id),
-        "tree_id": s.tree_id,
-        "workspace_id": s.workspace_id,
-        "created_by": text(&s.created_by),
-        "created_at": timestamp(s.created_at.as_ref()),
-        "ended_at": timestamp(s.ended_at.as_ref()),
-        "end_reason": text(&s.end_reason),
-    })
+    let mut fields = view::session(s);
+    fields.insert("ended".to_owned(), is_ended(s.status()).into());
+    Value::Object(fields)
 }
 
 fn opt_session(s: Option<&pb::Session>) -> Value {
     s.map_or(Value::Null, session)
-}
-
-/// Spawn quota left.
-pub fn quota(q: Option<&pb::QuotaInfo>) -> Value {
-    q.map_or(Value::Null, |q| {
-        json!({
-            "tree_sessions_remaining": q.tree_sessions_remaining,
-            "depth_remaining": q.depth_remaining,
-            "children_remaining": q.children_remaining,
-        })
-    })
 }
 
 /// How a session ended (or what it printed so far).

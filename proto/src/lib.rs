@@ -13,6 +13,7 @@
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
 //! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
+//! - [`view`]: the JSON view of a session (and quota) the CLI and the MCP bridge show.
 //! - [`telemetry`]: logs on stderr and OpenTelemetry span export, set by `OTEL_*` variables.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
@@ -60,6 +61,7 @@ pub mod serving;
 pub mod status;
 pub mod telemetry;
 pub mod trust;
+pub mod view;
 
 /// Encoded descriptors of both services, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("troupe_descriptor");

@@ -6,6 +6,148 @@
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
+/// The `google.rpc.ErrorInfo` reason of a refusal: what rule refused the
+/// call. The session service sends all but [`Reason::SessionHintMismatch`],
+/// which the MCP bridge gives its own refusals; [`Reason::Unknown`] keeps a
+/// reason this build does not know (a newer server's).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    TokenMissing,
+    TokenInvalid,
+    TokenExpired,
+    TokenRevoked,
+    OperatorOnly,
+    SessionOnly,
+    ParentOverrideForbidden,
+    NotADescendant,
+    TrustEscalation,
+    DepthExceeded,
+    TreeQuotaExceeded,
+    ChildQuotaExceeded,
+    WorkspaceQuotaExceeded,
+    RateLimited,
+    ParentNotRunning,
+    SessionEnded,
+    SessionNotFound,
+    WorkspaceNotFound,
+    AgentNotFound,
+    AgentInvalid,
+    InvalidArgument,
+    IdempotencyConflict,
+    CursorExpired,
+    Unavailable,
+    Internal,
+    /// The MCP bridge's own: the `X-Agent-Session-Id` hint names a session
+    /// other than the token's.
+    SessionHintMismatch,
+    /// A reason this build does not know, as sent.
+    Unknown(String),
+}
+
+impl Reason {
+    /// Every reason this build knows.
+    pub const KNOWN: &[Reason] = &[
+        Reason::TokenMissing,
+        Reason::TokenInvalid,
+        Reason::TokenExpired,
+        Reason::TokenRevoked,
+        Reason::OperatorOnly,
+        Reason::SessionOnly,
+        Reason::ParentOverrideForbidden,
+        Reason::NotADescendant,
+        Reason::TrustEscalation,
+        Reason::DepthExceeded,
+        Reason::TreeQuotaExceeded,
+        Reason::ChildQuotaExceeded,
+        Reason::WorkspaceQuotaExceeded,
+        Reason::RateLimited,
+        Reason::ParentNotRunning,
+        Reason::SessionEnded,
+        Reason::SessionNotFound,
+        Reason::WorkspaceNotFound,
+        Reason::AgentNotFound,
+        Reason::AgentInvalid,
+        Reason::InvalidArgument,
+        Reason::IdempotencyConflict,
+        Reason::CursorExpired,
+        Reason::Unavailable,
+        Reason::Internal,
+        Reason::SessionHintMismatch,
+    ];
+
+    /// Parses a wire name; one this build does not know is [`Reason::Unknown`].
+    pub fn parse(wire: &str) -> Self {
+        match wire {
+            "TOKEN_MISSING" => Reason::TokenMissing,
+            "TOKEN_INVALID" => Reason::TokenInvalid,
+            "TOKEN_EXPIRED" => Reason::TokenExpired,
+            "TOKEN_REVOKED" => Reason::TokenRevoked,
+            "OPERATOR_ONLY" => Reason::OperatorOnly,
+            "SESSION_ONLY" => Reason::SessionOnly,
+            "PARENT_OVERRIDE_FORBIDDEN" => Reason::ParentOverrideForbidden,
+            "NOT_A_DESCENDANT" => Reason::NotADescendant,
+            "TRUST_ESCALATION" => Reason::TrustEscalation,
+            "DEPTH_EXCEEDED" => Reason::DepthExceeded,
+            "TREE_QUOTA_EXCEEDED" => Reason::TreeQuotaExceeded,
+            "CHILD_QUOTA_EXCEEDED" => Reason::ChildQuotaExceeded,
+            "WORKSPACE_QUOTA_EXCEEDED" => Reason::WorkspaceQuotaExceeded,
+            "RATE_LIMITED" => Reason::RateLimited,
+            "PARENT_NOT_RUNNING" => Reason::ParentNotRunning,
+            "SESSION_ENDED" => Reason::SessionEnded,
+            "SESSION_NOT_FOUND" => Reason::SessionNotFound,
+            "WORKSPACE_NOT_FOUND" => Reason::WorkspaceNotFound,
+            "AGENT_NOT_FOUND" => Reason::AgentNotFound,
+            "AGENT_INVALID" => Reason::AgentInvalid,
+            "INVALID_ARGUMENT" => Reason::InvalidArgument,
+            "IDEMPOTENCY_CONFLICT" => Reason::IdempotencyConflict,
+            "CURSOR_EXPIRED" => Reason::CursorExpired,
+            "UNAVAILABLE" => Reason::Unavailable,
+            "INTERNAL" => Reason::Internal,
+            "SESSION_HINT_MISMATCH" => Reason::SessionHintMismatch,
+            other => Reason::Unknown(other.to_owned()),
+        }
+    }
+
+    /// Returns the wire name (`DEPTH_EXCEEDED`, ...).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Reason::TokenMissing => "TOKEN_MISSING",
+            Reason::TokenInvalid => "TOKEN_INVALID",
+            Reason::TokenExpired => "TOKEN_EXPIRED",
+            Reason::TokenRevoked => "TOKEN_REVOKED",
+            Reason::OperatorOnly => "OPERATOR_ONLY",
+            Reason::SessionOnly => "SESSION_ONLY",
+            Reason::ParentOverrideForbidden => "PARENT_OVERRIDE_FORBIDDEN",
+            Reason::NotADescendant => "NOT_A_DESCENDANT",
+            Reason::TrustEscalation => "TRUST_ESCALATION",
+            Reason::DepthExceeded => "DEPTH_EXCEEDED",
+            Reason::TreeQuotaExceeded => "TREE_QUOTA_EXCEEDED",
+            Reason::ChildQuotaExceeded => "CHILD_QUOTA_EXCEEDED",
+            Reason::WorkspaceQuotaExceeded => "WORKSPACE_QUOTA_EXCEEDED",
+            Reason::RateLimited => "RATE_LIMITED",
+            Reason::ParentNotRunning => "PARENT_NOT_RUNNING",
+            Reason::SessionEnded => "SESSION_ENDED",
+            Reason::SessionNotFound => "SESSION_NOT_FOUND",
+            Reason::WorkspaceNotFound => "WORKSPACE_NOT_FOUND",
+            Reason::AgentNotFound => "AGENT_NOT_FOUND",
+            Reason::AgentInvalid => "AGENT_INVALID",
+            Reason::InvalidArgument => "INVALID_ARGUMENT",
+            Reason::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            Reason::CursorExpired => "CURSOR_EXPIRED",
+            Reason::Unavailable => "UNAVAILABLE",
+            Reason::Internal => "INTERNAL",
+            Reason::SessionHintMismatch => "SESSION_HINT_MISMATCH",
+            Reason::Unknown(wire) => wire,
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A refusal, decoded from a [`Status`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -14,7 +156,7 @@ pub struct Refusal {
     /// The status message, or the code's description when it has none.
     pub message: String,
     /// The `ErrorInfo` reason (`DEPTH_EXCEEDED`, ...), when the status has one.
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// The `ErrorInfo` metadata, sorted by key.
     pub metadata: Vec<(String, String)>,
 }
@@ -36,7 +178,7 @@ impl Refusal {
         Refusal {
             code: code_str(status.code()),
             message,
-            reason: info.map(|i| i.reason),
+            reason: info.map(|i| Reason::parse(&i.reason)),
             metadata,
         }
     }
@@ -44,7 +186,7 @@ impl Refusal {
     /// Returns `<message> (reason: X, k=v, ...)`, or the message alone
     /// when the status carries no reason.
     pub fn text(&self) -> String {
-        describe(&self.message, self.reason.as_deref(), &self.metadata)
+        describe(&self.message, self.reason.as_ref(), &self.metadata)
     }
 
     /// Returns one metadata value.
@@ -58,7 +200,7 @@ impl Refusal {
 
 /// Returns `<message> (reason: X, k=v, ...)`, or `message` alone without a
 /// reason: the one wording of a refusal.
-pub fn describe(message: &str, reason: Option<&str>, metadata: &[(String, String)]) -> String {
+pub fn describe(message: &str, reason: Option<&Reason>, metadata: &[(String, String)]) -> String {
     let mut out = message.to_owned();
     if let Some(reason) = reason {
         out.push_str(&format!(" (reason: {reason}"));
@@ -120,6 +262,17 @@ mod tests {
              tree_sessions_remaining=3)"
         );
         assert_eq!(refusal.metadata("depth_remaining"), Some("0"));
+        assert_eq!(refusal.reason, Some(Reason::DepthExceeded));
+    }
+
+    #[test]
+    fn reasons_round_trip_and_unknown_ones_are_kept() {
+        for reason in Reason::KNOWN {
+            assert_eq!(&Reason::parse(reason.as_str()), reason);
+        }
+        let newer = Reason::parse("SOMETHING_NEWER");
+        assert_eq!(newer, Reason::Unknown("SOMETHING_NEWER".to_owned()));
+        assert_eq!(newer.as_str(), "SOMETHING_NEWER");
     }
 
     #[test]

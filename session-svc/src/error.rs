@@ -8,6 +8,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use troupe_proto::ERROR_DOMAIN;
 
 /// Machine-readable reason of a refusal, sent as `ErrorInfo.reason` and kept in the audit log.
+/// Clients read it as [`troupe_proto::refusal::Reason`]; a test holds the two to the same names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     TokenMissing,
@@ -237,4 +238,77 @@ fn bounded(mut message: String) -> String {
         message.push('…');
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use troupe_proto::refusal::Reason as Wire;
+
+    use super::*;
+
+    /// The client's reading of each reason (a new reason must be added here).
+    fn wire(reason: Reason) -> Wire {
+        match reason {
+            Reason::TokenMissing => Wire::TokenMissing,
+            Reason::TokenInvalid => Wire::TokenInvalid,
+            Reason::TokenExpired => Wire::TokenExpired,
+            Reason::TokenRevoked => Wire::TokenRevoked,
+            Reason::OperatorOnly => Wire::OperatorOnly,
+            Reason::SessionOnly => Wire::SessionOnly,
+            Reason::ParentOverrideForbidden => Wire::ParentOverrideForbidden,
+            Reason::NotADescendant => Wire::NotADescendant,
+            Reason::TrustEscalation => Wire::TrustEscalation,
+            Reason::DepthExceeded => Wire::DepthExceeded,
+            Reason::TreeQuotaExceeded => Wire::TreeQuotaExceeded,
+            Reason::ChildQuotaExceeded => Wire::ChildQuotaExceeded,
+            Reason::WorkspaceQuotaExceeded => Wire::WorkspaceQuotaExceeded,
+            Reason::RateLimited => Wire::RateLimited,
+            Reason::ParentNotRunning => Wire::ParentNotRunning,
+            Reason::SessionEnded => Wire::SessionEnded,
+            Reason::SessionNotFound => Wire::SessionNotFound,
+            Reason::WorkspaceNotFound => Wire::WorkspaceNotFound,
+            Reason::AgentNotFound => Wire::AgentNotFound,
+            Reason::AgentInvalid => Wire::AgentInvalid,
+            Reason::InvalidArgument => Wire::InvalidArgument,
+            Reason::IdempotencyConflict => Wire::IdempotencyConflict,
+            Reason::CursorExpired => Wire::CursorExpired,
+            Reason::Unavailable => Wire::Unavailable,
+            Reason::Internal => Wire::Internal,
+        }
+    }
+
+    const ALL: &[Reason] = &[
+        Reason::TokenMissing,
+        Reason::TokenInvalid,
+        Reason::TokenExpired,
+        Reason::TokenRevoked,
+        Reason::OperatorOnly,
+        Reason::SessionOnly,
+        Reason::ParentOverrideForbidden,
+        Reason::NotADescendant,
+        Reason::TrustEscalation,
+        Reason::DepthExceeded,
+        Reason::TreeQuotaExceeded,
+        Reason::ChildQuotaExceeded,
+        Reason::WorkspaceQuotaExceeded,
+        Reason::RateLimited,
+        Reason::ParentNotRunning,
+        Reason::SessionEnded,
+        Reason::SessionNotFound,
+        Reason::WorkspaceNotFound,
+        Reason::AgentNotFound,
+        Reason::AgentInvalid,
+        Reason::InvalidArgument,
+        Reason::IdempotencyConflict,
+        Reason::CursorExpired,
+        Reason::Unavailable,
+        Reason::Internal,
+    ];
+
+    #[test]
+    fn every_reason_parses_to_the_clients_variant() {
+        for &reason in ALL {
+            assert_eq!(Wire::parse(reason.as_str()), wire(reason), "{reason}");
+        }
+    }
 }
