@@ -25,8 +25,9 @@ use tracing::Instrument;
 use troupe_proto::{
     session::{self as pb, ExecutionMode, TrustLevel},
     status::is_ended,
-    telemetry, trust,
+    trust,
 };
+use troupe_telemetry as telemetry;
 
 use crate::{
     backend::{Backend, Session},

@@ -13,7 +13,6 @@
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
 //! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
-//! - [`telemetry`]: logs on stderr and OpenTelemetry span export, set by `OTEL_*` variables.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
 /// `troupe.session.v1`.
@@ -58,7 +57,6 @@ pub mod paths;
 pub mod refusal;
 pub mod serving;
 pub mod status;
-pub mod telemetry;
 pub mod trust;
 
 /// Encoded descriptors of both services, for server reflection.

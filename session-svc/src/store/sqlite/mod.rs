@@ -34,7 +34,8 @@ use sqlx::{
     },
 };
 use tokio::sync::{Mutex, MutexGuard, watch};
-use troupe_proto::{status::parse_status, telemetry::LifeSpan};
+use troupe_proto::status::parse_status;
+use troupe_telemetry::LifeSpan;
 
 use self::write::{
     Batch, Write, entry_from_row, insert_audit, quota_json, replay, rollback, session_columns,
