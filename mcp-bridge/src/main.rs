@@ -12,14 +12,13 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     // stdout carries the MCP protocol on stdio, and Claude Code's input
     // for claude-input: logs go to stderr.
-    let telemetry =
-        match troupe_proto::telemetry::init("troupe-mcp", cli.default_log_filter(), None) {
-            Ok(telemetry) => telemetry,
-            Err(err) => {
-                eprintln!("troupe-mcp: error: {err:#}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let telemetry = match troupe_telemetry::init("troupe-mcp", cli.default_log_filter(), None) {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            eprintln!("troupe-mcp: error: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let ran = troupe_mcp_bridge::run(cli).await;
     telemetry.shutdown().await;
     match ran {

@@ -44,7 +44,7 @@ fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
     exporting_test(
         "each_tool_call_is_a_span_under_the_agent_and_over_the_service",
         |receiver| async move {
-            let telemetry = troupe_proto::telemetry::init("troupe-session", "warn", None).unwrap();
+            let telemetry = troupe_telemetry::init("troupe-session", "warn", None).unwrap();
             let server = TestServer::start().await;
             let (root, _, _) = server.root("alpha", TrustLevel::Direct).await;
             let trace = root.trace_id.clone();

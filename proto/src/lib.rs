@@ -14,7 +14,6 @@
 //! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
 //! - [`view`]: the JSON view of a session (and quota) the CLI and the MCP bridge show.
-//! - [`telemetry`]: logs on stderr and OpenTelemetry span export, set by `OTEL_*` variables.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
 /// `troupe.session.v1`.
@@ -59,7 +58,6 @@ pub mod paths;
 pub mod refusal;
 pub mod serving;
 pub mod status;
-pub mod telemetry;
 pub mod trust;
 pub mod view;
 

@@ -140,7 +140,7 @@ pub async fn serve(
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     // The drain ends watch streams and followers; the execs themselves keep running.
     let server = tonic::transport::Server::builder()
-        .trace_fn(troupe_proto::telemetry::request_span)
+        .trace_fn(troupe_telemetry::request_span)
         .add_service(drain.health_service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -28,7 +28,7 @@ fn main() -> ExitCode {
 #[tokio::main]
 async fn runner() -> anyhow::Result<()> {
     let config = Config::parse();
-    let telemetry = troupe_proto::telemetry::init("troupe-runner", "info", config.metrics_listen)?;
+    let telemetry = troupe_telemetry::init("troupe-runner", "info", config.metrics_listen)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

@@ -1,5 +1,5 @@
 //! The runner's metrics, on the meter provider
-//! [`troupe_proto::telemetry::init`] installed (OTLP export, Prometheus
+//! [`troupe_telemetry::init`] installed (OTLP export, Prometheus
 //! scrape); no-ops without one.
 //!
 //! | instrument | kind | attributes |

@@ -28,8 +28,7 @@ fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
         "a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree",
         |receiver| async move {
             let any_port = "127.0.0.1:0".parse().ok();
-            let telemetry =
-                troupe_proto::telemetry::init("troupe-traces-test", "warn", any_port).unwrap();
+            let telemetry = troupe_telemetry::init("troupe-traces-test", "warn", any_port).unwrap();
             let metrics = telemetry.metrics_addr.expect("metrics served");
             let pair = Pair::start().await;
             let ws = pair.runner.workspace("traced");
@@ -166,8 +165,7 @@ fn a_failed_session_is_an_error_in_its_trace() {
     exporting_test(
         "a_failed_session_is_an_error_in_its_trace",
         |receiver| async move {
-            let telemetry =
-                troupe_proto::telemetry::init("troupe-traces-test", "warn", None).unwrap();
+            let telemetry = troupe_telemetry::init("troupe-traces-test", "warn", None).unwrap();
             let pair = Pair::start().await;
             let ws = pair.runner.workspace("faulty");
             pair.agent(&ws, "faulty", "echo giving up; exit 3");

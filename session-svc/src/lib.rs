@@ -115,7 +115,7 @@ async fn serve_with_store<S: Store + Clone>(
         tracing::warn!(error = %e, "event pruning failed");
     }
     metrics::observe_active(store.clone());
-    let lives = troupe_proto::telemetry::exporting()
+    let lives = troupe_telemetry::exporting()
         .then(|| tokio::spawn(lives::export(store.clone(), lives_from, cancel.clone())));
     let upkeep = tokio::spawn(upkeep(store, config.event_retention, cancel.clone()));
 
@@ -237,11 +237,11 @@ pub async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
 
 /// The span a request is served in: the spawns make their own (their spawn
 /// span is the request's span, one span where there would be two); every
-/// other call gets [`troupe_proto::telemetry::request_span`].
+/// other call gets [`troupe_telemetry::request_span`].
 fn request_span(request: &tonic::codegen::http::Request<()>) -> tracing::Span {
     if service::makes_own_span(request.uri().path()) {
         tracing::Span::none()
     } else {
-        troupe_proto::telemetry::request_span(request)
+        troupe_telemetry::request_span(request)
     }
 }

@@ -1,6 +1,6 @@
 //! Each session's life, exported as a span when the session ends: the span
 //! planned when the session was created
-//! ([`LifeSpan`](troupe_proto::telemetry::LifeSpan)), from its creation
+//! ([`LifeSpan`](troupe_telemetry::LifeSpan)), from its creation
 //! to its end, under the spawn span that made it. So a spawn tree is one
 //! trace, and its nesting in a trace view is the tree.
 //!
@@ -20,7 +20,7 @@ use opentelemetry::{
     trace::{Event, Link},
 };
 use tokio_util::sync::CancellationToken;
-use troupe_proto::telemetry::Life;
+use troupe_telemetry::Life;
 
 use crate::{
     error::SessionError,

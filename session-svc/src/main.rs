@@ -24,7 +24,7 @@ fn small_pages() {
 async fn main() -> anyhow::Result<()> {
     small_pages();
     let config = Config::parse();
-    let telemetry = troupe_proto::telemetry::init("troupe-session", "info", config.metrics_listen)?;
+    let telemetry = troupe_telemetry::init("troupe-session", "info", config.metrics_listen)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

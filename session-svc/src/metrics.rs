@@ -1,5 +1,5 @@
 //! The session service's metrics, on the meter provider
-//! [`troupe_proto::telemetry::init`] installed (OTLP export, Prometheus
+//! [`troupe_telemetry::init`] installed (OTLP export, Prometheus
 //! scrape); no-ops without one. Names follow OpenTelemetry's conventions;
 //! Prometheus sees them with `_` for `.` and a unit or `_total` suffix
 //! (`troupe.spawns` is `troupe_spawns_total`).

@@ -4,10 +4,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use troupe_proto::{
-    session::{SessionStatus, TrustLevel},
-    telemetry::LifeSpan,
-};
+use troupe_proto::session::{SessionStatus, TrustLevel};
+use troupe_telemetry::LifeSpan;
 
 /// A session's trust level. Only ever narrows from parent to child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,8 +17,9 @@ use tracing::Instrument;
 use troupe_proto::{
     session::{self as pb, ExecutionMode, TrustLevel},
     status::is_ended,
-    telemetry, trust,
+    trust,
 };
+use troupe_telemetry as telemetry;
 
 use super::{
     Bridge,

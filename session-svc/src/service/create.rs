@@ -1,6 +1,7 @@
 //! `CreateRootSession` and `CreateSession`.
 
-use troupe_proto::{session as pb, telemetry::LifeSpan};
+use troupe_proto::session as pb;
+use troupe_telemetry::LifeSpan;
 
 use super::{
     Inner, MAX_MESSAGE_BYTES, MAX_SHORT_TEXT, allowed, check_len, idempotency, identity::Lapse,

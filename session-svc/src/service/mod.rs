@@ -23,10 +23,8 @@ use opentelemetry::trace::SpanContext;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-use troupe_proto::{
-    session::{self as pb, session_service_server::SessionService},
-    telemetry::{self, LifeSpan},
-};
+use troupe_proto::session::{self as pb, session_service_server::SessionService};
+use troupe_telemetry::{self as telemetry, LifeSpan};
 
 use identity::{Lapse, identify};
 
@@ -225,7 +223,7 @@ impl<S: Store> Service<S> {
 
 /// Whether a request to `path` is served in a span its handler makes (the
 /// spawns': their spawn span is the request's), rather than in the one
-/// [`troupe_proto::telemetry::request_span`] makes for every other call.
+/// [`troupe_telemetry::request_span`] makes for every other call.
 pub fn makes_own_span(path: &str) -> bool {
     path.strip_prefix('/')
         .and_then(|p| p.strip_prefix(pb::session_service_server::SERVICE_NAME))

@@ -14,7 +14,8 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 use tokio::sync::{Mutex, watch};
-use troupe_proto::{status::parse_status, telemetry::LifeSpan};
+use troupe_proto::status::parse_status;
+use troupe_telemetry::LifeSpan;
 
 use super::{
     OutputBudget, SqliteStore, WAL_FRAME_HEADER, WAL_LIMIT, Writer, upkeep,

@@ -1,6 +1,7 @@
-//! Logs and traces of every Troupe server: log lines on stderr (filtered by
-//! `RUST_LOG`), and OpenTelemetry spans exported over OTLP/gRPC when the
-//! standard variables ask for it:
+//! Telemetry of every Troupe server (the operator's CLI has none): log
+//! lines on stderr (filtered by `RUST_LOG`), OpenTelemetry spans and metrics
+//! exported over OTLP/gRPC when the standard variables ask for it, and a
+//! Prometheus scrape endpoint when a server is asked to serve one:
 //!
 //! - `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`):
 //!   where to send spans. With neither set, nothing is exported and no
@@ -15,7 +16,9 @@
 //! Spans are exported in batches from a thread of their own: an export that
 //! fails (no receiver) is logged and dropped, and never delays a call.
 //!
-//! [`LifeSpan`] plans spans that last as long as a session does.
+//! [`LifeSpan`] plans spans that last as long as a session does;
+//! [`request_span`], [`continue_remote`] and [`traceparent_of`] carry a
+//! trace across calls in W3C `traceparent` form.
 
 mod life;
 mod metrics;
