@@ -9,19 +9,10 @@
 
 use std::io::{BufRead, Write};
 
-use serde::Deserialize;
+use troupe_proto::agent::{MessageLine, stdin::TROUPE_SENDER};
 
 /// Prefix of the sender of a message from another session.
 const SESSION_PREFIX: &str = "session:";
-
-#[derive(Deserialize)]
-struct Incoming {
-    #[serde(rename = "type")]
-    kind: String,
-    sequence: u64,
-    sender: String,
-    message: String,
-}
 
 /// Returns the Claude Code stream-json user message (one JSON line, without
 /// its newline) for one line of Troupe's stdin. A line that is not a Troupe
@@ -37,22 +28,21 @@ pub fn user_message(line: &str) -> String {
 }
 
 fn content(line: &str) -> String {
-    let incoming = match serde_json::from_str::<Incoming>(line) {
-        Ok(incoming) if incoming.kind == "message" => incoming,
-        _ => return line.to_owned(),
-    };
-    let Incoming {
+    let Some(MessageLine {
         sequence,
         sender,
         message,
         ..
-    } = incoming;
+    }) = MessageLine::parse(line)
+    else {
+        return line.to_owned();
+    };
     let header = match sender.as_str() {
         "operator" => format!(
             "Message {sequence} from the operator (not a session: answer in your output, \
              which the operator reads)"
         ),
-        "troupe" => format!(
+        TROUPE_SENDER => format!(
             "Message {sequence} from troupe (a notice from Troupe itself, such as a child \
              session's end: nothing to reply to)"
         ),

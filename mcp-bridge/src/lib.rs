@@ -39,9 +39,9 @@ use rmcp::ServiceExt;
 use crate::{backend::Backend, caller::Identity, tools::Bridge};
 
 /// Environment variable holding the session's token (stdio).
-pub const TOKEN_ENV: &str = "TROUPE_SESSION_TOKEN";
+pub const TOKEN_ENV: &str = troupe_proto::agent::env::SESSION_TOKEN;
 /// Environment variable holding the session service's endpoint.
-pub const ENDPOINT_ENV: &str = "TROUPE_SESSION_ENDPOINT";
+pub const ENDPOINT_ENV: &str = troupe_proto::agent::env::SESSION_ENDPOINT;
 
 /// The command line of `troupe-mcp`.
 #[derive(Debug, Parser)]

@@ -14,6 +14,8 @@
 //! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
 //! - [`view`]: the JSON view of a session (and quota) the CLI and the MCP bridge show.
+//! - [`agent`]: what an agent is given: its stdin's message lines and `session_ended`
+//!   notices, and its environment.
 //! - [`FILE_DESCRIPTOR_SET`]: what server reflection serves.
 
 /// `troupe.session.v1`.
@@ -50,6 +52,7 @@ pub mod grpc {
     }
 }
 
+pub mod agent;
 pub mod codec;
 pub mod drain;
 pub mod endpoint;

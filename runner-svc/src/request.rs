@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use troupe_proto::agent::env as agent_env;
+
 use crate::{exec::ExecError, layout};
 
 /// What a caller asks to run.
@@ -19,28 +21,26 @@ pub struct StartSpec {
     pub labels: HashMap<String, String>,
 }
 
-/// The environment of an exec: the caller's, with Troupe's defaults.
+/// The environment of an exec: the caller's, with Troupe's defaults. The
+/// session service gives its agents their whole context ([`AgentEnv`]);
+/// a caller that starts an exec by hand gets the `PARACHUTE_*` aliases of
+/// what it gives, and the exec's and workspace's ids as the session's and
+/// workspace's when it gives none.
+///
+/// [`AgentEnv`]: troupe_proto::agent::AgentEnv
 pub fn environment(
     spec: &StartSpec,
     container_dir: &str,
     default_endpoint: Option<&str>,
 ) -> Vec<String> {
     let mut env = spec.env.clone();
-    for (troupe, parachute) in [
-        ("TROUPE_SESSION_ID", "PARACHUTE_SESSION_ID"),
-        ("TROUPE_WORKSPACE_ID", "PARACHUTE_WORKSPACE_ID"),
-        ("TROUPE_TRUST_LEVEL", "PARACHUTE_TRUST_LEVEL"),
-    ] {
-        if let Some(value) = env.get(troupe).cloned() {
-            env.entry(parachute.into()).or_insert(value);
-        }
-    }
-    env.entry("TROUPE_SESSION_ID".into())
+    agent_env::add_aliases(&mut env);
+    env.entry(agent_env::SESSION_ID.into())
         .or_insert_with(|| spec.exec_id.clone());
-    env.entry("TROUPE_WORKSPACE_ID".into())
+    env.entry(agent_env::WORKSPACE_ID.into())
         .or_insert_with(|| spec.workspace_id.clone());
     if let Some(endpoint) = default_endpoint {
-        env.entry("TROUPE_SESSION_ENDPOINT".into())
+        env.entry(agent_env::SESSION_ENDPOINT.into())
             .or_insert_with(|| endpoint.to_owned());
     }
     if !spec.traceparent.is_empty() {

@@ -6,11 +6,9 @@
 use std::{collections::VecDeque, io::BufRead};
 
 use serde::Deserialize;
-use serde_json::Value;
 use tokio::sync::mpsc;
-
-/// The sender of Troupe's own notices.
-pub const TROUPE: &str = "troupe";
+pub use troupe_proto::agent::stdin::TROUPE_SENDER as TROUPE;
+use troupe_proto::agent::{MessageLine, SessionEnded};
 
 /// One message line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +18,8 @@ pub struct Line {
     pub message: String,
 }
 
+/// An object with a `message` (and perhaps a `sender`) but not a whole
+/// [`MessageLine`]: typed by hand, and read as Troupe's would be.
 #[derive(Deserialize)]
 struct Wire {
     #[serde(default)]
@@ -31,6 +31,12 @@ impl Line {
     /// Reads a line of stdin. Anything but a message object (someone typing
     /// at the agent by hand) is taken as text from the operator.
     pub fn parse(text: &str) -> Line {
+        if let Some(line) = MessageLine::parse(text) {
+            return Line {
+                sender: line.sender,
+                message: line.message,
+            };
+        }
         match serde_json::from_str::<Wire>(text) {
             Ok(wire) => Line {
                 sender: wire.sender.unwrap_or_else(|| "operator".to_owned()),
@@ -44,32 +50,12 @@ impl Line {
     }
 
     /// The `session_ended` notice this line carries, if it is one.
-    pub fn ended(&self) -> Option<Ended> {
+    pub fn ended(&self) -> Option<SessionEnded> {
         if self.sender != TROUPE {
             return None;
         }
-        let value: Value = serde_json::from_str(&self.message).ok()?;
-        if value["type"] != "session_ended" {
-            return None;
-        }
-        Some(Ended {
-            session_id: value["session_id"].as_str()?.to_owned(),
-            status: value["status"].clone(),
-            exit_code: value["exit_code"].clone(),
-            reason: value["reason"].clone(),
-            output_tail: value["output_tail"].as_str().unwrap_or_default().to_owned(),
-        })
+        SessionEnded::parse(&self.message)
     }
-}
-
-/// A child's end, as Troupe reports it to a callback-mode parent.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Ended {
-    pub session_id: String,
-    pub status: Value,
-    pub exit_code: Value,
-    pub reason: Value,
-    pub output_tail: String,
 }
 
 /// The lines of stdin, with Troupe's notices that arrived before anyone

@@ -34,7 +34,7 @@ use self::{
 };
 
 /// The caller's parent session, absent for a root session.
-const PARENT_ENV: &str = "TROUPE_PARENT_SESSION_ID";
+const PARENT_ENV: &str = troupe_proto::agent::env::PARENT_SESSION_ID;
 /// `child_ended` keeps at most this many characters of the child's output.
 const OUTPUT_TAIL_CHARS: usize = 200;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use troupe_proto::runner::WriteStdinRequest;
+use troupe_proto::{agent::MessageLine, runner::WriteStdinRequest};
 
 use super::Driver;
 use crate::{
@@ -95,17 +95,8 @@ impl<S: Store> Driver<S> {
 
 /// The stdin lines of `messages`.
 pub(super) fn lines(messages: &[InboxMessage]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for m in messages {
-        let line = serde_json::json!({
-            "type": "message",
-            "sequence": m.seq,
-            "message_id": m.message_id,
-            "sender": m.sender,
-            "message": m.body,
-        });
-        out.extend_from_slice(line.to_string().as_bytes());
-        out.push(b'\n');
-    }
-    out
+    messages
+        .iter()
+        .flat_map(|m| MessageLine::new(m.seq, &m.message_id, &m.sender, &m.body).to_line())
+        .collect()
 }

@@ -5,7 +5,10 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tonic::Code;
-use troupe_proto::runner::{StartExecRequest, TerminateExecRequest};
+use troupe_proto::{
+    agent::AgentEnv,
+    runner::{StartExecRequest, TerminateExecRequest},
+};
 
 use super::{Driver, RETRY, deliver::lines, system_audit};
 use crate::{
@@ -50,29 +53,25 @@ impl<S: Store> Driver<S> {
             .await?;
         let command: Vec<String> = serde_json::from_str(&session.agent_command)?;
         let (token, _) = self.tokens.mint(&session.session_id)?;
-        let mut env = HashMap::from([
-            ("TROUPE_SESSION_ID".to_owned(), session.session_id.clone()),
-            (
-                "TROUPE_WORKSPACE_ID".to_owned(),
-                session.workspace_id.clone(),
-            ),
-            (
-                "TROUPE_TRUST_LEVEL".to_owned(),
-                session.trust.as_str().to_owned(),
-            ),
-            ("TROUPE_TREE_ID".to_owned(), session.tree_id.clone()),
-            ("TROUPE_DEPTH".to_owned(), session.depth.to_string()),
-            ("TROUPE_AGENT_NAME".to_owned(), session.agent_name.clone()),
-            ("TROUPE_SESSION_TOKEN".to_owned(), token),
-        ]);
         // A sandboxed agent is never told the id of a direct session, its
         // parent's included: the same rule as every view of the ledger.
-        if let (Some(parent), Some(parent_trust)) =
-            (&session.parent_session_id, session.parent_trust)
-            && crate::policy::trust_sees(session.trust, parent_trust)
-        {
-            env.insert("TROUPE_PARENT_SESSION_ID".to_owned(), parent.clone());
+        let parent = session
+            .parent_session_id
+            .as_deref()
+            .zip(session.parent_trust)
+            .filter(|(_, parent_trust)| crate::policy::trust_sees(session.trust, *parent_trust))
+            .map(|(parent, _)| parent);
+        let env = AgentEnv {
+            session_id: &session.session_id,
+            workspace_id: &session.workspace_id,
+            trust: session.trust.to_proto(),
+            tree_id: &session.tree_id,
+            depth: session.depth,
+            agent_name: &session.agent_name,
+            parent_session_id: parent,
+            token: &token,
         }
+        .vars();
         let pending = self.inbox_for(session).await?;
         let request = StartExecRequest {
             exec_id: session.session_id.clone(),

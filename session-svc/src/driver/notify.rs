@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType, TROUPE_SENDER};
+
 use super::{Driver, system_audit};
 use crate::{
     error::SessionError,
@@ -34,18 +36,18 @@ impl<S: Store> Driver<S> {
             .into_iter()
             .rev()
             .collect();
-        let body = serde_json::json!({
-            "type": "session_ended",
-            "session_id": session_id,
-            "status": troupe_proto::status::status_str(row.status),
-            "exit_code": exit.code,
-            "reason": exit.reason,
-            "output_tail": tail,
-        })
-        .to_string();
+        let body = SessionEnded {
+            exit_code: exit.code,
+            output_tail: tail,
+            reason: exit.reason.clone(),
+            session_id: session_id.to_owned(),
+            status: troupe_proto::status::status_str(row.status).to_owned(),
+            kind: SessionEndedType::SessionEnded,
+        }
+        .to_text();
         let message = NewMessage {
             message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
-            sender: "troupe".to_owned(),
+            sender: TROUPE_SENDER.to_owned(),
             body,
         };
         let audit = system_audit("callback", &parent, true, &format!("{session_id} ended"));
