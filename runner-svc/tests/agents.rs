@@ -208,30 +208,11 @@ async fn sync_returns_the_childs_end_and_callback_tells_the_parent() {
         .await;
     let callback_id = callback.session.unwrap().session_id;
     assert!(callback.result.is_none());
-    let deadline = tokio::time::Instant::now() + MINUTE;
-    loop {
-        let tail = pair.get(&root.session_id).await.result.unwrap().output_tail;
-        // The parent echoes its stdin line; the notice is that line's message.
-        let notice = tail
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|line| line["sender"] == "troupe")
-            .find_map(|line| {
-                serde_json::from_str::<serde_json::Value>(line["message"].as_str()?).ok()
-            });
-        if let Some(notice) = notice {
-            assert_eq!(notice["type"], "session_ended", "{notice}");
-            assert_eq!(notice["session_id"], callback_id.as_str(), "{notice}");
-            assert_eq!(notice["status"], "completed", "{notice}");
-            assert_eq!(notice["exit_code"], 0, "{notice}");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no callback in {tail}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The parent echoes its stdin line; the notice is that line's message.
+    let notice = pair.notice_of(&root.session_id, &callback_id).await;
+    assert_eq!(notice["type"], "session_ended", "{notice}");
+    assert_eq!(notice["status"], "completed", "{notice}");
+    assert_eq!(notice["exit_code"], 0, "{notice}");
 }
 
 /// The scripted demo agent, in the container, through the real MCP bridge

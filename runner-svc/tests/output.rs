@@ -43,25 +43,7 @@ async fn every_byte_a_child_prints_reaches_get_session_sync_and_callback() {
         .child(&root.session_id, "hider", ExecutionMode::Callback)
         .await;
     let callback_id = callback.session.unwrap().session_id;
-    let deadline = tokio::time::Instant::now() + MINUTE;
-    let notice = loop {
-        let tail = pair.get(&root.session_id).await.result.unwrap().output_tail;
-        let notice = tail
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|line| line["sender"] == "troupe")
-            .find_map(|line| {
-                serde_json::from_str::<serde_json::Value>(line["message"].as_str()?).ok()
-            });
-        if let Some(notice) = notice {
-            break notice;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no callback in {tail}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let notice = pair.notice_of(&root.session_id, &callback_id).await;
     assert_eq!(notice["session_id"], callback_id.as_str(), "{notice}");
     assert_eq!(notice["output_tail"], printed, "{notice}");
 }

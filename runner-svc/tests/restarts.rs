@@ -138,36 +138,6 @@ async fn a_start_retried_while_the_runner_is_down_gives_up_once_the_session_ende
     );
 }
 
-/// Waits until `root`'s output holds the notice of `child`'s end (the root
-/// agent echoes its stdin lines); returns the notice.
-async fn notice_of(pair: &Pair, root: &str, child: &str) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + MINUTE;
-    loop {
-        let tail = pair
-            .get(root)
-            .await
-            .result
-            .map(|r| r.output_tail)
-            .unwrap_or_default();
-        let notice = tail
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|line| line["sender"] == "troupe")
-            .filter_map(|line| {
-                serde_json::from_str::<serde_json::Value>(line["message"].as_str()?).ok()
-            })
-            .find(|notice| notice["session_id"] == child);
-        if let Some(notice) = notice {
-            return notice;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no notice of {child} in {tail}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Children ended before their agents could start (the runner was down):
 /// a SYNC create returns, a CALLBACK parent is told, and that notice, sent
 /// while the runner could not write it, reaches the running parent once the
@@ -249,7 +219,7 @@ async fn children_ended_before_they_started_are_reported_to_their_parent() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     pair.runner.start_again().await;
-    let notice = notice_of(&pair, &root.session_id, &called).await;
+    let notice = pair.notice_of(&root.session_id, &called).await;
     assert_eq!(notice["type"], "session_ended", "{notice}");
     assert_eq!(notice["status"], "terminated", "{notice}");
     assert_eq!(notice["reason"], "not_started", "{notice}");

@@ -118,6 +118,36 @@ impl Pair {
         self.server.get(id).await
     }
 
+    /// Waits until `root`'s output holds the notice of `child`'s end (the root
+    /// agent echoes its stdin lines); returns the notice.
+    pub async fn notice_of(&self, root: &str, child: &str) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + MINUTE;
+        loop {
+            let tail = self
+                .get(root)
+                .await
+                .result
+                .map(|r| r.output_tail)
+                .unwrap_or_default();
+            let notice = tail
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|line| line["sender"] == "troupe")
+                .filter_map(|line| {
+                    serde_json::from_str::<serde_json::Value>(line["message"].as_str()?).ok()
+                })
+                .find(|notice| notice["session_id"] == child);
+            if let Some(notice) = notice {
+                return notice;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no notice of {child} in {tail}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits until the session's status is `status`.
     pub async fn wait_status(&self, id: &str, status: SessionStatus) -> pb::GetSessionResponse {
         let deadline = tokio::time::Instant::now() + MINUTE;

@@ -72,37 +72,29 @@ impl Lapse {
         }
     }
 
-    /// The refusal a new call would get now, if it would get one.
+    /// The refusal a new call would get now, if it would get one. The
+    /// ledger and the clock decide whether to look; the token is verified
+    /// again only then, for the refusal's own words.
     pub async fn check<S: Store>(&self, inner: &Inner<S>) -> Result<(), SessionError> {
         match self {
-            Lapse::Never => Ok(()),
-            Lapse::Session { token, .. } => identify(inner, token).await.map(|_| ()),
+            Lapse::Session { token, .. } if self.may_have_lapsed(inner).await => {
+                identify(inner, token).await.map(|_| ())
+            }
+            _ => Ok(()),
         }
     }
 
     /// Completes, with the refusal a new call would get, once the caller's
     /// token would be refused; never for the operator.
     pub async fn lapsed<S: Store>(&self, inner: &Inner<S>) -> SessionError {
-        let Lapse::Session {
-            token,
-            session_id,
-            expires_at,
-        } = self
-        else {
+        let Lapse::Session { expires_at, .. } = self else {
             return std::future::pending().await;
         };
         // Subscribed before the first look, so no ending falls between.
         let mut ends = inner.store.subscribe_ends();
         loop {
-            let ended = match inner.store.get_session(session_id).await {
-                Ok(Some(row)) => !row.is_active(),
-                Ok(None) | Err(_) => true,
-            };
-            if ended || unix_now() > *expires_at {
-                // The same verdict a new call gets, in its words.
-                if let Err(refusal) = identify(inner, token).await {
-                    return refusal;
-                }
+            if let Err(refusal) = self.check(inner).await {
+                return refusal;
             }
             let expiry = until_unix(expires_at + 1);
             tokio::select! {
@@ -114,6 +106,24 @@ impl Lapse {
                 () = tokio::time::sleep(expiry) => {}
             }
         }
+    }
+
+    /// Whether the caller's session has ended or its token expired, by the
+    /// ledger and the clock alone.
+    async fn may_have_lapsed<S: Store>(&self, inner: &Inner<S>) -> bool {
+        let Lapse::Session {
+            session_id,
+            expires_at,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        let ended = match inner.store.get_session(session_id).await {
+            Ok(Some(row)) => !row.is_active(),
+            Ok(None) | Err(_) => true,
+        };
+        ended || unix_now() > *expires_at
     }
 }
 
