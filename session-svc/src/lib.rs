@@ -5,7 +5,8 @@
 //! - [`auth`]: session tokens and the operator token.
 //! - [`policy`]: every rule (visibility, trust, quotas), as pure functions.
 //! - [`agents`]: agent definitions and slug validation.
-//! - [`store`]: the storage interface and its SQLite implementation.
+//! - [`store`]: the storage interface and its SQLite and PostgreSQL
+//!   implementations.
 //! - [`service`]: the gRPC handlers, one module per RPC.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
@@ -38,7 +39,7 @@ use crate::{
     auth::Tokens,
     driver::Driver,
     service::{Inner, Service},
-    store::{SqliteStore, Store},
+    store::{PgStore, SqliteStore, Store},
 };
 
 /// How often old events are pruned.
@@ -59,16 +60,25 @@ pub async fn serve(
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let url = config.database_url();
+    let operator =
+        troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
+    if store::is_postgres_url(&url) {
+        let store = PgStore::open(&url)
+            .await
+            .with_context(|| format!("cannot open database {}", store::redacted_url(&url)))?
+            .with_output_budget(config.output_budget());
+        let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
+        return serve_with_store(config, store, tokens, listener, shutdown).await;
+    }
     anyhow::ensure!(
         url.starts_with("sqlite:"),
-        "unsupported database url {url:?}: this release stores in SQLite (sqlite://PATH)"
+        "unsupported database url {:?}: use sqlite://PATH or postgres://USER:PASSWORD@HOST/DB",
+        store::redacted_url(&url)
     );
     let store = SqliteStore::open(&url)
         .await
         .with_context(|| format!("cannot open database {url}"))?
         .with_output_budget(config.output_budget());
-    let operator =
-        troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
     serve_with_store(config, store, tokens, listener, shutdown).await
 }

@@ -3,16 +3,24 @@
 //! as a closure) inside the same transaction as the write, so concurrent
 //! calls cannot both pass a check that only one of them may pass.
 //!
-//! [`SqliteStore`] is the embedded default. The rules never see SQL, so
-//! another backend implements this trait without touching them.
+//! [`SqliteStore`] is the embedded default; [`PgStore`] keeps the ledger in
+//! PostgreSQL for several replicas on one database. The rules never see
+//! SQL, so each backend implements this trait without touching them;
+//! `shared` holds the decisions both make without I/O.
 
 mod ledger;
+mod postgres;
+mod shared;
 mod sqlite;
 
 use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
+pub use postgres::{
+    EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
+    PgStore, is_postgres_url, redacted_url,
+};
 pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 
 use crate::{

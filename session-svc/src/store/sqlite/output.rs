@@ -17,7 +17,7 @@
 use serde_json::json;
 use sqlx::SqliteConnection;
 
-use crate::{error::SessionError, model::now_ms};
+use crate::{error::SessionError, model::now_ms, store::shared::low_water};
 
 /// How much output the store keeps, in bytes printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,12 +35,6 @@ impl Default for OutputBudget {
             total_bytes: 256 << 20,
         }
     }
-}
-
-/// Where a drop brings what is kept: three quarters of the budget, so drops
-/// (and the marker's move) come once per quarter of it, not per event.
-fn low_water(budget: u64) -> i64 {
-    (budget - budget / 4).min(i64::MAX as u64) as i64
 }
 
 /// Records a chunk of a session's output in the open transaction: the

@@ -17,7 +17,10 @@ use crate::{
         AuditRecord, Failure, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
         now_ms,
     },
-    store::MessageCheck,
+    store::{
+        MessageCheck,
+        shared::{exit_detail, exit_end},
+    },
 };
 
 impl SqliteStore {
@@ -127,16 +130,9 @@ impl SqliteStore {
                 .bind(session_id)
                 .execute(tx.conn())
                 .await?;
-                let detail =
-                    json!({"exit_code": exit.code, "reason": exit.reason, "detail": exit.detail});
+                let detail = exit_detail(&exit);
                 if row.is_active() {
-                    let (status, why) = if exit.succeeded() {
-                        ("completed", "exited".to_owned())
-                    } else if exit.reason == "exited" {
-                        ("failed", format!("exit code {}", exit.code))
-                    } else {
-                        ("failed", exit.reason.clone())
-                    };
+                    let (status, why) = exit_end(&exit);
                     changed = tx.end_session(session_id, status, &why).await?;
                     tx.event(session_id, status, status, detail).await?;
                 }
