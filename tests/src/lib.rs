@@ -1,7 +1,8 @@
 //! Shared harness of Troupe's tests and benchmarks: a real session service on
 //! `127.0.0.1:0` with its own data directory, and clients that carry a token.
 //!
-//! - [`TestServer`]: start, restart on the same data, stop (propagating server errors).
+//! - [`TestServer`]: start, restart on the same data, stop (propagating server
+//!   errors); on PostgreSQL, replicas sharing its database.
 //! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
 //! - [`reason`]: the `ErrorInfo` reason of a refusal.
 //! - [`drain`]: what clients see of a server that stops.
@@ -10,15 +11,18 @@
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
 //! - [`raw`]: calls made of hand-written wire bytes (fields that are not UTF-8).
+//! - [`postgres`]: the backend switch (`TROUPE_TEST_BACKEND`) and fresh
+//!   PostgreSQL databases.
 
 pub mod bench;
 pub mod drain;
 pub mod flags_doc;
 pub mod otlp;
+pub mod postgres;
 pub mod process;
 pub mod raw;
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::{Status, service::interceptor::InterceptedService, transport::Channel};
@@ -33,11 +37,15 @@ pub type Client = SessionServiceClient<InterceptedService<Channel, Bearer>>;
 /// The operator token every test server uses.
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
 
-/// A session service running in this process.
+/// A session service running in this process, on SQLite in its data
+/// directory or, with `TROUPE_TEST_BACKEND=postgres`, on a fresh PostgreSQL
+/// database (see [`postgres`]).
 pub struct TestServer {
     pub addr: SocketAddr,
     pub config: Config,
-    dir: Option<tempfile::TempDir>,
+    /// Its own directory first, then those of the server it replicates
+    /// (whose workspaces it uses); kept until the server task is gone.
+    dirs: Vec<Arc<tempfile::TempDir>>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -48,13 +56,27 @@ impl TestServer {
         TestServer::start_with(|_| {}).await
     }
 
-    /// Starts a server after `adjust` has changed its configuration.
+    /// Starts a server after `adjust` has changed its configuration, on the
+    /// backend `TROUPE_TEST_BACKEND` names ([`postgres::Backend::from_env`]).
+    /// Its database is chosen first, so `adjust` sees it and may change it.
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
+        TestServer::start_on(postgres::Backend::from_env(), adjust).await
+    }
+
+    /// Starts a server on `backend` (whatever `TROUPE_TEST_BACKEND` says)
+    /// after `adjust` has changed its configuration.
+    pub async fn start_on(
+        backend: postgres::Backend,
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = Config::with_data_dir(dir.path().join("data"));
         config.operator_token = Some(OPERATOR_TOKEN.to_owned());
         config.workspaces_dir = Some(dir.path().join("workspaces"));
-        config.database_url = None;
+        config.database_url = match backend {
+            postgres::Backend::Sqlite => None,
+            postgres::Backend::Postgres => Some(postgres::fresh_database().await),
+        };
         config.limits = Limits {
             spawn_rate_per_sec: 0.0,
             ..Limits::default()
@@ -63,11 +85,42 @@ impl TestServer {
         let mut server = TestServer {
             addr: "127.0.0.1:0".parse().expect("addr"),
             config,
-            dir: Some(dir),
+            dirs: vec![Arc::new(dir)],
             shutdown: None,
             task: None,
         };
         server.write_agent(None, "worker");
+        server.launch().await;
+        server
+    }
+
+    /// Starts another server on this one's PostgreSQL database, with the
+    /// same configuration (operator token and workspaces included) but its
+    /// own port and data directory (its Unix socket). Panics on SQLite:
+    /// replicas share a PostgreSQL database.
+    pub async fn replica(&self) -> TestServer {
+        let url = self.config.database_url();
+        assert!(
+            postgres::is_postgres(&url),
+            "replicas share a PostgreSQL database; this server is on {url} \
+             (run with {}=postgres)",
+            postgres::BACKEND_ENV
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = self.config.clone();
+        config.data_dir = dir.path().join("data");
+        if config.socket().is_some() {
+            config.socket = None; // its own, in its data directory
+        }
+        let mut dirs = vec![Arc::new(dir)];
+        dirs.extend(self.dirs.iter().cloned());
+        let mut server = TestServer {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            config,
+            dirs,
+            shutdown: None,
+            task: None,
+        };
         server.launch().await;
         server
     }
@@ -245,15 +298,13 @@ impl Drop for TestServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        // Keep the data directory alive until the server task is gone.
-        if let (Some(task), Some(dir), Ok(runtime)) = (
-            self.task.take(),
-            self.dir.take(),
-            tokio::runtime::Handle::try_current(),
-        ) {
+        // Keep the data directories alive until the server task is gone.
+        if let (Some(task), Ok(runtime)) = (self.task.take(), tokio::runtime::Handle::try_current())
+        {
+            let dirs = std::mem::take(&mut self.dirs);
             runtime.spawn(async move {
                 let _ = task.await;
-                drop(dir);
+                drop(dirs);
             });
         }
     }
