@@ -4,12 +4,12 @@
 //! reach every watcher once and in cursor order, and a watcher hears of
 //! another replica's commits (by LISTEN, else by polling).
 //!
-//! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` is the URL of a server where
-//! the tests may create databases (each test makes a fresh one).
+//! PostgreSQL only, whatever `TROUPE_TEST_BACKEND` says:
+//! `TROUPE_TEST_POSTGRES_URL` is the URL of a server where the tests may
+//! create databases (`source scripts/pg-env`); each test makes a fresh one.
 
 use std::{
     collections::HashSet,
-    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
@@ -21,83 +21,31 @@ use troupe_session_svc::{
     model::EventFilter,
     store::{EventPage, PG_LISTENER_NAME, PgStore, Store},
 };
-use troupe_tests::{Client, TestServer, child, message, reason, terminate};
+use troupe_tests::{
+    Client, TestServer, child, message, postgres::Backend, reason, terminate,
+};
 
-/// A fresh database on the test server, dropped by [`Db::drop_now`].
-struct Db {
-    admin: String,
-    name: String,
-    url: String,
+/// `n` replicas on a fresh database: the first, then the others started
+/// together.
+async fn replicas(n: usize, limits: Limits) -> Vec<TestServer> {
+    let first = TestServer::start_on(Backend::Postgres, |c| c.limits = limits).await;
+    let others = join_all((1..n).map(|_| first.replica())).await;
+    let mut all = vec![first];
+    all.extend(others);
+    all
 }
 
-impl Db {
-    async fn fresh() -> Db {
-        let admin = std::env::var("TROUPE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-            panic!(
-                "replicas.rs runs against PostgreSQL: set TROUPE_TEST_POSTGRES_URL to the URL of \
-                 a server where it may create databases (postgres://USER@HOST:PORT/postgres)"
-            )
-        });
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_nanos();
-        let name = format!(
-            "troupe_test_{}_{}_{}",
-            std::process::id(),
-            nanos % 1_000_000_000_000,
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut conn = PgConnection::connect(&admin)
-            .await
-            .expect("connect to TROUPE_TEST_POSTGRES_URL");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .expect("create database");
-        let (base, query) = match admin.split_once('?') {
-            Some((base, query)) => (base, format!("?{query}")),
-            None => (admin.as_str(), String::new()),
-        };
-        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-        let url = format!("{server}/{name}{query}");
-        Db { admin, name, url }
-    }
-
-    async fn connect(&self) -> PgConnection {
-        PgConnection::connect(&self.url).await.expect("connect")
-    }
-
-    async fn drop_now(self) {
-        if let Ok(mut conn) = PgConnection::connect(&self.admin).await {
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            )))
-            .execute(&mut conn)
-            .await;
-        }
-    }
+/// A connection to the replicas' database.
+async fn connect(server: &TestServer) -> PgConnection {
+    PgConnection::connect(&server.config.database_url())
+        .await
+        .expect("connect")
 }
 
-/// `n` replicas on `db`, started together (their migrations race).
-async fn replicas(db: &Db, n: usize, limits: Limits) -> Vec<TestServer> {
-    join_all((0..n).map(|_| {
-        let url = db.url.clone();
-        TestServer::start_with(move |c: &mut Config| {
-            c.database_url = Some(url);
-            c.limits = limits;
-        })
-    }))
-    .await
-}
-
-async fn stop_all(servers: Vec<TestServer>, db: Db) {
+async fn stop_all(servers: Vec<TestServer>) {
     for server in servers {
         server.stop().await;
     }
-    db.drop_now().await;
 }
 
 /// Clients acting with `token` on each replica.
@@ -179,8 +127,7 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
         ),
     ];
     for (quota, limits, before, refusal) in cases {
-        let db = Db::fresh().await;
-        let servers = replicas(&db, 3, limits).await;
+                let servers = replicas(3, limits).await;
         let (root, mut as_root, token) = servers[0].root("alpha", TrustLevel::Direct).await;
         let mut tokens = vec![token];
         for i in 0..before {
@@ -206,7 +153,7 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
             "{quota}: every other spawn refused with {refusal}: {refused:?}"
         );
         let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sessions")
-            .fetch_one(&mut db.connect().await)
+            .fetch_one(&mut connect(&servers[0]).await)
             .await
             .expect("count");
         assert_eq!(stored as usize, 1 + before + 1, "{quota}: sessions stored");
@@ -219,7 +166,7 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
                 .session_id,
             root.session_id
         );
-        stop_all(servers, db).await;
+        stop_all(servers).await;
     }
 }
 
@@ -227,9 +174,7 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
 async fn spawns_past_the_depth_limit_are_refused_on_every_replica() {
     // Depth is no count: a session at the deepest level is refused on
     // every replica, whatever else runs.
-    let db = Db::fresh().await;
-    let servers = replicas(
-        &db,
+        let servers = replicas(
         3,
         Limits {
             max_depth: 1,
@@ -243,13 +188,12 @@ async fn spawns_past_the_depth_limit_are_refused_on_every_replica() {
     let (ok, refused) = spawn_race(&servers, &[token], 12).await;
     assert_eq!(ok, 0);
     assert!(refused.iter().all(|r| r == "DEPTH_EXCEEDED"), "{refused:?}");
-    stop_all(servers, db).await;
+    stop_all(servers).await;
 }
 
 #[tokio::test]
 async fn a_request_id_replays_on_another_replica_and_conflicts_with_another_payload() {
-    let db = Db::fresh().await;
-    let servers = replicas(&db, 3, unlimited()).await;
+        let servers = replicas(3, unlimited()).await;
     let (root, _, token) = servers[0].root("alpha", TrustLevel::Direct).await;
     let request = pb::CreateSessionRequest {
         request_id: "req-1".to_owned(),
@@ -311,13 +255,12 @@ async fn a_request_id_replays_on_another_replica_and_conflicts_with_another_payl
         .await
         .expect_err("conflict");
     assert_eq!(reason(&status), "IDEMPOTENCY_CONFLICT");
-    stop_all(servers, db).await;
+    stop_all(servers).await;
 }
 
 #[tokio::test]
 async fn a_termination_racing_spawns_leaves_no_active_child_under_an_ended_node() {
-    let db = Db::fresh().await;
-    let servers = replicas(&db, 3, unlimited()).await;
+        let servers = replicas(3, unlimited()).await;
     // Over the rounds, spawns both landed before the end and were refused
     // after it: the termination raced them.
     let (mut landed, mut refused) = (0, 0);
@@ -386,7 +329,7 @@ async fn a_termination_racing_spawns_leaves_no_active_child_under_an_ended_node(
         landed > 0 && refused > 0,
         "the race overlapped: {landed} landed, {refused} refused"
     );
-    stop_all(servers, db).await;
+    stop_all(servers).await;
 }
 
 /// The next event of a stream, within `within`.
@@ -403,8 +346,7 @@ async fn next_within(
 
 #[tokio::test]
 async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
-    let db = Db::fresh().await;
-    let servers = replicas(&db, 3, unlimited()).await;
+        let servers = replicas(3, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
     // A watcher on A from cursor 0 over gRPC, and one on the store with a
     // page of 3, both while the writers run.
@@ -417,7 +359,7 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         .await
         .expect("watch")
         .into_inner();
-    let store = PgStore::open(&db.url).await.expect("open store");
+    let store = PgStore::open(&servers[0].config.database_url()).await.expect("open store");
     let mut writers = Vec::new();
     for (w, server) in servers.iter().cycle().take(12).enumerate() {
         let mut client = server.operator().await;
@@ -450,7 +392,7 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
             EventPage::Expired { .. } => panic!("nothing is pruned here"),
         }
     }
-    let mut conn = db.connect().await;
+    let mut conn = connect(&servers[0]).await;
     let stored: Vec<i64> = sqlx::query_scalar("SELECT id FROM events ORDER BY id")
         .fetch_all(&mut conn)
         .await
@@ -490,7 +432,7 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
     }
     assert_eq!(rest, stored[stored.len() / 2 + 1..]);
     drop(store);
-    stop_all(servers, db).await;
+    stop_all(servers).await;
 }
 
 #[tokio::test]
@@ -498,10 +440,9 @@ async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
     // A writer that holds its transaction open after taking the events
     // lock (as every writer does before drawing ids): the replicas' writes
     // wait behind it, so none gets an id past its event and commits first.
-    let db = Db::fresh().await;
-    let servers = replicas(&db, 2, unlimited()).await;
+        let servers = replicas(2, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
-    let mut held = db.connect().await;
+    let mut held = connect(&servers[0]).await;
     let mut tx = held.begin().await.expect("begin");
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(troupe_session_svc::store::PG_EVENTS_LOCK)
@@ -555,13 +496,12 @@ async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
         cursors.push(event.cursor);
     }
     assert!(cursors.windows(2).all(|w| w[0] < w[1]), "{cursors:?}");
-    stop_all(servers, db).await;
+    stop_all(servers).await;
 }
 
 #[tokio::test]
 async fn a_watcher_hears_of_another_replicas_commits_by_listen_and_else_by_polling() {
-    let db = Db::fresh().await;
-    let servers = replicas(&db, 2, unlimited()).await;
+        let servers = replicas(2, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
     let mut stream = servers[0]
         .operator()
@@ -587,7 +527,7 @@ async fn a_watcher_hears_of_another_replicas_commits_by_listen_and_else_by_polli
         assert!(sent.elapsed() < Duration::from_millis(300));
     }
     // With the listening connections killed, polling still brings it.
-    let mut admin = db.connect().await;
+    let mut admin = connect(&servers[0]).await;
     let killed: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE datname = current_database() AND application_name = $1",
@@ -607,7 +547,28 @@ async fn a_watcher_hears_of_another_replicas_commits_by_listen_and_else_by_polli
     .await
     .expect("seen through polling");
     assert_eq!(event.session_id, root.session_id);
-    stop_all(servers, db).await;
+    stop_all(servers).await;
+}
+
+#[tokio::test]
+async fn replicas_starting_together_on_a_new_database_migrate_it_once() {
+    let url = troupe_tests::postgres::fresh_database().await;
+    let servers = join_all((0..4).map(|_| {
+        let url = url.clone();
+        TestServer::start_on(Backend::Sqlite, move |c| c.database_url = Some(url))
+    }))
+    .await;
+    for server in &servers {
+        server.root("alpha", TrustLevel::Direct).await;
+    }
+    let (applied, failed): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(*) FILTER (WHERE NOT success) FROM _sqlx_migrations",
+    )
+    .fetch_one(&mut connect(&servers[0]).await)
+    .await
+    .expect("migrations");
+    assert_eq!((applied, failed), (1, 0));
+    stop_all(servers).await;
 }
 
 #[tokio::test]
