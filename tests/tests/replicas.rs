@@ -21,9 +21,7 @@ use troupe_session_svc::{
     model::EventFilter,
     store::{EventPage, PG_LISTENER_NAME, PgStore, Store},
 };
-use troupe_tests::{
-    Client, TestServer, child, message, postgres::Backend, reason, terminate,
-};
+use troupe_tests::{Client, TestServer, child, message, postgres::Backend, reason, terminate};
 
 /// `n` replicas on a fresh database: the first, then the others started
 /// together.
@@ -112,7 +110,7 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
                 max_active_per_workspace: 3,
                 ..unlimited()
             },
-            1,
+            0,
             "WORKSPACE_QUOTA_EXCEEDED",
         ),
         (
@@ -127,19 +125,25 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
         ),
     ];
     for (quota, limits, before, refusal) in cases {
-                let servers = replicas(3, limits).await;
+        let servers = replicas(3, limits).await;
         let (root, mut as_root, token) = servers[0].root("alpha", TrustLevel::Direct).await;
         let mut tokens = vec![token];
+        // The workspace case spawns from two trees: the workspace's lock,
+        // not a tree's or a parent's, must be what orders them.
+        if quota == "workspace" {
+            let (_, _, other) = servers[1].root("alpha", TrustLevel::Direct).await;
+            tokens.push(other);
+        }
         for i in 0..before {
             let kid = as_root
                 .create_session(child(&format!("before {i}")))
                 .await
                 .unwrap_or_else(|e| panic!("{quota}: spawn before the race: {e:?}"));
-            let kid = kid.into_inner().session.expect("session");
-            // The workspace case spawns from two parents: its lock, not a
-            // parent's row, must be what orders them.
-            if quota == "workspace" {
-                tokens.push(servers[1].token_for(&kid.session_id).await);
+            // The tree case spawns from two parents: the tree's lock, not a
+            // parent's, must be what orders them.
+            if quota == "tree" {
+                let kid = kid.into_inner().session.expect("session");
+                tokens.push(servers[2].token_for(&kid.session_id).await);
             }
         }
         let (ok, refused) = spawn_race(&servers, &tokens, 12).await;
@@ -156,7 +160,11 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
             .fetch_one(&mut connect(&servers[0]).await)
             .await
             .expect("count");
-        assert_eq!(stored as usize, 1 + before + 1, "{quota}: sessions stored");
+        assert_eq!(
+            stored as usize,
+            1 + usize::from(quota == "workspace") + before + 1,
+            "{quota}: sessions stored"
+        );
         assert_eq!(
             servers[2]
                 .get(&root.session_id)
@@ -174,7 +182,7 @@ async fn concurrent_spawns_at_limit_minus_one_admit_exactly_one_per_quota() {
 async fn spawns_past_the_depth_limit_are_refused_on_every_replica() {
     // Depth is no count: a session at the deepest level is refused on
     // every replica, whatever else runs.
-        let servers = replicas(
+    let servers = replicas(
         3,
         Limits {
             max_depth: 1,
@@ -193,7 +201,7 @@ async fn spawns_past_the_depth_limit_are_refused_on_every_replica() {
 
 #[tokio::test]
 async fn a_request_id_replays_on_another_replica_and_conflicts_with_another_payload() {
-        let servers = replicas(3, unlimited()).await;
+    let servers = replicas(3, unlimited()).await;
     let (root, _, token) = servers[0].root("alpha", TrustLevel::Direct).await;
     let request = pb::CreateSessionRequest {
         request_id: "req-1".to_owned(),
@@ -260,7 +268,7 @@ async fn a_request_id_replays_on_another_replica_and_conflicts_with_another_payl
 
 #[tokio::test]
 async fn a_termination_racing_spawns_leaves_no_active_child_under_an_ended_node() {
-        let servers = replicas(3, unlimited()).await;
+    let servers = replicas(3, unlimited()).await;
     // Over the rounds, spawns both landed before the end and were refused
     // after it: the termination raced them.
     let (mut landed, mut refused) = (0, 0);
@@ -346,7 +354,7 @@ async fn next_within(
 
 #[tokio::test]
 async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
-        let servers = replicas(3, unlimited()).await;
+    let servers = replicas(3, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
     // A watcher on A from cursor 0 over gRPC, and one on the store with a
     // page of 3, both while the writers run.
@@ -359,7 +367,9 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         .await
         .expect("watch")
         .into_inner();
-    let store = PgStore::open(&servers[0].config.database_url()).await.expect("open store");
+    let store = PgStore::open(&servers[0].config.database_url())
+        .await
+        .expect("open store");
     let mut writers = Vec::new();
     for (w, server) in servers.iter().cycle().take(12).enumerate() {
         let mut client = server.operator().await;
@@ -440,7 +450,7 @@ async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
     // A writer that holds its transaction open after taking the events
     // lock (as every writer does before drawing ids): the replicas' writes
     // wait behind it, so none gets an id past its event and commits first.
-        let servers = replicas(2, unlimited()).await;
+    let servers = replicas(2, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
     let mut held = connect(&servers[0]).await;
     let mut tx = held.begin().await.expect("begin");
@@ -501,7 +511,7 @@ async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
 
 #[tokio::test]
 async fn a_watcher_hears_of_another_replicas_commits_by_listen_and_else_by_polling() {
-        let servers = replicas(2, unlimited()).await;
+    let servers = replicas(2, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
     let mut stream = servers[0]
         .operator()
