@@ -40,11 +40,11 @@ pub(super) async fn record(
     let kept: i64 = sqlx::query_scalar(
         "UPDATE processes SET \
            output_tail = substring(output_tail || $1 FROM \
-             GREATEST(1, length(output_tail || $1) - $2 + 1)), \
+             GREATEST(1, length(output_tail || $1) - $2::int + 1)::int), \
            output_bytes = output_bytes + $3 WHERE session_id = $4 RETURNING output_bytes",
     )
     .bind(data)
-    .bind(tail_max as i64)
+    .bind(tail_max.min(i32::MAX as usize) as i32)
     .bind(bytes)
     .bind(session_id)
     .fetch_one(&mut *conn)
