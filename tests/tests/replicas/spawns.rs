@@ -288,21 +288,34 @@ async fn replicas_starting_together_on_a_new_database_migrate_it_once() {
     stop_all(servers).await;
 }
 
-#[tokio::test]
-async fn an_unreachable_database_is_a_clear_error_without_the_password() {
+/// Starts a service on `url`; returns its start's error, as printed.
+async fn start_error(url: &str) -> String {
     let dir = tempfile::tempdir().expect("dir");
     let mut config = Config::with_data_dir(dir.path());
     config.operator_token = Some(troupe_tests::OPERATOR_TOKEN.to_owned());
-    config.database_url = Some("postgres://troupe:hunter2secret@127.0.0.1:1/nodb".to_owned());
+    config.database_url = Some(url.to_owned());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let error = troupe_session_svc::serve(config, listener, std::future::pending())
         .await
         .expect_err("no database there");
-    let text = format!("{error:#}");
+    format!("{error:#}")
+}
+
+#[tokio::test]
+async fn a_bad_or_unreachable_database_is_a_clear_error_without_the_password() {
+    let text = start_error("postgres://troupe:hunter2secret@127.0.0.1:1/nodb").await;
+    assert!(text.contains("cannot connect"), "{text}");
     assert!(
         text.contains("postgres://troupe:***@127.0.0.1:1/nodb"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2secret"), "{text}");
+    let text = start_error("postgresql://troupe:hunter2secret@127.0.0.1:notaport/db").await;
+    assert!(text.contains("bad database url"), "{text}");
+    assert!(
+        text.contains("postgresql://troupe:***@127.0.0.1:notaport/db"),
         "{text}"
     );
     assert!(!text.contains("hunter2secret"), "{text}");

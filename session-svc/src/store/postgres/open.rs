@@ -8,7 +8,10 @@ use std::{
     time::Duration,
 };
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{
+    Connection, PgConnection,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
 use tokio::sync::watch;
 use troupe_proto::status::parse_status;
 use troupe_telemetry::LifeSpan;
@@ -60,6 +63,18 @@ impl PgStore {
         let options = PgConnectOptions::from_str(url).map_err(|e| {
             SessionError::Internal(format!("bad database url {shown}: {}", strip(&e, url)))
         })?;
+        // One connection first: an unreachable server fails the start at
+        // once (the pool would retry until its acquire timeout).
+        PgConnection::connect_with(&options)
+            .await
+            .map_err(|e| {
+                SessionError::Internal(format!(
+                    "cannot connect to database {shown}: {}",
+                    strip(&e, url)
+                ))
+            })?
+            .close()
+            .await?;
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
