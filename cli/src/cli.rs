@@ -19,14 +19,20 @@ pub struct Cli {
 /// Flags every command takes, before or after the subcommand.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Address of troupe-session.
+    /// Address of troupe-session (`http://host:port`, `unix:///path`). For
+    /// replicas on one database give several, separated by commas (or the
+    /// flag repeated): a call that cannot reach one (refused, lost, the
+    /// server stopping) goes on to the next, each tried once; a watch resumes
+    /// on the next after its last cursor.
     #[arg(
         long,
         global = true,
         env = "TROUPE_ENDPOINT",
+        value_name = "ENDPOINT[,ENDPOINT...]",
+        value_delimiter = ',',
         default_value = "http://127.0.0.1:7400"
     )]
-    pub endpoint: String,
+    pub endpoint: Vec<String>,
     /// Bearer token to use instead of the operator token (e.g. a session's
     /// token, to act as that session). Without it the operator token is taken
     /// from TROUPE_OPERATOR_TOKEN, else from `<data-dir>/operator.token`.
@@ -110,9 +116,11 @@ pub struct CreateArgs {
     /// Create a child of this session, on its behalf.
     #[arg(long, value_name = "SESSION_ID")]
     pub parent: Option<String>,
-    /// Makes the call safe to retry: the same id and payload give the same session.
-    #[arg(long, value_name = "ID", default_value = "")]
-    pub request_id: String,
+    /// Makes the call safe to retry: the same id and payload give the same
+    /// session. Default: a fresh id, so that the call, if repeated on another
+    /// endpoint, is replayed there rather than done twice.
+    #[arg(long, value_name = "ID")]
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -149,8 +157,10 @@ pub struct SendArgs {
     pub id: String,
     #[arg(long)]
     pub message: String,
-    #[arg(long, value_name = "ID", default_value = "")]
-    pub request_id: String,
+    /// Makes the call safe to retry: the same id and message give the same
+    /// answer, and the message is stored once. Default: a fresh id.
+    #[arg(long, value_name = "ID")]
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -212,6 +222,23 @@ mod tests {
     fn json_flag_is_accepted_after_the_subcommand() {
         let cli = Cli::try_parse_from(["troupe", "session", "get", "sess_1", "--json"]).unwrap();
         assert!(cli.global.json);
+    }
+
+    #[test]
+    fn endpoints_are_split_on_commas_and_repeated_flags() {
+        let cli = Cli::try_parse_from([
+            "troupe",
+            "--endpoint",
+            "http://a:1,http://b:2",
+            "--endpoint",
+            "unix:///s",
+            "audit",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.global.endpoint,
+            ["http://a:1", "http://b:2", "unix:///s"]
+        );
     }
 
     #[test]

@@ -1,18 +1,14 @@
 //! Reaching troupe-session: which token to send, where the operator token
-//! lives, and a client that puts `authorization: Bearer <token>` on every call.
+//! lives, and a client per endpoint that puts `authorization: Bearer <token>`
+//! on every call.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use tonic::{
-    service::interceptor::InterceptedService,
-    transport::{Channel, Endpoint},
-};
+use tonic::{service::interceptor::InterceptedService, transport::Channel};
 use troupe_proto::{
     endpoint::Bearer,
+    failover::{self, Endpoints},
     paths::{default_data_dir, operator_token_path},
     session::session_service_client::SessionServiceClient,
 };
@@ -95,32 +91,22 @@ pub fn endpoint_url(endpoint: &str) -> String {
     }
 }
 
-/// Connects to troupe-session, failing early (with a hint) when nothing listens there.
-pub async fn connect(endpoint: &str, token: &str) -> anyhow::Result<Client> {
-    let bearer = Bearer::new(Some(token))?;
-    let url = endpoint_url(endpoint);
-    let channel = Endpoint::from_shared(url.clone())
-        .with_context(|| format!("invalid endpoint {endpoint:?}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot connect to {url}: {}; troupe-session must be running there \
-                 (start it, or point --endpoint/TROUPE_ENDPOINT at it)",
-                root_cause(&e)
-            )
-        })?;
-    Ok(SessionServiceClient::with_interceptor(channel, bearer))
+/// Returns the endpoints as URLs (see [`endpoint_url`]); an empty one is an error.
+pub fn endpoint_urls(endpoints: &[String]) -> anyhow::Result<Vec<String>> {
+    let endpoints =
+        failover::parse_list(endpoints).map_err(|e| anyhow::anyhow!("--endpoint: {e}"))?;
+    Ok(endpoints.iter().map(|e| endpoint_url(e)).collect())
 }
 
-/// Returns the innermost message of an error chain ("Connection refused (os error 111)").
-fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut current = err;
-    while let Some(next) = current.source() {
-        current = next;
-    }
-    current.to_string().to_lowercase()
+/// A client per endpoint of troupe-session, each connecting on first use:
+/// a call moves on from an endpoint it cannot reach ([`failover`]).
+pub fn connect(endpoints: &[String], token: &str) -> anyhow::Result<Endpoints<Client>> {
+    let bearer = Bearer::new(Some(token))?;
+    let urls = endpoint_urls(endpoints)?;
+    Endpoints::new(&urls, |channel| {
+        SessionServiceClient::with_interceptor(channel, bearer.clone())
+    })
+    .map_err(|e| anyhow::anyhow!("invalid endpoint: {e:#}"))
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 //! read the audit log. Text output by default, JSON with `--json`.
 //!
 //! - [`cli`]: the command line (clap derive), flags with `TROUPE_*` variables.
-//! - [`connect`]: endpoint, token lookup (`--token`, `TROUPE_OPERATOR_TOKEN`,
-//!   `<data-dir>/operator.token`) and the authenticated client.
+//! - [`connect`]: endpoints, token lookup (`--token`, `TROUPE_OPERATOR_TOKEN`,
+//!   `<data-dir>/operator.token`) and the authenticated client of each
+//!   endpoint; [`Ctx::call`] moves on from an endpoint it cannot reach.
 //! - [`cmd`]: one module per command group.
 //! - [`render`]: text and JSON forms of every protocol message.
 //! - [`tree`], [`table`]: spawn trees and tables as text.
@@ -27,18 +28,37 @@ use std::process::ExitCode;
 use cli::{Cli, Command};
 use connect::Client;
 use error::{Reported, Setting};
+use tonic::{Response, Status};
+use troupe_proto::failover::Endpoints;
 
 /// What every command runs with.
 pub struct Ctx {
-    pub client: Client,
+    pub endpoints: Endpoints<Client>,
     pub json: bool,
     pub setting: Setting,
+}
+
+impl Ctx {
+    /// Calls `rpc` with `message`, on the next endpoint while one cannot be
+    /// reached. Every call the CLI makes is safe to repeat: reads, watches
+    /// (reopened after their cursor), terminations, and creates and sends,
+    /// which always carry a request id.
+    pub async fn call<M, R, F, Fut>(&self, message: &M, rpc: F) -> Result<R, Status>
+    where
+        M: Clone,
+        F: Fn(Client, M) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
+        self.endpoints.call(message, rpc).await
+    }
 }
 
 /// Runs a parsed command line; returns 1 after reporting any failure.
 pub async fn run(cli: Cli) -> ExitCode {
     let mut setting = Setting {
-        endpoint: connect::endpoint_url(&cli.global.endpoint),
+        endpoint: connect::endpoint_urls(&cli.global.endpoint)
+            .map(|urls| urls.join(","))
+            .unwrap_or_default(),
         token_origin: None,
     };
     match execute(&cli, &mut setting).await {
@@ -55,9 +75,9 @@ pub async fn run(cli: Cli) -> ExitCode {
 async fn execute(cli: &Cli, setting: &mut Setting) -> anyhow::Result<()> {
     let (token, origin) = connect::resolve_token(&cli.global)?;
     setting.token_origin = Some(origin);
-    let client = connect::connect(&cli.global.endpoint, &token).await?;
+    let endpoints = connect::connect(&cli.global.endpoint, &token)?;
     let mut ctx = Ctx {
-        client,
+        endpoints,
         json: cli.global.json,
         setting: std::mem::take(setting),
     };

@@ -1,40 +1,46 @@
-//! The session service, as the tools reach it: one channel per bridge,
-//! opened on first use (so the bridge starts even while the service is
-//! down, and says so per call), and every call made with the caller's token
-//! as `authorization: Bearer <token>`.
+//! The session service, as the tools reach it: one channel per endpoint
+//! (several for replicas on one database), opened on first use (so the
+//! bridge starts even while the service is down, and says so per call), and
+//! every call made with the caller's token as `authorization: Bearer <token>`.
+//! A call that cannot reach an endpoint goes on to the next
+//! ([`troupe_proto::failover`]).
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use tokio::sync::Mutex;
-use tonic::{Request, metadata::AsciiMetadataValue, transport::Channel};
-use troupe_proto::session::session_service_client::SessionServiceClient;
+use tonic::{Request, Response, Status, metadata::AsciiMetadataValue, transport::Channel};
+use troupe_proto::{
+    failover::{self, Endpoints},
+    session::session_service_client::SessionServiceClient,
+};
 
 use crate::failure::ToolFailure;
 
-/// How long opening the channel may take before the call is answered with an error.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The generated client of one endpoint.
+pub type Client = SessionServiceClient<Channel>;
 
-/// The session service's endpoint and, once opened, the channel to it.
-/// A tonic channel reconnects by itself, so it is opened once.
+/// The session service's endpoints and, once opened, their channels.
+/// A tonic channel reconnects by itself, so each is opened once.
 pub struct Backend {
     endpoint: String,
-    channel: Mutex<Option<Channel>>,
+    endpoints: Mutex<Option<Arc<Endpoints<Client>>>>,
 }
 
 /// A client of the session service that sends one caller's token, and its
 /// trace context if it has one.
 pub struct Session {
-    client: SessionServiceClient<Channel>,
+    endpoints: Arc<Endpoints<Client>>,
     auth: AsciiMetadataValue,
     traceparent: Option<AsciiMetadataValue>,
 }
 
 impl Backend {
-    /// A backend for `endpoint` (`http://...` or `unix:///...`); nothing is opened yet.
+    /// A backend for `endpoint`: `http://...` or `unix:///...`, or several
+    /// separated by commas; nothing is opened yet.
     pub fn new(endpoint: impl Into<String>) -> Self {
         Backend {
             endpoint: endpoint.into(),
-            channel: Mutex::new(None),
+            endpoints: Mutex::new(None),
         }
     }
 
@@ -50,28 +56,22 @@ impl Backend {
         auth: AsciiMetadataValue,
         traceparent: Option<AsciiMetadataValue>,
     ) -> Result<Session, ToolFailure> {
-        let mut channel = self.channel.lock().await;
-        let channel = match channel.as_ref() {
+        let mut endpoints = self.endpoints.lock().await;
+        let endpoints = match endpoints.as_ref() {
             Some(open) => open.clone(),
             None => {
-                let opened = tokio::time::timeout(
-                    CONNECT_TIMEOUT,
-                    troupe_proto::endpoint::connect(&self.endpoint),
-                )
-                .await
-                .map_err(|_| {
-                    ToolFailure::unreachable(
-                        &self.endpoint,
-                        &format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
-                    )
-                })?
-                .map_err(|e| ToolFailure::unreachable(&self.endpoint, &format!("{e:#}")))?;
-                *channel = Some(opened.clone());
+                let list = failover::parse_list(&[&self.endpoint])
+                    .map_err(|e| ToolFailure::unreachable(&self.endpoint, &e))?;
+                let opened = Arc::new(
+                    Endpoints::new(&list, SessionServiceClient::new)
+                        .map_err(|e| ToolFailure::unreachable(&self.endpoint, &format!("{e:#}")))?,
+                );
+                *endpoints = Some(opened.clone());
                 opened
             }
         };
         Ok(Session {
-            client: SessionServiceClient::new(channel),
+            endpoints,
             auth,
             traceparent,
         })
@@ -90,8 +90,25 @@ impl Session {
         request
     }
 
-    /// The generated client; pass it requests made with [`Session::request`].
-    pub fn client(&mut self) -> &mut SessionServiceClient<Channel> {
-        &mut self.client
+    /// Calls `rpc` with `message` made into a request ([`Session::request`]),
+    /// on the next endpoint while one cannot be reached. Only calls that are
+    /// safe to repeat come here: reads, watches, terminations, and creates and
+    /// sends with a request id.
+    pub async fn call<M, R, F, Fut>(&self, message: &M, rpc: F) -> Result<R, Status>
+    where
+        M: Clone,
+        F: Fn(Client, Request<M>) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
+        self.endpoints
+            .call(message, |client, message| {
+                rpc(client, self.request(message))
+            })
+            .await
+    }
+
+    /// Makes the next endpoint the first one tried, after a stream broke.
+    pub fn move_on(&self) {
+        self.endpoints.move_on();
     }
 }

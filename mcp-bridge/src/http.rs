@@ -19,7 +19,7 @@ pub const MCP_PATH: &str = "/mcp";
 
 /// Builds the axum router: `/mcp` and `/healthz`.
 pub fn router(args: &HttpArgs, cancel: CancellationToken) -> axum::Router {
-    let backend = Arc::new(Backend::new(args.endpoint.clone()));
+    let backend = Arc::new(Backend::new(args.endpoint.join(",")));
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(cancel)
         // The same limit as a stdio line; a larger body is answered 413.

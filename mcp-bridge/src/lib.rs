@@ -51,7 +51,9 @@ pub const ENDPOINT_ENV: &str = troupe_proto::agent::env::SESSION_ENDPOINT;
     about = "MCP server that lets an agent spawn, message and list Troupe sessions",
     long_about = "MCP server that lets an agent spawn, message and list Troupe sessions.\n\n\
         With no command (or `stdio`) it serves one session over stdio: its token and the \
-        session service's endpoint come from TROUPE_SESSION_TOKEN and TROUPE_SESSION_ENDPOINT. \
+        session service's endpoint come from TROUPE_SESSION_TOKEN and TROUPE_SESSION_ENDPOINT \
+        (several endpoints of replicas separated by commas: a call that cannot reach one goes \
+        on to the next). \
         `http` serves many sessions on one streamable HTTP endpoint; each request carries its \
         session's token as `Authorization: Bearer <token>`. `claude-input` serves nothing: it \
         turns Troupe's message lines on stdin into Claude Code stream-json user messages on \
@@ -81,8 +83,17 @@ pub struct HttpArgs {
     #[arg(long, env = "TROUPE_MCP_LISTEN", default_value = "127.0.0.1:7402")]
     pub listen: SocketAddr,
     /// The session service: `http://host:port` or `unix:///path/to/session.sock`.
-    #[arg(long, env = ENDPOINT_ENV, default_value = "http://127.0.0.1:7400")]
-    pub endpoint: String,
+    /// For replicas on one database give several, separated by commas (or the
+    /// flag repeated): a call that cannot reach one (refused, lost, the server
+    /// stopping) goes on to the next, each tried once.
+    #[arg(
+        long,
+        env = ENDPOINT_ENV,
+        value_name = "ENDPOINT[,ENDPOINT...]",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7400"
+    )]
+    pub endpoint: Vec<String>,
     /// A `Host` header value to accept besides the loopback names (repeatable):
     /// needed when clients reach the bridge by another name or address.
     #[arg(long = "allowed-host", value_name = "HOST")]
@@ -122,7 +133,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot listen on {}", args.listen))?;
             tracing::info!(
                 listen = %listener.local_addr()?,
-                endpoint = %args.endpoint,
+                endpoint = %args.endpoint.join(","),
                 "serving MCP on http://{}/mcp",
                 listener.local_addr()?
             );

@@ -3,6 +3,8 @@
 //! session service, with no network), and [`Bearer`], which carries the
 //! caller's token on every call.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use hyper_util::rt::TokioIo;
 use tonic::{
@@ -58,13 +60,27 @@ fn tuned(endpoint: Endpoint) -> Endpoint {
 /// A channel to `endpoint` that connects on first use, and reconnects:
 /// for a service that may start after its caller.
 pub fn connect_lazy(endpoint: &str) -> anyhow::Result<Channel> {
+    lazy(endpoint, None)
+}
+
+/// As [`connect_lazy`], but a connection attempt that takes longer than
+/// `timeout` fails (UNAVAILABLE): for a client that has other endpoints to try.
+pub fn connect_lazy_within(endpoint: &str, timeout: Duration) -> anyhow::Result<Channel> {
+    lazy(endpoint, Some(timeout))
+}
+
+fn lazy(endpoint: &str, timeout: Option<Duration>) -> anyhow::Result<Channel> {
+    let within = |e: Endpoint| match timeout {
+        Some(timeout) => e.connect_timeout(timeout),
+        None => e,
+    };
     if let Some(path) = endpoint.strip_prefix("unix://") {
         anyhow::ensure!(
             path.starts_with('/'),
             "unix endpoint {endpoint:?} needs an absolute path"
         );
         let path = path.to_owned();
-        return Ok(tuned(Endpoint::try_from("http://troupe.invalid")?)
+        return Ok(within(tuned(Endpoint::try_from("http://troupe.invalid")?))
             .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
                 let path = path.clone();
                 async move {
@@ -77,7 +93,7 @@ pub fn connect_lazy(endpoint: &str) -> anyhow::Result<Channel> {
         endpoint.starts_with("http://") || endpoint.starts_with("https://"),
         "endpoint {endpoint:?} must start with http://, https:// or unix://"
     );
-    Ok(tuned(Endpoint::from_shared(endpoint.to_owned())?).connect_lazy())
+    Ok(within(tuned(Endpoint::from_shared(endpoint.to_owned())?)).connect_lazy())
 }
 
 /// Opens a channel to `endpoint`.

@@ -10,6 +10,8 @@
 //! - [`grpc`]: the servers of gRPC health and server reflection, with that codec.
 //! - [`codec`]: tonic-prost's codec, but an undecodable request is `INVALID_ARGUMENT`.
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
+//! - [`failover`]: several endpoints of one service; a call moves on from one
+//!   it cannot reach.
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
 //! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
@@ -56,6 +58,7 @@ pub mod agent;
 pub mod codec;
 pub mod drain;
 pub mod endpoint;
+pub mod failover;
 pub mod names;
 pub mod paths;
 pub mod refusal;

@@ -6,15 +6,14 @@ use troupe_proto::session::ListAuditRequest;
 use crate::{Ctx, cli::AuditArgs, out, render, table};
 
 pub async fn run(ctx: &mut Ctx, args: &AuditArgs) -> anyhow::Result<()> {
+    let request = ListAuditRequest {
+        session_id: args.session.clone().unwrap_or_default(),
+        after_id: args.after,
+        limit: args.limit,
+    };
     let entries = ctx
-        .client
-        .list_audit(ListAuditRequest {
-            session_id: args.session.clone().unwrap_or_default(),
-            after_id: args.after,
-            limit: args.limit,
-        })
+        .call(&request, |mut c, m| async move { c.list_audit(m).await })
         .await?
-        .into_inner()
         .entries;
     if ctx.json {
         return out::json(&Value::Array(

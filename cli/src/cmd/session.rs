@@ -5,6 +5,7 @@
 use anyhow::bail;
 use serde_json::Value;
 use troupe_proto::{
+    failover,
     session::{
         CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest,
         IssueSessionTokenRequest, ListWorkspaceSessionsRequest, QuotaInfo, SendMessageRequest,
@@ -24,18 +25,19 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
     let trust_level = args.trust_level.unwrap_or(TrustLevel::Unspecified) as i32;
     let Some(parent) = &args.parent else {
         let workspace_id = args.workspace.clone().unwrap_or_default();
+        let request = CreateRootSessionRequest {
+            workspace_id,
+            trust_level,
+            title: args.title.clone(),
+            agent_name: args.agent.clone(),
+            initial_message: args.message.clone(),
+            request_id: request_id(args.request_id.as_deref()),
+        };
         let r = ctx
-            .client
-            .create_root_session(CreateRootSessionRequest {
-                workspace_id,
-                trust_level,
-                title: args.title.clone(),
-                agent_name: args.agent.clone(),
-                initial_message: args.message.clone(),
-                request_id: args.request_id.clone(),
+            .call(&request, |mut c, m| async move {
+                c.create_root_session(m).await
             })
-            .await?
-            .into_inner();
+            .await?;
         if ctx.json {
             return out::json(&render::created_root(&r));
         }
@@ -50,13 +52,12 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
         return out::text(&text);
     };
     if let Some(workspace) = &args.workspace {
+        let request = GetSessionRequest {
+            session_id: parent.clone(),
+        };
         let parent_session = ctx
-            .client
-            .get_session(GetSessionRequest {
-                session_id: parent.clone(),
-            })
+            .call(&request, |mut c, m| async move { c.get_session(m).await })
             .await?
-            .into_inner()
             .session
             .unwrap_or_default();
         if &parent_session.workspace_id != workspace {
@@ -67,25 +68,33 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let request = CreateSessionRequest {
+        title: args.title.clone(),
+        agent_name: args.agent.clone(),
+        initial_message: args.message.clone(),
+        request_id: request_id(args.request_id.as_deref()),
+        trust_level,
+        parent_session_id: parent.clone(),
+        mode: 0,
+    };
     let r = ctx
-        .client
-        .create_session(CreateSessionRequest {
-            title: args.title.clone(),
-            agent_name: args.agent.clone(),
-            initial_message: args.message.clone(),
-            request_id: args.request_id.clone(),
-            trust_level,
-            parent_session_id: parent.clone(),
-            mode: 0,
-        })
-        .await?
-        .into_inner();
+        .call(
+            &request,
+            |mut c, m| async move { c.create_session(m).await },
+        )
+        .await?;
     if ctx.json {
         return out::json(&render::created(&r));
     }
     let mut text = session_or_nothing(r.session.as_ref());
     text.push_str(&quota_text(r.quota.as_ref()));
     out::text(&text)
+}
+
+/// The request id given, else a fresh one: a create or send repeated on
+/// another endpoint is then replayed, not done twice.
+fn request_id(given: Option<&str>) -> String {
+    given.map_or_else(failover::fresh_request_id, str::to_owned)
 }
 
 fn session_or_nothing(session: Option<&Session>) -> String {
@@ -106,16 +115,17 @@ pub async fn list(ctx: &mut Ctx, args: &ListArgs) -> anyhow::Result<()> {
     let mut sessions = Vec::new();
     let mut page_token = String::new();
     loop {
+        let request = ListWorkspaceSessionsRequest {
+            workspace_id: args.workspace.clone(),
+            include_ended: args.all,
+            page_size: 0,
+            page_token: std::mem::take(&mut page_token),
+        };
         let page = ctx
-            .client
-            .list_workspace_sessions(ListWorkspaceSessionsRequest {
-                workspace_id: args.workspace.clone(),
-                include_ended: args.all,
-                page_size: 0,
-                page_token: std::mem::take(&mut page_token),
+            .call(&request, |mut c, m| async move {
+                c.list_workspace_sessions(m).await
             })
-            .await?
-            .into_inner();
+            .await?;
         sessions.extend(page.sessions);
         if page.next_page_token.is_empty() {
             break;
@@ -156,13 +166,12 @@ pub async fn get(ctx: &mut Ctx, args: &GetArgs) -> anyhow::Result<()> {
     if args.raw && ctx.json {
         bail!("--raw prints the agent's output as it is, not JSON: use one or the other");
     }
+    let request = GetSessionRequest {
+        session_id: args.id.clone(),
+    };
     let r = ctx
-        .client
-        .get_session(GetSessionRequest {
-            session_id: args.id.clone(),
-        })
-        .await?
-        .into_inner();
+        .call(&request, |mut c, m| async move { c.get_session(m).await })
+        .await?;
     if args.raw {
         let tail = r.result.as_ref().map_or("", |x| x.output_tail.as_str());
         return out::raw(tail.as_bytes());
@@ -192,14 +201,17 @@ pub async fn get(ctx: &mut Ctx, args: &GetArgs) -> anyhow::Result<()> {
 }
 
 pub async fn terminate(ctx: &mut Ctx, args: &TerminateArgs) -> anyhow::Result<()> {
+    // Repeating a termination is harmless: what had ended stays ended.
+    let request = TerminateSessionRequest {
+        session_id: args.id.clone(),
+        reason: args.reason.clone(),
+    };
     let r = ctx
-        .client
-        .terminate_session(TerminateSessionRequest {
-            session_id: args.id.clone(),
-            reason: args.reason.clone(),
-        })
-        .await?
-        .into_inner();
+        .call(
+            &request,
+            |mut c, m| async move { c.terminate_session(m).await },
+        )
+        .await?;
     if ctx.json {
         return out::json(&render::terminated(&r));
     }
@@ -211,13 +223,15 @@ pub async fn terminate(ctx: &mut Ctx, args: &TerminateArgs) -> anyhow::Result<()
 }
 
 pub async fn token(ctx: &mut Ctx, id: &str) -> anyhow::Result<()> {
+    // A token minted on an endpoint that went away is one never used.
+    let request = IssueSessionTokenRequest {
+        session_id: id.to_owned(),
+    };
     let r = ctx
-        .client
-        .issue_session_token(IssueSessionTokenRequest {
-            session_id: id.to_owned(),
+        .call(&request, |mut c, m| async move {
+            c.issue_session_token(m).await
         })
-        .await?
-        .into_inner();
+        .await?;
     if ctx.json {
         return out::json(&render::token(&r));
     }
@@ -225,15 +239,14 @@ pub async fn token(ctx: &mut Ctx, id: &str) -> anyhow::Result<()> {
 }
 
 pub async fn send(ctx: &mut Ctx, args: &SendArgs) -> anyhow::Result<()> {
+    let request = SendMessageRequest {
+        session_id: args.id.clone(),
+        message: args.message.clone(),
+        request_id: request_id(args.request_id.as_deref()),
+    };
     let r = ctx
-        .client
-        .send_message(SendMessageRequest {
-            session_id: args.id.clone(),
-            message: args.message.clone(),
-            request_id: args.request_id.clone(),
-        })
-        .await?
-        .into_inner();
+        .call(&request, |mut c, m| async move { c.send_message(m).await })
+        .await?;
     if ctx.json {
         return out::json(&render::sent(&r));
     }

@@ -11,7 +11,10 @@ use std::{
 
 use anyhow::Context;
 use tonic::{Code, Status};
-use troupe_proto::session::{GetSessionRequest, GetSessionResponse, WatchSessionsRequest};
+use troupe_proto::{
+    failover::Endpoints,
+    session::{GetSessionRequest, GetSessionResponse, WatchSessionsRequest},
+};
 
 use super::watch;
 use crate::{
@@ -27,11 +30,11 @@ const SETTLE: Duration = Duration::from_millis(150);
 
 pub async fn run(ctx: &mut Ctx, args: &TreeArgs) -> anyhow::Result<()> {
     if !args.follow {
-        let node = fetch(&mut ctx.client, &args.id, args.subtree).await?;
+        let node = fetch(&ctx.endpoints, &args.id, args.subtree).await?;
         return print(ctx, &node, Print::Once);
     }
     // Watch before reading the tree, so no change in between is missed.
-    let tree_id = get(&mut ctx.client, &args.id)
+    let tree_id = get(&ctx.endpoints, &args.id)
         .await?
         .session
         .map(|s| s.tree_id)
@@ -41,12 +44,8 @@ pub async fn run(ctx: &mut Ctx, args: &TreeArgs) -> anyhow::Result<()> {
         live_only: true,
         ..Default::default()
     };
-    let mut events = ctx
-        .client
-        .watch_sessions(request.clone())
-        .await?
-        .into_inner();
-    let mut shown = fetch(&mut ctx.client, &args.id, args.subtree).await?;
+    let mut events = watch::open(&ctx.endpoints, &request).await?;
+    let mut shown = fetch(&ctx.endpoints, &args.id, args.subtree).await?;
     print(ctx, &shown, Print::First)?;
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -68,9 +67,10 @@ pub async fn run(ctx: &mut Ctx, args: &TreeArgs) -> anyhow::Result<()> {
                     "the watch broke ({}); watching again",
                     safe::line(status.message())
                 );
+                ctx.endpoints.move_on();
                 tokio::select! {
                     _ = &mut interrupted => return Ok(()),
-                    reopened = watch::reopen(&mut ctx.client, &request) => events = reopened?,
+                    reopened = watch::reopen(&ctx.endpoints, &request) => events = reopened?,
                 }
             }
             Some(status) => return Err(status.into()),
@@ -80,7 +80,7 @@ pub async fn run(ctx: &mut Ctx, args: &TreeArgs) -> anyhow::Result<()> {
             }
         }
         // Messages and output change no line of the tree: no reprint for them.
-        let node = fetch(&mut ctx.client, &args.id, args.subtree).await?;
+        let node = fetch(&ctx.endpoints, &args.id, args.subtree).await?;
         if node != shown {
             print(ctx, &node, Print::Again)?;
             shown = node;
@@ -119,7 +119,7 @@ fn print(ctx: &Ctx, node: &Node, when: Print) -> anyhow::Result<()> {
 }
 
 /// Returns the tree containing `id` (or, with `subtree`, rooted at it).
-async fn fetch(client: &mut Client, id: &str, subtree: bool) -> anyhow::Result<Node> {
+async fn fetch(client: &Endpoints<Client>, id: &str, subtree: bool) -> anyhow::Result<Node> {
     let mut answers: HashMap<String, GetSessionResponse> = HashMap::new();
     let start = get(client, id).await?;
     let mut top = id.to_owned();
@@ -179,11 +179,11 @@ fn parent_of(answer: &GetSessionResponse) -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
-async fn get(client: &mut Client, id: &str) -> Result<GetSessionResponse, tonic::Status> {
-    Ok(client
-        .get_session(GetSessionRequest {
-            session_id: id.to_owned(),
-        })
-        .await?
-        .into_inner())
+async fn get(endpoints: &Endpoints<Client>, id: &str) -> Result<GetSessionResponse, tonic::Status> {
+    let request = GetSessionRequest {
+        session_id: id.to_owned(),
+    };
+    endpoints
+        .call(&request, |mut c, m| async move { c.get_session(m).await })
+        .await
 }

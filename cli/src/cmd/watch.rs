@@ -1,14 +1,16 @@
 //! `troupe session watch`: streams events, one line each (JSON lines with
 //! `--json`), until Ctrl-C. When the service goes away (a restart, a lost
-//! connection), the watch is opened again after the last cursor seen, so
-//! nothing is missed and nothing repeated; a refusal (an expired cursor, a
-//! filter the caller may not use) ends it, telling the last cursor on
-//! stderr so it can resume with `--after`.
+//! connection), the watch is opened again after the last cursor seen, on the
+//! next endpoint first when there are several, so nothing is missed and
+//! nothing repeated; a refusal (an expired cursor, a filter the caller may
+//! not use) ends it, telling the last cursor on stderr so it can resume with
+//! `--after`.
 
 use std::time::Duration;
 
 use tonic::{Code, Status, Streaming};
 use troupe_proto::{
+    failover::Endpoints,
     session::{SessionEvent, WatchSessionsRequest},
     status::{kind_str, status_str},
 };
@@ -33,11 +35,7 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
         live_only: args.live,
     };
     // An error of the call itself (a bad filter, an expired cursor) has no resume point.
-    let mut events = ctx
-        .client
-        .watch_sessions(request.clone())
-        .await?
-        .into_inner();
+    let mut events = open(&ctx.endpoints, &request).await?;
     let mut last = (!args.live).then_some(args.after);
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -85,9 +83,11 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
                 safe::line(broken.message())
             ),
         }
+        // Its server may be stopping: another endpoint is tried first.
+        ctx.endpoints.move_on();
         tokio::select! {
             _ = &mut interrupted => return Ok(()),
-            reopened = reopen(&mut ctx.client, &request) => match reopened {
+            reopened = reopen(&ctx.endpoints, &request) => match reopened {
                 Ok(stream) => events = stream,
                 Err(status) => break status.into(),
             },
@@ -114,17 +114,27 @@ pub fn went_away(status: &Status) -> bool {
     )
 }
 
-/// Opens the watch `request` describes, trying again while the service is
-/// away, a little longer between each try (up to [`MAX_BACKOFF`]).
+/// Opens the watch `request` describes, on the first endpoint that can be reached.
+pub async fn open(
+    endpoints: &Endpoints<Client>,
+    request: &WatchSessionsRequest,
+) -> Result<Streaming<SessionEvent>, Status> {
+    endpoints
+        .call(request, |mut c, m| async move { c.watch_sessions(m).await })
+        .await
+}
+
+/// Opens the watch `request` describes, trying again while no endpoint
+/// answers, a little longer between each round (up to [`MAX_BACKOFF`]).
 pub async fn reopen(
-    client: &mut Client,
+    endpoints: &Endpoints<Client>,
     request: &WatchSessionsRequest,
 ) -> Result<Streaming<SessionEvent>, Status> {
     let mut pause = Duration::from_millis(200);
     loop {
         tokio::time::sleep(pause).await;
-        match client.watch_sessions(request.clone()).await {
-            Ok(response) => return Ok(response.into_inner()),
+        match open(endpoints, request).await {
+            Ok(stream) => return Ok(stream),
             Err(status) if went_away(&status) => pause = (pause * 2).min(MAX_BACKOFF),
             Err(status) => return Err(status),
         }

@@ -15,6 +15,7 @@ use rmcp::{
 use serde_json::{Value, json};
 use tracing::Instrument;
 use troupe_proto::{
+    failover,
     session::{self as pb, ExecutionMode, TrustLevel},
     status::is_ended,
     trust,
@@ -107,21 +108,24 @@ impl Bridge {
             })?,
         };
         let mode = args.mode.map_or(ExecutionMode::Unspecified, Into::into);
-        let mut session = self.session(extensions).await?;
-        let request = session.request(pb::CreateSessionRequest {
+        let session = self.session(extensions).await?;
+        // Its own request id: repeated on another endpoint, it is replayed there.
+        let request = pb::CreateSessionRequest {
             title: args.title,
             agent_name: args.agent_name,
             initial_message: args.initial_message,
             trust_level: trust_level as i32,
             mode: mode as i32,
+            request_id: failover::fresh_request_id(),
             ..Default::default()
-        });
+        };
         let response = session
-            .client()
-            .create_session(request)
+            .call(
+                &request,
+                |mut c, r| async move { c.create_session(r).await },
+            )
             .await
-            .map_err(|s| self.refused(&s))?
-            .into_inner();
+            .map_err(|s| self.refused(&s))?;
         Ok(view::created(&response))
     }
 
@@ -130,18 +134,16 @@ impl Bridge {
         extensions: &Extensions,
         args: SendMessageArgs,
     ) -> Result<Value, ToolFailure> {
-        let mut session = self.session(extensions).await?;
-        let request = session.request(pb::SendMessageRequest {
+        let session = self.session(extensions).await?;
+        let request = pb::SendMessageRequest {
             session_id: args.session_id,
             message: args.message,
-            request_id: String::new(),
-        });
+            request_id: failover::fresh_request_id(),
+        };
         let response = session
-            .client()
-            .send_message(request)
+            .call(&request, |mut c, r| async move { c.send_message(r).await })
             .await
-            .map_err(|s| self.refused(&s))?
-            .into_inner();
+            .map_err(|s| self.refused(&s))?;
         Ok(view::sent(&response))
     }
 
@@ -150,22 +152,22 @@ impl Bridge {
         extensions: &Extensions,
         args: ListArgs,
     ) -> Result<Value, ToolFailure> {
-        let mut session = self.session(extensions).await?;
+        let session = self.session(extensions).await?;
         let mut sessions = Vec::new();
         let mut page_token = String::new();
         for _ in 0..MAX_PAGES {
-            let request = session.request(pb::ListWorkspaceSessionsRequest {
+            let request = pb::ListWorkspaceSessionsRequest {
                 workspace_id: String::new(),
                 include_ended: args.include_ended.unwrap_or(false),
                 page_size: 0,
                 page_token: std::mem::take(&mut page_token),
-            });
+            };
             let page = session
-                .client()
-                .list_workspace_sessions(request)
+                .call(&request, |mut c, r| async move {
+                    c.list_workspace_sessions(r).await
+                })
                 .await
-                .map_err(|s| self.refused(&s))?
-                .into_inner();
+                .map_err(|s| self.refused(&s))?;
             sessions.extend(page.sessions);
             if page.next_page_token.is_empty() {
                 break;
@@ -180,24 +182,22 @@ impl Bridge {
         extensions: &Extensions,
         session_id: &str,
     ) -> Result<Value, ToolFailure> {
-        let mut session = self.session(extensions).await?;
-        let response = self.read(&mut session, session_id).await?;
+        let session = self.session(extensions).await?;
+        let response = self.read(&session, session_id).await?;
         Ok(view::got(&response))
     }
 
     async fn read(
         &self,
-        session: &mut Session,
+        session: &Session,
         session_id: &str,
     ) -> Result<pb::GetSessionResponse, ToolFailure> {
-        let request = session.request(pb::GetSessionRequest {
+        let request = pb::GetSessionRequest {
             session_id: session_id.to_owned(),
-        });
+        };
         session
-            .client()
-            .get_session(request)
+            .call(&request, |mut c, r| async move { c.get_session(r).await })
             .await
-            .map(tonic::Response::into_inner)
             .map_err(|s| self.refused(&s))
     }
 
@@ -206,17 +206,19 @@ impl Bridge {
         extensions: &Extensions,
         session_id: &str,
     ) -> Result<Value, ToolFailure> {
-        let mut session = self.session(extensions).await?;
-        let request = session.request(pb::TerminateSessionRequest {
+        let session = self.session(extensions).await?;
+        // Repeating a termination is harmless: what had ended stays ended.
+        let request = pb::TerminateSessionRequest {
             session_id: session_id.to_owned(),
             reason: String::new(),
-        });
+        };
         let response = session
-            .client()
-            .terminate_session(request)
+            .call(
+                &request,
+                |mut c, r| async move { c.terminate_session(r).await },
+            )
             .await
-            .map_err(|s| self.refused(&s))?
-            .into_inner();
+            .map_err(|s| self.refused(&s))?;
         Ok(view::terminated(&response))
     }
 
@@ -225,17 +227,19 @@ impl Bridge {
         extensions: &Extensions,
         args: ProgressArgs,
     ) -> Result<Value, ToolFailure> {
-        let mut session = self.session(extensions).await?;
-        let request = session.request(pb::ReportProgressRequest {
+        let session = self.session(extensions).await?;
+        // A repeated report only records the same progress again.
+        let request = pb::ReportProgressRequest {
             progress: args.progress,
             description: args.description.unwrap_or_default(),
-        });
+        };
         let response = session
-            .client()
-            .report_progress(request)
+            .call(
+                &request,
+                |mut c, r| async move { c.report_progress(r).await },
+            )
             .await
-            .map_err(|s| self.refused(&s))?
-            .into_inner();
+            .map_err(|s| self.refused(&s))?;
         Ok(json!({ "sequence": response.sequence }))
     }
 
@@ -252,28 +256,30 @@ impl Bridge {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
         let id = args.session_id;
-        let mut session = self.session(extensions).await?;
-        let request = session.request(pb::WatchSessionsRequest {
+        let session = self.session(extensions).await?;
+        let request = pb::WatchSessionsRequest {
             session_id: id.clone(),
             live_only: true,
             ..Default::default()
-        });
-        let mut events = Some(
-            session
-                .client()
-                .watch_sessions(request)
-                .await
-                .map_err(|s| self.refused(&s))?
-                .into_inner(),
-        );
-        let mut last = self.read(&mut session, &id).await?;
+        };
+        let watch = || {
+            session.call(
+                &request,
+                |mut c, r| async move { c.watch_sessions(r).await },
+            )
+        };
+        let mut events = Some(watch().await.map_err(|s| self.refused(&s))?);
+        let mut last = self.read(&session, &id).await?;
         while !has_ended(&last) {
             let woke = match events.as_mut() {
                 Some(stream) => match tokio::time::timeout_at(deadline, stream.message()).await {
                     Err(_) => break,
                     Ok(Ok(Some(event))) => event.session_id == id && is_ended(event.status()),
+                    // Its server stops: watch again, on another endpoint first
+                    // (or poll, while none answers), then read the session again.
                     Ok(Ok(None) | Err(_)) => {
-                        events = None;
+                        session.move_on();
+                        events = watch().await.ok();
                         true
                     }
                 },
@@ -289,7 +295,7 @@ impl Bridge {
                 }
             };
             if woke {
-                match self.read(&mut session, &id).await {
+                match self.read(&session, &id).await {
                     Ok(now) => last = now,
                     // While the service restarts, polling goes on until the deadline:
                     // a call on the dropped connection is cancelled, later ones are
@@ -303,7 +309,7 @@ impl Bridge {
         }
         if !has_ended(&last) {
             // The view at the deadline, when the service answers.
-            if let Ok(now) = self.read(&mut session, &id).await {
+            if let Ok(now) = self.read(&session, &id).await {
                 last = now;
             }
         }
