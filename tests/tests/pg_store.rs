@@ -138,6 +138,11 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
             .expect("output");
         seen.push(format!("{:?}", row.map(|r| comparable(&r))));
     }
+    let unknown = store
+        .record_process("nobody", 1, ProcessChange::Started, 64)
+        .await
+        .expect_err("no such session");
+    seen.push(format!("unknown: {unknown}"));
     // Applied once: the same runner sequence again is nothing.
     let again = store
         .record_process("a", 2, output("again"), 64)

@@ -4,12 +4,16 @@
 //! in this order and before anything else it locks: the workspace's row of
 //! `workspaces` (active sessions by trust), the tree's row of `trees`
 //! (sessions ever), then session rows (a parent's `children` and
-//! `spawn_tat_ms`, the sessions it ends). Output's `meta` row, when taken,
-//! comes first of all; the events lock (`events`) last of all. With one
-//! order no two transactions wait on each other in a cycle, and a check
-//! reads counts that stay true until its commit: N spawns at limit-1 on any
-//! number of replicas give one success. Session rows are locked `FOR NO KEY
-//! UPDATE`, which the foreign keys' checks of inserts do not wait for.
+//! `spawn_tat_ms`, the sessions it ends), then `processes` rows. Output's
+//! `meta` row, when taken, comes first of all; the events lock (`events`)
+//! last of all. With one order no two transactions wait on each other in a
+//! cycle, and a check reads counts that stay true until its commit: N
+//! spawns at limit-1 on any number of replicas give one success. Session
+//! rows are locked `FOR NO KEY UPDATE`, which the foreign keys' checks of
+//! inserts do not wait for. One write leaves the order: output past the
+//! total budget drops other sessions' output under the events lock, and may
+//! meet another session's process event in a deadlock, which PostgreSQL
+//! breaks and `retrying!` runs again.
 
 use sqlx::PgConnection;
 

@@ -44,6 +44,7 @@ impl PgStore {
             ProcessChange::Exited(_) => locks::place_of(&mut tx, session_id).await?,
             _ => {}
         }
+        let (row, _) = locks::session(&mut tx, session_id).await?;
         // A gap's first event: the one after the last applied.
         let gap_from = match change {
             ProcessChange::Truncated { .. } => {
@@ -68,7 +69,6 @@ impl PgStore {
         if applied.is_none() {
             return Ok((None, false));
         }
-        let (row, _) = locks::session(&mut tx, session_id).await?;
         let status = status_str(row.status);
         let mut changed = None;
         let mut ended = false;
