@@ -8,6 +8,7 @@
 
 mod ledger;
 mod sqlite;
+mod sqlx_error;
 
 use std::{future::Future, sync::Arc};
 
