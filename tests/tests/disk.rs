@@ -18,7 +18,7 @@ use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 use troupe_session_svc::{
     error::QuotaLeft,
-    model::{AuditRecord, EventFilter, EventRow, NewSession, ProcessChange, Trust},
+    model::{AuditRecord, EventFilter, EventRow, NewSession, Principal, ProcessChange, Trust},
     store::{Created, EventPage, OutputBudget, SqliteStore, Store},
 };
 
@@ -41,12 +41,12 @@ async fn running(store: &SqliteStore, id: &str) {
         agent_name: "worker".into(),
         agent_command: "[\"/bin/cat\"]".into(),
         title: id.to_owned(),
-        created_by: "operator".into(),
+        created_by: Principal::Operator,
         trace: None,
         initial_message: None,
     };
     let audit = AuditRecord {
-        caller: "operator".into(),
+        caller: Principal::Operator,
         action: "create_root",
         target: id.to_owned(),
         allowed: true,

@@ -263,7 +263,7 @@ mod tests {
             agent_command: "[]".to_owned(),
             title: String::new(),
             status: SessionStatus::Pending,
-            created_by: "operator".to_owned(),
+            created_by: crate::model::Principal::Operator,
             created_at_ms: 0,
             ended_at_ms: None,
             end_reason: None,

@@ -17,13 +17,29 @@ use tokio::sync::watch;
 pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 
 use crate::{
-    error::{QuotaLeft, SessionError},
+    error::{QuotaLeft, SessionError, StorageKind},
     model::{
         AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency, InboxMessage,
-        NewMessage, NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
+        NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
+        Trust,
     },
     policy::{Admission, SpawnContext},
 };
+
+/// Parses a value's stored text (`what` names it for the log): an unknown
+/// text is a storage error, never a panic.
+pub(crate) fn parse_stored<T>(
+    what: &str,
+    text: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, SessionError> {
+    parse(text).ok_or_else(|| {
+        SessionError::storage(
+            StorageKind::Other,
+            format!("unknown stored {what} {text:?}"),
+        )
+    })
+}
 
 /// Checks a spawn inside the store's transaction.
 pub type SpawnCheck<'a> = &'a (dyn Fn(&SpawnContext<'_>) -> Result<Admission, SessionError> + Sync);
@@ -104,7 +120,7 @@ pub trait Store: Send + Sync + Clone + 'static {
     fn terminate(
         &self,
         target: &str,
-        terminated_by: &str,
+        terminated_by: &Principal,
         reason: &str,
         audit: AuditRecord,
         check: TerminateCheck<'_>,

@@ -46,7 +46,7 @@ use crate::{
     error::SessionError,
     model::{
         AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewMessage, NewSession,
-        SessionRow, Trust, now_ms,
+        Principal, SessionRow, Trust, now_ms,
     },
 };
 
@@ -179,7 +179,7 @@ impl Store for SqliteStore {
     async fn terminate(
         &self,
         target: &str,
-        terminated_by: &str,
+        terminated_by: &Principal,
         reason: &str,
         audit: AuditRecord,
         check: TerminateCheck<'_>,

@@ -14,10 +14,10 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, Failure, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
-        now_ms,
+        AuditRecord, EventKind, ExitReason, Failure, InboxMessage, Principal, ProcessChange,
+        ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
-    store::MessageCheck,
+    store::{MessageCheck, parse_stored},
 };
 
 impl SqliteStore {
@@ -86,8 +86,13 @@ impl SqliteStore {
                     .fetch_one(tx.conn())
                     .await?;
                     changed = Some(entry_from_row(&started)?);
-                    tx.event(session_id, "started", "running", json!({}))
-                        .await?;
+                    tx.event(
+                        session_id,
+                        EventKind::Started,
+                        SessionStatus::Running,
+                        json!({}),
+                    )
+                    .await?;
                 }
             }
             ProcessChange::Output { stream, data } => {
@@ -95,7 +100,7 @@ impl SqliteStore {
                     tx.conn(),
                     session_id,
                     stream,
-                    troupe_proto::status::status_str(row.status),
+                    row.status,
                     &data,
                     tail_max,
                     self.output_budget,
@@ -108,8 +113,8 @@ impl SqliteStore {
                 let dropped_events = (runner_seq + 1).saturating_sub(gap_from);
                 tx.event(
                     session_id,
-                    "output_truncated",
-                    troupe_proto::status::status_str(row.status),
+                    EventKind::OutputTruncated,
+                    row.status,
                     json!({
                         "dropped_bytes": log_bytes,
                         "dropped_events": dropped_events,
@@ -123,22 +128,37 @@ impl SqliteStore {
                     "UPDATE processes SET exit_code = ?, exit_reason = ? WHERE session_id = ?",
                 )
                 .bind(exit.code)
-                .bind(&exit.reason)
+                .bind(exit.reason.as_str())
                 .bind(session_id)
                 .execute(tx.conn())
                 .await?;
-                let detail =
-                    json!({"exit_code": exit.code, "reason": exit.reason, "detail": exit.detail});
+                let detail = json!({
+                    "exit_code": exit.code,
+                    "reason": exit.reason.as_str(),
+                    "detail": exit.detail,
+                });
                 if row.is_active() {
-                    let (status, why) = if exit.succeeded() {
-                        ("completed", "exited".to_owned())
-                    } else if exit.reason == "exited" {
-                        ("failed", format!("exit code {}", exit.code))
+                    let (status, kind, why) = if exit.succeeded() {
+                        (
+                            SessionStatus::Completed,
+                            EventKind::Completed,
+                            "exited".to_owned(),
+                        )
+                    } else if exit.reason == ExitReason::Exited {
+                        (
+                            SessionStatus::Failed,
+                            EventKind::Failed,
+                            format!("exit code {}", exit.code),
+                        )
                     } else {
-                        ("failed", exit.reason.clone())
+                        (
+                            SessionStatus::Failed,
+                            EventKind::Failed,
+                            exit.reason.as_str().to_owned(),
+                        )
                     };
                     changed = tx.end_session(session_id, status, &why).await?;
-                    tx.event(session_id, status, status, detail).await?;
+                    tx.event(session_id, kind, status, detail).await?;
                 }
             }
         }
@@ -168,10 +188,13 @@ impl SqliteStore {
         .fetch_optional(&self.pool)
         .await?;
         row.map(|row| {
+            let exit_reason: Option<&str> = row.try_get("exit_reason")?;
             Ok(ProcessRow {
                 runner_seq: row.try_get::<i64, _>("runner_seq")? as u64,
                 exit_code: row.try_get("exit_code")?,
-                exit_reason: row.try_get("exit_reason")?,
+                exit_reason: exit_reason
+                    .map(|r| parse_stored("exit reason", r, ExitReason::parse))
+                    .transpose()?,
                 output_tail: row.try_get("output_tail")?,
                 delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
                 notify_parent: row.try_get("notify_parent")?,
@@ -197,7 +220,7 @@ impl SqliteStore {
                 Ok(InboxMessage {
                     seq: row.try_get::<i64, _>("seq")? as u64,
                     message_id: row.try_get("message_id")?,
-                    sender: row.try_get("sender")?,
+                    sender: parse_stored("sender", row.try_get("sender")?, Principal::parse)?,
                     body: row.try_get("body")?,
                 })
             })
@@ -222,7 +245,7 @@ impl SqliteStore {
                 Ok(ReceivedMessage {
                     seq: row.try_get::<i64, _>("seq")? as u64,
                     message_id: row.try_get("message_id")?,
-                    sender: row.try_get("sender")?,
+                    sender: parse_stored("sender", row.try_get("sender")?, Principal::parse)?,
                     created_at_ms: row.try_get("created_at_ms")?,
                 })
             })
@@ -274,10 +297,11 @@ impl SqliteStore {
         let mut tx = Write::begin(&mut w.conn).await?;
         let sequence: i64 = sqlx::query_scalar(
             "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
-             SELECT session_id, event_seq + 1, 'progress', ?2, ?3, ?4 FROM sessions \
+             SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5 FROM sessions \
              WHERE session_id = ?1 RETURNING seq",
         )
         .bind(session_id)
+        .bind(EventKind::Progress.as_str())
         .bind(troupe_proto::status::status_str(row.status))
         .bind(now_ms())
         .bind(detail.to_string())
@@ -300,13 +324,15 @@ impl SqliteStore {
         let mut w = self.writer().await?;
         w.unsettled = vec![session_id.to_owned()];
         let mut tx = Write::begin(&mut w.conn).await?;
-        let reason = failure.as_str();
-        let ended = tx.end_session(session_id, "failed", reason).await?;
+        let reason = failure.reason().as_str();
+        let ended = tx
+            .end_session(session_id, SessionStatus::Failed, reason)
+            .await?;
         if ended.is_some() {
             tx.event(
                 session_id,
-                "failed",
-                "failed",
+                EventKind::Failed,
+                SessionStatus::Failed,
                 json!({"exit_code": -1, "reason": reason, "detail": detail}),
             )
             .await?;
