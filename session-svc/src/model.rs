@@ -233,6 +233,15 @@ impl Failure {
             Failure::NoResources => ExitReason::NoResources,
         }
     }
+    /// The failure as the exit of a process that never told its own: code
+    /// -1 and the failure's reason.
+    pub fn exit(self, detail: &str) -> ProcessExit {
+        ProcessExit {
+            code: -1,
+            reason: self.reason(),
+            detail: detail.to_owned(),
+        }
+    }
 }
 
 /// How an agent's process ended.

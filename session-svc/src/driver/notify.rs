@@ -93,12 +93,7 @@ impl<S: Store> Driver<S> {
             .await
         {
             Ok(true) => {
-                let exit = ProcessExit {
-                    code: -1,
-                    reason: failure.reason(),
-                    detail: detail.to_owned(),
-                };
-                self.callback(session_id, &exit).await;
+                self.callback(session_id, &failure.exit(detail)).await;
             }
             Ok(false) => {}
             Err(e) => {

@@ -5,7 +5,7 @@
 use serde_json::json;
 use sqlx::Row;
 
-use troupe_proto::session::SessionStatus;
+use troupe_proto::status::status_str;
 
 use super::{
     SqliteStore,
@@ -17,6 +17,7 @@ use crate::{
         AuditRecord, EventKind, ExitReason, Failure, InboxMessage, Principal, ProcessChange,
         ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
+    policy,
     store::{MessageCheck, parse_stored},
 };
 
@@ -74,92 +75,56 @@ impl SqliteStore {
             w.unsettled.clear();
             return Ok(None);
         }
+        let step = policy::process_step(row.status, &change);
+        let status = step.status.unwrap_or(row.status);
         let mut changed = None;
-        match change {
-            ProcessChange::Started => {
-                if row.status == SessionStatus::Pending {
-                    let started = sqlx::query(concat!(
-                        "UPDATE sessions SET status = 'running' WHERE session_id = ? RETURNING ",
-                        session_columns!()
-                    ))
-                    .bind(session_id)
-                    .fetch_one(tx.conn())
-                    .await?;
-                    changed = Some(entry_from_row(&started)?);
-                    tx.event(
-                        session_id,
-                        EventKind::Started,
-                        SessionStatus::Running,
-                        json!({}),
-                    )
-                    .await?;
-                }
+        if let ProcessChange::Exited(exit) = &change {
+            sqlx::query("UPDATE processes SET exit_code = ?, exit_reason = ? WHERE session_id = ?")
+                .bind(exit.code)
+                .bind(exit.reason.as_str())
+                .bind(session_id)
+                .execute(tx.conn())
+                .await?;
+        }
+        match (step.status, &step.end_reason) {
+            (Some(status), Some(reason)) => {
+                changed = tx.end_session(session_id, status, reason).await?;
             }
-            ProcessChange::Output { stream, data } => {
+            (Some(status), None) => {
+                let started = sqlx::query(concat!(
+                    "UPDATE sessions SET status = ? WHERE session_id = ? RETURNING ",
+                    session_columns!()
+                ))
+                .bind(status_str(status))
+                .bind(session_id)
+                .fetch_one(tx.conn())
+                .await?;
+                changed = Some(entry_from_row(&started)?);
+            }
+            (None, _) => {}
+        }
+        match (step.event, change) {
+            (None, _) => {}
+            (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
                 super::output::record(
                     tx.conn(),
                     session_id,
                     stream,
-                    row.status,
+                    status,
                     &data,
                     tail_max,
                     self.output_budget,
                 )
                 .await?;
             }
-            ProcessChange::Truncated { log_bytes } => {
-                // `runner_seq` is the last event dropped: the gap is
-                // `gap_from..=runner_seq`, marked where it is.
-                let dropped_events = (runner_seq + 1).saturating_sub(gap_from);
+            (Some(kind), change) => {
                 tx.event(
                     session_id,
-                    EventKind::OutputTruncated,
-                    row.status,
-                    json!({
-                        "dropped_bytes": log_bytes,
-                        "dropped_events": dropped_events,
-                        "by_runner": true,
-                    }),
+                    kind,
+                    status,
+                    event_detail(&change, runner_seq, gap_from),
                 )
                 .await?;
-            }
-            ProcessChange::Exited(exit) => {
-                sqlx::query(
-                    "UPDATE processes SET exit_code = ?, exit_reason = ? WHERE session_id = ?",
-                )
-                .bind(exit.code)
-                .bind(exit.reason.as_str())
-                .bind(session_id)
-                .execute(tx.conn())
-                .await?;
-                let detail = json!({
-                    "exit_code": exit.code,
-                    "reason": exit.reason.as_str(),
-                    "detail": exit.detail,
-                });
-                if row.is_active() {
-                    let (status, kind, why) = if exit.succeeded() {
-                        (
-                            SessionStatus::Completed,
-                            EventKind::Completed,
-                            "exited".to_owned(),
-                        )
-                    } else if exit.reason == ExitReason::Exited {
-                        (
-                            SessionStatus::Failed,
-                            EventKind::Failed,
-                            format!("exit code {}", exit.code),
-                        )
-                    } else {
-                        (
-                            SessionStatus::Failed,
-                            EventKind::Failed,
-                            exit.reason.as_str().to_owned(),
-                        )
-                    };
-                    changed = tx.end_session(session_id, status, &why).await?;
-                    tx.event(session_id, kind, status, detail).await?;
-                }
             }
         }
         tx.commit().await?;
@@ -323,19 +288,22 @@ impl SqliteStore {
     ) -> Result<bool, SessionError> {
         let mut w = self.writer().await?;
         w.unsettled = vec![session_id.to_owned()];
+        // Under the writer lock the ledger is the database's state: the
+        // step decides on the status the end would change.
+        let step = self.ledger().get(session_id).map(|row| {
+            let exit = ProcessChange::Exited(failure.exit(detail));
+            (policy::process_step(row.status, &exit), exit)
+        });
         let mut tx = Write::begin(&mut w.conn).await?;
-        let reason = failure.reason().as_str();
-        let ended = tx
-            .end_session(session_id, SessionStatus::Failed, reason)
-            .await?;
-        if ended.is_some() {
-            tx.event(
-                session_id,
-                EventKind::Failed,
-                SessionStatus::Failed,
-                json!({"exit_code": -1, "reason": reason, "detail": detail}),
-            )
-            .await?;
+        let mut ended = None;
+        if let Some((step, exit)) = step
+            && let (Some(status), Some(reason)) = (step.status, &step.end_reason)
+        {
+            ended = tx.end_session(session_id, status, reason).await?;
+            if let (Some(_), Some(kind)) = (&ended, step.event) {
+                tx.event(session_id, kind, status, event_detail(&exit, 0, 0))
+                    .await?;
+            }
         }
         tx.audit(&audit).await?;
         tx.commit().await?;
@@ -347,5 +315,24 @@ impl SqliteStore {
         drop(w);
         self.published();
         Ok(was_active)
+    }
+}
+
+/// The detail of the event a process change writes (output's is written
+/// with its budgets, in `output.rs`). A truncation's gap is
+/// `gap_from..=runner_seq`, marked where it is.
+fn event_detail(change: &ProcessChange, runner_seq: u64, gap_from: u64) -> serde_json::Value {
+    match change {
+        ProcessChange::Started | ProcessChange::Output { .. } => json!({}),
+        ProcessChange::Truncated { log_bytes } => json!({
+            "dropped_bytes": log_bytes,
+            "dropped_events": (runner_seq + 1).saturating_sub(gap_from),
+            "by_runner": true,
+        }),
+        ProcessChange::Exited(exit) => json!({
+            "exit_code": exit.code,
+            "reason": exit.reason.as_str(),
+            "detail": exit.detail,
+        }),
     }
 }
