@@ -18,13 +18,15 @@ use troupe_proto::status::parse_status;
 use troupe_telemetry::LifeSpan;
 
 use super::{
-    OutputBudget, SqliteStore, WAL_FRAME_HEADER, WAL_LIMIT, Writer, upkeep,
+    OutputBudget, SqliteStore, WAL_FRAME_HEADER, WAL_LIMIT, Writer,
+    ledger::Ledger,
+    upkeep,
     write::{entry_from_row, session_columns},
 };
 use crate::{
     error::SessionError,
     model::{Principal, SessionRow, Trust},
-    store::{ledger::Ledger, parse_stored},
+    store::parse_stored,
 };
 
 impl SqliteStore {

@@ -4,7 +4,7 @@
 //! - [`Batch`]: statements sent as one string between `BEGIN IMMEDIATE` and
 //!   `COMMIT`, one round trip to SQLite's worker thread in all. The hot
 //!   writes (create, message) are one batch: their checks read the
-//!   in-memory [`Ledger`](super::super::ledger::Ledger), not the database.
+//!   in-memory [`Ledger`](super::ledger::Ledger), not the database.
 //! - [`Write`]: an ordinary transaction, a round trip per statement, for the
 //!   writes whose later statements depend on what earlier ones returned.
 //!
