@@ -14,7 +14,7 @@ use troupe_proto::session::{
     CreateRootSessionRequest, ReportProgressRequest, TerminateSessionRequest, TrustLevel,
 };
 use troupe_session_svc::{
-    model::{ProcessChange, ProcessExit},
+    model::{ExitReason, ProcessChange, ProcessExit},
     store::{SqliteStore, Store},
 };
 use troupe_tests::{OPERATOR_TOKEN, TestServer, child, create_child};
@@ -117,7 +117,7 @@ async fn agent_written_text_reaches_the_terminal_escaped() {
     output.extend_from_slice(b"\xff\xfe\x1b[31m red \xc3\n");
     let exit = ProcessExit {
         code: 3,
-        reason: "exited".into(),
+        reason: ExitReason::Exited,
         detail: HOSTILE.into(),
     };
     for (seq, change) in [

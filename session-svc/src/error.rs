@@ -115,6 +115,45 @@ pub struct QuotaLeft {
     pub children_remaining: u32,
 }
 
+/// How a database failed, as far as the caller is concerned: classified by
+/// the backend (`store/sqlx_error.rs` for the sqlx ones), so that no type of
+/// a database library reaches the rest of the service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageKind {
+    /// The database cannot be reached for now (connection lost, pool timed
+    /// out, shutting down): the call answers `UNAVAILABLE`, and the caller
+    /// retries.
+    Unavailable,
+    /// The transaction lost to a concurrent one (serialization failure,
+    /// deadlock, busy) and changed nothing: a backend may retry it; if it
+    /// does not, the call answers `UNAVAILABLE`, and the caller retries.
+    Conflict,
+    /// Anything else: `INTERNAL`, logged, the details never sent.
+    Other,
+}
+
+/// A failure of the database, with what the backend knows of it (for the
+/// log only: it never reaches the caller).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{}", match .kind {
+    StorageKind::Unavailable | StorageKind::Conflict => "database unavailable",
+    StorageKind::Other => "database error",
+})]
+pub struct StorageError {
+    pub kind: StorageKind,
+    /// The backend's own description.
+    pub detail: String,
+}
+
+impl StorageError {
+    pub fn new(kind: StorageKind, detail: impl Into<String>) -> Self {
+        StorageError {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// Every error of the session service.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -134,8 +173,9 @@ pub enum SessionError {
         field: &'static str,
         message: String,
     },
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
+    /// The database failed the call; the backend says how (see [`StorageError`]).
+    #[error("{0}")]
+    Storage(StorageError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -158,6 +198,11 @@ impl SessionError {
         }
     }
 
+    /// A database failure the backend classified.
+    pub fn storage(kind: StorageKind, detail: impl Into<String>) -> Self {
+        SessionError::Storage(StorageError::new(kind, detail))
+    }
+
     pub fn not_found(session_id: impl Into<String>) -> Self {
         SessionError::SessionNotFound {
             session_id: session_id.into(),
@@ -170,7 +215,11 @@ impl SessionError {
             SessionError::Refused { reason, .. } => *reason,
             SessionError::SessionNotFound { .. } => Reason::SessionNotFound,
             SessionError::InvalidArgument { .. } => Reason::InvalidArgument,
-            SessionError::Database(_) | SessionError::Internal(_) => Reason::Internal,
+            SessionError::Storage(e) => match e.kind {
+                StorageKind::Unavailable | StorageKind::Conflict => Reason::Unavailable,
+                StorageKind::Other => Reason::Internal,
+            },
+            SessionError::Internal(_) => Reason::Internal,
         }
     }
 }
@@ -181,10 +230,16 @@ impl From<SessionError> for Status {
         let mut metadata = HashMap::new();
         let mut details = ErrorDetails::new();
         let message = match &err {
-            SessionError::Database(e) => {
-                tracing::error!(error = %e, "database error");
-                "internal error".to_owned()
-            }
+            SessionError::Storage(e) => match e.kind {
+                StorageKind::Unavailable | StorageKind::Conflict => {
+                    tracing::warn!(error = %e.detail, kind = ?e.kind, "database unavailable");
+                    "the database is unavailable; retry".to_owned()
+                }
+                StorageKind::Other => {
+                    tracing::error!(error = %e.detail, "database error");
+                    "internal error".to_owned()
+                }
+            },
             SessionError::Internal(e) => {
                 tracing::error!(error = %e, "internal error");
                 "internal error".to_owned()

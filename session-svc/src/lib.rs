@@ -44,8 +44,8 @@ use crate::{
 
 /// How often old events are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
-/// How often the store checkpoints its write-ahead log.
-const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// How often the store does its upkeep ([`Store::maintain`]).
+const MAINTAIN_EVERY: Duration = Duration::from_secs(1);
 
 /// Serves the session service on `listener` until `shutdown` completes.
 ///
@@ -218,12 +218,12 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     Ok(listener)
 }
 
-/// Keeps the store's files bounded until `cancel`: prunes old events (at
-/// start, then every [`PRUNE_EVERY`]), returns freed space and checkpoints
-/// (every [`CHECKPOINT_EVERY`]).
+/// Keeps the store bounded until `cancel`: prunes old events (at start,
+/// then every [`PRUNE_EVERY`]) and runs the backend's own upkeep (every
+/// [`MAINTAIN_EVERY`]; SQLite's returns freed space and checkpoints).
 pub async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
     let mut prune = tokio::time::interval(PRUNE_EVERY);
-    let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
+    let mut maintain = tokio::time::interval(MAINTAIN_EVERY);
     loop {
         tokio::select! {
             _ = prune.tick() => {
@@ -231,13 +231,9 @@ pub async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
                     tracing::warn!(error = %e, "event pruning failed");
                 }
             }
-            _ = checkpoint.tick() => {
-                // Before the checkpoint, which then cuts the file to size.
-                if let Err(e) = store.reclaim().await {
-                    tracing::warn!(error = %e, "returning free space failed");
-                }
-                if let Err(e) = store.checkpoint().await {
-                    tracing::warn!(error = %e, "checkpoint failed");
+            _ = maintain.tick() => {
+                if let Err(e) = store.maintain().await {
+                    tracing::warn!(error = %e, "database upkeep failed");
                 }
             }
             () = cancel.cancelled() => return,

@@ -131,7 +131,7 @@ async fn messages<S: Store>(
         let attributes = vec![
             KeyValue::new("troupe.message.id", message.message_id.clone()),
             KeyValue::new("troupe.message.sequence", message.seq as i64),
-            KeyValue::new("troupe.message.sender", message.sender.clone()),
+            KeyValue::new("troupe.message.sender", message.sender.to_string()),
         ];
         events.push(Event::new(
             "message",
@@ -139,7 +139,7 @@ async fn messages<S: Store>(
             attributes,
             0,
         ));
-        let Some(sender) = message.sender.strip_prefix("session:") else {
+        let Some(sender) = message.sender.session_id() else {
             continue;
         };
         let Some(sender) = store.get_session(sender).await? else {

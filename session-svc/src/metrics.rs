@@ -13,14 +13,22 @@
 //! | `troupe.messages.delivered` | counter | (written to an agent's stdin) |
 //! | `troupe.agent.output` | counter, bytes | `troupe.output.stream` (`stdout`, `stderr`) |
 
-use std::{sync::LazyLock, time::Duration};
+use std::{
+    sync::{
+        Arc, LazyLock, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::{FutureExt, future::BoxFuture};
 
 use opentelemetry::{
     KeyValue,
     metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter},
 };
 
-use crate::{error::SessionError, store::Store};
+use crate::{error::SessionError, model::Trust, store::Store};
 
 /// Upper bounds of the spawn duration buckets, in seconds: 0.5 ms to 10 s
 /// (a sync spawn lasts as long as its child).
@@ -157,14 +165,21 @@ pub fn output(stream: &'static str, bytes: usize) {
 }
 
 /// Registers the gauge of active sessions, read from `store` at each
-/// collection.
+/// collection. The collection cannot wait: a store that answers at once
+/// (SQLite's, from its ledger) is read there and then; for one that must
+/// wait (a query), the last answer is reported and a new one is asked for
+/// in the background, so the gauge is then one collection behind.
 pub fn observe_active<S: Store>(store: S) {
+    let active = Active::new(move || {
+        let store = store.clone();
+        async move { store.active_counts().await }.boxed()
+    });
     // The provider keeps the callback; the returned handle is only a marker.
     meter()
         .u64_observable_gauge("troupe.sessions.active")
         .with_description("Pending or running sessions, by workspace and trust level")
         .with_callback(move |observer| {
-            for (workspace, trust, count) in store.active_counts() {
+            for (workspace, trust, count) in active.counts() {
                 observer.observe(
                     u64::from(count),
                     &[
@@ -175,4 +190,130 @@ pub fn observe_active<S: Store>(store: S) {
             }
         })
         .build();
+}
+
+type Counts = Vec<(String, Trust, u32)>;
+type Ask = dyn Fn() -> BoxFuture<'static, Result<Counts, SessionError>> + Send + Sync;
+
+/// The active counts, asked of the store, as last answered.
+struct Active {
+    ask: Box<Ask>,
+    last: Mutex<Counts>,
+    /// An answer is awaited in the background.
+    asking: AtomicBool,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Active {
+    fn new(
+        ask: impl Fn() -> BoxFuture<'static, Result<Counts, SessionError>> + Send + Sync + 'static,
+    ) -> Arc<Active> {
+        Arc::new(Active {
+            ask: Box::new(ask),
+            last: Mutex::new(Vec::new()),
+            asking: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        })
+    }
+
+    /// The counts now if the store answers at once, else the last answer
+    /// (a new one asked for in the background, unless one already is).
+    fn counts(self: &Arc<Self>) -> Counts {
+        let answer = (self.ask)();
+        match answer.now_or_never() {
+            Some(answer) => self.keep(answer),
+            None => {
+                if let Some(runtime) = &self.runtime
+                    && !self.asking.swap(true, Ordering::AcqRel)
+                {
+                    let active = self.clone();
+                    runtime.spawn(async move {
+                        active.keep((active.ask)().await);
+                        active.asking.store(false, Ordering::Release);
+                    });
+                }
+                self.last
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone()
+            }
+        }
+    }
+
+    /// Keeps a new answer (a failure keeps the last one) and returns it.
+    fn keep(&self, answer: Result<Counts, SessionError>) -> Counts {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        match answer {
+            Ok(counts) => *last = counts,
+            Err(e) => tracing::warn!(error = %e, "cannot count the active sessions"),
+        }
+        last.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::atomic::AtomicU32, time::Instant};
+
+    use super::*;
+    use crate::error::StorageKind;
+
+    fn counts(n: u32) -> Counts {
+        vec![("alpha".to_owned(), Trust::Direct, n)]
+    }
+
+    #[tokio::test]
+    async fn a_store_that_answers_at_once_is_read_at_the_collection() {
+        let n = Arc::new(AtomicU32::new(1));
+        let active = Active::new({
+            let n = n.clone();
+            move || {
+                let n = n.load(Ordering::SeqCst);
+                async move { Ok(counts(n)) }.boxed()
+            }
+        });
+        assert_eq!(active.counts(), counts(1));
+        n.store(2, Ordering::SeqCst);
+        assert_eq!(active.counts(), counts(2));
+    }
+
+    /// A store that must wait: the last answer now, the new one at the
+    /// next collection; a failure keeps the last answer.
+    #[tokio::test]
+    async fn a_store_that_waits_is_one_collection_behind_and_a_failure_keeps_the_last() {
+        let n = Arc::new(AtomicU32::new(1));
+        let active = Active::new({
+            let n = n.clone();
+            move || {
+                let n = n.load(Ordering::SeqCst);
+                async move {
+                    tokio::task::yield_now().await;
+                    match n {
+                        0 => Err(SessionError::storage(StorageKind::Unavailable, "down")),
+                        n => Ok(counts(n)),
+                    }
+                }
+                .boxed()
+            }
+        });
+        let settled = |active: &Arc<Active>| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let active = active.clone();
+            async move {
+                while active.asking.load(Ordering::Acquire) {
+                    assert!(Instant::now() < deadline, "no answer in time");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        assert_eq!(active.counts(), Vec::new());
+        settled(&active).await;
+        n.store(2, Ordering::SeqCst);
+        assert_eq!(active.counts(), counts(1));
+        settled(&active).await;
+        n.store(0, Ordering::SeqCst);
+        assert_eq!(active.counts(), counts(2));
+        settled(&active).await;
+        assert_eq!(active.counts(), counts(2));
+    }
 }

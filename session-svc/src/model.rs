@@ -7,6 +7,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
+mod values;
+
+pub use values::{EventKind, ExitReason, Principal};
+
 /// A session's trust level. Only ever narrows from parent to child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trust {
@@ -63,7 +67,7 @@ pub struct SessionRow {
     pub agent_command: String,
     pub title: String,
     pub status: SessionStatus,
-    pub created_by: String,
+    pub created_by: Principal,
     pub created_at_ms: i64,
     pub ended_at_ms: Option<i64>,
     pub end_reason: Option<String>,
@@ -89,11 +93,11 @@ pub enum Caller {
 }
 
 impl Caller {
-    /// Returns the audit form: `operator` or `session:<id>`.
-    pub fn label(&self) -> String {
+    /// Returns who this is, as the audit log, senders and creators name it.
+    pub fn principal(&self) -> Principal {
         match self {
-            Caller::Operator => "operator".to_owned(),
-            Caller::Session(s) => format!("session:{}", s.session_id),
+            Caller::Operator => Principal::Operator,
+            Caller::Session(s) => Principal::Session(s.session_id.clone()),
         }
     }
 }
@@ -107,7 +111,7 @@ pub struct NewSession {
     pub agent_name: String,
     pub agent_command: String,
     pub title: String,
-    pub created_by: String,
+    pub created_by: Principal,
     /// Its life span, planned in the spawn span; `None` when untraced.
     pub trace: Option<LifeSpan>,
     /// Stored as the first message of the new session's inbox.
@@ -118,15 +122,14 @@ pub struct NewSession {
 #[derive(Clone, Debug)]
 pub struct NewMessage {
     pub message_id: String,
-    /// `operator` or `session:<id>`.
-    pub sender: String,
+    pub sender: Principal,
     pub body: String,
 }
 
 /// The idempotency key of a call and the hash of what it asked for.
 #[derive(Clone, Debug)]
 pub struct Idempotency {
-    pub caller: String,
+    pub caller: Principal,
     pub action: &'static str,
     pub request_id: String,
     pub payload_hash: String,
@@ -135,7 +138,7 @@ pub struct Idempotency {
 /// One audit entry to append.
 #[derive(Clone, Debug)]
 pub struct AuditRecord {
-    pub caller: String,
+    pub caller: Principal,
     pub action: &'static str,
     pub target: String,
     pub allowed: bool,
@@ -161,8 +164,9 @@ pub struct AuditRow {
 pub struct EventRow {
     pub id: i64,
     pub seq: i64,
-    pub kind: String,
-    pub status: String,
+    pub kind: EventKind,
+    /// The session's status when the event was written.
+    pub status: SessionStatus,
     pub at_ms: i64,
     pub detail: String,
     pub session_id: String,
@@ -223,10 +227,19 @@ pub enum Failure {
 
 impl Failure {
     /// The session's end reason.
-    pub fn as_str(self) -> &'static str {
+    pub fn reason(self) -> ExitReason {
         match self {
-            Failure::Lost => "lost",
-            Failure::NoResources => "no_resources",
+            Failure::Lost => ExitReason::Lost,
+            Failure::NoResources => ExitReason::NoResources,
+        }
+    }
+    /// The failure as the exit of a process that never told its own: code
+    /// -1 and the failure's reason.
+    pub fn exit(self, detail: &str) -> ProcessExit {
+        ProcessExit {
+            code: -1,
+            reason: self.reason(),
+            detail: detail.to_owned(),
         }
     }
 }
@@ -235,16 +248,14 @@ impl Failure {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessExit {
     pub code: i32,
-    /// `exited`, `killed`, `timed_out`, `container_lost` or `no_resources`
-    /// (the runner's), `lost` or `not_started` (the driver's).
-    pub reason: String,
+    pub reason: ExitReason,
     pub detail: String,
 }
 
 impl ProcessExit {
     /// A clean exit: the session completed; anything else failed.
     pub fn succeeded(&self) -> bool {
-        self.code == 0 && self.reason == "exited"
+        self.code == 0 && self.reason == ExitReason::Exited
     }
 }
 
@@ -254,7 +265,7 @@ pub struct ProcessRow {
     /// Last runner event applied.
     pub runner_seq: u64,
     pub exit_code: Option<i32>,
-    pub exit_reason: Option<String>,
+    pub exit_reason: Option<ExitReason>,
     pub output_tail: Vec<u8>,
     /// Last inbox sequence written to the agent's stdin.
     pub delivered_seq: u64,
@@ -266,8 +277,7 @@ pub struct ProcessRow {
 pub struct ReceivedMessage {
     pub seq: u64,
     pub message_id: String,
-    /// `operator` or `session:<id>`.
-    pub sender: String,
+    pub sender: Principal,
     pub created_at_ms: i64,
 }
 
@@ -276,6 +286,6 @@ pub struct ReceivedMessage {
 pub struct InboxMessage {
     pub seq: u64,
     pub message_id: String,
-    pub sender: String,
+    pub sender: Principal,
     pub body: String,
 }

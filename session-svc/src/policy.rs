@@ -7,15 +7,19 @@
 //! - trust: [`child_trust`] (inherit by default, never escalate);
 //! - quotas: [`admit_spawn`] (depth, tree, children, workspace, rate), [`admit_root`];
 //! - messaging, progress and termination: [`may_message`],
-//!   [`may_report_progress`], [`may_terminate`].
+//!   [`may_report_progress`], [`may_terminate`];
+//! - the process state machine: [`process_step`], what a runner's report
+//!   (or a failure, as an exit) does to its session.
 
 use std::time::Duration;
+
+use troupe_proto::{session::SessionStatus, status::is_ended};
 
 use crate::{
     agents::validate_slug,
     config::Limits,
     error::{QuotaLeft, Reason, SessionError},
-    model::{Caller, SessionRow, Trust},
+    model::{Caller, EventKind, ExitReason, ProcessChange, SessionRow, Trust},
 };
 
 /// Returns true if `caller` may see `target`: same workspace, and a
@@ -275,9 +279,150 @@ pub fn may_terminate(
     }
 }
 
+/// What a change of its process does to a session: every store applies it
+/// as it is, in the transaction that records the change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessStep {
+    /// The session's new status; `None` leaves it as it is.
+    pub status: Option<SessionStatus>,
+    /// Why it ended, when `status` is an end.
+    pub end_reason: Option<String>,
+    /// The event to write, with the session's status after the step; `None`
+    /// writes none (the change is recorded all the same: an exit's code).
+    pub event: Option<EventKind>,
+}
+
+/// Decides what `change` does to a session that is `status`:
+///
+/// - `started` moves a pending session to running (a start reported again,
+///   or after an end, does nothing);
+/// - output and the runner's truncation are events, whatever the status;
+/// - an exit ends an active session: completed on code 0 and `exited`,
+///   otherwise failed, with `exit code N` or the exit's reason as the end
+///   reason; an exit after an end (a termination) changes nothing.
+///
+/// A failure of the driver's (its process lost, no room to start it) is an
+/// exit with the failure's reason ([`crate::model::Failure::exit`]), so it
+/// ends only an active session, likewise.
+pub fn process_step(status: SessionStatus, change: &ProcessChange) -> ProcessStep {
+    let event = |kind| ProcessStep {
+        event: Some(kind),
+        ..ProcessStep::default()
+    };
+    match change {
+        ProcessChange::Started if status == SessionStatus::Pending => ProcessStep {
+            status: Some(SessionStatus::Running),
+            end_reason: None,
+            event: Some(EventKind::Started),
+        },
+        ProcessChange::Started => ProcessStep::default(),
+        ProcessChange::Output { .. } => event(EventKind::Output),
+        ProcessChange::Truncated { .. } => event(EventKind::OutputTruncated),
+        ProcessChange::Exited(exit) if !is_ended(status) => {
+            let (status, reason) = if exit.succeeded() {
+                (SessionStatus::Completed, exit.reason.as_str().to_owned())
+            } else if exit.reason == ExitReason::Exited {
+                (SessionStatus::Failed, format!("exit code {}", exit.code))
+            } else {
+                (SessionStatus::Failed, exit.reason.as_str().to_owned())
+            };
+            ProcessStep {
+                status: Some(status),
+                end_reason: Some(reason),
+                event: EventKind::ending(status),
+            }
+        }
+        ProcessChange::Exited(_) => ProcessStep::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Failure, ProcessExit};
+
+    fn exit(code: i32, reason: ExitReason) -> ProcessChange {
+        ProcessChange::Exited(ProcessExit {
+            code,
+            reason,
+            detail: String::new(),
+        })
+    }
+
+    fn ends(status: SessionStatus, reason: &str) -> ProcessStep {
+        ProcessStep {
+            status: Some(status),
+            end_reason: Some(reason.to_owned()),
+            event: EventKind::ending(status),
+        }
+    }
+
+    fn only(kind: EventKind) -> ProcessStep {
+        ProcessStep {
+            event: Some(kind),
+            ..ProcessStep::default()
+        }
+    }
+
+    /// Every change from every status, each with what it must do (nothing,
+    /// for the ones that must do nothing).
+    #[test]
+    fn process_steps_from_every_status() {
+        use ExitReason::*;
+        use SessionStatus::*;
+        let output = ProcessChange::Output {
+            stream: "stdout",
+            data: b"hi".to_vec(),
+        };
+        let truncated = ProcessChange::Truncated { log_bytes: 10 };
+        let lost = ProcessChange::Exited(Failure::Lost.exit("gone"));
+        let no_room = ProcessChange::Exited(Failure::NoResources.exit("full"));
+        let nothing = ProcessStep::default();
+        let running = ProcessStep {
+            status: Some(Running),
+            end_reason: None,
+            event: Some(EventKind::Started),
+        };
+        for status in [Pending, Running] {
+            let start = if status == Pending {
+                running.clone()
+            } else {
+                nothing.clone()
+            };
+            for (change, step) in [
+                (ProcessChange::Started, start),
+                (output.clone(), only(EventKind::Output)),
+                (truncated.clone(), only(EventKind::OutputTruncated)),
+                (exit(0, Exited), ends(Completed, "exited")),
+                (exit(3, Exited), ends(Failed, "exit code 3")),
+                (exit(-1, Exited), ends(Failed, "exit code -1")),
+                (exit(0, Killed), ends(Failed, "killed")),
+                (exit(137, Killed), ends(Failed, "killed")),
+                (exit(0, TimedOut), ends(Failed, "timed_out")),
+                (exit(1, ContainerLost), ends(Failed, "container_lost")),
+                (exit(1, NoResources), ends(Failed, "no_resources")),
+                (exit(-1, NotStarted), ends(Failed, "not_started")),
+                (lost.clone(), ends(Failed, "lost")),
+                (no_room.clone(), ends(Failed, "no_resources")),
+            ] {
+                assert_eq!(process_step(status, &change), step, "{status:?} {change:?}");
+            }
+        }
+        for status in [Completed, Failed, Terminated] {
+            for (change, step) in [
+                (ProcessChange::Started, nothing.clone()),
+                (output.clone(), only(EventKind::Output)),
+                (truncated.clone(), only(EventKind::OutputTruncated)),
+                (exit(0, Exited), nothing.clone()),
+                (exit(3, Exited), nothing.clone()),
+                (exit(137, Killed), nothing.clone()),
+                (lost.clone(), nothing.clone()),
+                (no_room.clone(), nothing.clone()),
+            ] {
+                assert_eq!(process_step(status, &change), step, "{status:?} {change:?}");
+            }
+        }
+    }
 
     fn limits() -> Limits {
         Limits {

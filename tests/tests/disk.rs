@@ -18,7 +18,7 @@ use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 use troupe_session_svc::{
     error::QuotaLeft,
-    model::{AuditRecord, EventFilter, EventRow, NewSession, ProcessChange, Trust},
+    model::{AuditRecord, EventFilter, EventRow, NewSession, Principal, ProcessChange, Trust},
     store::{Created, EventPage, OutputBudget, SqliteStore, Store},
 };
 
@@ -41,12 +41,12 @@ async fn running(store: &SqliteStore, id: &str) {
         agent_name: "worker".into(),
         agent_command: "[\"/bin/cat\"]".into(),
         title: id.to_owned(),
-        created_by: "operator".into(),
+        created_by: Principal::Operator,
         trace: None,
         initial_message: None,
     };
     let audit = AuditRecord {
-        caller: "operator".into(),
+        caller: Principal::Operator,
         action: "create_root",
         target: id.to_owned(),
         allowed: true,
@@ -324,7 +324,7 @@ fn file_len(path: &Path) -> u64 {
 }
 
 /// Pruned events and dropped output free pages; the database returns them
-/// to the file system, a bounded amount per upkeep tick.
+/// to the file system, a bounded amount per upkeep tick (`Store::maintain`).
 #[tokio::test]
 async fn the_database_file_shrinks_once_its_events_are_pruned() {
     let dir = tempfile::tempdir().unwrap();
@@ -347,13 +347,13 @@ async fn the_database_file_shrinks_once_its_events_are_pruned() {
     let mut slowest = Duration::ZERO;
     loop {
         let started = std::time::Instant::now();
-        let returned = store.reclaim().await.expect("reclaim");
+        let returned = store.maintain().await.expect("upkeep").pages_returned;
         slowest = slowest.max(started.elapsed());
         if returned == 0 {
             break;
         }
         calls += 1;
-        assert!(calls < 100, "reclaim never done");
+        assert!(calls < 100, "space never all returned");
     }
     store.checkpoint().await.unwrap();
     let after = file_len(&db);

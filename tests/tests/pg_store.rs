@@ -9,8 +9,8 @@
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, EventFilter, Failure, NewMessage, NewSession, ProcessChange, ProcessExit,
-        SessionRow, Trust,
+        AuditRecord, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal,
+        ProcessChange, ProcessExit, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
     store::{Created, EventPage, OutputBudget, PgStore, SqliteStore, Store},
@@ -24,11 +24,11 @@ fn new_session(id: &str, initial: Option<&str>) -> NewSession {
         agent_name: "worker".to_owned(),
         agent_command: "[\"/bin/cat\"]".to_owned(),
         title: format!("title of {id}"),
-        created_by: "operator".to_owned(),
+        created_by: Principal::Operator,
         trace: None,
         initial_message: initial.map(|body| NewMessage {
             message_id: format!("msg_{id}_0"),
-            sender: "operator".to_owned(),
+            sender: Principal::Operator,
             body: body.to_owned(),
         }),
     }
@@ -36,7 +36,7 @@ fn new_session(id: &str, initial: Option<&str>) -> NewSession {
 
 fn audit(action: &'static str, target: &str) -> AuditRecord {
     AuditRecord {
-        caller: "operator".to_owned(),
+        caller: Principal::Operator,
         action,
         target: target.to_owned(),
         allowed: true,
@@ -111,7 +111,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
                 to,
                 NewMessage {
                     message_id: format!("m{i}"),
-                    sender: "session:root".to_owned(),
+                    sender: Principal::Session("root".to_owned()),
                     body: format!("body {i} ✓"),
                 },
                 None,
@@ -164,10 +164,10 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .expect("progress");
     seen.push(format!("progress seq {progress}"));
     store.mark_delivered("a", 2).await.expect("mark delivered");
-    for (id, code, reason) in [("b", 0, "exited"), ("a1", 3, "exited")] {
+    for (id, code, reason) in [("b", 0, ExitReason::Exited), ("a1", 3, ExitReason::Exited)] {
         let exit = ProcessChange::Exited(ProcessExit {
             code,
-            reason: reason.to_owned(),
+            reason,
             detail: "done".to_owned(),
         });
         let row = store.record_process(id, 40, exit, 64).await.expect("exit");
@@ -181,7 +181,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     let (ended, row) = store
         .terminate(
             "root",
-            "operator",
+            &Principal::Operator,
             "enough",
             audit("terminate", "root"),
             &|_, _| Ok(()),
@@ -192,7 +192,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     // An exit after the end changes nothing but the process row.
     let late = ProcessChange::Exited(ProcessExit {
         code: 143,
-        reason: "killed".to_owned(),
+        reason: ExitReason::Killed,
         detail: String::new(),
     });
     let row = store.record_process("a", 50, late, 64).await.expect("late");
@@ -239,7 +239,9 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
             .collect::<Vec<_>>(),
         next.is_some()
     ));
-    seen.push(format!("{:?}", store.active_counts()));
+    let mut counts = store.active_counts().await.expect("counts");
+    counts.sort_by_key(|(w, t, _)| (w.clone(), t.as_str()));
+    seen.push(format!("{counts:?}"));
     seen.extend(events(store, &EventFilter::default()).await);
     seen.extend(
         events(
@@ -291,7 +293,11 @@ async fn events<S: Store>(store: &S, filter: &EventFilter) -> Vec<String> {
             let detail: serde_json::Value = serde_json::from_str(&e.detail).expect("json");
             out.push(format!(
                 "{} #{} {} {} {} {detail}",
-                e.session_id, e.seq, e.kind, e.status, e.depth
+                e.session_id,
+                e.seq,
+                e.kind,
+                troupe_proto::status::status_str(e.status),
+                e.depth
             ));
             after = e.id;
         }

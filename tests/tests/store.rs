@@ -1,7 +1,8 @@
 //! The SQLite store: its in-memory view of the sessions against the
 //! database under it (writes cancelled at any point, as when a client that
 //! hangs up drops the handler's future, never leave the two apart), and the
-//! size of its write-ahead log under writes that never pause.
+//! size of its write-ahead log under writes that never pause, and what it
+//! makes of stored text it does not know.
 
 use std::{
     sync::{
@@ -15,10 +16,13 @@ use std::{
 use sqlx::{Connection, Row};
 use troupe_session_svc::{
     Limits,
-    error::{QuotaLeft, SessionError},
-    model::{AuditRecord, Idempotency, NewMessage, NewSession, ProcessChange, Trust},
+    error::{QuotaLeft, SessionError, StorageKind},
+    model::{
+        AuditRecord, EventFilter, Idempotency, NewMessage, NewSession, Principal, ProcessChange,
+        Trust,
+    },
     policy,
-    store::{Created, SqliteStore, Store},
+    store::{Created, EventPage, SqliteStore, Store},
 };
 
 fn new_session(id: &str, initial_message: bool) -> NewSession {
@@ -29,11 +33,11 @@ fn new_session(id: &str, initial_message: bool) -> NewSession {
         agent_name: "worker".into(),
         agent_command: "[\"/bin/cat\"]".into(),
         title: id.to_owned(),
-        created_by: "operator".into(),
+        created_by: Principal::Operator,
         trace: None,
         initial_message: initial_message.then(|| NewMessage {
             message_id: format!("msg_{id}"),
-            sender: "operator".into(),
+            sender: Principal::Operator,
             body: "hello".into(),
         }),
     }
@@ -41,7 +45,7 @@ fn new_session(id: &str, initial_message: bool) -> NewSession {
 
 fn audit(action: &'static str, target: &str) -> AuditRecord {
     AuditRecord {
-        caller: "operator".into(),
+        caller: Principal::Operator,
         action,
         target: target.to_owned(),
         allowed: true,
@@ -54,7 +58,7 @@ fn audit(action: &'static str, target: &str) -> AuditRecord {
 /// the batch, so a cut can fall between the two.
 fn request_id(i: u64, action: &'static str) -> Option<Idempotency> {
     (i % 8 < 4).then(|| Idempotency {
-        caller: "operator".into(),
+        caller: Principal::Operator,
         action,
         request_id: format!("req_{i}"),
         payload_hash: String::new(),
@@ -130,7 +134,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                         &parent,
                         NewMessage {
                             message_id: format!("msg_{i}"),
-                            sender: "operator".into(),
+                            sender: Principal::Operator,
                             body: format!("message {i}"),
                         },
                         request_id(i, "send_message"),
@@ -146,7 +150,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                 _ => store
                     .terminate(
                         ids.last().expect("a session"),
-                        "operator",
+                        &Principal::Operator,
                         "test",
                         audit("terminate_session", &parent),
                         &|_, _| Ok(()),
@@ -276,4 +280,57 @@ async fn the_write_ahead_log_stays_bounded_under_writes_that_never_pause() {
         largest < BOUND,
         "the log reached {largest} bytes after {writes} writes (bound {BOUND})"
     );
+}
+
+/// A value whose stored text the store does not know (a sender, an exit
+/// reason, an event kind) fails the read as a storage error, the way a
+/// broken row should: never a panic, never a made-up value.
+#[tokio::test]
+async fn unknown_stored_text_is_a_storage_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
+    let store = SqliteStore::open(&url).await.expect("open");
+    let id = "sess_odd";
+    store
+        .create_root(
+            new_session(id, true),
+            None,
+            audit("create_root", id),
+            &|_| Ok(QuotaLeft::default()),
+        )
+        .await
+        .expect("root");
+    store.start_process(id, false).await.expect("process");
+    assert_eq!(store.undelivered(id).await.expect("inbox").len(), 1);
+    assert!(store.process(id).await.expect("process").is_some());
+    let filter = EventFilter {
+        session_id: Some(id.to_owned()),
+        ..EventFilter::default()
+    };
+    assert!(matches!(
+        store.events_after(&filter, 0, 10).await.expect("events"),
+        EventPage::Events(events) if events.len() == 2
+    ));
+
+    let mut db = sqlx::SqliteConnection::connect(&url).await.expect("db");
+    for statement in [
+        "UPDATE messages SET sender = 'someone'",
+        "UPDATE processes SET exit_code = 0, exit_reason = 'vanished'",
+        "UPDATE events SET kind = 'exploded' WHERE kind = 'created'",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut db)
+            .await
+            .expect(statement);
+    }
+    let storage = |e: SessionError| match e {
+        SessionError::Storage(e) => e.kind,
+        other => panic!("not a storage error: {other:?}"),
+    };
+    let inbox = store.undelivered(id).await.expect_err("unknown sender");
+    assert_eq!(storage(inbox), StorageKind::Other);
+    let process = store.process(id).await.expect_err("unknown exit reason");
+    assert_eq!(storage(process), StorageKind::Other);
+    let events = store.events_after(&filter, 0, 10).await.expect_err("kind");
+    assert_eq!(storage(events), StorageKind::Other);
 }

@@ -6,11 +6,7 @@ use std::sync::Arc;
 use troupe_proto::{agent::MessageLine, runner::WriteStdinRequest};
 
 use super::Driver;
-use crate::{
-    error::SessionError,
-    model::{InboxMessage, SessionRow},
-    store::Store,
-};
+use crate::{error::SessionError, model::SessionRow, store::Store};
 
 impl<S: Store> Driver<S> {
     /// The messages not yet written to `recipient`'s agent, as it may see
@@ -19,21 +15,25 @@ impl<S: Store> Driver<S> {
     pub(super) async fn inbox_for(
         &self,
         recipient: &SessionRow,
-    ) -> Result<Vec<InboxMessage>, SessionError> {
-        let mut pending = self.store.undelivered(&recipient.session_id).await?;
-        for m in &mut pending {
-            let Some(sender) = m.sender.strip_prefix("session:") else {
-                continue;
+    ) -> Result<Vec<MessageLine>, SessionError> {
+        let pending = self.store.undelivered(&recipient.session_id).await?;
+        let mut lines = Vec::with_capacity(pending.len());
+        for m in pending {
+            let visible = match m.sender.session_id() {
+                Some(sender) => match self.store.get_session(sender).await? {
+                    Some(row) => crate::policy::trust_sees(recipient.trust, row.trust),
+                    None => false,
+                },
+                None => true,
             };
-            let visible = match self.store.get_session(sender).await? {
-                Some(row) => crate::policy::trust_sees(recipient.trust, row.trust),
-                None => false,
+            let sender = if visible {
+                m.sender.to_string()
+            } else {
+                "session".to_owned()
             };
-            if !visible {
-                m.sender = "session".to_owned();
-            }
+            lines.push(MessageLine::new(m.seq, &m.message_id, &sender, &m.body));
         }
-        Ok(pending)
+        Ok(lines)
     }
 
     /// Writes the session's undelivered messages to its agent's stdin; true
@@ -62,7 +62,7 @@ impl<S: Store> Driver<S> {
                 return false;
             }
         };
-        let Some(last) = pending.last().map(|m| m.seq) else {
+        let Some(last) = pending.last().map(|m| m.sequence) else {
             return true;
         };
         let written = self
@@ -94,9 +94,6 @@ impl<S: Store> Driver<S> {
 }
 
 /// The stdin lines of `messages`.
-pub(super) fn lines(messages: &[InboxMessage]) -> Vec<u8> {
-    messages
-        .iter()
-        .flat_map(|m| MessageLine::new(m.seq, &m.message_id, &m.sender, &m.body).to_line())
-        .collect()
+pub(super) fn lines(messages: &[MessageLine]) -> Vec<u8> {
+    messages.iter().flat_map(MessageLine::to_line).collect()
 }

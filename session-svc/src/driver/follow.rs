@@ -10,7 +10,7 @@ use troupe_proto::runner::{self as rpb, WatchExecRequest, exec_event};
 use super::{Driver, RETRY, system_audit};
 use crate::{
     error::SessionError,
-    model::{Failure, ProcessChange, ProcessExit},
+    model::{ExitReason, Failure, ProcessChange, ProcessExit},
     store::Store,
 };
 
@@ -138,13 +138,12 @@ fn change(event: &rpb::ExecEvent) -> Option<ProcessChange> {
         exec_event::Event::Exited(exit) => ProcessChange::Exited(ProcessExit {
             code: exit.exit_code,
             reason: match exit.reason() {
-                rpb::ExitReason::Killed => "killed",
-                rpb::ExitReason::TimedOut => "timed_out",
-                rpb::ExitReason::ContainerLost => "container_lost",
-                rpb::ExitReason::NoResources => "no_resources",
-                _ => "exited",
-            }
-            .to_owned(),
+                rpb::ExitReason::Killed => ExitReason::Killed,
+                rpb::ExitReason::TimedOut => ExitReason::TimedOut,
+                rpb::ExitReason::ContainerLost => ExitReason::ContainerLost,
+                rpb::ExitReason::NoResources => ExitReason::NoResources,
+                rpb::ExitReason::Exited | rpb::ExitReason::Unspecified => ExitReason::Exited,
+            },
             detail: exit.detail.clone(),
         }),
     })
@@ -224,18 +223,18 @@ mod tests {
     #[test]
     fn each_exit_reason_maps_to_its_ledger_name() {
         for (reason, name) in [
-            (rpb::ExitReason::Exited, "exited"),
-            (rpb::ExitReason::Killed, "killed"),
-            (rpb::ExitReason::TimedOut, "timed_out"),
-            (rpb::ExitReason::ContainerLost, "container_lost"),
-            (rpb::ExitReason::NoResources, "no_resources"),
-            (rpb::ExitReason::Unspecified, "exited"),
+            (rpb::ExitReason::Exited, ExitReason::Exited),
+            (rpb::ExitReason::Killed, ExitReason::Killed),
+            (rpb::ExitReason::TimedOut, ExitReason::TimedOut),
+            (rpb::ExitReason::ContainerLost, ExitReason::ContainerLost),
+            (rpb::ExitReason::NoResources, ExitReason::NoResources),
+            (rpb::ExitReason::Unspecified, ExitReason::Exited),
         ] {
             assert_eq!(
                 exited(3, reason),
                 Some(ProcessChange::Exited(ProcessExit {
                     code: 3,
-                    reason: name.to_owned(),
+                    reason: name,
                     detail: "why".to_owned(),
                 }))
             );

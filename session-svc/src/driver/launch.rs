@@ -133,7 +133,7 @@ impl<S: Store> Driver<S> {
         }
         if let Some(last) = pending.last() {
             self.store
-                .mark_delivered(&session.session_id, last.seq)
+                .mark_delivered(&session.session_id, last.sequence)
                 .await?;
             crate::metrics::delivered(pending.len());
         }

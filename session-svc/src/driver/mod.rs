@@ -50,7 +50,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::{service::interceptor::InterceptedService, transport::Channel};
 use troupe_proto::{endpoint::Bearer, runner::runner_service_client::RunnerServiceClient};
 
-use crate::{auth::Tokens, model::AuditRecord, store::Store};
+use crate::{
+    auth::Tokens,
+    model::{AuditRecord, Principal},
+    store::Store,
+};
 
 /// How long a lost runner connection waits before it is tried again.
 const RETRY: Duration = Duration::from_millis(500);
@@ -115,7 +119,7 @@ fn system_audit(
     detail: &dyn std::fmt::Display,
 ) -> AuditRecord {
     AuditRecord {
-        caller: "troupe".to_owned(),
+        caller: Principal::Troupe,
         action,
         target: target.to_owned(),
         allowed,

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType, TROUPE_SENDER};
+use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType};
 
 use super::{Driver, system_audit};
 use crate::{
     error::SessionError,
-    model::{AuditRecord, Failure, Idempotency, NewMessage, ProcessExit},
+    model::{AuditRecord, ExitReason, Failure, Idempotency, NewMessage, Principal, ProcessExit},
     store::Store,
 };
 
@@ -39,7 +39,7 @@ impl<S: Store> Driver<S> {
         let body = SessionEnded {
             exit_code: exit.code,
             output_tail: tail,
-            reason: exit.reason.clone(),
+            reason: exit.reason.as_str().to_owned(),
             session_id: session_id.to_owned(),
             status: troupe_proto::status::status_str(row.status).to_owned(),
             kind: SessionEndedType::SessionEnded,
@@ -47,14 +47,14 @@ impl<S: Store> Driver<S> {
         .to_text();
         let message = NewMessage {
             message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
-            sender: TROUPE_SENDER.to_owned(),
+            sender: Principal::Troupe,
             body,
         };
         let audit = system_audit("callback", &parent, true, &format!("{session_id} ended"));
         // One notice per child, however many ends are reported for it (an
         // exit after a termination, a start given up): the first stands.
         let once = Idempotency {
-            caller: "troupe".to_owned(),
+            caller: Principal::Troupe,
             action: "callback",
             request_id: session_id.to_owned(),
             payload_hash: session_id.to_owned(),
@@ -93,12 +93,7 @@ impl<S: Store> Driver<S> {
             .await
         {
             Ok(true) => {
-                let exit = ProcessExit {
-                    code: -1,
-                    reason: failure.as_str().to_owned(),
-                    detail: detail.to_owned(),
-                };
-                self.callback(session_id, &exit).await;
+                self.callback(session_id, &failure.exit(detail)).await;
             }
             Ok(false) => {}
             Err(e) => {
@@ -112,7 +107,7 @@ impl<S: Store> Driver<S> {
     pub(super) async fn ended_unstarted(self: &Arc<Self>, session_id: &str) {
         let exit = ProcessExit {
             code: -1,
-            reason: "not_started".to_owned(),
+            reason: ExitReason::NotStarted,
             detail: "the session ended before its agent started".to_owned(),
         };
         self.callback(session_id, &exit).await;

@@ -65,12 +65,12 @@ fn new_session(
         agent_name: agent.to_owned(),
         agent_command: spec.agent_command,
         title: spec.title,
-        created_by: caller.label(),
+        created_by: caller.principal(),
         // Called inside the spawn span: the new session's life is its child.
         trace: LifeSpan::plan(),
         initial_message: spec.initial_message.map(|body| NewMessage {
             message_id: new_id("msg"),
-            sender: caller.label(),
+            sender: caller.principal(),
             body,
         }),
     }

@@ -30,7 +30,7 @@ pub async fn send<S: Store>(
     )?;
     let message = NewMessage {
         message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
-        sender: caller.label(),
+        sender: caller.principal(),
         body: req.message.clone(),
     };
     let audit = allowed(

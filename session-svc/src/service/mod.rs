@@ -34,7 +34,7 @@ use crate::{
     driver::Driver,
     error::{Reason, SessionError},
     metrics,
-    model::{AuditRecord, Caller, Idempotency},
+    model::{AuditRecord, Caller, Idempotency, Principal},
     store::Store,
 };
 
@@ -110,7 +110,7 @@ impl<S: Store> Service<S> {
         };
         if let Err(err) = &identified {
             self.audit(AuditRecord {
-                caller: "anonymous".to_owned(),
+                caller: Principal::Anonymous,
                 action,
                 target: String::new(),
                 allowed: false,
@@ -145,7 +145,7 @@ impl<S: Store> Service<S> {
             Err(e) => (false, e.reason().as_str().to_owned(), e.to_string()),
         };
         self.audit(AuditRecord {
-            caller: caller.label(),
+            caller: caller.principal(),
             action,
             target: target.to_owned(),
             allowed,
@@ -341,7 +341,7 @@ fn idempotency(
         hash.update(part.as_bytes());
     }
     Ok(Some(Idempotency {
-        caller: caller.label(),
+        caller: caller.principal(),
         action,
         request_id: request_id.to_owned(),
         payload_hash: hex::encode(hash.finalize()),
@@ -361,7 +361,7 @@ fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), Session
 /// An allowed decision made inside a store transaction.
 fn allowed(caller: &Caller, action: &'static str, target: &str, detail: String) -> AuditRecord {
     AuditRecord {
-        caller: caller.label(),
+        caller: caller.principal(),
         action,
         target: target.to_owned(),
         allowed: true,

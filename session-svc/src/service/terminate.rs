@@ -24,7 +24,7 @@ pub async fn session<S: Store>(
         .store
         .terminate(
             &req.session_id,
-            &caller.label(),
+            &caller.principal(),
             reason,
             audit,
             &|target, ancestors| policy::may_terminate(caller, target, ancestors),

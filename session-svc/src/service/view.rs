@@ -2,14 +2,11 @@
 //! of a direct session, even as a parent or creator.
 
 use prost_types::Timestamp;
-use troupe_proto::{
-    session::{self as pb, EventKind, SessionStatus, session_event::Detail},
-    status::{parse_kind, parse_status},
-};
+use troupe_proto::session::{self as pb, EventKind, session_event::Detail};
 
 use crate::{
     error::QuotaLeft,
-    model::{Caller, EventRow, ProcessRow, SessionRow, Trust},
+    model::{Caller, EventRow, Principal, ProcessRow, SessionRow, Trust},
     policy::trust_sees,
 };
 
@@ -37,13 +34,13 @@ pub fn timestamp(ms: i64) -> Timestamp {
 
 pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
     let parent = visible_parent(viewer, row.parent_session_id.as_deref(), row.parent_trust);
-    let created_by = if row.created_by.starts_with("session:")
+    let created_by = if matches!(row.created_by, Principal::Session(_))
         && row.parent_session_id.is_some()
         && parent.is_empty()
     {
         "session".to_owned()
     } else {
-        row.created_by.clone()
+        row.created_by.to_string()
     };
     pb::Session {
         session_id: row.session_id.clone(),
@@ -87,7 +84,7 @@ pub fn quota(q: QuotaLeft) -> pb::QuotaInfo {
 }
 
 pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
-    let kind = parse_kind(&row.kind).unwrap_or(EventKind::Unspecified);
+    let kind = row.kind.to_proto();
     let detail_json: serde_json::Value = serde_json::from_str(&row.detail).unwrap_or_default();
     let text = |key: &str| detail_json[key].as_str().unwrap_or_default().to_owned();
     let number = |key: &str| detail_json[key].as_u64().unwrap_or_default();
@@ -156,7 +153,7 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
         depth: row.depth,
         workspace_id: row.workspace_id.clone(),
         trust_level: row.trust.to_proto() as i32,
-        status: parse_status(&row.status).unwrap_or(SessionStatus::Unspecified) as i32,
+        status: row.status as i32,
         detail,
     }
 }

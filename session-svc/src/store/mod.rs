@@ -5,13 +5,24 @@
 //!
 //! [`SqliteStore`] is the embedded default; [`PgStore`] keeps the ledger in
 //! PostgreSQL for several replicas on one database. The rules never see
-//! SQL, so each backend implements this trait without touching them;
-//! `shared` holds the decisions both make without I/O.
+//! SQL, so each backend implements this trait without touching them
+//! (`shared` holds what both decide alike without I/O). What the trait asks
+//! of a backend, beyond its methods:
+//!
+//! - its errors are [`SessionError::Storage`] of a backend-neutral kind
+//!   (`sqlx_error`: the conversion every sqlx backend's `?` uses), so an
+//!   unreachable database answers UNAVAILABLE and nothing else leaks;
+//! - the values it stores as text (statuses, event kinds, exit reasons,
+//!   principals) are parsed once as it reads them ([`parse_stored`]);
+//! - what a process change does to a session is
+//!   [`crate::policy::process_step`]'s to decide, the backend's to apply;
+//! - how it keeps its reads fast (SQLite: the in-memory ledger of sessions,
+//!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
-mod ledger;
 mod postgres;
 mod shared;
 mod sqlite;
+mod sqlx_error;
 
 use std::{future::Future, sync::Arc};
 
@@ -24,13 +35,29 @@ pub use postgres::{
 pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 
 use crate::{
-    error::{QuotaLeft, SessionError},
+    error::{QuotaLeft, SessionError, StorageKind},
     model::{
         AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency, InboxMessage,
-        NewMessage, NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
+        NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
+        Trust,
     },
     policy::{Admission, SpawnContext},
 };
+
+/// Parses a value's stored text (`what` names it for the log): an unknown
+/// text is a storage error, never a panic.
+pub(crate) fn parse_stored<T>(
+    what: &str,
+    text: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, SessionError> {
+    parse(text).ok_or_else(|| {
+        SessionError::storage(
+            StorageKind::Other,
+            format!("unknown stored {what} {text:?}"),
+        )
+    })
+}
 
 /// Checks a spawn inside the store's transaction.
 pub type SpawnCheck<'a> = &'a (dyn Fn(&SpawnContext<'_>) -> Result<Admission, SessionError> + Sync);
@@ -63,6 +90,13 @@ pub struct Sent {
     pub message_id: String,
     pub sequence: u64,
     pub replayed: bool,
+}
+
+/// What one round of [`Store::maintain`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Maintenance {
+    /// Database pages returned to the file system.
+    pub pages_returned: u64,
 }
 
 /// A page of events, and whether the cursor asked for was already pruned.
@@ -111,7 +145,7 @@ pub trait Store: Send + Sync + Clone + 'static {
     fn terminate(
         &self,
         target: &str,
-        terminated_by: &str,
+        terminated_by: &Principal,
         reason: &str,
         audit: AuditRecord,
         check: TerminateCheck<'_>,
@@ -157,22 +191,19 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// Deletes all but the newest `keep` events; returns the highest id pruned.
     fn prune_events(&self, keep: u64) -> impl Future<Output = Result<i64, SessionError>> + Send;
 
-    /// Moves what the write-ahead log holds into the database file, off
-    /// the request path (no-op for a backend without one), and keeps the
-    /// log's size bounded even under writes that never pause. Called
-    /// periodically by the service.
-    fn checkpoint(&self) -> impl Future<Output = Result<(), SessionError>> + Send;
-
-    /// Returns space the database no longer needs (pruned events, dropped
-    /// output) to the file system, a bounded amount per call, so no call
-    /// waits long behind it. Returns the pages returned. Called
-    /// periodically by the service.
-    fn reclaim(&self) -> impl Future<Output = Result<u64, SessionError>> + Send;
+    /// Periodic upkeep the backend needs (SQLite: checkpointing its
+    /// write-ahead log, returning free pages to the file system), a bounded
+    /// amount per call, off the request path; nothing for a backend that
+    /// needs none. Called every second by the service.
+    fn maintain(&self) -> impl Future<Output = Result<Maintenance, SessionError>> + Send;
 
     /// Counts the pending or running sessions of each workspace, by trust
-    /// level (only the non-zero counts). Cheap and synchronous: metrics read
-    /// it at every collection.
-    fn active_counts(&self) -> Vec<(String, Trust, u32)>;
+    /// level (only the non-zero counts). Metrics read it at every
+    /// collection: a backend that answers without waiting is read there
+    /// and then (see [`crate::metrics::observe_active`]).
+    fn active_counts(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Trust, u32)>, SessionError>> + Send;
 
     /// Returns a receiver that changes after every commit that wrote events.
     fn subscribe(&self) -> watch::Receiver<u64>;

@@ -1,13 +1,13 @@
 //! Decisions both stores make the same way, without I/O: what a request id
-//! stores and replays, how a process's exit ends its session, and where an
-//! output drop stops.
+//! stores and replays, the detail of a process change's event, and where
+//! an output drop stops.
 
 use serde_json::json;
 
 use super::{Created, Sent};
 use crate::{
     error::{QuotaLeft, SessionError},
-    model::ProcessExit,
+    model::ProcessChange,
 };
 
 /// The quota left, as a create's idempotency record stores it.
@@ -67,21 +67,27 @@ pub(crate) fn replayed_sent(result: &serde_json::Value) -> Result<Sent, SessionE
     })
 }
 
-/// How an active session ends when its process exits: its status and end
-/// reason.
-pub(crate) fn exit_end(exit: &ProcessExit) -> (&'static str, String) {
-    if exit.succeeded() {
-        ("completed", "exited".to_owned())
-    } else if exit.reason == "exited" {
-        ("failed", format!("exit code {}", exit.code))
-    } else {
-        ("failed", exit.reason.clone())
+/// The detail of the event a process change writes (output's is written
+/// with its budgets, in `output.rs`). A truncation's gap is
+/// `gap_from..=runner_seq`, marked where it is.
+pub(crate) fn event_detail(
+    change: &ProcessChange,
+    runner_seq: u64,
+    gap_from: u64,
+) -> serde_json::Value {
+    match change {
+        ProcessChange::Started | ProcessChange::Output { .. } => json!({}),
+        ProcessChange::Truncated { log_bytes } => json!({
+            "dropped_bytes": log_bytes,
+            "dropped_events": (runner_seq + 1).saturating_sub(gap_from),
+            "by_runner": true,
+        }),
+        ProcessChange::Exited(exit) => json!({
+            "exit_code": exit.code,
+            "reason": exit.reason.as_str(),
+            "detail": exit.detail,
+        }),
     }
-}
-
-/// The detail of the event that ends a session at its process's exit.
-pub(crate) fn exit_detail(exit: &ProcessExit) -> serde_json::Value {
-    json!({"exit_code": exit.code, "reason": exit.reason, "detail": exit.detail})
 }
 
 /// Where an output drop brings what is kept: three quarters of the budget,

@@ -18,9 +18,11 @@
 use serde_json::json;
 use sqlx::PgConnection;
 
+use troupe_proto::{session::SessionStatus, status::status_str};
+
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, Idempotency, now_ms},
+    model::{AuditRecord, EventKind, Idempotency, now_ms},
 };
 
 /// The advisory lock key that orders event ids by commit ("troupeev").
@@ -29,8 +31,9 @@ pub const EVENTS_LOCK: i64 = 0x7472_6f75_7065_6576;
 /// An event to write at the end of a transaction.
 pub(super) struct NewEvent {
     pub session_id: String,
-    pub kind: &'static str,
-    pub status: &'static str,
+    pub kind: EventKind,
+    /// The session's status when it is written.
+    pub status: SessionStatus,
     pub detail: String,
     /// Bytes printed, for output.
     pub bytes: Option<i64>,
@@ -39,8 +42,8 @@ pub(super) struct NewEvent {
 impl NewEvent {
     pub fn new(
         session_id: &str,
-        kind: &'static str,
-        status: &'static str,
+        kind: EventKind,
+        status: SessionStatus,
         detail: serde_json::Value,
     ) -> NewEvent {
         NewEvent {
@@ -106,8 +109,13 @@ pub(super) async fn write(
     .bind(at)
     .bind(events.iter().map(|e| e.session_id.as_str()).collect::<Vec<_>>())
     .bind(&seqs)
-    .bind(events.iter().map(|e| e.kind).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.status).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|e| status_str(e.status))
+            .collect::<Vec<_>>(),
+    )
     .bind(events.iter().map(|e| e.detail.as_str()).collect::<Vec<_>>())
     .bind(events.iter().map(|e| e.bytes).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
@@ -181,7 +189,7 @@ pub(super) async fn insert_audit(
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(now_ms())
-    .bind(&record.caller)
+    .bind(record.caller.to_string())
     .bind(record.action)
     .bind(&record.target)
     .bind(record.allowed)
@@ -206,7 +214,7 @@ pub(super) async fn claim(
         "INSERT INTO idempotency (caller, action, request_id, payload_hash, created_at_ms) \
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
     )
-    .bind(&idem.caller)
+    .bind(idem.caller.to_string())
     .bind(idem.action)
     .bind(&idem.request_id)
     .bind(&idem.payload_hash)
@@ -221,7 +229,7 @@ pub(super) async fn claim(
         "SELECT payload_hash, result FROM idempotency \
          WHERE caller = $1 AND action = $2 AND request_id = $3",
     )
-    .bind(&idem.caller)
+    .bind(idem.caller.to_string())
     .bind(idem.action)
     .bind(&idem.request_id)
     .fetch_one(&mut *conn)
@@ -253,7 +261,7 @@ pub(super) async fn remember(
         "UPDATE idempotency SET result = $4 \
          WHERE caller = $1 AND action = $2 AND request_id = $3",
     )
-    .bind(&idem.caller)
+    .bind(idem.caller.to_string())
     .bind(idem.action)
     .bind(&idem.request_id)
     .bind(result.to_string())
@@ -266,8 +274,8 @@ pub(super) async fn remember(
 pub(super) fn created(session_id: &str, agent_name: &str, title: &str) -> NewEvent {
     NewEvent::new(
         session_id,
-        "created",
-        "pending",
+        EventKind::Created,
+        SessionStatus::Pending,
         json!({"agent_name": agent_name, "title": title}),
     )
 }
@@ -275,14 +283,14 @@ pub(super) fn created(session_id: &str, agent_name: &str, title: &str) -> NewEve
 /// The message event of an inbox message, as SQLite's trigger writes it.
 pub(super) fn message(
     session_id: &str,
-    status: &'static str,
+    status: SessionStatus,
     message_id: &str,
     seq: i64,
     body: &str,
 ) -> NewEvent {
     NewEvent::new(
         session_id,
-        "message",
+        EventKind::Message,
         status,
         json!({"message_id": message_id, "inbox_sequence": seq, "bytes": body.len()}),
     )

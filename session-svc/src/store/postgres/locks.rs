@@ -16,6 +16,7 @@
 //! breaks and `retrying!` runs again.
 
 use sqlx::PgConnection;
+use troupe_proto::{session::SessionStatus, status::status_str};
 
 use super::open::{RawSession, session_columns};
 use crate::{error::SessionError, model::SessionRow};
@@ -95,7 +96,7 @@ pub(super) async fn place_of(
 pub(super) async fn end_sessions(
     conn: &mut PgConnection,
     ids: &[String],
-    status: &str,
+    status: SessionStatus,
     target: &str,
     reason: &str,
     others: &str,
@@ -116,7 +117,7 @@ pub(super) async fn end_sessions(
         " FROM ended"
     ))
     .bind(ids)
-    .bind(status)
+    .bind(status_str(status))
     .bind(crate::model::now_ms())
     .bind(target)
     .bind(reason)

@@ -32,20 +32,20 @@ pub use self::events::EVENTS_LOCK;
 pub use self::open::{is_postgres_url, redacted as redacted_url};
 pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 
 use sqlx::PgPool;
 use tokio::sync::watch;
 
 use super::{
-    Created, EventPage, MessageCheck, OutputBudget, RootCheck, Sent, SpawnCheck, Store,
-    TerminateCheck,
+    Created, EventPage, Maintenance, MessageCheck, OutputBudget, RootCheck, Sent, SpawnCheck,
+    Store, TerminateCheck,
 };
 use crate::{
-    error::SessionError,
+    error::{SessionError, StorageKind},
     model::{
         AuditRecord, AuditRow, EventFilter, Failure, Idempotency, InboxMessage, NewMessage,
-        NewSession, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
+        NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
     },
 };
 
@@ -65,8 +65,6 @@ pub struct PgStore {
     events_written: watch::Sender<u64>,
     /// Bumped after every commit that ended sessions, here or elsewhere.
     sessions_ended: watch::Sender<u64>,
-    /// The workspaces' active counts, as last polled (for metrics).
-    active: Arc<RwLock<Vec<(String, Trust, u32)>>>,
     /// Stops the listener and the poller when the last clone goes.
     _tasks: Arc<wake::Tasks>,
 }
@@ -89,14 +87,10 @@ impl PgStore {
 }
 
 /// Whether an error is a lost deadlock (40P01) or serialization check
-/// (40001): the transaction was rolled back and may simply run again.
+/// (40001), which `sqlx_error` classifies as a conflict: the transaction
+/// was rolled back and may simply run again.
 fn retryable(error: &SessionError) -> bool {
-    match error {
-        SessionError::Database(sqlx::Error::Database(e)) => {
-            matches!(e.code().as_deref(), Some("40P01" | "40001"))
-        }
-        _ => false,
-    }
+    matches!(error, SessionError::Storage(e) if e.kind == StorageKind::Conflict)
 }
 
 /// Runs `$attempt` (an expression making one whole transaction's future)
@@ -177,7 +171,7 @@ impl Store for PgStore {
     async fn terminate(
         &self,
         target: &str,
-        terminated_by: &str,
+        terminated_by: &Principal,
         reason: &str,
         audit: AuditRecord,
         check: TerminateCheck<'_>,
@@ -224,21 +218,14 @@ impl Store for PgStore {
         retrying!(self.prune_events_once(keep))
     }
 
-    async fn checkpoint(&self) -> Result<(), SessionError> {
-        // PostgreSQL checkpoints by itself.
-        Ok(())
+    async fn maintain(&self) -> Result<Maintenance, SessionError> {
+        // PostgreSQL checkpoints by itself, and autovacuum returns what
+        // pruning frees.
+        Ok(Maintenance::default())
     }
 
-    async fn reclaim(&self) -> Result<u64, SessionError> {
-        // Autovacuum returns what pruning frees.
-        Ok(0)
-    }
-
-    fn active_counts(&self) -> Vec<(String, Trust, u32)> {
-        self.active
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    async fn active_counts(&self) -> Result<Vec<(String, Trust, u32)>, SessionError> {
+        self.active_counts_impl().await
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {

@@ -2,11 +2,7 @@
 //! lock, so replicas starting together migrate once), the wake-up tasks;
 //! and the session row as stored.
 
-use std::{
-    str::FromStr,
-    sync::{Arc, RwLock},
-    time::Duration,
-};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use sqlx::{
     Connection, PgConnection,
@@ -19,8 +15,8 @@ use troupe_telemetry::LifeSpan;
 use super::{POOL_SIZE, PgStore, wake};
 use crate::{
     error::SessionError,
-    model::{SessionRow, Trust},
-    store::OutputBudget,
+    model::{Principal, SessionRow, Trust},
+    store::{OutputBudget, parse_stored},
 };
 
 /// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
@@ -94,13 +90,11 @@ impl PgStore {
             .map_err(|e| SessionError::Internal(format!("migration of {shown} failed: {e}")))?;
         let (events_written, _) = watch::channel(0);
         let (sessions_ended, _) = watch::channel(0);
-        let active = Arc::new(RwLock::new(Vec::new()));
         let tasks = wake::start(
             &pool,
             options,
             events_written.clone(),
             sessions_ended.clone(),
-            active.clone(),
         )
         .await?;
         Ok(PgStore {
@@ -108,7 +102,6 @@ impl PgStore {
             output_budget: OutputBudget::default(),
             events_written,
             sessions_ended,
-            active,
             _tasks: Arc::new(tasks),
         })
     }
@@ -155,12 +148,14 @@ pub(super) struct RawSession {
 impl RawSession {
     pub(super) fn into_row(self) -> Result<SessionRow, SessionError> {
         Ok(SessionRow {
-            trust: Trust::from_db(&self.trust_level).ok_or_else(|| {
-                SessionError::Internal(format!("bad trust level {:?}", self.trust_level))
-            })?,
-            status: parse_status(&self.status)
-                .ok_or_else(|| SessionError::Internal(format!("bad status {:?}", self.status)))?,
-            parent_trust: self.parent_trust_level.as_deref().and_then(Trust::from_db),
+            trust: parse_stored("trust level", &self.trust_level, Trust::from_db)?,
+            status: parse_stored("status", &self.status, parse_status)?,
+            parent_trust: self
+                .parent_trust_level
+                .as_deref()
+                .map(|t| parse_stored("trust level", t, Trust::from_db))
+                .transpose()?,
+            created_by: parse_stored("creator", &self.created_by, Principal::parse)?,
             session_id: self.session_id,
             workspace_id: self.workspace_id,
             parent_session_id: self.parent_session_id,
@@ -169,7 +164,6 @@ impl RawSession {
             agent_name: self.agent_name,
             agent_command: self.agent_command,
             title: self.title,
-            created_by: self.created_by,
             created_at_ms: self.created_at_ms,
             ended_at_ms: self.ended_at_ms,
             end_reason: self.end_reason,

@@ -8,10 +8,12 @@
 
 use serde_json::json;
 use sqlx::PgConnection;
+use troupe_proto::session::SessionStatus;
 
 use super::events::{self, NewEvent};
 use crate::{
     error::SessionError,
+    model::EventKind,
     store::{OutputBudget, shared::low_water},
 };
 
@@ -30,7 +32,7 @@ pub(super) async fn record(
     conn: &mut PgConnection,
     session_id: &str,
     stream: &str,
-    status: &'static str,
+    status: SessionStatus,
     data: &[u8],
     tail_max: usize,
     budget: OutputBudget,
@@ -63,7 +65,7 @@ pub(super) async fn record(
         bytes: Some(bytes),
         ..NewEvent::new(
             session_id,
-            "output",
+            EventKind::Output,
             status,
             json!({"stream": stream, "data": encoded}),
         )

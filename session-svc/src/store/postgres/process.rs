@@ -3,9 +3,8 @@
 //! failures. Each write is one transaction; one that may end a session
 //! takes the workspace and tree locks first (see `locks`).
 
-use serde_json::json;
 use sqlx::Row;
-use troupe_proto::{session::SessionStatus, status::status_str};
+use troupe_proto::status::status_str;
 
 use super::{
     PgStore,
@@ -17,13 +16,11 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, Failure, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
-        now_ms,
+        AuditRecord, EventKind, ExitReason, Failure, InboxMessage, Principal, ProcessChange,
+        ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
-    store::{
-        MessageCheck,
-        shared::{exit_detail, exit_end},
-    },
+    policy,
+    store::{MessageCheck, parse_stored, shared::event_detail},
 };
 
 impl PgStore {
@@ -69,25 +66,50 @@ impl PgStore {
         if applied.is_none() {
             return Ok((None, false));
         }
-        let status = status_str(row.status);
-        let mut changed = None;
-        let mut ended = false;
-        match change {
-            ProcessChange::Started => {
-                if row.status == SessionStatus::Pending {
-                    let raw: RawSession = sqlx::query_as(concat!(
-                        "UPDATE sessions SET status = 'running' WHERE session_id = $1 RETURNING ",
-                        session_columns!()
-                    ))
-                    .bind(session_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    changed = Some(raw.into_row()?);
-                    let started = NewEvent::new(session_id, "started", "running", json!({}));
-                    events::write(&mut tx, &[started], false).await?;
-                }
+        let step = policy::process_step(row.status, change);
+        let status = step.status.unwrap_or(row.status);
+        if let ProcessChange::Exited(exit) = change {
+            sqlx::query(
+                "UPDATE processes SET exit_code = $1, exit_reason = $2 WHERE session_id = $3",
+            )
+            .bind(exit.code)
+            .bind(exit.reason.as_str())
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let changed = match (step.status, &step.end_reason) {
+            (Some(status), Some(reason)) => locks::end_sessions(
+                &mut tx,
+                &[session_id.to_owned()],
+                status,
+                session_id,
+                reason,
+                reason,
+            )
+            .await?
+            .pop(),
+            (Some(status), None) => {
+                let raw: RawSession = sqlx::query_as(concat!(
+                    "UPDATE sessions SET status = $2 WHERE session_id = $1 RETURNING ",
+                    session_columns!()
+                ))
+                .bind(session_id)
+                .bind(status_str(status))
+                .fetch_one(&mut *tx)
+                .await?;
+                Some(raw.into_row()?)
             }
-            ProcessChange::Output { stream, data } => {
+            (None, _) => None,
+        };
+        let ended = step.end_reason.is_some() && changed.is_some();
+        match (step.event, change) {
+            // Nothing to write, but watchers look (an exit code that landed
+            // after the session ended).
+            (None, _) => {
+                events::write(&mut tx, &[], false).await?;
+            }
+            (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
                 output::record(
                     &mut tx,
                     session_id,
@@ -99,50 +121,14 @@ impl PgStore {
                 )
                 .await?;
             }
-            ProcessChange::Truncated { log_bytes } => {
-                // `runner_seq` is the last event dropped: the gap is
-                // `gap_from..=runner_seq`, marked where it is.
-                let dropped_events = (runner_seq + 1).saturating_sub(gap_from);
-                let marker = NewEvent::new(
+            (Some(kind), change) => {
+                let event = NewEvent::new(
                     session_id,
-                    "output_truncated",
+                    kind,
                     status,
-                    json!({
-                        "dropped_bytes": log_bytes,
-                        "dropped_events": dropped_events,
-                        "by_runner": true,
-                    }),
+                    event_detail(change, runner_seq, gap_from),
                 );
-                events::write(&mut tx, &[marker], false).await?;
-            }
-            ProcessChange::Exited(exit) => {
-                sqlx::query(
-                    "UPDATE processes SET exit_code = $1, exit_reason = $2 WHERE session_id = $3",
-                )
-                .bind(exit.code)
-                .bind(&exit.reason)
-                .bind(session_id)
-                .execute(&mut *tx)
-                .await?;
-                if row.is_active() {
-                    let (end, why) = exit_end(exit);
-                    changed = locks::end_sessions(
-                        &mut tx,
-                        &[session_id.to_owned()],
-                        end,
-                        session_id,
-                        &why,
-                        &why,
-                    )
-                    .await?
-                    .pop();
-                    ended = changed.is_some();
-                    let event = NewEvent::new(session_id, end, end, exit_detail(exit));
-                    events::write(&mut tx, &[event], ended).await?;
-                } else {
-                    // No event, but a waiter wants to see the exit code land.
-                    events::write(&mut tx, &[], false).await?;
-                }
+                events::write(&mut tx, &[event], ended).await?;
             }
         }
         tx.commit().await?;
@@ -161,10 +147,13 @@ impl PgStore {
         .fetch_optional(&self.pool)
         .await?;
         row.map(|row| {
+            let exit_reason: Option<&str> = row.try_get("exit_reason")?;
             Ok(ProcessRow {
                 runner_seq: row.try_get::<i64, _>("runner_seq")? as u64,
                 exit_code: row.try_get("exit_code")?,
-                exit_reason: row.try_get("exit_reason")?,
+                exit_reason: exit_reason
+                    .map(|r| parse_stored("exit reason", r, ExitReason::parse))
+                    .transpose()?,
                 output_tail: row.try_get("output_tail")?,
                 delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
                 notify_parent: row.try_get("notify_parent")?,
@@ -185,15 +174,16 @@ impl PgStore {
         .bind(session_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(seq, message_id, sender, body)| InboxMessage {
-                seq: seq as u64,
-                message_id,
-                sender,
-                body,
+        rows.into_iter()
+            .map(|(seq, message_id, sender, body)| {
+                Ok(InboxMessage {
+                    seq: seq as u64,
+                    message_id,
+                    sender: parse_stored("sender", &sender, Principal::parse)?,
+                    body,
+                })
             })
-            .collect())
+            .collect()
     }
 
     pub(super) async fn received_impl(
@@ -209,15 +199,16 @@ impl PgStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(seq, message_id, sender, created_at_ms)| ReceivedMessage {
-                seq: seq as u64,
-                message_id,
-                sender,
-                created_at_ms,
+        rows.into_iter()
+            .map(|(seq, message_id, sender, created_at_ms)| {
+                Ok(ReceivedMessage {
+                    seq: seq as u64,
+                    message_id,
+                    sender: parse_stored("sender", &sender, Principal::parse)?,
+                    created_at_ms,
+                })
             })
-            .collect())
+            .collect()
     }
 
     pub(super) async fn mark_delivered_once(
@@ -259,8 +250,8 @@ impl PgStore {
         events::insert_audit(&mut tx, audit).await?;
         let event = NewEvent {
             session_id: session_id.to_owned(),
-            kind: "progress",
-            status: status_str(row.status),
+            kind: EventKind::Progress,
+            status: row.status,
             detail: detail.to_string(),
             bytes: None,
         };
@@ -278,25 +269,26 @@ impl PgStore {
     ) -> Result<bool, SessionError> {
         let mut tx = self.begin().await?;
         locks::place_of(&mut tx, session_id).await?;
-        let reason = failure.as_str();
-        let ended = !locks::end_sessions(
-            &mut tx,
-            &[session_id.to_owned()],
-            "failed",
-            session_id,
-            reason,
-            reason,
-        )
-        .await?
-        .is_empty();
-        events::insert_audit(&mut tx, audit).await?;
-        if ended {
-            let event = NewEvent::new(
+        let (row, _) = locks::session(&mut tx, session_id).await?;
+        // A failure is an exit with its reason: it ends only an active session.
+        let exit = ProcessChange::Exited(failure.exit(detail));
+        let step = policy::process_step(row.status, &exit);
+        let mut ended = false;
+        if let (Some(status), Some(reason)) = (step.status, &step.end_reason) {
+            ended = !locks::end_sessions(
+                &mut tx,
+                &[session_id.to_owned()],
+                status,
                 session_id,
-                "failed",
-                "failed",
-                json!({"exit_code": -1, "reason": reason, "detail": detail}),
-            );
+                reason,
+                reason,
+            )
+            .await?
+            .is_empty();
+        }
+        events::insert_audit(&mut tx, audit).await?;
+        if let (true, Some(kind), Some(status)) = (ended, step.event, step.status) {
+            let event = NewEvent::new(session_id, kind, status, event_detail(&exit, 0, 0));
             events::write(&mut tx, &[event], true).await?;
         }
         tx.commit().await?;

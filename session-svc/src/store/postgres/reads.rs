@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use sqlx::Row;
+use troupe_proto::status::parse_status;
 
 use super::{
     PgStore,
@@ -11,8 +12,8 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{AuditRow, EventFilter, EventRow, SessionRow, Trust},
-    store::EventPage,
+    model::{AuditRow, EventFilter, EventKind, EventRow, SessionRow, Trust},
+    store::{EventPage, parse_stored},
 };
 
 impl PgStore {
@@ -140,18 +141,20 @@ impl PgStore {
             events.push(EventRow {
                 id: row.try_get("id")?,
                 seq: row.try_get("seq")?,
-                kind: row.try_get("kind")?,
-                status: row.try_get("status")?,
+                kind: parse_stored("event kind", row.try_get("kind")?, EventKind::parse)?,
+                status: parse_stored("status", row.try_get("status")?, parse_status)?,
                 at_ms: row.try_get("at_ms")?,
                 detail: row.try_get("detail")?,
                 session_id: row.try_get("session_id")?,
                 workspace_id: row.try_get("workspace_id")?,
                 parent_session_id: row.try_get("parent_session_id")?,
-                parent_trust: parent_trust.as_deref().and_then(Trust::from_db),
+                parent_trust: parent_trust
+                    .as_deref()
+                    .map(|t| parse_stored("trust level", t, Trust::from_db))
+                    .transpose()?,
                 tree_id: row.try_get("tree_id")?,
                 depth: depth as u32,
-                trust: Trust::from_db(&trust)
-                    .ok_or_else(|| SessionError::Internal(format!("bad trust level {trust:?}")))?,
+                trust: parse_stored("trust level", &trust, Trust::from_db)?,
             });
         }
         Ok(EventPage::Events(events))
@@ -197,6 +200,26 @@ impl PgStore {
                 })
             })
             .collect()
+    }
+
+    pub(super) async fn active_counts_impl(
+        &self,
+    ) -> Result<Vec<(String, Trust, u32)>, SessionError> {
+        let rows: Vec<(String, i32, i32)> = sqlx::query_as(
+            "SELECT workspace_id, active_direct, active_sandboxed FROM workspaces \
+             WHERE active_direct > 0 OR active_sandboxed > 0",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut counts = Vec::new();
+        for (workspace, direct, sandboxed) in rows {
+            for (trust, n) in [(Trust::Direct, direct), (Trust::Sandboxed, sandboxed)] {
+                if n > 0 {
+                    counts.push((workspace.clone(), trust, n as u32));
+                }
+            }
+        }
+        Ok(counts)
     }
 
     pub(super) async fn signing_keys_impl(&self) -> Result<Vec<(String, Vec<u8>)>, SessionError> {

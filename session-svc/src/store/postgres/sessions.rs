@@ -5,6 +5,7 @@
 
 use serde_json::json;
 use sqlx::{PgConnection, Postgres, Transaction};
+use troupe_proto::session::SessionStatus;
 
 use super::{
     PgStore,
@@ -14,7 +15,9 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{AuditRecord, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
+    model::{
+        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
+    },
     policy::SpawnContext,
     store::{
         Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
@@ -149,10 +152,9 @@ impl PgStore {
         )
         .await?;
         events::insert_audit(&mut tx, audit).await?;
-        let status = troupe_proto::status::status_str(target.status);
         let event = events::message(
             recipient,
-            status,
+            target.status,
             &message.message_id,
             sequence,
             &message.body,
@@ -169,7 +171,7 @@ impl PgStore {
     pub(super) async fn terminate_once(
         &self,
         target: &str,
-        terminated_by: &str,
+        terminated_by: &Principal,
         reason: &str,
         audit: &AuditRecord,
         check: TerminateCheck<'_>,
@@ -204,8 +206,15 @@ impl PgStore {
         .bind(target)
         .fetch_all(&mut *tx)
         .await?;
-        let mut ended =
-            locks::end_sessions(&mut tx, &subtree, "terminated", target, reason, "cascade").await?;
+        let mut ended = locks::end_sessions(
+            &mut tx,
+            &subtree,
+            SessionStatus::Terminated,
+            target,
+            reason,
+            "cascade",
+        )
+        .await?;
         ended.sort_by_key(|r| subtree.iter().position(|id| *id == r.session_id));
         let ids: Vec<String> = ended.iter().map(|r| r.session_id.clone()).collect();
         let mut audit = audit.clone();
@@ -221,9 +230,9 @@ impl PgStore {
                 };
                 NewEvent::new(
                     &r.session_id,
-                    "terminated",
-                    "terminated",
-                    json!({"reason": why, "terminated_by": terminated_by}),
+                    EventKind::Terminated,
+                    SessionStatus::Terminated,
+                    json!({"reason": why, "terminated_by": terminated_by.to_string()}),
                 )
             })
             .collect();
@@ -247,7 +256,7 @@ fn created_events(new: &NewSession) -> Vec<NewEvent> {
     if let Some(m) = &new.initial_message {
         out.push(events::message(
             &new.session_id,
-            "pending",
+            SessionStatus::Pending,
             &m.message_id,
             1,
             &m.body,
@@ -282,7 +291,7 @@ async fn insert_session(
     .bind(&new.agent_name)
     .bind(&new.agent_command)
     .bind(&new.title)
-    .bind(&new.created_by)
+    .bind(new.created_by.to_string())
     .bind(now_ms())
     .bind(new.trace.map(|t| t.traceparent()))
     .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
@@ -325,7 +334,7 @@ async fn insert_message(
     .bind(&message.message_id)
     .bind(recipient)
     .bind(seq)
-    .bind(&message.sender)
+    .bind(message.sender.to_string())
     .bind(&message.body)
     .bind(now_ms())
     .execute(conn)

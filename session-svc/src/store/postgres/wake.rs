@@ -8,12 +8,8 @@
 //! only after [`RECONNECT_AFTER`]), a poll every [`POLL_EVERY`] of the
 //! newest event id and the newest end's. Watchers always read the events
 //! back from the database, so a spurious wake-up costs one query.
-//! The poll also refreshes the workspaces' active counts metrics read.
 
-use std::{
-    sync::{Arc, PoisonError, RwLock},
-    time::Duration,
-};
+use std::time::Duration;
 
 use sqlx::{
     PgPool,
@@ -22,7 +18,7 @@ use sqlx::{
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::{error::SessionError, model::Trust};
+use crate::error::SessionError;
 
 /// How often the newest event ids are polled.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
@@ -44,7 +40,6 @@ pub(super) async fn start(
     options: PgConnectOptions,
     events: watch::Sender<u64>,
     ends: watch::Sender<u64>,
-    active: Arc<RwLock<Vec<(String, Trust, u32)>>>,
 ) -> Result<Tasks, SessionError> {
     let stop = CancellationToken::new();
     let listen_pool = PgPoolOptions::new()
@@ -57,15 +52,7 @@ pub(super) async fn start(
         stop.clone(),
     ));
     let newest = newest(pool).await?;
-    refresh_active(pool, &active).await?;
-    tokio::spawn(poll(
-        pool.clone(),
-        newest,
-        events,
-        ends,
-        active,
-        stop.clone(),
-    ));
+    tokio::spawn(poll(pool.clone(), newest, events, ends, stop.clone()));
     Ok(Tasks {
         _stop: stop.drop_guard(),
     })
@@ -122,36 +109,13 @@ async fn newest(pool: &PgPool) -> Result<(i64, i64), SessionError> {
     .await?)
 }
 
-async fn refresh_active(
-    pool: &PgPool,
-    active: &RwLock<Vec<(String, Trust, u32)>>,
-) -> Result<(), SessionError> {
-    let rows: Vec<(String, i32, i32)> = sqlx::query_as(
-        "SELECT workspace_id, active_direct, active_sandboxed FROM workspaces \
-         WHERE active_direct > 0 OR active_sandboxed > 0",
-    )
-    .fetch_all(pool)
-    .await?;
-    let mut counts = Vec::new();
-    for (workspace, direct, sandboxed) in rows {
-        for (trust, n) in [(Trust::Direct, direct), (Trust::Sandboxed, sandboxed)] {
-            if n > 0 {
-                counts.push((workspace.clone(), trust, n as u32));
-            }
-        }
-    }
-    *active.write().unwrap_or_else(PoisonError::into_inner) = counts;
-    Ok(())
-}
-
 /// Polls every [`POLL_EVERY`] until `stop`: wakes watchers when the newest
-/// ids moved, and refreshes the active counts.
+/// ids moved.
 async fn poll(
     pool: PgPool,
     mut seen: (i64, i64),
     events: watch::Sender<u64>,
     ends: watch::Sender<u64>,
-    active: Arc<RwLock<Vec<(String, Trust, u32)>>>,
     stop: CancellationToken,
 ) {
     let mut every = tokio::time::interval(POLL_EVERY);
@@ -172,9 +136,6 @@ async fn poll(
                 seen = now;
             }
             Err(e) => tracing::warn!(error = %e, "cannot poll the database for new events"),
-        }
-        if let Err(e) = refresh_active(&pool, &active).await {
-            tracing::warn!(error = %e, "cannot read the active sessions' counts");
         }
     }
 }

@@ -11,15 +11,18 @@
 //! transaction: the hot ones as one [`Batch`] (one round trip), the others
 //! as a [`Write`]. Reads of events, messages and audit use a pool of
 //! read-only connections and never wait for the writer (WAL). The writer
-//! never checkpoints; [`Store::checkpoint`] does, on a connection of its
-//! own, so no call waits for the WAL's data to reach the database file.
+//! never checkpoints; [`SqliteStore::checkpoint`] does (part of
+//! [`Store::maintain`]), on a connection of its own, so no call waits for
+//! the WAL's data to reach the database file.
 //!
-//! Its parts: `open` (the lock, the migrations, the ledger's load),
+//! Its parts: `ledger` (the sessions in memory, this store's own cache),
+//! `open` (the lock, the migrations, the ledger's load),
 //! `writer` (taking the writer, beginning and running a write), `write`
 //! (the statements), `sessions` (creates, messages, terminations),
 //! `process` and `output` (what the runner reports), `reads` (events,
-//! audit, keys, on the read pool) and `upkeep` (the WAL).
+//! audit, keys, on the read pool) and `upkeep` (the WAL, free pages).
 
+mod ledger;
 mod open;
 mod output;
 mod process;
@@ -37,16 +40,19 @@ use std::{
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, watch};
 
-use self::write::{Write, insert_audit, rollback};
-use super::{
-    Created, EventPage, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+use self::{
     ledger::Ledger,
+    write::{Write, insert_audit, rollback},
+};
+use super::{
+    Created, EventPage, Maintenance, MessageCheck, RootCheck, Sent, SpawnCheck, Store,
+    TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
         AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewMessage, NewSession,
-        SessionRow, Trust, now_ms,
+        Principal, SessionRow, Trust, now_ms,
     },
 };
 
@@ -72,7 +78,7 @@ pub struct SqliteStore {
     /// Bytes of a frame of the write-ahead log (a page and its header).
     frame_bytes: u64,
     /// Size of the write-ahead log past which a checkpoint restarts it
-    /// (see [`Store::checkpoint`]).
+    /// (see [`SqliteStore::checkpoint`]).
     wal_limit: u64,
     /// The write-ahead log's file (none for an in-memory database).
     wal_path: Option<std::path::PathBuf>,
@@ -132,11 +138,11 @@ impl SqliteStore {
         });
     }
 
-    pub(super) fn ledger(&self) -> RwLockReadGuard<'_, Ledger> {
+    fn ledger(&self) -> RwLockReadGuard<'_, Ledger> {
         self.ledger.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) fn ledger_mut(&self) -> RwLockWriteGuard<'_, Ledger> {
+    fn ledger_mut(&self) -> RwLockWriteGuard<'_, Ledger> {
         self.ledger.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -179,7 +185,7 @@ impl Store for SqliteStore {
     async fn terminate(
         &self,
         target: &str,
-        terminated_by: &str,
+        terminated_by: &Principal,
         reason: &str,
         audit: AuditRecord,
         check: TerminateCheck<'_>,
@@ -230,12 +236,8 @@ impl Store for SqliteStore {
         Ok(pruned)
     }
 
-    async fn checkpoint(&self) -> Result<(), SessionError> {
-        self.checkpoint_impl().await
-    }
-
-    async fn reclaim(&self) -> Result<u64, SessionError> {
-        self.reclaim_impl().await
+    async fn maintain(&self) -> Result<Maintenance, SessionError> {
+        self.maintain_impl().await
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {
@@ -246,8 +248,8 @@ impl Store for SqliteStore {
         self.sessions_ended.subscribe()
     }
 
-    fn active_counts(&self) -> Vec<(String, Trust, u32)> {
-        self.ledger().active_counts()
+    async fn active_counts(&self) -> Result<Vec<(String, Trust, u32)>, SessionError> {
+        Ok(self.ledger().active_counts())
     }
 
     async fn newest_event(&self) -> Result<i64, SessionError> {

@@ -18,13 +18,15 @@ use troupe_proto::status::parse_status;
 use troupe_telemetry::LifeSpan;
 
 use super::{
-    OutputBudget, SqliteStore, WAL_FRAME_HEADER, WAL_LIMIT, Writer, upkeep,
+    OutputBudget, SqliteStore, WAL_FRAME_HEADER, WAL_LIMIT, Writer,
+    ledger::Ledger,
+    upkeep,
     write::{entry_from_row, session_columns},
 };
 use crate::{
     error::SessionError,
-    model::{SessionRow, Trust},
-    store::ledger::Ledger,
+    model::{Principal, SessionRow, Trust},
+    store::parse_stored,
 };
 
 impl SqliteStore {
@@ -166,12 +168,13 @@ pub(super) struct RawSession {
 impl RawSession {
     pub(super) fn into_row(self) -> Result<SessionRow, SessionError> {
         Ok(SessionRow {
-            trust: Trust::from_db(&self.trust_level).ok_or_else(|| {
-                SessionError::Internal(format!("bad trust level {:?}", self.trust_level))
-            })?,
-            status: parse_status(&self.status)
-                .ok_or_else(|| SessionError::Internal(format!("bad status {:?}", self.status)))?,
-            parent_trust: self.parent_trust_level.as_deref().and_then(Trust::from_db),
+            trust: parse_stored("trust level", &self.trust_level, Trust::from_db)?,
+            status: parse_stored("status", &self.status, parse_status)?,
+            parent_trust: self
+                .parent_trust_level
+                .as_deref()
+                .map(|t| parse_stored("trust level", t, Trust::from_db))
+                .transpose()?,
             session_id: self.session_id,
             workspace_id: self.workspace_id,
             parent_session_id: self.parent_session_id,
@@ -180,7 +183,7 @@ impl RawSession {
             agent_name: self.agent_name,
             agent_command: self.agent_command,
             title: self.title,
-            created_by: self.created_by,
+            created_by: parse_stored("creator", &self.created_by, Principal::parse)?,
             created_at_ms: self.created_at_ms,
             ended_at_ms: self.ended_at_ms,
             end_reason: self.end_reason,

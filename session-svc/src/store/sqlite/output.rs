@@ -13,11 +13,21 @@
 //! session began, and the session's earlier marker goes. A watcher that
 //! resumes at a cursor before any dropped output therefore meets the marker
 //! (its cursor is below the newest dropped event), where the output stood.
+//!
+//! The reads that find output events spell `kind = 'output'` out: the
+//! partial index on output events (see the migrations) serves only a query
+//! whose condition is that literal.
 
 use serde_json::json;
 use sqlx::SqliteConnection;
 
-use crate::{error::SessionError, model::now_ms, store::shared::low_water};
+use troupe_proto::{session::SessionStatus, status::status_str};
+
+use crate::{
+    error::SessionError,
+    model::{EventKind, now_ms},
+    store::shared::low_water,
+};
 
 /// How much output the store keeps, in bytes printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +53,7 @@ pub(super) async fn record(
     conn: &mut SqliteConnection,
     session_id: &str,
     stream: &str,
-    status: &str,
+    status: SessionStatus,
     data: &[u8],
     tail_max: usize,
     budget: OutputBudget,
@@ -67,11 +77,12 @@ pub(super) async fn record(
     };
     sqlx::query(
         "INSERT INTO events (session_id, seq, kind, status, at_ms, detail, bytes) \
-         SELECT session_id, event_seq + 1, 'output', ?2, ?3, ?4, ?5 FROM sessions \
+         SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5, ?6 FROM sessions \
          WHERE session_id = ?1",
     )
     .bind(session_id)
-    .bind(status)
+    .bind(EventKind::Output.as_str())
+    .bind(status_str(status))
     .bind(now_ms())
     .bind(json!({"stream": stream, "data": encoded}).to_string())
     .bind(bytes)
@@ -164,13 +175,12 @@ async fn drop_oldest(
     .bind(last)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query(
-        "UPDATE events SET kind = 'output_truncated', bytes = NULL, detail = ? WHERE id = ?",
-    )
-    .bind(json!({"dropped_bytes": dropped_bytes, "dropped_events": dropped_events}).to_string())
-    .bind(last)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query("UPDATE events SET kind = ?, bytes = NULL, detail = ? WHERE id = ?")
+        .bind(EventKind::OutputTruncated.as_str())
+        .bind(json!({"dropped_bytes": dropped_bytes, "dropped_events": dropped_events}).to_string())
+        .bind(last)
+        .execute(&mut *conn)
+        .await?;
     sqlx::query("UPDATE meta SET value = value - ? WHERE key = 'output_bytes'")
         .bind(freed)
         .execute(&mut *conn)

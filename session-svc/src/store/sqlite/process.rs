@@ -2,10 +2,9 @@
 //! runner reported it, which messages reached its stdin, and the progress
 //! it reported.
 
-use serde_json::json;
 use sqlx::Row;
 
-use troupe_proto::session::SessionStatus;
+use troupe_proto::status::status_str;
 
 use super::{
     SqliteStore,
@@ -14,13 +13,11 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, Failure, InboxMessage, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
-        now_ms,
+        AuditRecord, EventKind, ExitReason, Failure, InboxMessage, Principal, ProcessChange,
+        ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
-    store::{
-        MessageCheck,
-        shared::{exit_detail, exit_end},
-    },
+    policy,
+    store::{MessageCheck, parse_stored, shared::event_detail},
 };
 
 impl SqliteStore {
@@ -77,65 +74,56 @@ impl SqliteStore {
             w.unsettled.clear();
             return Ok(None);
         }
+        let step = policy::process_step(row.status, &change);
+        let status = step.status.unwrap_or(row.status);
         let mut changed = None;
-        match change {
-            ProcessChange::Started => {
-                if row.status == SessionStatus::Pending {
-                    let started = sqlx::query(concat!(
-                        "UPDATE sessions SET status = 'running' WHERE session_id = ? RETURNING ",
-                        session_columns!()
-                    ))
-                    .bind(session_id)
-                    .fetch_one(tx.conn())
-                    .await?;
-                    changed = Some(entry_from_row(&started)?);
-                    tx.event(session_id, "started", "running", json!({}))
-                        .await?;
-                }
+        if let ProcessChange::Exited(exit) = &change {
+            sqlx::query("UPDATE processes SET exit_code = ?, exit_reason = ? WHERE session_id = ?")
+                .bind(exit.code)
+                .bind(exit.reason.as_str())
+                .bind(session_id)
+                .execute(tx.conn())
+                .await?;
+        }
+        match (step.status, &step.end_reason) {
+            (Some(status), Some(reason)) => {
+                changed = tx.end_session(session_id, status, reason).await?;
             }
-            ProcessChange::Output { stream, data } => {
+            (Some(status), None) => {
+                let started = sqlx::query(concat!(
+                    "UPDATE sessions SET status = ? WHERE session_id = ? RETURNING ",
+                    session_columns!()
+                ))
+                .bind(status_str(status))
+                .bind(session_id)
+                .fetch_one(tx.conn())
+                .await?;
+                changed = Some(entry_from_row(&started)?);
+            }
+            (None, _) => {}
+        }
+        match (step.event, change) {
+            (None, _) => {}
+            (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
                 super::output::record(
                     tx.conn(),
                     session_id,
                     stream,
-                    troupe_proto::status::status_str(row.status),
+                    status,
                     &data,
                     tail_max,
                     self.output_budget,
                 )
                 .await?;
             }
-            ProcessChange::Truncated { log_bytes } => {
-                // `runner_seq` is the last event dropped: the gap is
-                // `gap_from..=runner_seq`, marked where it is.
-                let dropped_events = (runner_seq + 1).saturating_sub(gap_from);
+            (Some(kind), change) => {
                 tx.event(
                     session_id,
-                    "output_truncated",
-                    troupe_proto::status::status_str(row.status),
-                    json!({
-                        "dropped_bytes": log_bytes,
-                        "dropped_events": dropped_events,
-                        "by_runner": true,
-                    }),
+                    kind,
+                    status,
+                    event_detail(&change, runner_seq, gap_from),
                 )
                 .await?;
-            }
-            ProcessChange::Exited(exit) => {
-                sqlx::query(
-                    "UPDATE processes SET exit_code = ?, exit_reason = ? WHERE session_id = ?",
-                )
-                .bind(exit.code)
-                .bind(&exit.reason)
-                .bind(session_id)
-                .execute(tx.conn())
-                .await?;
-                let detail = exit_detail(&exit);
-                if row.is_active() {
-                    let (status, why) = exit_end(&exit);
-                    changed = tx.end_session(session_id, status, &why).await?;
-                    tx.event(session_id, status, status, detail).await?;
-                }
             }
         }
         tx.commit().await?;
@@ -164,10 +152,13 @@ impl SqliteStore {
         .fetch_optional(&self.pool)
         .await?;
         row.map(|row| {
+            let exit_reason: Option<&str> = row.try_get("exit_reason")?;
             Ok(ProcessRow {
                 runner_seq: row.try_get::<i64, _>("runner_seq")? as u64,
                 exit_code: row.try_get("exit_code")?,
-                exit_reason: row.try_get("exit_reason")?,
+                exit_reason: exit_reason
+                    .map(|r| parse_stored("exit reason", r, ExitReason::parse))
+                    .transpose()?,
                 output_tail: row.try_get("output_tail")?,
                 delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
                 notify_parent: row.try_get("notify_parent")?,
@@ -193,7 +184,7 @@ impl SqliteStore {
                 Ok(InboxMessage {
                     seq: row.try_get::<i64, _>("seq")? as u64,
                     message_id: row.try_get("message_id")?,
-                    sender: row.try_get("sender")?,
+                    sender: parse_stored("sender", row.try_get("sender")?, Principal::parse)?,
                     body: row.try_get("body")?,
                 })
             })
@@ -218,7 +209,7 @@ impl SqliteStore {
                 Ok(ReceivedMessage {
                     seq: row.try_get::<i64, _>("seq")? as u64,
                     message_id: row.try_get("message_id")?,
-                    sender: row.try_get("sender")?,
+                    sender: parse_stored("sender", row.try_get("sender")?, Principal::parse)?,
                     created_at_ms: row.try_get("created_at_ms")?,
                 })
             })
@@ -270,10 +261,11 @@ impl SqliteStore {
         let mut tx = Write::begin(&mut w.conn).await?;
         let sequence: i64 = sqlx::query_scalar(
             "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
-             SELECT session_id, event_seq + 1, 'progress', ?2, ?3, ?4 FROM sessions \
+             SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5 FROM sessions \
              WHERE session_id = ?1 RETURNING seq",
         )
         .bind(session_id)
+        .bind(EventKind::Progress.as_str())
         .bind(troupe_proto::status::status_str(row.status))
         .bind(now_ms())
         .bind(detail.to_string())
@@ -295,17 +287,22 @@ impl SqliteStore {
     ) -> Result<bool, SessionError> {
         let mut w = self.writer().await?;
         w.unsettled = vec![session_id.to_owned()];
+        // Under the writer lock the ledger is the database's state: the
+        // step decides on the status the end would change.
+        let step = self.ledger().get(session_id).map(|row| {
+            let exit = ProcessChange::Exited(failure.exit(detail));
+            (policy::process_step(row.status, &exit), exit)
+        });
         let mut tx = Write::begin(&mut w.conn).await?;
-        let reason = failure.as_str();
-        let ended = tx.end_session(session_id, "failed", reason).await?;
-        if ended.is_some() {
-            tx.event(
-                session_id,
-                "failed",
-                "failed",
-                json!({"exit_code": -1, "reason": reason, "detail": detail}),
-            )
-            .await?;
+        let mut ended = None;
+        if let Some((step, exit)) = step
+            && let (Some(status), Some(reason)) = (step.status, &step.end_reason)
+        {
+            ended = tx.end_session(session_id, status, reason).await?;
+            if let (Some(_), Some(kind)) = (&ended, step.event) {
+                tx.event(session_id, kind, status, event_detail(&exit, 0, 0))
+                    .await?;
+            }
         }
         tx.audit(&audit).await?;
         tx.commit().await?;

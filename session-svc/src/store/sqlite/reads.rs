@@ -2,12 +2,13 @@
 //! and signing keys. They never wait for the writer (WAL).
 
 use sqlx::Row;
+use troupe_proto::status::parse_status;
 
 use super::SqliteStore;
 use crate::{
     error::SessionError,
-    model::{AuditRow, EventFilter, EventRow, Trust},
-    store::EventPage,
+    model::{AuditRow, EventFilter, EventKind, EventRow, Principal, Trust},
+    store::{EventPage, parse_stored},
 };
 
 impl SqliteStore {
@@ -61,24 +62,25 @@ impl SqliteStore {
         tx.commit().await?;
         let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
-            let trust: String = row.try_get("trust_level")?;
-            let parent_trust: Option<String> = row.try_get("parent_trust_level")?;
+            let trust: &str = row.try_get("trust_level")?;
+            let parent_trust: Option<&str> = row.try_get("parent_trust_level")?;
             let depth: i64 = row.try_get("depth")?;
             events.push(EventRow {
                 id: row.try_get("id")?,
                 seq: row.try_get("seq")?,
-                kind: row.try_get("kind")?,
-                status: row.try_get("status")?,
+                kind: parse_stored("event kind", row.try_get("kind")?, EventKind::parse)?,
+                status: parse_stored("status", row.try_get("status")?, parse_status)?,
                 at_ms: row.try_get("at_ms")?,
                 detail: row.try_get("detail")?,
                 session_id: row.try_get("session_id")?,
                 workspace_id: row.try_get("workspace_id")?,
                 parent_session_id: row.try_get("parent_session_id")?,
-                parent_trust: parent_trust.as_deref().and_then(Trust::from_db),
+                parent_trust: parent_trust
+                    .map(|t| parse_stored("trust level", t, Trust::from_db))
+                    .transpose()?,
                 tree_id: row.try_get("tree_id")?,
                 depth: depth as u32,
-                trust: Trust::from_db(&trust)
-                    .ok_or_else(|| SessionError::Internal(format!("bad trust level {trust:?}")))?,
+                trust: parse_stored("trust level", trust, Trust::from_db)?,
             });
         }
         Ok(EventPage::Events(events))
@@ -98,7 +100,7 @@ impl SqliteStore {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<AuditRow>, SessionError> {
-        let caller = session_id.map(|id| format!("session:{id}"));
+        let caller = session_id.map(|id| Principal::Session(id.to_owned()).to_string());
         let rows = sqlx::query(
             "SELECT id, at_ms, caller, action, target, allowed, reason, detail FROM audit \
              WHERE id > ?1 AND (?2 IS NULL OR target = ?2 OR caller = ?3) \

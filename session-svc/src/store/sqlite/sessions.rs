@@ -4,6 +4,7 @@
 //! after the commit.
 
 use serde_json::json;
+use troupe_proto::session::SessionStatus;
 
 use super::{
     SqliteStore,
@@ -12,7 +13,9 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{AuditRecord, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
+    model::{
+        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
+    },
     policy::SpawnContext,
     store::{
         Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
@@ -152,7 +155,7 @@ impl SqliteStore {
     pub(super) async fn terminate_impl(
         &self,
         target: &str,
-        terminated_by: &str,
+        terminated_by: &Principal,
         reason: &str,
         audit: AuditRecord,
         check: TerminateCheck<'_>,
@@ -171,12 +174,12 @@ impl SqliteStore {
         let mut ended = Vec::with_capacity(subtree.len());
         for id in &subtree {
             let why = if id == target { reason } else { "cascade" };
-            if let Some(entry) = tx.end_session(id, "terminated", why).await? {
+            if let Some(entry) = tx.end_session(id, SessionStatus::Terminated, why).await? {
                 tx.event(
                     id,
-                    "terminated",
-                    "terminated",
-                    json!({"reason": why, "terminated_by": terminated_by}),
+                    EventKind::Terminated,
+                    SessionStatus::Terminated,
+                    json!({"reason": why, "terminated_by": terminated_by.to_string()}),
                 )
                 .await?;
                 ended.push(entry);

@@ -1,21 +1,22 @@
 //! The files' sizes: the write-ahead log, checkpointed off the request path
 //! and cut back past its limit, and the database, which returns the pages
-//! it no longer needs (incremental auto-vacuum).
+//! it no longer needs (incremental auto-vacuum). [`Store::maintain`](crate::store::Store::maintain) does
+//! both, every second.
 
 use sqlx::{AssertSqlSafe, SqlitePool};
 
 use super::SqliteStore;
-use crate::error::SessionError;
+use crate::{error::SessionError, store::Maintenance};
 
 /// Free bytes the database keeps for the writes to come before it returns
 /// any to the file system: pages freed and reused at once need no return.
 const FREE_BYTES_KEPT: i64 = 1 << 20;
-/// Most bytes one [`SqliteStore::reclaim_impl`] returns: it holds the
+/// Most bytes one [`SqliteStore::reclaim`] returns: it holds the
 /// writer while it moves pages, so each call stays short.
 const RECLAIM_BYTES: i64 = 4 << 20;
 
 /// Makes the database return the pages it frees (incremental auto-vacuum),
-/// so that [`SqliteStore::reclaim_impl`] can give them back to the file
+/// so that [`SqliteStore::reclaim`] can give them back to the file
 /// system: a new database takes the setting before its first table; one
 /// made without it is rewritten once by `VACUUM`, at open.
 pub(super) async fn incremental_vacuum_on(pool: &SqlitePool) -> Result<(), SessionError> {
@@ -60,7 +61,10 @@ impl SqliteStore {
         }
     }
 
-    pub(super) async fn checkpoint_impl(&self) -> Result<(), SessionError> {
+    /// Moves what the write-ahead log holds into the database file, off
+    /// the request path, and keeps the log's size bounded even under
+    /// writes that never pause. Part of [`Store::maintain`](crate::store::Store::maintain).
+    pub async fn checkpoint(&self) -> Result<(), SessionError> {
         {
             let mut conn = self.checkpointer.lock().await;
             sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
@@ -77,9 +81,11 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Returns free pages past [`FREE_BYTES_KEPT`] to the file system, at
-    /// most [`RECLAIM_BYTES`] a call; returns the pages returned.
-    pub(super) async fn reclaim_impl(&self) -> Result<u64, SessionError> {
+    /// Returns space the database no longer needs (pruned events, dropped
+    /// output) to the file system: free pages past [`FREE_BYTES_KEPT`], at
+    /// most [`RECLAIM_BYTES`] a call, so no call waits long behind it.
+    /// Returns the pages returned. Part of [`Store::maintain`](crate::store::Store::maintain).
+    pub async fn reclaim(&self) -> Result<u64, SessionError> {
         let page = (self.frame_bytes - super::WAL_FRAME_HEADER) as i64;
         let mut w = self.writer().await?;
         let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
@@ -93,5 +99,22 @@ impl SqliteStore {
             .execute(&mut w.conn)
             .await?;
         Ok(pages as u64)
+    }
+}
+
+impl SqliteStore {
+    /// The store's upkeep: returns free pages, then checkpoints (which
+    /// then cuts the file to size). A failure to return pages is logged
+    /// and the checkpoint still runs; a failed checkpoint is the error.
+    pub(super) async fn maintain_impl(&self) -> Result<Maintenance, SessionError> {
+        let pages_returned = match self.reclaim().await {
+            Ok(pages) => pages,
+            Err(e) => {
+                tracing::warn!(error = %e, "returning free space failed");
+                0
+            }
+        };
+        self.checkpoint().await?;
+        Ok(Maintenance { pages_returned })
     }
 }

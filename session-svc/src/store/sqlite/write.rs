@@ -4,7 +4,7 @@
 //! - [`Batch`]: statements sent as one string between `BEGIN IMMEDIATE` and
 //!   `COMMIT`, one round trip to SQLite's worker thread in all. The hot
 //!   writes (create, message) are one batch: their checks read the
-//!   in-memory [`Ledger`](super::super::ledger::Ledger), not the database.
+//!   in-memory [`Ledger`](super::ledger::Ledger), not the database.
 //! - [`Write`]: an ordinary transaction, a round trip per statement, for the
 //!   writes whose later statements depend on what earlier ones returned.
 //!
@@ -17,10 +17,12 @@ use sqlx::{
     sqlite::{SqliteArguments, SqliteRow},
 };
 
+use troupe_proto::{session::SessionStatus, status::status_str};
+
 use super::open::RawSession;
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
+    model::{AuditRecord, EventKind, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
 };
 
 /// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
@@ -110,7 +112,7 @@ impl Batch {
             "INSERT INTO idempotency (caller, action, request_id, payload_hash, result, created_at_ms) \
              VALUES (?, ?, ?, ?, ?, ?)",
         )
-        .bind(idem.caller.clone())
+        .bind(idem.caller.to_string())
         .bind(idem.action)
         .bind(idem.request_id.clone())
         .bind(idem.payload_hash.clone())
@@ -144,7 +146,7 @@ impl Batch {
         .bind(new.agent_name.clone())
         .bind(new.agent_command.clone())
         .bind(new.title.clone())
-        .bind(new.created_by.clone())
+        .bind(new.created_by.to_string())
         .bind(now_ms())
         .bind(new.trace.map(|t| t.traceparent()))
         .bind(new.trace.map(|t| t.spawn_span_id.to_string()));
@@ -162,7 +164,7 @@ impl Batch {
              RETURNING seq",
         )
         .bind(message.message_id.clone())
-        .bind(message.sender.clone())
+        .bind(message.sender.to_string())
         .bind(message.body.clone())
         .bind(now_ms())
         .bind(recipient.to_owned())
@@ -177,7 +179,7 @@ impl Batch {
     pub fn audit(&mut self, record: &AuditRecord) -> &mut Batch {
         self.statement(INSERT_AUDIT)
             .bind(now_ms())
-            .bind(record.caller.clone())
+            .bind(record.caller.to_string())
             .bind(record.action)
             .bind(record.target.clone())
             .bind(record.allowed)
@@ -202,7 +204,7 @@ pub(super) async fn replay(
         "SELECT payload_hash, result FROM idempotency \
          WHERE caller = ? AND action = ? AND request_id = ?",
     )
-    .bind(&idem.caller)
+    .bind(idem.caller.to_string())
     .bind(idem.action)
     .bind(&idem.request_id)
     .fetch_optional(conn)
@@ -250,8 +252,8 @@ impl<'c> Write<'c> {
     pub async fn event(
         &mut self,
         session_id: &str,
-        kind: &str,
-        status: &str,
+        kind: EventKind,
+        status: SessionStatus,
         detail: serde_json::Value,
     ) -> Result<(), SessionError> {
         sqlx::query(
@@ -259,8 +261,8 @@ impl<'c> Write<'c> {
              SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5 FROM sessions WHERE session_id = ?1",
         )
         .bind(session_id)
-        .bind(kind)
-        .bind(status)
+        .bind(kind.as_str())
+        .bind(status_str(status))
         .bind(now_ms())
         .bind(detail.to_string())
         .execute(&mut *self.tx)
@@ -277,7 +279,7 @@ impl<'c> Write<'c> {
     pub async fn end_session(
         &mut self,
         session_id: &str,
-        status: &str,
+        status: SessionStatus,
         reason: &str,
     ) -> Result<Option<(i64, SessionRow)>, SessionError> {
         let row = sqlx::query(concat!(
@@ -285,7 +287,7 @@ impl<'c> Write<'c> {
              WHERE session_id = ?4 AND status IN ('pending', 'running') RETURNING ",
             session_columns!()
         ))
-        .bind(status)
+        .bind(status_str(status))
         .bind(now_ms())
         .bind(reason)
         .bind(session_id)
@@ -325,7 +327,7 @@ pub(super) async fn insert_audit(
 ) -> Result<(), SessionError> {
     sqlx::query(INSERT_AUDIT)
         .bind(now_ms())
-        .bind(&record.caller)
+        .bind(record.caller.to_string())
         .bind(record.action)
         .bind(&record.target)
         .bind(record.allowed)

@@ -2,10 +2,11 @@
 //! row on every call, spawn quotas, lists, children) cost no round trip to
 //! the database.
 //!
-//! The store owns its database alone (the exclusive lock `claim` takes in `store/sqlite/open.rs`) and
-//! changes the ledger only after a commit, under its writer lock, with the
-//! rows it committed: the ledger is always a state the database was in, and
-//! a reader never sees a row that was not committed. Every session ever
+//! The SQLite store's own cache, private to it: the store owns its database
+//! alone (the exclusive lock `claim` takes in `open.rs`) and changes the
+//! ledger only after a commit, under its writer lock, with the rows it
+//! committed: the ledger is always a state the database was in, and a
+//! reader never sees a row that was not committed. Every session ever
 //! created is kept (under a kilobyte each, see BENCHMARKS.md), as the table
 //! keeps them.
 
@@ -40,7 +41,7 @@ struct Workspace {
 
 /// The counts a spawn's quotas are checked against.
 #[derive(Clone, Debug)]
-pub(crate) struct SpawnFacts {
+pub(super) struct SpawnFacts {
     pub parent: SessionRow,
     /// Sessions of the parent's tree, ended ones included.
     pub tree_sessions: u32,
@@ -52,7 +53,7 @@ pub(crate) struct SpawnFacts {
 
 /// The sessions table, in memory, with the indexes the reads need.
 #[derive(Debug, Default)]
-pub(crate) struct Ledger {
+pub(super) struct Ledger {
     sessions: HashMap<String, Entry>,
     workspaces: HashMap<String, Workspace>,
     /// Sessions per tree.
@@ -263,7 +264,7 @@ mod tests {
             agent_command: "[]".to_owned(),
             title: String::new(),
             status: SessionStatus::Pending,
-            created_by: "operator".to_owned(),
+            created_by: crate::model::Principal::Operator,
             created_at_ms: 0,
             ended_at_ms: None,
             end_reason: None,

@@ -1,0 +1,227 @@
+//! The domain's small values with a stored text form: event kinds, exit
+//! reasons, principals. Each is parsed once, where the store reads it; an
+//! unknown stored text is a storage error, never a panic.
+
+use std::fmt;
+
+use troupe_proto::{
+    session::{self as pb, SessionStatus},
+    status::{kind_str, parse_kind},
+};
+
+/// What an event says happened to a session. Its text is the proto's
+/// (`troupe_proto::status::kind_str`), as stored and as the CLI prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Created,
+    Started,
+    Message,
+    Output,
+    OutputTruncated,
+    Progress,
+    Completed,
+    Failed,
+    Terminated,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 9] = [
+        EventKind::Created,
+        EventKind::Started,
+        EventKind::Message,
+        EventKind::Output,
+        EventKind::OutputTruncated,
+        EventKind::Progress,
+        EventKind::Completed,
+        EventKind::Failed,
+        EventKind::Terminated,
+    ];
+
+    pub fn to_proto(self) -> pb::EventKind {
+        match self {
+            EventKind::Created => pb::EventKind::Created,
+            EventKind::Started => pb::EventKind::Started,
+            EventKind::Message => pb::EventKind::Message,
+            EventKind::Output => pb::EventKind::Output,
+            EventKind::OutputTruncated => pb::EventKind::OutputTruncated,
+            EventKind::Progress => pb::EventKind::Progress,
+            EventKind::Completed => pb::EventKind::Completed,
+            EventKind::Failed => pb::EventKind::Failed,
+            EventKind::Terminated => pb::EventKind::Terminated,
+        }
+    }
+
+    /// The stored form (`created`, `output_truncated`, ...).
+    pub fn as_str(self) -> &'static str {
+        kind_str(self.to_proto())
+    }
+
+    /// Parses the stored form.
+    pub fn parse(text: &str) -> Option<EventKind> {
+        let kind = parse_kind(text)?;
+        EventKind::ALL.into_iter().find(|k| k.to_proto() == kind)
+    }
+
+    /// The event that ends a session with `status`, if `status` is an end.
+    pub fn ending(status: SessionStatus) -> Option<EventKind> {
+        match status {
+            SessionStatus::Completed => Some(EventKind::Completed),
+            SessionStatus::Failed => Some(EventKind::Failed),
+            SessionStatus::Terminated => Some(EventKind::Terminated),
+            SessionStatus::Unspecified | SessionStatus::Pending | SessionStatus::Running => None,
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an agent's process ended: the runner's reasons, and the driver's
+/// own for a process it lost or never started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitReason {
+    /// It exited by itself (with its code).
+    Exited,
+    /// It was stopped (a termination).
+    Killed,
+    /// It ran past its deadline.
+    TimedOut,
+    /// Its workspace container went away.
+    ContainerLost,
+    /// The runner had no room for it.
+    NoResources,
+    /// Its process vanished, or could not be started (the driver's).
+    Lost,
+    /// Its session ended before it started (the driver's).
+    NotStarted,
+}
+
+impl ExitReason {
+    pub const ALL: [ExitReason; 7] = [
+        ExitReason::Exited,
+        ExitReason::Killed,
+        ExitReason::TimedOut,
+        ExitReason::ContainerLost,
+        ExitReason::NoResources,
+        ExitReason::Lost,
+        ExitReason::NotStarted,
+    ];
+
+    /// The stored form, also the session's end reason and the event's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitReason::Exited => "exited",
+            ExitReason::Killed => "killed",
+            ExitReason::TimedOut => "timed_out",
+            ExitReason::ContainerLost => "container_lost",
+            ExitReason::NoResources => "no_resources",
+            ExitReason::Lost => "lost",
+            ExitReason::NotStarted => "not_started",
+        }
+    }
+
+    /// Parses the stored form.
+    pub fn parse(text: &str) -> Option<ExitReason> {
+        ExitReason::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+}
+
+impl fmt::Display for ExitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who did something: created a session, sent a message, terminated, made
+/// a call the audit log records. Stored as `operator`, `session:<id>`,
+/// `troupe` or `anonymous`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Principal {
+    /// The holder of the operator token.
+    Operator,
+    /// An agent, as this session.
+    Session(String),
+    /// The session service itself: its callback notices and the driver's
+    /// audit entries (`troupe`, as agents read it: `TROUPE_SENDER`).
+    Troupe,
+    /// A caller whose token did not identify it: only in the audit of its
+    /// refusal.
+    Anonymous,
+}
+
+impl Principal {
+    /// Parses the stored form.
+    pub fn parse(text: &str) -> Option<Principal> {
+        match text {
+            "operator" => Some(Principal::Operator),
+            "anonymous" => Some(Principal::Anonymous),
+            troupe_proto::agent::stdin::TROUPE_SENDER => Some(Principal::Troupe),
+            _ => match text.strip_prefix("session:") {
+                Some(id) if !id.is_empty() => Some(Principal::Session(id.to_owned())),
+                _ => None,
+            },
+        }
+    }
+
+    /// The session this principal is, if it is one.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Principal::Session(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Principal::Operator => f.write_str("operator"),
+            Principal::Session(id) => write!(f, "session:{id}"),
+            Principal::Troupe => f.write_str(troupe_proto::agent::stdin::TROUPE_SENDER),
+            Principal::Anonymous => f.write_str("anonymous"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_kinds_are_stored_as_the_protos_names_and_read_back() {
+        for kind in EventKind::ALL {
+            assert_eq!(kind.as_str(), kind_str(kind.to_proto()));
+            assert_eq!(EventKind::parse(kind.as_str()), Some(kind), "{kind}");
+        }
+        assert_eq!(EventKind::parse("unspecified"), None);
+        assert_eq!(EventKind::parse("exploded"), None);
+    }
+
+    #[test]
+    fn exit_reasons_read_back_and_unknown_text_is_refused() {
+        for reason in ExitReason::ALL {
+            assert_eq!(ExitReason::parse(reason.as_str()), Some(reason), "{reason}");
+        }
+        assert_eq!(ExitReason::parse("Exited"), None);
+        assert_eq!(ExitReason::parse(""), None);
+    }
+
+    #[test]
+    fn principals_read_back_and_a_session_needs_an_id() {
+        for (principal, text) in [
+            (Principal::Operator, "operator"),
+            (Principal::Session("sess_a".into()), "session:sess_a"),
+            (Principal::Troupe, "troupe"),
+            (Principal::Anonymous, "anonymous"),
+        ] {
+            assert_eq!(principal.to_string(), text);
+            assert_eq!(Principal::parse(text), Some(principal));
+        }
+        for bad in ["session:", "session", "Operator", ""] {
+            assert_eq!(Principal::parse(bad), None, "{bad:?}");
+        }
+    }
+}
