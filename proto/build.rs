@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "troupe/session/v1/session.proto",
                 "troupe/runner/v1/runner.proto",
+                "troupe/fleet/v1/fleet.proto",
             ],
             &["."],
         )?;

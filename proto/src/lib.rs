@@ -3,6 +3,7 @@
 //!
 //! - [`session`]: the session service (spawn tree ledger).
 //! - [`runner`]: the runner service (agent processes in workspace containers).
+//! - [`fleet`]: the runners' registration with the session service.
 //! - [`trust`]: text forms of trust levels, with the `trusted`/`untrusted` aliases.
 //! - [`status`]: text forms of session statuses and event kinds.
 //! - [`paths`]: the default data directory and the operator token.
@@ -28,6 +29,11 @@ pub mod session {
 /// `troupe.runner.v1`.
 pub mod runner {
     tonic::include_proto!("troupe.runner.v1");
+}
+
+/// `troupe.fleet.v1`.
+pub mod fleet {
+    tonic::include_proto!("troupe.fleet.v1");
 }
 
 /// The servers of the standard gRPC services every Troupe server serves,

@@ -37,6 +37,9 @@ pub enum Reason {
     CursorExpired,
     Unavailable,
     Internal,
+    /// A session's runner stopped renewing its registration: the session
+    /// failed with end reason `runner_lost` (shown in the audit log).
+    RunnerLost,
     /// The MCP bridge's own: the `X-Agent-Session-Id` hint names a session
     /// other than the token's.
     SessionHintMismatch,
@@ -72,6 +75,7 @@ impl Reason {
         Reason::CursorExpired,
         Reason::Unavailable,
         Reason::Internal,
+        Reason::RunnerLost,
         Reason::SessionHintMismatch,
     ];
 
@@ -103,6 +107,7 @@ impl Reason {
             "CURSOR_EXPIRED" => Reason::CursorExpired,
             "UNAVAILABLE" => Reason::Unavailable,
             "INTERNAL" => Reason::Internal,
+            "RUNNER_LOST" => Reason::RunnerLost,
             "SESSION_HINT_MISMATCH" => Reason::SessionHintMismatch,
             other => Reason::Unknown(other.to_owned()),
         }
@@ -136,6 +141,7 @@ impl Reason {
             Reason::CursorExpired => "CURSOR_EXPIRED",
             Reason::Unavailable => "UNAVAILABLE",
             Reason::Internal => "INTERNAL",
+            Reason::RunnerLost => "RUNNER_LOST",
             Reason::SessionHintMismatch => "SESSION_HINT_MISMATCH",
             Reason::Unknown(wire) => wire,
         }

@@ -6,7 +6,10 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Args, Parser};
 use troupe_proto::paths::default_data_dir;
 
-use crate::store::{LeaseTiming, OutputBudget};
+use crate::{
+    model::{RunnerName, RunnerSpec},
+    store::{LeaseTiming, OutputBudget},
+};
 
 /// `troupe-session`: the spawn-tree ledger of Troupe, served over gRPC.
 #[derive(Clone, Debug, Parser)]
@@ -38,10 +41,18 @@ pub struct Config {
     /// Operator token; default: read from, or generated into, `<data-dir>/operator.token`.
     #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
-    /// The runner that starts agents (`http://127.0.0.1:7401`); without one,
-    /// sessions are recorded and stay pending.
+    /// The embedded runner, which starts agents with no registration
+    /// (`http://127.0.0.1:7401`; named `default`). Runners may also register
+    /// themselves (`troupe-runner --register`); with neither, sessions are
+    /// recorded and stay pending.
     #[arg(long, env = "TROUPE_RUNNER_ENDPOINT")]
     pub runner: Option<String>,
+    /// How many agents the embedded runner (`--runner`) runs at once, for
+    /// placement: a new workspace goes to the live runner with the most
+    /// room (capacity minus active sessions).
+    #[arg(long, env = "TROUPE_RUNNER_CAPACITY", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub runner_capacity: u32,
     /// How long after its creation a session's agent may still be started
     /// while the runner (or its Docker engine) is unavailable; past it, the
     /// session fails (`lost`).
@@ -181,6 +192,20 @@ impl Config {
             ttl: Duration::from_millis(self.lease_ttl_ms),
             renew_every: Duration::from_millis(self.lease_renew_ms),
         })
+    }
+
+    /// The embedded runner (`--runner`), if any.
+    pub fn embedded_runner(&self) -> anyhow::Result<Option<RunnerSpec>> {
+        let Some(endpoint) = &self.runner else {
+            return Ok(None);
+        };
+        troupe_proto::endpoint::connect_lazy(endpoint)
+            .map_err(|e| anyhow::anyhow!("bad runner endpoint {endpoint:?}: {e}"))?;
+        Ok(Some(RunnerSpec {
+            name: RunnerName::embedded(),
+            endpoint: endpoint.clone(),
+            capacity: self.runner_capacity,
+        }))
     }
 
     pub fn start_deadline(&self) -> Duration {

@@ -36,6 +36,9 @@ pub enum Reason {
     CursorExpired,
     Unavailable,
     Internal,
+    /// A session's runner stopped renewing its registration (the audit
+    /// entry of the session's failure, end reason `runner_lost`).
+    RunnerLost,
 }
 
 impl Reason {
@@ -67,6 +70,7 @@ impl Reason {
             Reason::CursorExpired => "CURSOR_EXPIRED",
             Reason::Unavailable => "UNAVAILABLE",
             Reason::Internal => "INTERNAL",
+            Reason::RunnerLost => "RUNNER_LOST",
         }
     }
 
@@ -95,7 +99,7 @@ impl Reason {
             Reason::InvalidArgument => Code::InvalidArgument,
             Reason::IdempotencyConflict => Code::AlreadyExists,
             Reason::CursorExpired => Code::OutOfRange,
-            Reason::Unavailable => Code::Unavailable,
+            Reason::Unavailable | Reason::RunnerLost => Code::Unavailable,
             Reason::Internal => Code::Internal,
         }
     }
@@ -340,6 +344,7 @@ mod tests {
             Reason::CursorExpired => Wire::CursorExpired,
             Reason::Unavailable => Wire::Unavailable,
             Reason::Internal => Wire::Internal,
+            Reason::RunnerLost => Wire::RunnerLost,
         }
     }
 
@@ -369,6 +374,7 @@ mod tests {
         Reason::CursorExpired,
         Reason::Unavailable,
         Reason::Internal,
+        Reason::RunnerLost,
     ];
 
     #[test]

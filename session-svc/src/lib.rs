@@ -7,7 +7,9 @@
 //! - [`agents`]: agent definitions and slug validation.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
 //!   implementations.
-//! - [`service`]: the gRPC handlers, one module per RPC.
+//! - [`service`]: the gRPC handlers, one module per RPC (the session
+//!   service's, and the fleet service's `RegisterRunner`).
+//! - [`placement`]: which runner a workspace's agents run on.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
 //! - [`owner`]: the lease of the background work, and the work its holder runs.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
@@ -24,6 +26,7 @@ pub mod lives;
 pub mod metrics;
 pub mod model;
 pub mod owner;
+pub mod placement;
 pub mod policy;
 pub mod service;
 pub mod store;
@@ -33,7 +36,10 @@ use std::{future::Future, time::Duration};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use troupe_proto::{drain::Drain, session::session_service_server::SessionServiceServer};
+use troupe_proto::{
+    drain::Drain, fleet::fleet_service_server::FleetServiceServer,
+    session::session_service_server::SessionServiceServer,
+};
 
 pub use config::{Config, Limits};
 
@@ -50,8 +56,8 @@ const MAINTAIN_EVERY: Duration = Duration::from_secs(1);
 /// Serves the session service on `listener` until `shutdown` completes.
 ///
 /// Opens (and migrates) the database, loads or creates the token signing
-/// key and the operator token, then serves `SessionService`, gRPC health
-/// and server reflection (v1 and v1alpha).
+/// key and the operator token, then serves `SessionService`,
+/// `FleetService`, gRPC health and server reflection (v1 and v1alpha).
 pub async fn serve(
     config: Config,
     listener: TcpListener,
@@ -95,53 +101,44 @@ async fn serve_with_store<S: Store + Clone>(
     // Sessions that end from here on (reconciliation included) are traced.
     let lives_from = store.newest_event().await?;
     let tokens = std::sync::Arc::new(tokens);
-    let driver = match &config.runner {
-        Some(endpoint) => {
-            let channel = troupe_proto::endpoint::connect_lazy(endpoint)
-                .with_context(|| format!("bad runner endpoint {endpoint:?}"))?;
-            let driver = Driver::new(
-                store.clone(),
-                tokens.clone(),
-                channel,
-                tokens.operator(),
-                config.output_tail_bytes,
-                config.start_deadline(),
-            )?;
-            Some(driver)
-        }
-        None => None,
-    };
-    // Services with a runner take turns at the background work; a SQLite
-    // service is alone on its database, so it always does it (pruning and
-    // export, and the driving if it has a runner).
-    let owns = driver.is_some() || !S::SHARED;
-    let owner = owns.then(|| {
-        tokio::spawn(owner::run(
-            owner::Work {
-                store: store.clone(),
-                driver: driver.clone(),
-                timing,
-                keep: config.event_retention,
-                lives_from: Some(lives_from),
-            },
-            cancel.clone(),
-        ))
-    });
+    let embedded = config.embedded_runner()?;
+    let driver = Driver::new(
+        store.clone(),
+        tokens.clone(),
+        embedded,
+        tokens.operator(),
+        config.output_tail_bytes,
+        config.start_deadline(),
+    )?;
+    // Every service takes its turn at the background work: the holder of
+    // the lease drives the runners (the embedded one and those that
+    // register), prunes and exports.
+    let owner = tokio::spawn(owner::run(
+        owner::Work {
+            store: store.clone(),
+            driver: Some(driver.clone()),
+            timing,
+            keep: config.event_retention,
+            lives_from: Some(lives_from),
+        },
+        cancel.clone(),
+    ));
     let service = Service::new(Inner {
         store: store.clone(),
         tokens,
         limits: config.limits,
         workspaces_dir: config.workspaces_dir(),
         shutdown: cancel.clone(),
-        driver,
+        driver: Some(driver),
     });
     metrics::observe_active(store.clone());
     let upkeep = tokio::spawn(upkeep(store, cancel.clone()));
 
     let service_name = <SessionServiceServer<Service<S>> as tonic::server::NamedService>::NAME;
+    let fleet_name = <FleetServiceServer<Service<S>> as tonic::server::NamedService>::NAME;
     let drain = Drain::new(
         tonic_health::server::HealthReporter::new(),
-        &[service_name],
+        &[service_name, fleet_name],
         cancel.clone(),
         config.shutdown_drain(),
     );
@@ -153,7 +150,8 @@ async fn serve_with_store<S: Store + Clone>(
         .add_service(drain.health_service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(SessionServiceServer::new(service));
+        .add_service(SessionServiceServer::new(service.clone()))
+        .add_service(FleetServiceServer::new(service));
     let routes = routes.routes();
 
     // Both servers stop accepting when the drain begins.
@@ -202,9 +200,7 @@ async fn serve_with_store<S: Store + Clone>(
     stop.abort();
     cancel.cancel();
     let _ = upkeep.await;
-    if let Some(owner) = owner {
-        let _ = owner.await;
-    }
+    let _ = owner.await;
     served.unwrap_or(Ok(()))
 }
 

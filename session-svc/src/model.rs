@@ -9,6 +9,9 @@ use troupe_telemetry::LifeSpan;
 
 mod values;
 
+mod runner;
+
+pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use values::{EventKind, ExitReason, Principal};
 
 /// A session's trust level. Only ever narrows from parent to child.
@@ -225,6 +228,8 @@ pub enum Failure {
     /// The runner had no room for its agent: the workspace container's
     /// process limit.
     NoResources,
+    /// Its runner's registration lapsed (the runner was lost).
+    RunnerLost,
 }
 
 impl Failure {
@@ -233,6 +238,7 @@ impl Failure {
         match self {
             Failure::Lost => ExitReason::Lost,
             Failure::NoResources => ExitReason::NoResources,
+            Failure::RunnerLost => ExitReason::RunnerLost,
         }
     }
     /// The failure as the exit of a process that never told its own: code
@@ -275,6 +281,8 @@ pub struct ProcessRow {
     /// Its parent's CALLBACK notice is owed (set when it ended, cleared when
     /// the notice was written).
     pub callback_due: bool,
+    /// The runner it was placed on (`None`: never placed).
+    pub runner: Option<RunnerName>,
 }
 
 /// A message a session received, without its body.

@@ -369,3 +369,22 @@ pub async fn create_child(client: &mut Client, request: pb::CreateSessionRequest
         .session
         .expect("a created session")
 }
+
+/// Records an embedded runner (`default`, never called) in `store` for
+/// `fence`'s term, so that `Store::start_process` places every process on
+/// it: for tests of the store alone.
+pub async fn embedded_runner<S: troupe_session_svc::store::Store>(
+    store: &S,
+    fence: &troupe_session_svc::store::Fence,
+) {
+    use troupe_session_svc::model::{RunnerName, RunnerSpec};
+    let spec = RunnerSpec {
+        name: RunnerName::embedded(),
+        endpoint: "http://127.0.0.1:9".to_owned(),
+        capacity: 64,
+    };
+    store
+        .set_static_runner(fence, Some(&spec))
+        .await
+        .expect("embedded runner");
+}

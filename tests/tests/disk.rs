@@ -63,10 +63,9 @@ async fn running(store: &SqliteStore, id: &str) {
     };
     let created = store.create_root(new, None, audit, &quota).await;
     assert!(matches!(created, Ok(Created::New { .. })));
-    store
-        .start_process(&fence(store).await, id)
-        .await
-        .expect("process");
+    let fence = fence(store).await;
+    troupe_tests::embedded_runner(store, &fence).await;
+    store.start_process(&fence, id).await.expect("process");
     print(store, id, 1, ProcessChange::Started).await;
 }
 

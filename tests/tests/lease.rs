@@ -122,6 +122,7 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
         store.renew_lease(&old, TTL).await.unwrap(),
         "renewed while live"
     );
+    troupe_tests::embedded_runner(store, &old).await;
     store.start_process(&old, "c").await.expect("owner's write");
     store
         .record_process(&old, "c", 1, ProcessChange::Started, 64)
@@ -222,6 +223,7 @@ async fn a_due_callback_is_written_once<S: Store>(store: &S) {
         .await
         .unwrap()
         .expect("free lease");
+    troupe_tests::embedded_runner(store, &fence).await;
     store.start_process(&fence, "c").await.unwrap();
     store
         .record_process(&fence, "c", 1, ProcessChange::Started, 64)

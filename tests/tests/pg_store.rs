@@ -134,6 +134,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
             .expect("send");
         seen.push(format!("{sent:?}"));
     }
+    troupe_tests::embedded_runner(store, &fence).await;
     for id in ["a", "b", "a1"] {
         store.start_process(&fence, id).await.expect("start");
         store

@@ -313,6 +313,7 @@ async fn unknown_stored_text_is_a_storage_error() {
         )
         .await
         .expect("root");
+    troupe_tests::embedded_runner(&store, &fence).await;
     store.start_process(&fence, id).await.expect("process");
     assert_eq!(store.undelivered(id).await.expect("inbox").len(), 1);
     assert!(store.process(id).await.expect("process").is_some());

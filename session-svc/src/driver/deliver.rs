@@ -79,8 +79,11 @@ impl<S: Store> Driver<S> {
         if !term.live() {
             return false;
         }
-        let written = self
-            .runner
+        let client = match self.session_runner(session_id).await {
+            Ok(Some((_, client))) => client,
+            _ => return false,
+        };
+        let written = client
             .clone()
             .write_stdin(WriteStdinRequest {
                 exec_id: session_id.to_owned(),

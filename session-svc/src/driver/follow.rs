@@ -58,6 +58,10 @@ impl<S: Store> Driver<S> {
                 }
                 Err(status) => {
                     tracing::debug!(session = session_id, %status, "runner watch interrupted");
+                    // Ended meanwhile (its runner lost, say): nothing to follow.
+                    if !self.is_active(session_id).await {
+                        return;
+                    }
                 }
             }
             tokio::select! {
@@ -73,14 +77,17 @@ impl<S: Store> Driver<S> {
         term: &Term,
         session_id: &str,
     ) -> Result<bool, Status> {
-        let after = self
-            .store
-            .process(session_id)
-            .await
-            .map_err(internal)?
-            .map_or(0, |p| p.runner_seq);
-        let mut stream = self
-            .runner
+        let process = self.store.process(session_id).await.map_err(internal)?;
+        let after = process.as_ref().map_or(0, |p| p.runner_seq);
+        let Some(runner) = process.and_then(|p| p.runner) else {
+            return Err(Status::not_found("the session's process was never placed"));
+        };
+        let Some(client) = self.runner_client(&runner).await else {
+            return Err(Status::unavailable(format!(
+                "runner {runner} has no usable endpoint"
+            )));
+        };
+        let mut stream = client
             .clone()
             .watch_exec(WatchExecRequest {
                 exec_id: session_id.to_owned(),

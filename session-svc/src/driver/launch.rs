@@ -12,7 +12,8 @@ use troupe_proto::{
 
 use super::{Driver, Job, RETRY, Term, deliver::lines, system_audit};
 use crate::{
-    model::{Failure, SessionRow},
+    model::{Failure, RunnerName, SessionRow},
+    placement::Place,
     store::Store,
 };
 
@@ -26,7 +27,9 @@ impl<S: Store> Driver<S> {
     /// Starts a new session's agent in the background, if this service owns
     /// the background work (else the owner finds it in the store).
     pub fn launch(self: &Arc<Self>, session: SessionRow) {
-        if let Some(term) = self.term() {
+        if let Some(term) = self.term()
+            && self.has_live_runner()
+        {
             self.launch_in(&term, session);
         }
     }
@@ -73,11 +76,13 @@ impl<S: Store> Driver<S> {
         term: &Term,
         session: &SessionRow,
     ) -> anyhow::Result<()> {
-        term.check(
-            self.store
-                .start_process(term.fence(), &session.session_id)
-                .await,
-        )?;
+        let Some(runner) = self.place(term, session).await? else {
+            return Ok(());
+        };
+        let client = self
+            .runner_client(&runner)
+            .await
+            .ok_or_else(|| anyhow::anyhow!("runner {runner} has no usable endpoint"))?;
         let command: Vec<String> = serde_json::from_str(&session.agent_command)?;
         let (token, _) = self.tokens.mint(&session.session_id)?;
         // A sandboxed agent is never told the id of a direct session, its
@@ -121,8 +126,7 @@ impl<S: Store> Driver<S> {
             if !term.live() {
                 return Ok(());
             }
-            match self
-                .runner
+            match client
                 .clone()
                 .start_exec(in_life(session, request.clone()))
                 .await
@@ -173,6 +177,40 @@ impl<S: Store> Driver<S> {
         Ok(())
     }
 
+    /// Records the session's process on the runner placement chooses,
+    /// waiting while none can take it (within its start deadline); `None`
+    /// if the term or the session ended meanwhile.
+    async fn place(
+        self: &Arc<Self>,
+        term: &Term,
+        session: &SessionRow,
+    ) -> anyhow::Result<Option<RunnerName>> {
+        loop {
+            let placed = self
+                .store
+                .start_process(term.fence(), &session.session_id)
+                .await;
+            if let Place::On(runner) = term.check(placed)? {
+                return Ok(Some(runner));
+            }
+            let Some(left) = self.start_time_left(session) else {
+                anyhow::bail!(
+                    "not started within {}s of its creation: no runner could take it",
+                    self.start_deadline.as_secs()
+                );
+            };
+            tracing::info!(session = %session.session_id, "no runner can take the agent yet; waiting");
+            tokio::select! {
+                () = tokio::time::sleep(left.min(RETRY * 2)) => {}
+                () = term.cancelled() => return Ok(None),
+            }
+            if !self.is_active(&session.session_id).await {
+                self.ended_unstarted(term, &session.session_id).await;
+                return Ok(None);
+            }
+        }
+    }
+
     /// How long the session's agent may still be started, if at all.
     pub(super) fn start_time_left(&self, session: &SessionRow) -> Option<Duration> {
         let deadline = session
@@ -190,19 +228,35 @@ impl<S: Store> Driver<S> {
         }
     }
 
-    /// Stops the processes of ended sessions, in `term`, and records it;
-    /// one that never started has its parent's callback made due.
+    /// Stops the processes of ended sessions, in `term`, each on the runner
+    /// it was placed on, and records it; one that never started has its
+    /// parent's callback made due.
     pub(super) fn stop_in(self: &Arc<Self>, term: &Term, session_ids: Vec<String>) {
+        self.stop_each(term, session_ids.into_iter().map(|id| (None, id)).collect());
+    }
+
+    /// Stops processes that `runner` runs for sessions that are not active
+    /// (found by its reconciliation).
+    pub(super) fn stop_on(self: &Arc<Self>, term: &Term, runner: &RunnerName, ids: Vec<String>) {
+        self.stop_each(
+            term,
+            ids.into_iter()
+                .map(|id| (Some(runner.clone()), id))
+                .collect(),
+        );
+    }
+
+    fn stop_each(self: &Arc<Self>, term: &Term, stops: Vec<(Option<RunnerName>, String)>) {
         let driver = self.clone();
         let term = term.clone();
-        let ids: Vec<String> = session_ids
+        let stops: Vec<_> = stops
             .into_iter()
-            .filter(|id| self.claim(Job::Stop, id))
+            .filter(|(_, id)| self.claim(Job::Stop, id))
             .collect();
         tokio::spawn(async move {
-            for id in ids {
+            for (runner, id) in stops {
                 tokio::select! {
-                    () = driver.stop_one(&term, &id) => {}
+                    () = driver.stop_one(&term, runner, &id) => {}
                     () = term.cancelled() => {}
                 }
                 driver.release(Job::Stop, &id);
@@ -210,18 +264,36 @@ impl<S: Store> Driver<S> {
         });
     }
 
-    async fn stop_one(self: &Arc<Self>, term: &Term, id: &str) {
+    async fn stop_one(self: &Arc<Self>, term: &Term, runner: Option<RunnerName>, id: &str) {
         if !term.live() {
             return;
         }
-        let stopped = self
-            .runner
-            .clone()
-            .terminate_exec(TerminateExecRequest {
-                exec_id: id.to_owned(),
-                grace_ms: 0,
-            })
-            .await;
+        let placed = match runner {
+            Some(runner) => Some(runner),
+            None => match self.store.process(id).await {
+                Ok(process) => process.and_then(|p| p.runner),
+                Err(_) => return,
+            },
+        };
+        let stopped = match placed {
+            // A lost runner is stopped for it when it comes back (its
+            // reconciliation, or this again).
+            Some(runner) if !self.is_live(&runner) => return,
+            Some(runner) => match self.runner_client(&runner).await {
+                Some(client) => {
+                    client
+                        .clone()
+                        .terminate_exec(TerminateExecRequest {
+                            exec_id: id.to_owned(),
+                            grace_ms: 0,
+                        })
+                        .await
+                }
+                None => return,
+            },
+            // Never placed: no runner has it.
+            None => Err(tonic::Status::not_found("never placed")),
+        };
         let unstarted = match stopped {
             Ok(_) => false,
             // No process, and none ever reported: its agent never started.

@@ -29,15 +29,24 @@
 //!   delivery while still holding the session's delivery lock.
 //! - `notify`: no task: the callback notice to a parent and the failing
 //!   of a lost session run in the task that saw the end.
-//! - `reconcile`: the pass at the start of each term, which retries until
-//!   the runner answers and then hands each active session to a follower,
-//!   a launch or a failure, as `reconcile::decide` says, and stops the
-//!   runner's execs whose session is not active.
-//! - `owner`: [`Driver::own`], one task per term, which runs the
-//!   reconciliation, then watches the store's wake-ups for the work any
-//!   service recorded (`Store::driver_work`: sessions to start, messages to
-//!   deliver, processes to stop, callbacks due) and hands each to one task
-//!   at a time.
+//! - `reconcile`: the pass per runner, which retries until the runner
+//!   answers and then hands each active session placed on it to a
+//!   follower, a launch or a failure, as `reconcile::decide` says, and
+//!   stops the runner's execs whose session is not active.
+//! - `owner`: [`Driver::own`], one task per term, which watches the
+//!   store's wake-ups for the work any service recorded
+//!   (`Store::driver_work`: sessions to start, messages to deliver,
+//!   processes to stop, callbacks due, sessions whose runner was lost) and
+//!   hands each to one task at a time.
+//! - `runners`: the runners the store knows (the embedded `--runner` and
+//!   those that register), a client of each, and one reconciliation task
+//!   per runner at each term's start and each time it registers anew.
+//!
+//! # Runners
+//!
+//! Each session's process is placed on one runner (`Store::start_process`,
+//! by `crate::placement`), and every call about it (start, watch, stdin,
+//! stop) goes to that runner, whose endpoint is the store's.
 //!
 //! # Ownership
 //!
@@ -54,6 +63,7 @@ mod launch;
 mod notify;
 mod owner;
 mod reconcile;
+mod runners;
 mod term;
 
 pub use term::Term;
@@ -69,7 +79,7 @@ use troupe_proto::{endpoint::Bearer, runner::runner_service_client::RunnerServic
 
 use crate::{
     auth::Tokens,
-    model::{AuditRecord, Principal},
+    model::{AuditRecord, Principal, RunnerSpec},
     store::Store,
 };
 
@@ -78,11 +88,16 @@ const RETRY: Duration = Duration::from_millis(500);
 
 type Client = RunnerServiceClient<InterceptedService<Channel, Bearer>>;
 
-/// Drives agents through the runner.
+/// Drives agents through the runners.
 pub struct Driver<S> {
     store: S,
     tokens: Arc<Tokens>,
-    runner: Client,
+    /// The operator token every runner call carries.
+    auth: Bearer,
+    /// The embedded runner (`--runner`), if any.
+    embedded: Option<RunnerSpec>,
+    /// The runners as last read from the store, and a client of each.
+    runners: Mutex<runners::Fleet>,
     tail_max: usize,
     /// How long after its creation a session's agent may still be started.
     start_deadline: Duration,
@@ -97,20 +112,26 @@ pub struct Driver<S> {
 }
 
 impl<S: Store> Driver<S> {
+    /// A driver of the runners the store knows, and of `embedded` (the
+    /// `--runner` one), each called with `operator_token`.
     pub fn new(
         store: S,
         tokens: Arc<Tokens>,
-        channel: Channel,
+        embedded: Option<RunnerSpec>,
         operator_token: &str,
         tail_max: usize,
         start_deadline: Duration,
     ) -> anyhow::Result<Arc<Self>> {
         let auth = Bearer::new(Some(operator_token))?;
+        if let Some(spec) = &embedded {
+            troupe_proto::endpoint::connect_lazy(&spec.endpoint)?;
+        }
         Ok(Arc::new(Driver {
             store,
             tokens,
-            runner: RunnerServiceClient::with_interceptor(channel, auth)
-                .max_decoding_message_size(16 << 20),
+            auth,
+            embedded,
+            runners: Mutex::new(runners::Fleet::default()),
             tail_max,
             start_deadline,
             delivering: Mutex::new(HashMap::new()),
@@ -158,6 +179,10 @@ enum Job {
     Deliver,
     Stop,
     Callback,
+    /// Failing a session whose runner was lost.
+    Lose,
+    /// Reconciling one runner (the id is its name).
+    Reconcile,
 }
 
 /// An audit record of the driver's own doing.

@@ -12,7 +12,7 @@ use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType};
 
 use super::{Driver, Job, Term, system_audit};
 use crate::{
-    error::SessionError,
+    error::{Reason, SessionError},
     model::{AuditRecord, ExitReason, Failure, NewMessage, Principal, ProcessRow, SessionRow},
     store::Store,
 };
@@ -85,6 +85,22 @@ impl<S: Store> Driver<S> {
                 tracing::error!(session = session_id, error = %e, "cannot record a lost agent")
             }
         }
+    }
+
+    /// Fails a session whose runner's lease lapsed (`runner_lost`); its
+    /// audit entry gives the reason `RUNNER_LOST`.
+    pub(super) async fn lose(self: &Arc<Self>, term: &Term, session_id: &str) {
+        let runner = match self.store.process(session_id).await {
+            Ok(process) => process.and_then(|p| p.runner),
+            Err(_) => return,
+        };
+        let runner = runner.map_or_else(|| "?".to_owned(), |r| r.to_string());
+        let detail = format!("its runner {runner} stopped renewing its registration");
+        let mut audit = system_audit("runner_lost", session_id, true, &detail);
+        audit.reason = Reason::RunnerLost.as_str().to_owned();
+        tracing::warn!(session = session_id, %runner, "runner lost: failing the session");
+        self.fail(term, session_id, Failure::RunnerLost, &detail, audit)
+            .await;
     }
 
     /// A session that ended before its agent started: its parent (CALLBACK

@@ -1,12 +1,13 @@
 //! The owner's loop: one task per term of the lease ([`Driver::own`]). It
-//! reconciles every active session with the runner, then takes the work
-//! that any service recorded in the store, woken by the store's commits
+//! records the embedded runner, reconciles each runner (again whenever one
+//! registers anew), and takes the work that any service recorded in the
+//! store, woken by the store's commits
 //! (LISTEN/NOTIFY across PostgreSQL replicas) and at least every
 //! [`WORK_POLL`].
 
 use std::{sync::Arc, time::Duration};
 
-use super::{Driver, Job, RETRY, Term};
+use super::{Driver, Job, Term};
 use crate::store::{DriverWork, Store};
 
 /// How often the store is read for work when nothing woke the owner.
@@ -20,17 +21,30 @@ impl<S: Store> Driver<S> {
     pub async fn own(self: Arc<Self>, term: Term) {
         *self.term.lock().expect("poisoned") = Some(term.clone());
         tracing::info!(epoch = term.fence().epoch, "driving the background work");
-        self.reconcile(&term).await;
+        self.set_embedded(&term).await;
         let mut wake = self.store.subscribe();
         while term.live() {
             // Marked seen before the read, so a commit during it wakes the next.
             wake.borrow_and_update();
-            match self.store.driver_work().await {
-                Ok(work) => self.take(&term, work),
-                Err(e) => tracing::warn!(error = %e, "cannot read the driver's work"),
+            let runners = match self.refresh_runners().await {
+                Ok(runners) => runners,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the runners");
+                    Vec::new()
+                }
+            };
+            // With no runner at all, nothing can be driven: sessions stay
+            // pending, and the store is read only at the poll, for runners.
+            let idle = runners.is_empty();
+            if !idle {
+                self.reconcile_runners(&term, &runners);
+                match self.store.driver_work().await {
+                    Ok(work) => self.take(&term, work),
+                    Err(e) => tracing::warn!(error = %e, "cannot read the driver's work"),
+                }
             }
             tokio::select! {
-                changed = wake.changed() => if changed.is_err() { break },
+                changed = wake.changed(), if !idle => if changed.is_err() { break },
                 () = tokio::time::sleep(WORK_POLL) => {}
                 () = term.cancelled() => break,
             }
@@ -47,8 +61,24 @@ impl<S: Store> Driver<S> {
 
     /// Hands each piece of work to its task (each at most once at a time).
     fn take(self: &Arc<Self>, term: &Term, work: DriverWork) {
-        for session in work.unstarted {
-            self.launch_in(term, session);
+        if self.has_live_runner() {
+            for session in work.unstarted {
+                self.launch_in(term, session);
+            }
+        }
+        for id in work.runner_lost {
+            if !self.claim(Job::Lose, &id) {
+                continue;
+            }
+            let driver = self.clone();
+            let term = term.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = driver.lose(&term, &id) => {}
+                    () = term.cancelled() => {}
+                }
+                driver.release(Job::Lose, &id);
+            });
         }
         for id in work.undelivered {
             if !self.claim(Job::Deliver, &id) {
@@ -76,20 +106,6 @@ impl<S: Store> Driver<S> {
                     () = term.cancelled() => {}
                 }
             });
-        }
-    }
-
-    /// Reconciles until the runner answers or the term ends.
-    async fn reconcile(self: &Arc<Self>, term: &Term) {
-        while term.live() {
-            match self.reconcile_once(term).await {
-                Ok(()) => return,
-                Err(e) => tracing::info!(error = %e, "runner not reachable yet; retrying"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(RETRY * 4) => {}
-                () = term.cancelled() => return,
-            }
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The pass at start: what to do with each active session the ledger holds,
-//! given what the runner reports of its exec, and with each exec the runner
-//! runs for a session that is no longer active.
+//! The pass per runner (at each term's start, and when the runner registers
+//! anew): what to do with each active session placed on it, given what the
+//! runner reports of its exec, and with each exec the runner runs for a
+//! session that is no longer active.
 
 use std::{collections::HashSet, sync::Arc};
 
@@ -11,7 +12,7 @@ use troupe_proto::{
 
 use super::{Driver, Job, Term, system_audit};
 use crate::{
-    model::{Failure, ProcessRow},
+    model::{Failure, ProcessRow, RunnerName},
     store::Store,
 };
 
@@ -61,12 +62,20 @@ pub(super) fn orphans(execs: &[rpb::ExecInfo], active_ids: &HashSet<&str>) -> Ve
 }
 
 impl<S: Store> Driver<S> {
-    /// At the start of a term: follows the agents that still run, starts
-    /// those that never did, fails the sessions whose process is gone and
-    /// stops the processes whose session has ended.
-    pub(super) async fn reconcile_once(self: &Arc<Self>, term: &Term) -> anyhow::Result<()> {
-        let execs = self
-            .runner
+    /// Reconciles one runner (at each term's start, and when it registers
+    /// anew): follows the agents placed on it that still run, starts those
+    /// that never did, fails the sessions whose process is gone and stops
+    /// the processes whose session has ended.
+    pub(super) async fn reconcile_runner(
+        self: &Arc<Self>,
+        term: &Term,
+        runner: &RunnerName,
+    ) -> anyhow::Result<()> {
+        let client = self
+            .runner_client(runner)
+            .await
+            .ok_or_else(|| anyhow::anyhow!("runner {runner} has no usable endpoint"))?;
+        let execs = client
             .clone()
             .list_execs(ListExecsRequest::default())
             .await?
@@ -77,6 +86,11 @@ impl<S: Store> Driver<S> {
         let active_ids: HashSet<&str> = active.iter().map(|s| s.session_id.as_str()).collect();
         for session in &active {
             let process = self.store.process(&session.session_id).await?;
+            // Sessions placed elsewhere are their runner's; those not placed
+            // yet are launched as the store's work.
+            if process.as_ref().and_then(|p| p.runner.as_ref()) != Some(runner) {
+                continue;
+            }
             let runner_knows = known.contains(session.session_id.as_str());
             match decide(session.status, runner_knows, process.as_ref()) {
                 Decision::Follow => self.follow(term, session.session_id.clone()),
@@ -100,12 +114,12 @@ impl<S: Store> Driver<S> {
                 "reconcile",
                 id,
                 true,
-                &"stopping a process whose session is not active",
+                &format!("stopping a process on runner {runner} whose session is not active"),
             );
             self.store.append_audit(audit).await?;
         }
         if !orphans.is_empty() {
-            self.stop_in(term, orphans);
+            self.stop_on(term, runner, orphans);
         }
         Ok(())
     }

@@ -97,10 +97,12 @@ pub enum ExitReason {
     Lost,
     /// Its session ended before it started (the driver's).
     NotStarted,
+    /// Its runner stopped renewing its registration (the driver's).
+    RunnerLost,
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 7] = [
+    pub const ALL: [ExitReason; 8] = [
         ExitReason::Exited,
         ExitReason::Killed,
         ExitReason::TimedOut,
@@ -108,6 +110,7 @@ impl ExitReason {
         ExitReason::NoResources,
         ExitReason::Lost,
         ExitReason::NotStarted,
+        ExitReason::RunnerLost,
     ];
 
     /// The stored form, also the session's end reason and the event's.
@@ -120,6 +123,7 @@ impl ExitReason {
             ExitReason::NoResources => "no_resources",
             ExitReason::Lost => "lost",
             ExitReason::NotStarted => "not_started",
+            ExitReason::RunnerLost => "runner_lost",
         }
     }
 

@@ -176,11 +176,17 @@ pub async fn child<S: Store>(
     let trust = policy::child_trust(parent.trust, Trust::from_proto(level))?;
     let mode = pb::ExecutionMode::try_from(req.mode)
         .map_err(|_| SessionError::invalid("mode", "unknown execution mode"))?;
-    if mode == pb::ExecutionMode::Sync && inner.driver.is_none() {
-        return Err(SessionError::invalid(
-            "mode",
-            "sync needs a runner to run the child; this service has none (--runner)",
-        ));
+    if mode == pb::ExecutionMode::Sync {
+        let runs = match &inner.driver {
+            Some(driver) => driver.has_runner().await?,
+            None => false,
+        };
+        if !runs {
+            return Err(SessionError::invalid(
+                "mode",
+                "sync needs a runner to run the child; there is none (--runner, or a registered runner)",
+            ));
+        }
     }
     let spec = spec(
         &inner.workspaces_dir,

@@ -5,6 +5,7 @@
 
 mod audit;
 mod create;
+mod fleet;
 mod get;
 mod identity;
 mod list;

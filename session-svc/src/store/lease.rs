@@ -75,6 +75,9 @@ pub struct DriverWork {
     pub unstopped: Vec<String>,
     /// Ended sessions whose parent is owed its callback notice.
     pub callbacks_due: Vec<String>,
+    /// Active sessions with a process on a runner whose lease lapsed (or
+    /// that is gone): they fail `runner_lost`.
+    pub runner_lost: Vec<String>,
 }
 
 /// The request-id guard of a child's callback notice: one per child.

@@ -40,9 +40,10 @@ use crate::{
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
         AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency, InboxMessage,
-        NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
-        Trust,
+        NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow,
+        RunnerSpec, SessionRow, Trust,
     },
+    placement::Place,
     policy::{Admission, SpawnContext},
 };
 
@@ -251,12 +252,36 @@ pub trait Store: Send + Sync + Clone + 'static {
         secret: &[u8],
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
-    /// Creates the process record of a session about to start (no-op if it
-    /// exists), with the session's CALLBACK choice.
+    /// Creates the process record of a session about to start, with the
+    /// session's CALLBACK choice, on the runner [`crate::placement::place`]
+    /// chooses for its workspace (and places the workspace there), in one
+    /// transaction; if it exists, returns the runner it was placed on.
+    /// [`Place::Wait`] (nothing written): no runner can take it now.
     fn start_process(
         &self,
         fence: &Fence,
         session_id: &str,
+    ) -> impl Future<Output = Result<Place, SessionError>> + Send;
+
+    /// Registers a runner, or renews its lease, until `ttl` from now on the
+    /// database's clock; returns its generation, bumped when it registers
+    /// after its lease lapsed or under a new endpoint. The embedded
+    /// runner's name is refused (INVALID_ARGUMENT).
+    fn register_runner(
+        &self,
+        spec: &RunnerSpec,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<i64, SessionError>> + Send;
+
+    /// Returns every runner, with its liveness and active sessions, by name.
+    fn runners(&self) -> impl Future<Output = Result<Vec<RunnerRow>, SessionError>> + Send;
+
+    /// Makes `spec` the embedded runner (no lease), removing any other
+    /// embedded one; `None` removes it. Background work: fenced.
+    fn set_static_runner(
+        &self,
+        fence: &Fence,
+        spec: Option<&RunnerSpec>,
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
     /// Applies runner event `runner_seq` of a session's process, once: the

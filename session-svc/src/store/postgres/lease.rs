@@ -139,31 +139,22 @@ impl PgStore {
             sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
                 .fetch_all(&self.pool)
                 .await?;
+        // Active sessions on a runner whose lease lapsed (or that is gone).
+        let runner_lost: Vec<String> = sqlx::query_scalar(
+            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+             LEFT JOIN runners r ON r.name = p.runner \
+             WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
+             AND (r.name IS NULL OR r.lease_expires <= clock_timestamp()) ORDER BY s.row_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         Ok(DriverWork {
+            runner_lost,
             unstarted: super::open::rows(unstarted)?,
             undelivered,
             unstopped,
             callbacks_due,
         })
-    }
-
-    pub(super) async fn start_process_once(
-        &self,
-        fence: &Fence,
-        session_id: &str,
-    ) -> Result<(), SessionError> {
-        let mut tx = self.begin().await?;
-        check(&mut tx, fence).await?;
-        sqlx::query(
-            "INSERT INTO processes (session_id, notify_parent) \
-             SELECT session_id, notify_parent FROM sessions WHERE session_id = $1 \
-             ON CONFLICT (session_id) DO NOTHING",
-        )
-        .bind(session_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     pub(super) async fn mark_stopped_once(

@@ -26,6 +26,7 @@ mod open;
 mod output;
 mod process;
 mod reads;
+mod runners;
 mod sessions;
 mod wake;
 
@@ -33,7 +34,7 @@ pub use self::events::EVENTS_LOCK;
 pub use self::open::{is_postgres_url, redacted as redacted_url};
 pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -46,8 +47,10 @@ use crate::{
     error::{SessionError, StorageKind},
     model::{
         AuditRecord, AuditRow, EventFilter, Failure, Idempotency, InboxMessage, NewMessage,
-        NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, SessionRow, Trust,
+        NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec,
+        SessionRow, Trust,
     },
+    placement::Place,
 };
 
 /// Connections each replica keeps to the database.
@@ -272,8 +275,24 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<(), SessionError> {
+    async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<Place, SessionError> {
         retrying!(self.start_process_once(fence, session_id))
+    }
+
+    async fn register_runner(&self, spec: &RunnerSpec, ttl: Duration) -> Result<i64, SessionError> {
+        retrying!(self.register_runner_once(spec, ttl))
+    }
+
+    async fn runners(&self) -> Result<Vec<RunnerRow>, SessionError> {
+        self.runners_impl().await
+    }
+
+    async fn set_static_runner(
+        &self,
+        fence: &Fence,
+        spec: Option<&RunnerSpec>,
+    ) -> Result<(), SessionError> {
+        retrying!(self.set_static_runner_once(fence, spec))
     }
 
     async fn record_process(

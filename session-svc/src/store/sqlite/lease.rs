@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// The database's clock, in milliseconds since the Unix epoch.
-const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+pub(super) const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
 /// Refuses the transaction unless `fence` is the lease's live term.
 pub(super) async fn check(conn: &mut SqliteConnection, fence: &Fence) -> Result<(), SessionError> {
@@ -136,31 +136,23 @@ impl SqliteStore {
             sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
                 .fetch_all(&self.pool)
                 .await?;
+        // Active sessions on a runner whose lease lapsed (or that is gone).
+        let runner_lost: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+             LEFT JOIN runners r ON r.name = p.runner \
+             WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
+             AND (r.name IS NULL OR r.lease_expires_ms <= {NOW_MS}) ORDER BY s.rowid"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
         let ledger = self.ledger();
         Ok(DriverWork {
+            runner_lost,
             unstarted: unstarted.iter().filter_map(|id| ledger.get(id)).collect(),
             undelivered,
             unstopped,
             callbacks_due,
         })
-    }
-
-    pub(super) async fn start_process_impl(
-        &self,
-        fence: &Fence,
-        session_id: &str,
-    ) -> Result<(), SessionError> {
-        let mut w = self.writer().await?;
-        let mut tx = Write::begin(&mut w.conn).await?;
-        check(tx.conn(), fence).await?;
-        sqlx::query(
-            "INSERT OR IGNORE INTO processes (session_id, notify_parent) \
-             SELECT session_id, notify_parent FROM sessions WHERE session_id = ?",
-        )
-        .bind(session_id)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
     }
 
     pub(super) async fn mark_stopped_impl(

@@ -28,6 +28,7 @@ mod open;
 mod output;
 mod process;
 mod reads;
+mod runners;
 mod sessions;
 mod upkeep;
 mod write;
@@ -36,6 +37,7 @@ mod writer;
 use std::{
     fs::File,
     sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
+    time::Duration,
 };
 
 use sqlx::{SqliteConnection, SqlitePool};
@@ -53,8 +55,9 @@ use crate::{
     error::SessionError,
     model::{
         AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewMessage, NewSession,
-        Principal, SessionRow, Trust, now_ms,
+        Principal, RunnerRow, RunnerSpec, SessionRow, Trust, now_ms,
     },
+    placement::Place,
 };
 
 pub use self::output::OutputBudget;
@@ -287,8 +290,24 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<(), SessionError> {
+    async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<Place, SessionError> {
         self.start_process_impl(fence, session_id).await
+    }
+
+    async fn register_runner(&self, spec: &RunnerSpec, ttl: Duration) -> Result<i64, SessionError> {
+        self.register_runner_impl(spec, ttl).await
+    }
+
+    async fn runners(&self) -> Result<Vec<RunnerRow>, SessionError> {
+        self.runners_impl().await
+    }
+
+    async fn set_static_runner(
+        &self,
+        fence: &Fence,
+        spec: Option<&RunnerSpec>,
+    ) -> Result<(), SessionError> {
+        self.set_static_runner_impl(fence, spec).await
     }
 
     async fn record_process(

@@ -1,0 +1,26 @@
+-- The runners the driver places workspaces on: the embedded `--runner`
+-- (named `default`, no lease: lease_expires_ms NULL) and those that register
+-- (RegisterRunner), live while their lease is unexpired on the database's
+-- clock.
+CREATE TABLE runners (
+    name              TEXT PRIMARY KEY NOT NULL,
+    endpoint          TEXT NOT NULL,
+    capacity          INTEGER NOT NULL,
+    lease_expires_ms  INTEGER,
+    -- Bumped by a registration after a lapse (or under a new endpoint): the
+    -- owner then reconciles the runner.
+    generation        INTEGER NOT NULL DEFAULT 1
+);
+
+-- Where each workspace's persistent container lives. One row per workspace
+-- (the key), written in the transaction that records a session's process.
+CREATE TABLE workspace_runner (
+    workspace_id  TEXT PRIMARY KEY NOT NULL,
+    runner        TEXT NOT NULL
+);
+
+-- The runner a session's process was placed on (NULL: never placed). Every
+-- process before this migration ran on the embedded runner.
+ALTER TABLE processes ADD COLUMN runner TEXT;
+UPDATE processes SET runner = 'default';
+CREATE INDEX processes_runner ON processes (runner);

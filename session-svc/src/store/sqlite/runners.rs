@@ -1,0 +1,169 @@
+//! Runners on SQLite: registrations and their leases (on the database's
+//! clock), the embedded runner's row, and the placement of a session's
+//! process, decided by [`crate::placement::place`] in the transaction that
+//! records the process (the writer lock serialises every placement).
+
+use std::time::Duration;
+
+use sqlx::{Row, SqliteConnection};
+
+use super::{SqliteStore, lease::NOW_MS, write::Write};
+use crate::{
+    error::SessionError,
+    model::{RunnerName, RunnerRow, RunnerSpec},
+    placement::{Place, place},
+    store::lease::{Fence, millis},
+};
+
+/// Every runner, with its liveness and its active sessions.
+async fn load(conn: &mut SqliteConnection) -> Result<Vec<RunnerRow>, SessionError> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT r.name, r.endpoint, r.capacity, r.lease_expires_ms IS NULL AS is_static, \
+           (r.lease_expires_ms IS NULL OR r.lease_expires_ms > {NOW_MS}) AS live, r.generation, \
+           (SELECT count(*) FROM processes p JOIN sessions s USING (session_id) \
+            WHERE p.runner = r.name AND s.status IN ('pending', 'running')) AS active \
+         FROM runners r ORDER BY r.name"
+    )))
+    .fetch_all(conn)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(RunnerRow {
+                name: RunnerName::stored(row.try_get("name")?),
+                endpoint: row.try_get("endpoint")?,
+                capacity: row
+                    .try_get::<i64, _>("capacity")?
+                    .clamp(0, i64::from(u32::MAX)) as u32,
+                is_static: row.try_get("is_static")?,
+                live: row.try_get("live")?,
+                generation: row.try_get("generation")?,
+                active: row.try_get::<i64, _>("active")?.max(0) as u32,
+            })
+        })
+        .collect()
+}
+
+impl SqliteStore {
+    pub(super) async fn register_runner_impl(
+        &self,
+        spec: &RunnerSpec,
+        ttl: Duration,
+    ) -> Result<i64, SessionError> {
+        let generation: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO runners (name, endpoint, capacity, lease_expires_ms, generation) \
+             VALUES (?1, ?2, ?3, {NOW_MS} + ?4, 1) \
+             ON CONFLICT (name) DO UPDATE SET endpoint = excluded.endpoint, \
+               capacity = excluded.capacity, lease_expires_ms = excluded.lease_expires_ms, \
+               generation = runners.generation + (runners.lease_expires_ms <= {NOW_MS} \
+                 OR runners.endpoint != excluded.endpoint) \
+             WHERE runners.lease_expires_ms IS NOT NULL RETURNING generation"
+        )))
+        .bind(spec.name.as_str())
+        .bind(&spec.endpoint)
+        .bind(i64::from(spec.capacity))
+        .bind(millis(ttl))
+        .fetch_optional(&mut self.writer().await?.conn)
+        .await?;
+        generation.ok_or_else(|| {
+            SessionError::invalid("name", format!("runner name {} is taken", spec.name))
+        })
+    }
+
+    pub(super) async fn runners_impl(&self) -> Result<Vec<RunnerRow>, SessionError> {
+        load(&mut *self.pool.acquire().await?).await
+    }
+
+    pub(super) async fn set_static_runner_impl(
+        &self,
+        fence: &Fence,
+        spec: Option<&RunnerSpec>,
+    ) -> Result<(), SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
+        sqlx::query("DELETE FROM runners WHERE lease_expires_ms IS NULL")
+            .execute(tx.conn())
+            .await?;
+        if let Some(spec) = spec {
+            sqlx::query(
+                "INSERT INTO runners (name, endpoint, capacity, lease_expires_ms) \
+                 VALUES (?1, ?2, ?3, NULL) \
+                 ON CONFLICT (name) DO UPDATE SET endpoint = excluded.endpoint, \
+                   capacity = excluded.capacity, lease_expires_ms = NULL",
+            )
+            .bind(spec.name.as_str())
+            .bind(&spec.endpoint)
+            .bind(i64::from(spec.capacity))
+            .execute(tx.conn())
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Records the process of a session about to start, on the runner
+    /// placement chooses (its earlier choice, if it has a process already).
+    pub(super) async fn start_process_impl(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+    ) -> Result<Place, SessionError> {
+        let Some(session) = self.ledger().get(session_id) else {
+            return Ok(Place::Wait);
+        };
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
+        let placed: Option<Option<String>> =
+            sqlx::query_scalar("SELECT runner FROM processes WHERE session_id = ?")
+                .bind(session_id)
+                .fetch_optional(tx.conn())
+                .await?;
+        if let Some(Some(runner)) = placed {
+            tx.commit().await?;
+            return Ok(Place::On(RunnerName::stored(runner)));
+        }
+        let current: Option<String> =
+            sqlx::query_scalar("SELECT runner FROM workspace_runner WHERE workspace_id = ?")
+                .bind(&session.workspace_id)
+                .fetch_optional(tx.conn())
+                .await?;
+        let busy =
+            match &current {
+                Some(runner) => sqlx::query_scalar::<_, bool>(
+                    "SELECT EXISTS (SELECT 1 FROM processes p JOIN sessions s USING (session_id) \
+                 WHERE s.workspace_id = ?1 AND p.runner = ?2 AND s.session_id != ?3 \
+                 AND s.status IN ('pending', 'running'))",
+                )
+                .bind(&session.workspace_id)
+                .bind(runner)
+                .bind(session_id)
+                .fetch_one(tx.conn())
+                .await?,
+                None => false,
+            };
+        let runners = load(tx.conn()).await?;
+        let current = current.map(RunnerName::stored);
+        let decided = place(current.as_ref(), busy, &runners);
+        if let Place::On(runner) = &decided {
+            sqlx::query(
+                "INSERT INTO workspace_runner (workspace_id, runner) VALUES (?1, ?2) \
+                 ON CONFLICT (workspace_id) DO UPDATE SET runner = excluded.runner",
+            )
+            .bind(&session.workspace_id)
+            .bind(runner.as_str())
+            .execute(tx.conn())
+            .await?;
+            sqlx::query(
+                "INSERT INTO processes (session_id, notify_parent, runner) \
+                 SELECT session_id, notify_parent, ?2 FROM sessions WHERE session_id = ?1 \
+                 ON CONFLICT (session_id) DO UPDATE SET runner = excluded.runner",
+            )
+            .bind(session_id)
+            .bind(runner.as_str())
+            .execute(tx.conn())
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(decided)
+    }
+}
