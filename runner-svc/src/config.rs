@@ -96,6 +96,67 @@ pub struct Config {
     /// directory are removed.
     #[arg(long, env = "TROUPE_KEEP_EXITED_SECS", default_value_t = 3600)]
     pub keep_exited_secs: u64,
+    /// What workspace containers' names start with
+    /// (`<prefix>-<workspace>-<hash>`): runners that share one Docker engine
+    /// each need their own (and disjoint `--uid-base` ranges).
+    #[arg(long, env = "TROUPE_CONTAINER_PREFIX", default_value = crate::docker::DEFAULT_PREFIX,
+          value_parser = container_prefix)]
+    pub container_prefix: String,
+    #[command(flatten)]
+    pub registration: Registration,
+}
+
+/// A container name prefix: a slug of at most 32 bytes.
+fn container_prefix(value: &str) -> Result<String, String> {
+    if troupe_proto::names::is_slug(value) && value.len() <= 32 {
+        Ok(value.to_owned())
+    } else {
+        Err(
+            "a prefix is 1 to 32 letters, digits, '-' or '_', starting with a letter or digit"
+                .to_owned(),
+        )
+    }
+}
+
+/// Registration with session services, as one of several runners.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Registration {
+    /// Session service endpoints to register with (`http://host:port`,
+    /// replicas separated by commas), with the operator token; the runner
+    /// then renews its lease every `--register-every-ms`. Off unless set:
+    /// a runner given to the service as `--runner` needs none.
+    #[arg(
+        long,
+        env = "TROUPE_RUNNER_REGISTER",
+        value_name = "ENDPOINT[,ENDPOINT...]",
+        value_delimiter = ','
+    )]
+    pub register: Vec<String>,
+    /// This runner's endpoint as the session service reaches it
+    /// (`http://host:port`). Default: `http://` and `--listen`.
+    #[arg(long, env = "TROUPE_RUNNER_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// This runner's name among the session service's runners (a slug,
+    /// unique to the runner; not `default`). Default: the host name.
+    #[arg(long, env = "TROUPE_RUNNER_NAME")]
+    pub name: Option<String>,
+    /// Most agents this runner runs at once, for placement: a new workspace
+    /// goes to the live runner with the most room (this minus its active
+    /// sessions).
+    #[arg(long, env = "TROUPE_RUNNER_CAPACITY", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub capacity: u32,
+    /// How long a registration lasts unless renewed, in milliseconds: this
+    /// long after the runner's last renewal (it died, or cannot reach the
+    /// service), its running sessions fail `runner_lost`.
+    #[arg(long, env = "TROUPE_RUNNER_REGISTER_TTL_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u32).range(500..=600_000))]
+    pub register_ttl_ms: u32,
+    /// How often the registration is renewed, in milliseconds (at most half
+    /// of `--register-ttl-ms`).
+    #[arg(long, env = "TROUPE_RUNNER_REGISTER_EVERY_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(50..))]
+    pub register_every_ms: u32,
 }
 
 /// What the runner does with an exec whose log is full.

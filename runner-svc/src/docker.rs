@@ -41,6 +41,10 @@ pub const CONTAINER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Label every Troupe workspace container carries, valued with the workspace id.
 pub const WORKSPACE_LABEL: &str = "org.troupe.workspace";
+/// What workspace containers' names start with, unless
+/// `--container-prefix` says otherwise.
+pub const DEFAULT_PREFIX: &str = "troupe-ws";
+
 /// Label valued with a hash of everything the container was made with: one
 /// made otherwise (by an older runner, or other flags) is recreated once no
 /// exec of this runner runs in it.
@@ -57,6 +61,9 @@ pub struct ContainerSpec {
     pub workspace_gid: u32,
     pub tools_dir: PathBuf,
     pub session_socket_dir: Option<PathBuf>,
+    /// What workspace containers' names start with (`--container-prefix`):
+    /// runners sharing one engine each need their own.
+    pub name_prefix: String,
 }
 
 /// Host directories of one workspace.
@@ -199,11 +206,16 @@ impl Engine {
         Ok(self.docker()?.with_timeout(CONTAINER_TIMEOUT))
     }
 
-    /// The container name of a workspace: readable, and unique even if two
-    /// ids differ only in case.
+    /// The container name of a workspace under the default prefix.
     pub fn container_name(workspace: &str) -> String {
+        Self::container_name_in(DEFAULT_PREFIX, workspace)
+    }
+
+    /// The container name of a workspace under `prefix`: readable, and
+    /// unique even if two ids differ only in case.
+    pub fn container_name_in(prefix: &str, workspace: &str) -> String {
         let digest = hex::encode(&Sha256::digest(workspace.as_bytes())[..4]);
-        format!("troupe-ws-{}-{digest}", workspace.to_ascii_lowercase())
+        format!("{prefix}-{}-{digest}", workspace.to_ascii_lowercase())
     }
 
     /// Returns the id of the workspace's running container, creating it
@@ -225,7 +237,7 @@ impl Engine {
             .or_default()
             .clone();
         let mut slot = slot.lock().await;
-        let name = Self::container_name(workspace);
+        let name = Self::container_name_in(&self.spec.name_prefix, workspace);
         let body = self.body(workspace, dirs);
         let spec = spec_hash(&body);
         match slot.running.clone() {

@@ -13,6 +13,7 @@
 //! - [`log`], [`layout`]: the log format and the exec directory, shared by
 //!   the runner and the supervisor.
 //! - [`service`]: the gRPC handlers.
+//! - [`register`]: registration with the session service, as one of several runners.
 //! - [`metrics`]: exec start latency, container recreations.
 //!
 //! [`serve`] runs the whole service on a listener the caller bound.
@@ -25,6 +26,7 @@ pub mod exec;
 pub mod layout;
 pub mod log;
 pub mod metrics;
+pub mod register;
 pub mod request;
 pub mod service;
 pub mod supervisor;
@@ -66,6 +68,8 @@ pub async fn serve(
         .with_context(|| format!("cannot create {}", state_dir.display()))?;
     let operator =
         troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
+    let registrar =
+        register::Registrar::from_config(&config.registration, listener.local_addr()?, &operator)?;
     let tools_dir = match &config.tools_dir {
         Some(dir) => dir.clone(),
         None => install_tools(
@@ -91,6 +95,7 @@ pub async fn serve(
         memory_bytes: config.memory_mib * 1024 * 1024,
         workspace_gid: config.uid_base,
         tools_dir,
+        name_prefix: config.container_prefix.clone(),
         session_socket_dir: socket_dir,
     };
     // An engine that does not answer yet keeps nothing from serving.
@@ -153,7 +158,13 @@ pub async fn serve(
             drain.begin().await;
         }
     });
+    // Registered once the server is built, so the service finds it
+    // serving; ended with the service (its lease then runs out).
+    let registrar = registrar.map(|registrar| tokio::spawn(registrar.run(cancel.clone())));
     let served = drain.bounded(server).await;
+    if let Some(task) = registrar {
+        task.abort();
+    }
     stop.abort();
     cancel.cancel();
     served.unwrap_or(Ok(())).context("grpc server failed")

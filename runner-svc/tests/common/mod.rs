@@ -216,7 +216,7 @@ impl Drop for TestRunner {
 /// other test processes at the same time: `RLIMIT_NPROC` counts a uid's
 /// processes on the whole host, so runners sharing uids would share their
 /// execs' process limits.
-fn private_uid_base() -> u32 {
+pub fn private_uid_base() -> u32 {
     static N: AtomicU32 = AtomicU32::new(0);
     let slot = (std::process::id() % 3000) * 64 + N.fetch_add(1, Ordering::SeqCst) % 64;
     10_000_000 + slot * 10_000

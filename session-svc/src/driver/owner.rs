@@ -66,18 +66,24 @@ impl<S: Store> Driver<S> {
                 self.launch_in(term, session);
             }
         }
-        for id in work.runner_lost {
-            if !self.claim(Job::Lose, &id) {
-                continue;
-            }
+        // One task, deepest first: a child ends before its parent, so a
+        // CALLBACK parent lost with it is told before it ends itself.
+        let lost: Vec<String> = work
+            .runner_lost
+            .into_iter()
+            .filter(|id| self.claim(Job::Lose, id))
+            .collect();
+        if !lost.is_empty() {
             let driver = self.clone();
             let term = term.clone();
             tokio::spawn(async move {
-                tokio::select! {
-                    () = driver.lose(&term, &id) => {}
-                    () = term.cancelled() => {}
+                for id in lost {
+                    tokio::select! {
+                        () = driver.lose(&term, &id) => {}
+                        () = term.cancelled() => {}
+                    }
+                    driver.release(Job::Lose, &id);
                 }
-                driver.release(Job::Lose, &id);
             });
         }
         for id in work.undelivered {

@@ -76,7 +76,7 @@ pub struct DriverWork {
     /// Ended sessions whose parent is owed its callback notice.
     pub callbacks_due: Vec<String>,
     /// Active sessions with a process on a runner whose lease lapsed (or
-    /// that is gone): they fail `runner_lost`.
+    /// that is gone), deepest first: they fail `runner_lost`.
     pub runner_lost: Vec<String>,
 }
 

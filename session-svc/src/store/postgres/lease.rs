@@ -144,7 +144,7 @@ impl PgStore {
             "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
              LEFT JOIN runners r ON r.name = p.runner \
              WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
-             AND (r.name IS NULL OR r.lease_expires <= clock_timestamp()) ORDER BY s.row_id",
+             AND (r.name IS NULL OR r.lease_expires <= clock_timestamp()) ORDER BY s.depth DESC, s.row_id",
         )
         .fetch_all(&self.pool)
         .await?;

@@ -141,7 +141,7 @@ impl SqliteStore {
             "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
              LEFT JOIN runners r ON r.name = p.runner \
              WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
-             AND (r.name IS NULL OR r.lease_expires_ms <= {NOW_MS}) ORDER BY s.rowid"
+             AND (r.name IS NULL OR r.lease_expires_ms <= {NOW_MS}) ORDER BY s.depth DESC, s.rowid"
         )))
         .fetch_all(&self.pool)
         .await?;
