@@ -168,6 +168,19 @@ impl RunnerProcess {
     }
 }
 
+impl Drop for RunnerProcess {
+    /// A failed test shows what the runner logged.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- runner {} ---\n{}",
+                self.name,
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
 /// Removes the tests' workspace containers, by force, at the end.
 struct Containers(Vec<String>);
 
