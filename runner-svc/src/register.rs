@@ -158,3 +158,65 @@ fn host_name() -> String {
         "runner".to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(extra: &[&str]) -> Registration {
+        use clap::Parser;
+        let mut args = vec!["troupe-runner"];
+        args.extend_from_slice(extra);
+        crate::Config::parse_from(args).registration
+    }
+
+    fn listen() -> std::net::SocketAddr {
+        "127.0.0.1:7401".parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn no_register_flag_means_no_registration() {
+        assert!(
+            Registrar::from_config(&flags(&[]), listen(), "t")
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_registration_advertises_the_listen_address_by_default() {
+        let registrar = Registrar::from_config(
+            &flags(&["--register", "http://127.0.0.1:7400", "--name", "r1"]),
+            listen(),
+            "t",
+        )
+        .unwrap()
+        .expect("a registration");
+        assert_eq!(registrar.request.endpoint, "http://127.0.0.1:7401");
+        assert_eq!(registrar.request.name, "r1");
+        assert_eq!(registrar.request.capacity, 64);
+        assert_eq!(registrar.request.lease_ttl_ms, 5000);
+        assert_eq!(registrar.every, Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn bad_registration_flags_stop_the_start() {
+        let base = ["--register", "http://127.0.0.1:7400"];
+        for (extra, listen_on, why) in [
+            (vec!["--name", "a b"], "127.0.0.1:7401", "runner name"),
+            (
+                vec!["--name", "r", "--register-every-ms", "3000"],
+                "127.0.0.1:7401",
+                "at most half",
+            ),
+            (vec!["--name", "r"], "0.0.0.0:7401", "--advertise"),
+        ] {
+            let mut args = base.to_vec();
+            args.extend(extra);
+            let error = Registrar::from_config(&flags(&args), listen_on.parse().unwrap(), "t")
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} passed"));
+            assert!(error.to_string().contains(why), "{args:?}: {error}");
+        }
+    }
+}

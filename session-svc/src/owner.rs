@@ -1,9 +1,8 @@
 //! Who runs the background work: the driver (launching, following,
 //! delivering, stopping, callbacks, reconciling), life-span export and
 //! event pruning run in one service at a time, the holder of the lease
-//! (`Store::acquire_lease`). Every service given `--runner` (and a SQLite
-//! service always: it is alone on its database) tries for the lease, renews
-//! it while it holds it, and runs the work only for the term it holds: a
+//! (`Store::acquire_lease`). Every service (a SQLite one is alone on its
+//! database) tries for the lease, renews it while it holds it, and runs the work only for the term it holds: a
 //! [`Term`] whose fence every background write carries. A term ends when a
 //! renewal fails or is late (past the lease's time on this process's
 //! monotonic clock), when a write is refused as fenced, or when the service

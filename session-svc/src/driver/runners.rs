@@ -102,8 +102,23 @@ impl<S: Store> Driver<S> {
     }
 
     /// Writes the embedded runner (`--runner`) into the store for `term`,
-    /// or removes a stale one.
+    /// or removes a stale one; nothing when the store has it already.
     pub(super) async fn set_embedded(&self, term: &Term) {
+        if let Ok(rows) = self.store.runners().await {
+            let stored: Vec<(&str, &str, u32)> = rows
+                .iter()
+                .filter(|r| r.is_static)
+                .map(|r| (r.name.as_str(), r.endpoint.as_str(), r.capacity))
+                .collect();
+            let wanted: Vec<(&str, &str, u32)> = self
+                .embedded
+                .iter()
+                .map(|e| (e.name.as_str(), e.endpoint.as_str(), e.capacity))
+                .collect();
+            if stored == wanted {
+                return;
+            }
+        }
         let set = self
             .store
             .set_static_runner(term.fence(), self.embedded.as_ref())
