@@ -7,6 +7,7 @@
 
 pub mod pair;
 pub mod private_engine;
+pub mod runners;
 
 use std::{
     collections::HashMap,
