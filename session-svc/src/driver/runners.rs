@@ -102,8 +102,13 @@ impl<S: Store> Driver<S> {
     }
 
     /// Writes the embedded runner (`--runner`) into the store for `term`,
-    /// or removes a stale one; nothing when the store has it already.
+    /// or removes a stale one; nothing when the store has it already. On a
+    /// shared database a service without `--runner` keeps the one another
+    /// replica recorded (replicas without it drive it as well).
     pub(super) async fn set_embedded(&self, term: &Term) {
+        if self.embedded.is_none() && S::SHARED {
+            return;
+        }
         if let Ok(rows) = self.store.runners().await {
             let stored: Vec<(&str, &str, u32)> = rows
                 .iter()
