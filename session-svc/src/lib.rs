@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: flags, `TROUPE_*` variables and spawn limits.
 //! - [`auth`]: session tokens and the operator token.
+//! - [`operator`]: the operator token, kept in the database for every replica.
 //! - [`policy`]: every rule (visibility, trust, quotas), as pure functions.
 //! - [`agents`]: agent definitions and slug validation.
 //! - [`store`]: the storage interface and its SQLite implementation.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod lives;
 pub mod metrics;
 pub mod model;
+pub mod operator;
 pub mod policy;
 pub mod service;
 pub mod store;
@@ -49,7 +51,8 @@ const MAINTAIN_EVERY: Duration = Duration::from_secs(1);
 /// Serves the session service on `listener` until `shutdown` completes.
 ///
 /// Opens (and migrates) the database, loads or creates the token signing
-/// key and the operator token, then serves `SessionService`, gRPC health
+/// key, settles the operator token with the database ([`operator::settle`]),
+/// then serves `SessionService`, gRPC health
 /// and server reflection (v1 and v1alpha).
 pub async fn serve(
     config: Config,
@@ -68,7 +71,7 @@ pub async fn serve(
         .with_context(|| format!("cannot open database {url}"))?
         .with_output_budget(config.output_budget());
     let operator =
-        troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
+        operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
     serve_with_store(config, store, tokens, listener, shutdown).await
 }

@@ -7,8 +7,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
+mod shared;
 mod values;
 
+pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
 pub use values::{EventKind, ExitReason, Principal};
 
 /// A session's trust level. Only ever narrows from parent to child.

@@ -26,8 +26,8 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
-fn spec(
-    workspaces_dir: &std::path::Path,
+async fn spec<S: Store>(
+    inner: &Inner<S>,
     workspace: &str,
     agent: &str,
     title: &str,
@@ -37,7 +37,7 @@ fn spec(
     agents::validate_slug("agent_name", agent)?;
     check_len("title", title, MAX_SHORT_TEXT)?;
     check_len("initial_message", initial_message, MAX_MESSAGE_BYTES)?;
-    let definition = agents::lookup(workspaces_dir, workspace, agent)?;
+    let definition = agents::find(&inner.store, &inner.workspaces_dir, workspace, agent).await?;
     let agent_command = serde_json::to_string(&definition.command)
         .map_err(|e| SessionError::Internal(e.to_string()))?;
     Ok(Spec {
@@ -86,12 +86,13 @@ pub async fn root<S: Store>(
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = Trust::from_proto(level).unwrap_or(Trust::Sandboxed);
     let spec = spec(
-        &inner.workspaces_dir,
+        inner,
         &req.workspace_id,
         &req.agent_name,
         &req.title,
         &req.initial_message,
-    )?;
+    )
+    .await?;
     let idem = idempotency(
         caller,
         "create_root_session",
@@ -174,12 +175,13 @@ pub async fn child<S: Store>(
         ));
     }
     let spec = spec(
-        &inner.workspaces_dir,
+        inner,
         &parent.workspace_id,
         &req.agent_name,
         &req.title,
         &req.initial_message,
-    )?;
+    )
+    .await?;
     let idem = idempotency(
         caller,
         "create_session",

@@ -1,8 +1,9 @@
 //! The `troupe.session.v1.SessionService` implementation: authentication,
-//! then one module per RPC. Every handler reads the caller from its token
+//! then one module per RPC (`agents` holds the three of agent definitions). Every handler reads the caller from its token
 //! ([`Service::authenticate`]), applies the rules of [`crate::policy`], and
 //! audits its decision.
 
+mod agents;
 mod audit;
 mod create;
 mod get;
@@ -537,6 +538,47 @@ impl<S: Store> SessionService for Service<S> {
         let req = request.into_inner();
         let result = audit::list(&self.inner, &caller, &req).await;
         self.audit_outcome(&caller, "list_audit", &req.session_id, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "apply_agent", skip_all)]
+    async fn apply_agent(
+        &self,
+        request: Request<pb::ApplyAgentRequest>,
+    ) -> Result<Response<pb::ApplyAgentResponse>, Status> {
+        let caller = self.authenticate(&request, "apply_agent").await?;
+        let req = request.into_inner();
+        let result = agents::apply(&self.inner, &caller, &req).await;
+        let target = agents::target(&req.workspace_id, &req.name);
+        self.audit_outcome(&caller, "apply_agent", &target, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "list_agents", skip_all)]
+    async fn list_agents(
+        &self,
+        request: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let caller = self.authenticate(&request, "list_agents").await?;
+        let req = request.into_inner();
+        let result = agents::list(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "list_agents", &req.workspace_id, &result, true)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "remove_agent", skip_all)]
+    async fn remove_agent(
+        &self,
+        request: Request<pb::RemoveAgentRequest>,
+    ) -> Result<Response<pb::RemoveAgentResponse>, Status> {
+        let caller = self.authenticate(&request, "remove_agent").await?;
+        let req = request.into_inner();
+        let result = agents::remove(&self.inner, &caller, &req).await;
+        let target = agents::target(&req.workspace_id, &req.name);
+        self.audit_outcome(&caller, "remove_agent", &target, &result, false)
             .await;
         Ok(Response::new(result?))
     }

@@ -17,6 +17,7 @@
 //! - how it keeps its reads fast (SQLite: the in-memory ledger of sessions,
 //!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
+mod agent_rows;
 mod sqlite;
 mod sqlx_error;
 
@@ -29,9 +30,9 @@ pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 use crate::{
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency, InboxMessage,
-        NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, SessionRow,
-        Trust,
+        AgentScope, AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency,
+        InboxMessage, NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange,
+        ProcessRow, ReceivedMessage, SessionRow, StoredAgent, Trust,
     },
     policy::{Admission, SpawnContext},
 };
@@ -305,4 +306,45 @@ pub trait Store: Send + Sync + Clone + 'static {
         detail: &str,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<bool, SessionError>> + Send;
+
+    /// Stores `candidate` as the operator token unless one is stored
+    /// already, in one statement that never replaces it, then returns the
+    /// stored one: the first service to start on a database sets it.
+    fn claim_operator_token(
+        &self,
+        candidate: &OperatorToken,
+    ) -> impl Future<Output = Result<OperatorToken, SessionError>> + Send;
+
+    /// Stores an agent definition, replacing the one of the same scope and
+    /// name, with its audit entry, in one transaction; returns it as stored.
+    fn apply_agent(
+        &self,
+        agent: NewAgent,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<StoredAgent, SessionError>> + Send;
+
+    /// Returns the stored agent definitions of `scope`, or all of them
+    /// (`None`): those for every workspace first, then by workspace and name.
+    fn list_agents(
+        &self,
+        scope: Option<&AgentScope>,
+    ) -> impl Future<Output = Result<Vec<StoredAgent>, SessionError>> + Send;
+
+    /// Removes the agent definition of `scope` named `name`, with its audit
+    /// entry, in one transaction; returns what was removed, or `None` (and
+    /// writes nothing) if there was none.
+    fn remove_agent(
+        &self,
+        scope: &AgentScope,
+        name: &str,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
+
+    /// Returns the stored definition a session of `workspace_id` named
+    /// `name` runs: the workspace's own, else the one for every workspace.
+    fn find_agent(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
 }

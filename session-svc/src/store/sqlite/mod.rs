@@ -20,8 +20,10 @@
 //! `writer` (taking the writer, beginning and running a write), `write`
 //! (the statements), `sessions` (creates, messages, terminations),
 //! `process` and `output` (what the runner reports), `reads` (events,
-//! audit, keys, on the read pool) and `upkeep` (the WAL, free pages).
+//! audit, keys, on the read pool), `upkeep` (the WAL, free pages) and
+//! `agents` (the operator token and agent definitions, shared by replicas).
 
+mod agents;
 mod ledger;
 mod open;
 mod output;
@@ -51,8 +53,8 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewMessage, NewSession,
-        Principal, SessionRow, Trust, now_ms,
+        AgentScope, AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewAgent, NewMessage,
+        NewSession, OperatorToken, Principal, SessionRow, StoredAgent, Trust, now_ms,
     },
 };
 
@@ -352,5 +354,44 @@ impl Store for SqliteStore {
     ) -> Result<bool, SessionError> {
         self.fail_session_impl(session_id, failure, detail, audit)
             .await
+    }
+
+    async fn claim_operator_token(
+        &self,
+        candidate: &OperatorToken,
+    ) -> Result<OperatorToken, SessionError> {
+        self.claim_operator_token_impl(candidate).await
+    }
+
+    async fn apply_agent(
+        &self,
+        agent: NewAgent,
+        audit: AuditRecord,
+    ) -> Result<StoredAgent, SessionError> {
+        self.apply_agent_impl(agent, audit).await
+    }
+
+    async fn list_agents(
+        &self,
+        scope: Option<&AgentScope>,
+    ) -> Result<Vec<StoredAgent>, SessionError> {
+        self.list_agents_impl(scope).await
+    }
+
+    async fn remove_agent(
+        &self,
+        scope: &AgentScope,
+        name: &str,
+        audit: AuditRecord,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        self.remove_agent_impl(scope, name, audit).await
+    }
+
+    async fn find_agent(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        self.find_agent_impl(workspace_id, name).await
     }
 }
