@@ -21,8 +21,10 @@ pub struct Config {
     /// Where the embedded database and the operator token live.
     #[arg(long, env = "TROUPE_DATA_DIR", default_value_os_t = default_data_dir())]
     pub data_dir: PathBuf,
-    /// Database URL; default: SQLite at `<data-dir>/troupe.db`.
-    #[arg(long, env = "TROUPE_DATABASE_URL")]
+    /// Database URL: `sqlite://PATH`, or `postgres://USER:PASSWORD@HOST[:PORT]/DB`
+    /// (several services may share one PostgreSQL database); default: SQLite
+    /// at `<data-dir>/troupe.db`.
+    #[arg(long, env = "TROUPE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Root of the workspaces: `<dir>/<workspace>/Agents/<name>.md`, then `<dir>/Agents/<name>.md`.
     /// Default: `<data-dir>/workspaces`.

@@ -6,7 +6,8 @@
 //! - [`operator`]: the operator token, kept in the database for every replica.
 //! - [`policy`]: every rule (visibility, trust, quotas), as pure functions.
 //! - [`agents`]: agent definitions and slug validation.
-//! - [`store`]: the storage interface and its SQLite implementation.
+//! - [`store`]: the storage interface and its SQLite and PostgreSQL
+//!   implementations.
 //! - [`service`]: the gRPC handlers, one module per RPC.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
@@ -40,7 +41,7 @@ use crate::{
     auth::Tokens,
     driver::Driver,
     service::{Inner, Service},
-    store::{SqliteStore, Store},
+    store::{PgStore, SqliteStore, Store},
 };
 
 /// How often old events are pruned.
@@ -62,9 +63,20 @@ pub async fn serve(
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let url = config.database_url();
+    if store::is_postgres_url(&url) {
+        let store = PgStore::open(&url)
+            .await
+            .with_context(|| format!("cannot open database {}", store::redacted_url(&url)))?
+            .with_output_budget(config.output_budget());
+        let operator =
+            operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
+        let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
+        return serve_with_store(config, store, tokens, listener, shutdown).await;
+    }
     anyhow::ensure!(
         url.starts_with("sqlite:"),
-        "unsupported database url {url:?}: this release stores in SQLite (sqlite://PATH)"
+        "unsupported database url {:?}: use sqlite://PATH or postgres://USER:PASSWORD@HOST/DB",
+        store::redacted_url(&url)
     );
     let store = SqliteStore::open(&url)
         .await

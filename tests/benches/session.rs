@@ -1,21 +1,27 @@
-//! Latency of the session service over gRPC on loopback, SQLite default:
+//! Latency of the session service over gRPC on loopback, on SQLite (the
+//! default) and, when `TROUPE_TEST_POSTGRES_URL` names a server
+//! (`source scripts/pg-env`), on PostgreSQL in the same run, one replica:
 //! CreateSession, SendMessage, and ListWorkspaceSessions with 100, 1,000 and
 //! 10,000 sessions in the workspace, and the floors under them: a gRPC call
 //! that does no work, and one SQL statement's round trip through sqlx. Each
 //! measured call is followed by a timed no-op call (a gRPC health check), so
 //! every row also says what the machine did to a call that does no work at
-//! the same moments. Prints p50/p99 per call as a Markdown table (the
-//! figures in BENCHMARKS.md).
+//! the same moments. Prints p50/p99 per call and backend as a Markdown table
+//! (the figures in BENCHMARKS.md). `BENCH_BACKENDS=sqlite` (or `postgres`)
+//! runs one backend only.
 //!
 //! Run: `cargo bench -p troupe-tests --bench session`
 
 use std::time::{Duration, Instant};
+
+use sqlx::Connection;
 
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::{
     Client, TestServer,
     bench::{Noop, measure, measure_beside, ms, percentile, unlimited},
     child,
+    postgres::{self, Backend},
 };
 
 /// The allocator the `troupe-session` binary runs on.
@@ -28,6 +34,9 @@ const LIST_SAMPLES: usize = 1000;
 
 /// A p50 and a p99.
 type Pair = (Duration, Duration);
+/// One row of the table: the call, its samples, its p50 and p99, and the
+/// same for the no-op calls interleaved with it.
+type Row = (String, usize, Pair, Option<Pair>);
 
 /// This process's resident memory, in KiB.
 fn rss_kib() -> i64 {
@@ -60,10 +69,71 @@ async fn seed(server: &TestServer, workspace: &str, count: usize) -> Client {
 async fn main() {
     // As `troupe-session` does (its `small_pages`).
     let _ = nix::sys::prctl::set_thp_disable(true);
-    let server = TestServer::start_with(unlimited).await;
-    // One row per call: name, samples, p50 and p99, and the same for the
-    // no-op calls interleaved with it.
-    let mut rows: Vec<(String, usize, Pair, Option<Pair>)> = Vec::new();
+    let backends = match std::env::var("BENCH_BACKENDS") {
+        Ok(list) => list.split(',').map(|b| Backend::parse(Some(b))).collect(),
+        Err(_) if std::env::var(postgres::URL_ENV).is_ok() => {
+            vec![Backend::Sqlite, Backend::Postgres]
+        }
+        Err(_) => {
+            eprintln!(
+                "{} is not set: SQLite only (`source scripts/pg-env` for PostgreSQL too)",
+                postgres::URL_ENV
+            );
+            vec![Backend::Sqlite]
+        }
+    };
+    let mut tables = Vec::new();
+    for backend in backends {
+        tables.push((backend, run(backend).await));
+    }
+    println!("| backend | call | samples | p50 (ms) | p99 (ms) | no-op between, p50 / p99 (ms) |");
+    println!("|---|---|---|---|---|---|");
+    for (backend, rows) in tables {
+        let backend = match backend {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+        };
+        for (name, samples, (p50, p99), floor) in rows {
+            let floor = floor.map_or("".to_owned(), |(p50, p99)| {
+                format!("{} / {}", ms(p50), ms(p99))
+            });
+            println!(
+                "| {backend} | {name} | {samples} | {} | {} | {floor} |",
+                ms(p50),
+                ms(p99)
+            );
+        }
+    }
+}
+
+/// Times `SELECT 1` on a connection (`$conn`, a `Result` of connecting),
+/// after a tenth as many unmeasured; the times sorted. A macro, as the two
+/// backends' connections share no trait that sqlx's statements accept.
+macro_rules! select_one {
+    ($conn:expr) => {{
+        let mut conn = $conn.expect("connect");
+        let mut times = Vec::with_capacity(SAMPLES);
+        for i in 0..SAMPLES + SAMPLES / 10 {
+            let start = Instant::now();
+            let one: i32 = sqlx::query_scalar("SELECT 1")
+                .fetch_one(&mut conn)
+                .await
+                .expect("select");
+            assert_eq!(one, 1);
+            if i >= SAMPLES / 10 {
+                times.push(start.elapsed());
+            }
+        }
+        times.sort();
+        times
+    }};
+}
+
+/// Measures every part on a server on `backend`.
+async fn run(backend: Backend) -> Vec<Row> {
+    eprintln!("backend: {backend:?}");
+    let server = TestServer::start_on(backend, unlimited).await;
+    let mut rows: Vec<Row> = Vec::new();
     // A call that does no work, on the same kind of connection as the calls.
     let noop = &Noop::connect(server.addr).await;
     let noop = || noop.call();
@@ -180,26 +250,14 @@ async fn main() {
             None,
         ));
 
-        // The floor under every call: one statement's round trip to the
-        // SQLite driver's worker thread, on a connection of the same database.
-        use sqlx::Connection;
+        // The floor under every call: one statement's round trip through
+        // sqlx, on a connection of the same database (to the SQLite driver's
+        // worker thread, or to the PostgreSQL server over loopback).
         let url = server.config.database_url();
-        let mut conn = sqlx::SqliteConnection::connect(&url)
-            .await
-            .expect("connect");
-        let mut times = Vec::with_capacity(SAMPLES);
-        for i in 0..SAMPLES + SAMPLES / 10 {
-            let start = Instant::now();
-            let one: i64 = sqlx::query_scalar("SELECT 1")
-                .fetch_one(&mut conn)
-                .await
-                .expect("select");
-            assert_eq!(one, 1);
-            if i >= SAMPLES / 10 {
-                times.push(start.elapsed());
-            }
-        }
-        times.sort();
+        let times = match backend {
+            Backend::Sqlite => select_one!(sqlx::SqliteConnection::connect(&url).await),
+            Backend::Postgres => select_one!(sqlx::PgConnection::connect(&url).await),
+        };
         rows.push((
             "one SQL statement (SELECT 1, sqlx, held connection)".to_owned(),
             SAMPLES,
@@ -207,18 +265,6 @@ async fn main() {
             None,
         ));
     }
-
-    println!("| call | samples | p50 (ms) | p99 (ms) | no-op between, p50 / p99 (ms) |");
-    println!("|---|---|---|---|---|");
-    for (name, samples, (p50, p99), floor) in rows {
-        let floor = floor.map_or("".to_owned(), |(p50, p99)| {
-            format!("{} / {}", ms(p50), ms(p99))
-        });
-        println!(
-            "| {name} | {samples} | {} | {} | {floor} |",
-            ms(p50),
-            ms(p99)
-        );
-    }
     server.stop().await;
+    rows
 }

@@ -3,9 +3,11 @@
 //! as a closure) inside the same transaction as the write, so concurrent
 //! calls cannot both pass a check that only one of them may pass.
 //!
-//! [`SqliteStore`] is the embedded default. The rules never see SQL, so
-//! another backend implements this trait without touching them. What the
-//! trait asks of a backend, beyond its methods:
+//! [`SqliteStore`] is the embedded default; [`PgStore`] keeps the ledger in
+//! PostgreSQL for several replicas on one database. The rules never see
+//! SQL, so each backend implements this trait without touching them
+//! (`shared` holds what both decide alike without I/O). What the trait asks
+//! of a backend, beyond its methods:
 //!
 //! - its errors are [`SessionError::Storage`] of a backend-neutral kind
 //!   (`sqlx_error`: the conversion every sqlx backend's `?` uses), so an
@@ -18,6 +20,8 @@
 //!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
 mod agent_rows;
+mod postgres;
+mod shared;
 mod sqlite;
 mod sqlx_error;
 
@@ -25,6 +29,10 @@ use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
+pub use postgres::{
+    EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
+    PgStore, is_postgres_url, redacted_url,
+};
 pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 
 use crate::{

@@ -26,6 +26,7 @@ use troupe_proto::{session::SessionStatus, status::status_str};
 use crate::{
     error::SessionError,
     model::{EventKind, now_ms},
+    store::shared::low_water,
 };
 
 /// How much output the store keeps, in bytes printed.
@@ -44,12 +45,6 @@ impl Default for OutputBudget {
             total_bytes: 256 << 20,
         }
     }
-}
-
-/// Where a drop brings what is kept: three quarters of the budget, so drops
-/// (and the marker's move) come once per quarter of it, not per event.
-fn low_water(budget: u64) -> i64 {
-    (budget - budget / 4).min(i64::MAX as u64) as i64
 }
 
 /// Records a chunk of a session's output in the open transaction: the

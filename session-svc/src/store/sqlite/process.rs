@@ -2,7 +2,6 @@
 //! runner reported it, which messages reached its stdin, and the progress
 //! it reported.
 
-use serde_json::json;
 use sqlx::Row;
 
 use troupe_proto::status::status_str;
@@ -18,7 +17,7 @@ use crate::{
         ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
     policy,
-    store::{MessageCheck, parse_stored},
+    store::{MessageCheck, parse_stored, shared::event_detail},
 };
 
 impl SqliteStore {
@@ -315,24 +314,5 @@ impl SqliteStore {
         drop(w);
         self.published();
         Ok(was_active)
-    }
-}
-
-/// The detail of the event a process change writes (output's is written
-/// with its budgets, in `output.rs`). A truncation's gap is
-/// `gap_from..=runner_seq`, marked where it is.
-fn event_detail(change: &ProcessChange, runner_seq: u64, gap_from: u64) -> serde_json::Value {
-    match change {
-        ProcessChange::Started | ProcessChange::Output { .. } => json!({}),
-        ProcessChange::Truncated { log_bytes } => json!({
-            "dropped_bytes": log_bytes,
-            "dropped_events": (runner_seq + 1).saturating_sub(gap_from),
-            "by_runner": true,
-        }),
-        ProcessChange::Exited(exit) => json!({
-            "exit_code": exit.code,
-            "reason": exit.reason.as_str(),
-            "detail": exit.detail,
-        }),
     }
 }

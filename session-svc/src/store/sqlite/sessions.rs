@@ -8,16 +8,19 @@ use troupe_proto::session::SessionStatus;
 
 use super::{
     SqliteStore,
-    write::{Write, quota_json},
+    write::Write,
     writer::{Begun, first_i64},
 };
 use crate::{
-    error::{QuotaLeft, SessionError},
+    error::SessionError,
     model::{
         AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
     },
     policy::SpawnContext,
-    store::{Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck},
+    store::{
+        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        shared::{create_record, replayed_create, replayed_sent, sent_record},
+    },
 };
 
 impl SqliteStore {
@@ -30,17 +33,14 @@ impl SqliteStore {
     ) -> Result<Created, SessionError> {
         let mut w = self.writer().await?;
         let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
-            Begun::Replay(result) => return replayed_create(result),
+            Begun::Replay(result) => return replayed_create(&result),
             Begun::Batch(batch) => batch,
         };
         let quota = check(self.ledger().active_in_workspace(&new.workspace_id));
         let quota = w.or_abandon(quota).await?;
         let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
         batch
-            .remember(
-                idem.as_ref(),
-                json!({"session_id": new.session_id, "quota": quota_json(&quota)}),
-            )
+            .remember(idem.as_ref(), create_record(&new.session_id, &quota))
             .insert_session(&new, None, &tree_id, 0)
             .audit(&audit);
         let session = self.commit_create(&mut w, batch, &new, None).await?;
@@ -60,7 +60,7 @@ impl SqliteStore {
     ) -> Result<Created, SessionError> {
         let mut w = self.writer().await?;
         let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
-            Begun::Replay(result) => return replayed_create(result),
+            Begun::Replay(result) => return replayed_create(&result),
             Begun::Batch(batch) => batch,
         };
         let facts = self
@@ -79,7 +79,7 @@ impl SqliteStore {
         let parent = &facts.parent;
         batch.remember(
             idem.as_ref(),
-            json!({"session_id": new.session_id, "quota": quota_json(&admission.quota)}),
+            create_record(&new.session_id, &admission.quota),
         );
         let tat = (admission.parent_spawn_tat_ms != parent.spawn_tat_ms)
             .then_some(admission.parent_spawn_tat_ms);
@@ -114,12 +114,7 @@ impl SqliteStore {
         let mut w = self.writer().await?;
         let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
             Begun::Replay(result) => {
-                let bad = || SessionError::Internal("bad idempotency record".to_owned());
-                return Ok(Sent {
-                    message_id: result["message_id"].as_str().ok_or_else(bad)?.to_owned(),
-                    sequence: result["sequence"].as_u64().ok_or_else(bad)?,
-                    replayed: true,
-                });
+                return replayed_sent(&result);
             }
             Begun::Batch(batch) => batch,
         };
@@ -134,10 +129,7 @@ impl SqliteStore {
         // inbox_seq and nothing else writes it.
         let sequence = target.inbox_seq as u64 + 1;
         batch
-            .remember(
-                idem.as_ref(),
-                json!({"message_id": message.message_id, "sequence": sequence}),
-            )
+            .remember(idem.as_ref(), sent_record(&message.message_id, sequence))
             .message(&target.session_id, &message)
             .audit(&audit);
         w.unsettled = vec![target.session_id.clone()];
@@ -210,23 +202,4 @@ impl SqliteStore {
         self.published();
         Ok((ids, row))
     }
-}
-
-fn replayed_create(result: serde_json::Value) -> Result<Created, SessionError> {
-    let bad = || SessionError::Internal("bad idempotency record".to_owned());
-    let session_id = result["session_id"].as_str().ok_or_else(bad)?.to_owned();
-    let q = |i: usize| {
-        result["quota"][i]
-            .as_u64()
-            .map(|v| v as u32)
-            .ok_or_else(bad)
-    };
-    Ok(Created::Replayed {
-        session_id,
-        quota: QuotaLeft {
-            tree_sessions_remaining: q(0)?,
-            depth_remaining: q(1)?,
-            children_remaining: q(2)?,
-        },
-    })
 }

@@ -12,7 +12,6 @@
 //! written, by trigger (see the migration). Changed session rows come back
 //! through `RETURNING`, for the ledger.
 
-use serde_json::json;
 use sqlx::{
     Arguments, AssertSqlSafe, Encode, Row, Sqlite, SqliteConnection, Transaction, Type,
     sqlite::{SqliteArguments, SqliteRow},
@@ -22,7 +21,7 @@ use troupe_proto::{session::SessionStatus, status::status_str};
 
 use super::open::RawSession;
 use crate::{
-    error::{QuotaLeft, Reason, SessionError},
+    error::{Reason, SessionError},
     model::{AuditRecord, EventKind, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
 };
 
@@ -337,12 +336,4 @@ pub(super) async fn insert_audit(
         .execute(conn)
         .await?;
     Ok(())
-}
-
-pub(super) fn quota_json(q: &QuotaLeft) -> serde_json::Value {
-    json!([
-        q.tree_sessions_remaining,
-        q.depth_remaining,
-        q.children_remaining
-    ])
 }

@@ -1,0 +1,391 @@
+//! [`PgStore`]: the PostgreSQL store, for several session services
+//! ("replicas") on one database.
+//!
+//! Nothing is held in memory that another replica could change: every read
+//! is a query, and every check-then-write runs in one transaction that first
+//! locks the rows the check reads, always in the same order (see `locks`):
+//! the workspace's counter row, then the tree's, then session rows. A write
+//! that ends sessions takes the same locks, in the same order, and keeps the
+//! counters true. A transaction that still loses a deadlock or a
+//! serialization check is run again (`retrying!`).
+//!
+//! Events are written last in their transaction, under one advisory lock
+//! held until commit, so their ids (the watchers' cursors) are handed out in
+//! commit order (see `events`). Watchers are woken by local commits, by
+//! `LISTEN`, and by polling (see `wake`).
+//!
+//! Its parts: `open` (connecting, migrations, rows), `locks` (the lock
+//! order and the counters), `sessions` (creates, messages, terminations),
+//! `process` and `output` (what the runner reports), `events` (writing and
+//! pruning events), `reads`, `wake`, and `agents` (the operator token and
+//! agent definitions, which the replicas share).
+
+mod agents;
+mod events;
+mod locks;
+mod open;
+mod output;
+mod process;
+mod reads;
+mod sessions;
+mod wake;
+
+pub use self::events::EVENTS_LOCK;
+pub use self::open::{is_postgres_url, redacted as redacted_url};
+pub use self::wake::{LISTENER_NAME, POLL_EVERY};
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+use super::{
+    Created, EventPage, Maintenance, MessageCheck, OutputBudget, RootCheck, Sent, SpawnCheck,
+    Store, TerminateCheck,
+};
+use crate::{
+    error::{SessionError, StorageKind},
+    model::{
+        AgentScope, AuditRecord, AuditRow, EventFilter, Failure, Idempotency, InboxMessage,
+        NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
+        ReceivedMessage, SessionRow, StoredAgent, Trust,
+    },
+};
+
+/// Connections each replica keeps to the database.
+pub const POOL_SIZE: u32 = 10;
+/// Times a transaction that lost a deadlock or a serialization check is
+/// run again before its error is returned.
+const RETRIES: u32 = 5;
+
+/// The PostgreSQL store.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    /// How much agents' output is kept.
+    output_budget: OutputBudget,
+    /// Bumped after every commit that wrote events, here or elsewhere.
+    events_written: watch::Sender<u64>,
+    /// Bumped after every commit that ended sessions, here or elsewhere.
+    sessions_ended: watch::Sender<u64>,
+    /// Stops the listener and the poller when the last clone goes.
+    _tasks: Arc<wake::Tasks>,
+}
+
+impl PgStore {
+    async fn prune_events_once(&self, keep: u64) -> Result<i64, SessionError> {
+        let mut tx = self.pool.begin().await?;
+        let pruned = events::prune(&mut tx, keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    /// Wakes the local watchers after a commit.
+    fn published(&self, ended: bool) {
+        self.events_written.send_modify(|n| *n = n.wrapping_add(1));
+        if ended {
+            self.sessions_ended.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// Whether an error is a lost deadlock (40P01) or serialization check
+/// (40001), which `sqlx_error` classifies as a conflict: the transaction
+/// was rolled back and may simply run again.
+fn retryable(error: &SessionError) -> bool {
+    matches!(error, SessionError::Storage(e) if e.kind == StorageKind::Conflict)
+}
+
+/// Runs `$attempt` (an expression making one whole transaction's future)
+/// until it does not fail with a [`retryable`] error, at most [`RETRIES`]
+/// more times, with a short, growing pause between attempts.
+macro_rules! retrying {
+    ($attempt:expr) => {{
+        let mut tries = 0u32;
+        loop {
+            match $attempt.await {
+                Err(e) if retryable(&e) && tries < RETRIES => {
+                    tries += 1;
+                    pause(tries, &e).await;
+                }
+                result => break result,
+            }
+        }
+    }};
+}
+
+/// The pause before running a transaction again.
+async fn pause(tries: u32, error: &SessionError) {
+    tracing::debug!(error = %error, tries, "transaction lost a lock conflict; running it again");
+    let jitter = u64::from(rand::random::<u8>() % 10);
+    tokio::time::sleep(std::time::Duration::from_millis(
+        u64::from(tries) * 5 + jitter,
+    ))
+    .await;
+}
+
+impl Store for PgStore {
+    async fn create_root(
+        &self,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: RootCheck<'_>,
+    ) -> Result<Created, SessionError> {
+        let created = retrying!(self.create_root_once(&new, idem.as_ref(), &audit, check))?;
+        if matches!(created, Created::New { .. }) {
+            self.published(false);
+        }
+        Ok(created)
+    }
+
+    async fn create_child(
+        &self,
+        parent_id: &str,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: SpawnCheck<'_>,
+    ) -> Result<Created, SessionError> {
+        let created =
+            retrying!(self.create_child_once(parent_id, &new, idem.as_ref(), &audit, check))?;
+        if matches!(created, Created::New { .. }) {
+            self.published(false);
+        }
+        Ok(created)
+    }
+
+    async fn send_message(
+        &self,
+        recipient: &str,
+        message: NewMessage,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<Sent, SessionError> {
+        let sent =
+            retrying!(self.send_message_once(recipient, &message, idem.as_ref(), &audit, check))?;
+        if !sent.replayed {
+            self.published(false);
+        }
+        Ok(sent)
+    }
+
+    async fn terminate(
+        &self,
+        target: &str,
+        terminated_by: &Principal,
+        reason: &str,
+        audit: AuditRecord,
+        check: TerminateCheck<'_>,
+    ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        let done = retrying!(self.terminate_once(target, terminated_by, reason, &audit, check))?;
+        self.published(!done.0.is_empty());
+        Ok(done)
+    }
+
+    async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {
+        self.get_session_impl(session_id).await
+    }
+
+    async fn children(&self, session_id: &str) -> Result<Vec<SessionRow>, SessionError> {
+        self.children_impl(session_id).await
+    }
+
+    async fn inbox_count(&self, session_id: &str) -> Result<u64, SessionError> {
+        self.inbox_count_impl(session_id).await
+    }
+
+    async fn list_workspace(
+        &self,
+        workspace_id: &str,
+        sandboxed_only: bool,
+        include_ended: bool,
+        after: i64,
+        limit: u32,
+    ) -> Result<(Vec<Arc<SessionRow>>, Option<i64>), SessionError> {
+        self.list_workspace_impl(workspace_id, sandboxed_only, include_ended, after, limit)
+            .await
+    }
+
+    async fn events_after(
+        &self,
+        filter: &EventFilter,
+        after: i64,
+        limit: u32,
+    ) -> Result<EventPage, SessionError> {
+        self.events_after_impl(filter, after, limit).await
+    }
+
+    async fn prune_events(&self, keep: u64) -> Result<i64, SessionError> {
+        retrying!(self.prune_events_once(keep))
+    }
+
+    async fn maintain(&self) -> Result<Maintenance, SessionError> {
+        // PostgreSQL checkpoints by itself, and autovacuum returns what
+        // pruning frees.
+        Ok(Maintenance::default())
+    }
+
+    async fn active_counts(&self) -> Result<Vec<(String, Trust, u32)>, SessionError> {
+        self.active_counts_impl().await
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.events_written.subscribe()
+    }
+
+    fn subscribe_ends(&self) -> watch::Receiver<u64> {
+        self.sessions_ended.subscribe()
+    }
+
+    async fn newest_event(&self) -> Result<i64, SessionError> {
+        self.newest_event_impl().await
+    }
+
+    async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {
+        let mut conn = self.pool.acquire().await?;
+        events::insert_audit(&mut conn, &record).await
+    }
+
+    async fn list_audit(
+        &self,
+        session_id: Option<&str>,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditRow>, SessionError> {
+        self.list_audit_impl(session_id, after_id, limit).await
+    }
+
+    async fn signing_keys(&self) -> Result<Vec<(String, Vec<u8>)>, SessionError> {
+        self.signing_keys_impl().await
+    }
+
+    async fn add_signing_key(&self, kid: &str, secret: &[u8]) -> Result<(), SessionError> {
+        sqlx::query("INSERT INTO signing_keys (kid, secret, created_at_ms) VALUES ($1, $2, $3)")
+            .bind(kid)
+            .bind(secret)
+            .bind(crate::model::now_ms())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn start_process(
+        &self,
+        session_id: &str,
+        notify_parent: bool,
+    ) -> Result<(), SessionError> {
+        sqlx::query(
+            "INSERT INTO processes (session_id, notify_parent) VALUES ($1, $2) \
+             ON CONFLICT (session_id) DO NOTHING",
+        )
+        .bind(session_id)
+        .bind(notify_parent)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn record_process(
+        &self,
+        session_id: &str,
+        runner_seq: u64,
+        change: ProcessChange,
+        tail_max: usize,
+    ) -> Result<Option<SessionRow>, SessionError> {
+        let (row, ended) =
+            retrying!(self.record_process_once(session_id, runner_seq, &change, tail_max))?;
+        if row.is_some() {
+            self.published(ended);
+        }
+        Ok(row)
+    }
+
+    async fn process(&self, session_id: &str) -> Result<Option<ProcessRow>, SessionError> {
+        self.process_impl(session_id).await
+    }
+
+    async fn undelivered(&self, session_id: &str) -> Result<Vec<InboxMessage>, SessionError> {
+        self.undelivered_impl(session_id).await
+    }
+
+    async fn received(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ReceivedMessage>, SessionError> {
+        self.received_impl(session_id, limit).await
+    }
+
+    async fn mark_delivered(&self, session_id: &str, seq: u64) -> Result<(), SessionError> {
+        retrying!(self.mark_delivered_once(session_id, seq))
+    }
+
+    async fn active_sessions(&self) -> Result<Vec<SessionRow>, SessionError> {
+        self.active_sessions_impl().await
+    }
+
+    async fn record_progress(
+        &self,
+        session_id: &str,
+        detail: serde_json::Value,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<u64, SessionError> {
+        let seq = retrying!(self.record_progress_once(session_id, &detail, &audit, check))?;
+        self.published(false);
+        Ok(seq)
+    }
+
+    async fn fail_session(
+        &self,
+        session_id: &str,
+        failure: Failure,
+        detail: &str,
+        audit: AuditRecord,
+    ) -> Result<bool, SessionError> {
+        let ended = retrying!(self.fail_session_once(session_id, failure, detail, &audit))?;
+        self.published(ended);
+        Ok(ended)
+    }
+
+    async fn claim_operator_token(
+        &self,
+        candidate: &OperatorToken,
+    ) -> Result<OperatorToken, SessionError> {
+        self.claim_operator_token_impl(candidate).await
+    }
+
+    async fn apply_agent(
+        &self,
+        agent: NewAgent,
+        audit: AuditRecord,
+    ) -> Result<StoredAgent, SessionError> {
+        retrying!(self.apply_agent_once(&agent, &audit))
+    }
+
+    async fn list_agents(
+        &self,
+        scope: Option<&AgentScope>,
+    ) -> Result<Vec<StoredAgent>, SessionError> {
+        self.list_agents_impl(scope).await
+    }
+
+    async fn remove_agent(
+        &self,
+        scope: &AgentScope,
+        name: &str,
+        audit: AuditRecord,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        retrying!(self.remove_agent_once(scope, name, &audit))
+    }
+
+    async fn find_agent(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        self.find_agent_impl(workspace_id, name).await
+    }
+}

@@ -1,0 +1,205 @@
+//! Opening the store: the pool, the migrations (under PostgreSQL's migration
+//! lock, so replicas starting together migrate once), the wake-up tasks;
+//! and the session row as stored.
+
+use std::{str::FromStr, sync::Arc, time::Duration};
+
+use sqlx::{
+    Connection, PgConnection,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use tokio::sync::watch;
+use troupe_proto::status::parse_status;
+use troupe_telemetry::LifeSpan;
+
+use super::{POOL_SIZE, PgStore, wake};
+use crate::{
+    error::SessionError,
+    model::{Principal, SessionRow, Trust},
+    store::{OutputBudget, parse_stored},
+};
+
+/// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
+macro_rules! session_columns {
+    () => {
+        "row_id, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
+         depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
+         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, children"
+    };
+}
+pub(super) use session_columns;
+
+/// Whether `url` names a PostgreSQL database (`postgres://`, `postgresql://`).
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// `url` without its password, for messages and logs.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    // The credentials end at the last `@` before the path.
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (a pool of [`POOL_SIZE`]), runs the
+    /// migrations and starts the tasks that wake watchers on other
+    /// replicas' commits. Errors name the URL without its password.
+    pub async fn open(url: &str) -> Result<Self, SessionError> {
+        let shown = redacted(url);
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            SessionError::Internal(format!("bad database url {shown}: {}", strip(&e, url)))
+        })?;
+        // One connection first: an unreachable server fails the start at
+        // once (the pool would retry until its acquire timeout).
+        PgConnection::connect_with(&options)
+            .await
+            .map_err(|e| {
+                SessionError::Internal(format!(
+                    "cannot connect to database {shown}: {}",
+                    strip(&e, url)
+                ))
+            })?
+            .close()
+            .await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| {
+                SessionError::Internal(format!(
+                    "cannot connect to database {shown}: {}",
+                    strip(&e, url)
+                ))
+            })?;
+        // sqlx's PostgreSQL migrator holds an advisory lock while it runs:
+        // replicas starting together apply each migration once.
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| SessionError::Internal(format!("migration of {shown} failed: {e}")))?;
+        let (events_written, _) = watch::channel(0);
+        let (sessions_ended, _) = watch::channel(0);
+        let tasks = wake::start(
+            &pool,
+            options,
+            events_written.clone(),
+            sessions_ended.clone(),
+        )
+        .await?;
+        Ok(PgStore {
+            pool,
+            output_budget: OutputBudget::default(),
+            events_written,
+            sessions_ended,
+            _tasks: Arc::new(tasks),
+        })
+    }
+
+    /// Sets how much agents' output is kept ([`OutputBudget::default`]
+    /// unless set).
+    pub fn with_output_budget(mut self, budget: OutputBudget) -> Self {
+        self.output_budget = budget;
+        self
+    }
+}
+
+/// An error's text, with the URL it may quote redacted.
+fn strip(error: &dyn std::fmt::Display, url: &str) -> String {
+    error.to_string().replace(url, &redacted(url))
+}
+
+/// A session row as stored.
+#[derive(sqlx::FromRow)]
+pub(super) struct RawSession {
+    pub(super) row_id: i64,
+    session_id: String,
+    workspace_id: String,
+    parent_session_id: Option<String>,
+    parent_trust_level: Option<String>,
+    tree_id: String,
+    depth: i32,
+    trust_level: String,
+    agent_name: String,
+    agent_command: String,
+    title: String,
+    status: String,
+    created_by: String,
+    created_at_ms: i64,
+    ended_at_ms: Option<i64>,
+    end_reason: Option<String>,
+    spawn_tat_ms: i64,
+    inbox_seq: i64,
+    traceparent: Option<String>,
+    spawn_span_id: Option<String>,
+    pub(super) children: i32,
+}
+
+impl RawSession {
+    pub(super) fn into_row(self) -> Result<SessionRow, SessionError> {
+        Ok(SessionRow {
+            trust: parse_stored("trust level", &self.trust_level, Trust::from_db)?,
+            status: parse_stored("status", &self.status, parse_status)?,
+            parent_trust: self
+                .parent_trust_level
+                .as_deref()
+                .map(|t| parse_stored("trust level", t, Trust::from_db))
+                .transpose()?,
+            created_by: parse_stored("creator", &self.created_by, Principal::parse)?,
+            session_id: self.session_id,
+            workspace_id: self.workspace_id,
+            parent_session_id: self.parent_session_id,
+            tree_id: self.tree_id,
+            depth: self.depth as u32,
+            agent_name: self.agent_name,
+            agent_command: self.agent_command,
+            title: self.title,
+            created_at_ms: self.created_at_ms,
+            ended_at_ms: self.ended_at_ms,
+            end_reason: self.end_reason,
+            spawn_tat_ms: self.spawn_tat_ms,
+            inbox_seq: self.inbox_seq,
+            trace: match (&self.traceparent, &self.spawn_span_id) {
+                (Some(traceparent), Some(spawn)) => LifeSpan::parse(traceparent, spawn),
+                _ => None,
+            },
+        })
+    }
+}
+
+/// Reads session rows from a statement's result.
+pub(super) fn rows(raw: Vec<RawSession>) -> Result<Vec<SessionRow>, SessionError> {
+    raw.into_iter().map(RawSession::into_row).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn urls_lose_their_password_only() {
+        assert_eq!(
+            redacted("postgres://troupe:s3cret@db:5432/troupe"),
+            "postgres://troupe:***@db:5432/troupe"
+        );
+        assert_eq!(
+            redacted("postgresql://a:b@c@host/db?sslmode=disable"),
+            "postgresql://a:***@host/db?sslmode=disable"
+        );
+        assert_eq!(
+            redacted("postgres://troupe@db/troupe"),
+            "postgres://troupe@db/troupe"
+        );
+        assert_eq!(redacted("postgres://db/troupe"), "postgres://db/troupe");
+    }
+}

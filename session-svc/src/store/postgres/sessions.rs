@@ -1,0 +1,343 @@
+//! The session write paths: creating a root or a child session, sending a
+//! message, terminating a subtree. Each is one transaction that locks what
+//! its check reads (see `locks`), checks, writes, and writes its events
+//! last (see `events`).
+
+use serde_json::json;
+use sqlx::{PgConnection, Postgres, Transaction};
+use troupe_proto::session::SessionStatus;
+
+use super::{
+    PgStore,
+    events::{self, NewEvent},
+    locks,
+    open::{RawSession, session_columns},
+};
+use crate::{
+    error::SessionError,
+    model::{
+        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
+    },
+    policy::SpawnContext,
+    store::{
+        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        shared::{create_record, replayed_create, replayed_sent, sent_record},
+    },
+};
+
+impl PgStore {
+    pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, SessionError> {
+        Ok(self.pool.begin().await?)
+    }
+
+    pub(super) async fn create_root_once(
+        &self,
+        new: &NewSession,
+        idem: Option<&Idempotency>,
+        audit: &AuditRecord,
+        check: RootCheck<'_>,
+    ) -> Result<Created, SessionError> {
+        let mut tx = self.begin().await?;
+        if let Some(idem) = idem
+            && let Some(result) = events::claim(&mut tx, idem).await?
+        {
+            return replayed_create(&result);
+        }
+        // The workspace's row, made on its first root, locked either way.
+        let active: i32 = sqlx::query_scalar(
+            "INSERT INTO workspaces (workspace_id) VALUES ($1) \
+             ON CONFLICT (workspace_id) DO UPDATE SET active_direct = workspaces.active_direct \
+             RETURNING active_direct + active_sandboxed",
+        )
+        .bind(&new.workspace_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let quota = check(active.max(0) as u32)?;
+        let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query("INSERT INTO trees (tree_id, sessions) VALUES ($1, 1)")
+            .bind(&tree_id)
+            .execute(&mut *tx)
+            .await?;
+        let session = insert_session(&mut tx, new, None, &tree_id, 0).await?;
+        events::remember(&mut tx, idem, create_record(&new.session_id, &quota)).await?;
+        events::insert_audit(&mut tx, audit).await?;
+        events::write(&mut tx, &created_events(new), false).await?;
+        tx.commit().await?;
+        Ok(Created::New {
+            session: Box::new(session),
+            quota,
+        })
+    }
+
+    pub(super) async fn create_child_once(
+        &self,
+        parent_id: &str,
+        new: &NewSession,
+        idem: Option<&Idempotency>,
+        audit: &AuditRecord,
+        check: SpawnCheck<'_>,
+    ) -> Result<Created, SessionError> {
+        let mut tx = self.begin().await?;
+        if let Some(idem) = idem
+            && let Some(result) = events::claim(&mut tx, idem).await?
+        {
+            return replayed_create(&result);
+        }
+        let (workspace_id, tree_id) = locks::place(&mut tx, parent_id).await?;
+        let workspace_active = locks::workspace(&mut tx, &workspace_id).await?;
+        let tree_sessions = locks::tree(&mut tx, &tree_id).await?;
+        let (parent, children) = locks::session(&mut tx, parent_id).await?;
+        let admission = check(&SpawnContext {
+            parent: &parent,
+            tree_sessions,
+            children,
+            workspace_active,
+            now_ms: now_ms(),
+        })?;
+        sqlx::query("UPDATE trees SET sessions = sessions + 1 WHERE tree_id = $1")
+            .bind(&tree_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE sessions SET children = children + 1, spawn_tat_ms = $2 WHERE session_id = $1",
+        )
+        .bind(parent_id)
+        .bind(admission.parent_spawn_tat_ms)
+        .execute(&mut *tx)
+        .await?;
+        let session = insert_session(
+            &mut tx,
+            new,
+            Some(&parent),
+            &parent.tree_id,
+            admission.depth,
+        )
+        .await?;
+        events::remember(
+            &mut tx,
+            idem,
+            create_record(&new.session_id, &admission.quota),
+        )
+        .await?;
+        events::insert_audit(&mut tx, audit).await?;
+        events::write(&mut tx, &created_events(new), false).await?;
+        tx.commit().await?;
+        Ok(Created::New {
+            session: Box::new(session),
+            quota: admission.quota,
+        })
+    }
+
+    pub(super) async fn send_message_once(
+        &self,
+        recipient: &str,
+        message: &NewMessage,
+        idem: Option<&Idempotency>,
+        audit: &AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<Sent, SessionError> {
+        let mut tx = self.begin().await?;
+        if let Some(idem) = idem
+            && let Some(result) = events::claim(&mut tx, idem).await?
+        {
+            return replayed_sent(&result);
+        }
+        let (target, _) = locks::session(&mut tx, recipient).await?;
+        check(&target)?;
+        let sequence = insert_message(&mut tx, recipient, message).await?;
+        events::remember(
+            &mut tx,
+            idem,
+            sent_record(&message.message_id, sequence as u64),
+        )
+        .await?;
+        events::insert_audit(&mut tx, audit).await?;
+        let event = events::message(
+            recipient,
+            target.status,
+            &message.message_id,
+            sequence,
+            &message.body,
+        );
+        events::write(&mut tx, &[event], false).await?;
+        tx.commit().await?;
+        Ok(Sent {
+            message_id: message.message_id.clone(),
+            sequence: sequence as u64,
+            replayed: false,
+        })
+    }
+
+    pub(super) async fn terminate_once(
+        &self,
+        target: &str,
+        terminated_by: &Principal,
+        reason: &str,
+        audit: &AuditRecord,
+        check: TerminateCheck<'_>,
+    ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        let mut tx = self.begin().await?;
+        // The workspace and tree first: from here on no spawn can commit
+        // under the subtree, and one committed before is seen below.
+        locks::place_of(&mut tx, target).await?;
+        let (row, _) = locks::session(&mut tx, target).await?;
+        let ancestors: Vec<String> = sqlx::query_scalar(
+            "WITH RECURSIVE up(session_id, parent, n) AS ( \
+               SELECT session_id, parent_session_id, 0 FROM sessions WHERE session_id = $1 \
+               UNION ALL \
+               SELECT s.session_id, s.parent_session_id, up.n + 1 \
+               FROM sessions s JOIN up ON s.session_id = up.parent) \
+             SELECT session_id FROM up WHERE n > 0 ORDER BY n",
+        )
+        .bind(target)
+        .fetch_all(&mut *tx)
+        .await?;
+        check(&row, &ancestors)?;
+        // The subtree, root first, then level by level in creation order.
+        let subtree: Vec<String> = sqlx::query_scalar(
+            "WITH RECURSIVE down(session_id, row_id, status, level) AS ( \
+               SELECT session_id, row_id, status, 0 FROM sessions WHERE session_id = $1 \
+               UNION ALL \
+               SELECT s.session_id, s.row_id, s.status, down.level + 1 \
+               FROM sessions s JOIN down ON s.parent_session_id = down.session_id) \
+             SELECT session_id FROM down WHERE status IN ('pending', 'running') \
+             ORDER BY level, row_id",
+        )
+        .bind(target)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut ended = locks::end_sessions(
+            &mut tx,
+            &subtree,
+            SessionStatus::Terminated,
+            target,
+            reason,
+            "cascade",
+        )
+        .await?;
+        ended.sort_by_key(|r| subtree.iter().position(|id| *id == r.session_id));
+        let ids: Vec<String> = ended.iter().map(|r| r.session_id.clone()).collect();
+        let mut audit = audit.clone();
+        audit.detail = json!({"terminated": ids}).to_string();
+        events::insert_audit(&mut tx, &audit).await?;
+        let terminated: Vec<NewEvent> = ended
+            .iter()
+            .map(|r| {
+                let why = if r.session_id == target {
+                    reason
+                } else {
+                    "cascade"
+                };
+                NewEvent::new(
+                    &r.session_id,
+                    EventKind::Terminated,
+                    SessionStatus::Terminated,
+                    json!({"reason": why, "terminated_by": terminated_by.to_string()}),
+                )
+            })
+            .collect();
+        events::write(&mut tx, &terminated, !ids.is_empty()).await?;
+        tx.commit().await?;
+        let row = ended
+            .into_iter()
+            .find(|r| r.session_id == target)
+            .unwrap_or(row);
+        Ok((ids, row))
+    }
+}
+
+/// The events of a new session: created, and its initial message's.
+fn created_events(new: &NewSession) -> Vec<NewEvent> {
+    let mut out = vec![events::created(
+        &new.session_id,
+        &new.agent_name,
+        &new.title,
+    )];
+    if let Some(m) = &new.initial_message {
+        out.push(events::message(
+            &new.session_id,
+            SessionStatus::Pending,
+            &m.message_id,
+            1,
+            &m.body,
+        ));
+    }
+    out
+}
+
+/// Inserts a pending session, counts it active in its workspace (whose row
+/// the caller locked), and stores its initial message; returns its row.
+async fn insert_session(
+    conn: &mut PgConnection,
+    new: &NewSession,
+    parent: Option<&SessionRow>,
+    tree_id: &str,
+    depth: u32,
+) -> Result<SessionRow, SessionError> {
+    let raw: RawSession = sqlx::query_as(concat!(
+        "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
+         tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
+         created_at_ms, traceparent, spawn_span_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14) RETURNING ",
+        session_columns!()
+    ))
+    .bind(&new.session_id)
+    .bind(&new.workspace_id)
+    .bind(parent.map(|p| p.session_id.as_str()))
+    .bind(parent.map(|p| p.trust.as_str()))
+    .bind(tree_id)
+    .bind(depth as i32)
+    .bind(new.trust.as_str())
+    .bind(&new.agent_name)
+    .bind(&new.agent_command)
+    .bind(&new.title)
+    .bind(new.created_by.to_string())
+    .bind(now_ms())
+    .bind(new.trace.map(|t| t.traceparent()))
+    .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE workspaces SET \
+           active_direct = active_direct + ($2 = 'direct')::int, \
+           active_sandboxed = active_sandboxed + ($2 = 'sandboxed')::int \
+         WHERE workspace_id = $1",
+    )
+    .bind(&new.workspace_id)
+    .bind(new.trust.as_str())
+    .execute(&mut *conn)
+    .await?;
+    let mut session = raw.into_row()?;
+    if let Some(message) = &new.initial_message {
+        session.inbox_seq = insert_message(conn, &new.session_id, message).await?;
+    }
+    Ok(session)
+}
+
+/// Appends a message to an inbox (the recipient's row is locked by the
+/// caller, or new); returns its sequence.
+async fn insert_message(
+    conn: &mut PgConnection,
+    recipient: &str,
+    message: &NewMessage,
+) -> Result<i64, SessionError> {
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE sessions SET inbox_seq = inbox_seq + 1 WHERE session_id = $1 RETURNING inbox_seq",
+    )
+    .bind(recipient)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO messages (message_id, session_id, seq, sender, body, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&message.message_id)
+    .bind(recipient)
+    .bind(seq)
+    .bind(message.sender.to_string())
+    .bind(&message.body)
+    .bind(now_ms())
+    .execute(conn)
+    .await?;
+    Ok(seq)
+}

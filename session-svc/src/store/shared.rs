@@ -1,0 +1,98 @@
+//! Decisions both stores make the same way, without I/O: what a request id
+//! stores and replays, the detail of a process change's event, and where
+//! an output drop stops.
+
+use serde_json::json;
+
+use super::{Created, Sent};
+use crate::{
+    error::{QuotaLeft, SessionError},
+    model::ProcessChange,
+};
+
+/// The quota left, as a create's idempotency record stores it.
+pub(crate) fn quota_json(q: &QuotaLeft) -> serde_json::Value {
+    json!([
+        q.tree_sessions_remaining,
+        q.depth_remaining,
+        q.children_remaining
+    ])
+}
+
+/// What a create stores under its request id.
+pub(crate) fn create_record(session_id: &str, quota: &QuotaLeft) -> serde_json::Value {
+    json!({"session_id": session_id, "quota": quota_json(quota)})
+}
+
+/// What a send stores under its request id.
+pub(crate) fn sent_record(message_id: &str, sequence: u64) -> serde_json::Value {
+    json!({"message_id": message_id, "sequence": sequence})
+}
+
+fn bad_record() -> SessionError {
+    SessionError::Internal("bad idempotency record".to_owned())
+}
+
+/// A create's answer replayed from its idempotency record.
+pub(crate) fn replayed_create(result: &serde_json::Value) -> Result<Created, SessionError> {
+    let session_id = result["session_id"]
+        .as_str()
+        .ok_or_else(bad_record)?
+        .to_owned();
+    let q = |i: usize| {
+        result["quota"][i]
+            .as_u64()
+            .map(|v| v as u32)
+            .ok_or_else(bad_record)
+    };
+    Ok(Created::Replayed {
+        session_id,
+        quota: QuotaLeft {
+            tree_sessions_remaining: q(0)?,
+            depth_remaining: q(1)?,
+            children_remaining: q(2)?,
+        },
+    })
+}
+
+/// A send's answer replayed from its idempotency record.
+pub(crate) fn replayed_sent(result: &serde_json::Value) -> Result<Sent, SessionError> {
+    Ok(Sent {
+        message_id: result["message_id"]
+            .as_str()
+            .ok_or_else(bad_record)?
+            .to_owned(),
+        sequence: result["sequence"].as_u64().ok_or_else(bad_record)?,
+        replayed: true,
+    })
+}
+
+/// The detail of the event a process change writes (output's is written
+/// with its budgets, in `output.rs`). A truncation's gap is
+/// `gap_from..=runner_seq`, marked where it is.
+pub(crate) fn event_detail(
+    change: &ProcessChange,
+    runner_seq: u64,
+    gap_from: u64,
+) -> serde_json::Value {
+    match change {
+        ProcessChange::Started | ProcessChange::Output { .. } => json!({}),
+        ProcessChange::Truncated { log_bytes } => json!({
+            "dropped_bytes": log_bytes,
+            "dropped_events": (runner_seq + 1).saturating_sub(gap_from),
+            "by_runner": true,
+        }),
+        ProcessChange::Exited(exit) => json!({
+            "exit_code": exit.code,
+            "reason": exit.reason.as_str(),
+            "detail": exit.detail,
+        }),
+    }
+}
+
+/// Where an output drop brings what is kept: three quarters of the budget,
+/// so drops (and the marker's move) come once per quarter of it, not per
+/// event.
+pub(crate) fn low_water(budget: u64) -> i64 {
+    (budget - budget / 4).min(i64::MAX as u64) as i64
+}

@@ -1,0 +1,235 @@
+//! Events across replicas: every one once, in cursor order, and watchers
+//! woken by another replica's commits.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, future::join_all};
+use sqlx::Connection;
+use troupe_proto::session::{self as pb, TrustLevel};
+use troupe_session_svc::{
+    model::EventFilter,
+    store::{EventPage, PG_LISTENER_NAME, PgStore, Store},
+};
+use troupe_tests::message;
+
+use super::{connect, replicas, stop_all, unlimited};
+
+/// The next event of a stream, within `within`.
+async fn next_within(
+    stream: &mut tonic::Streaming<pb::SessionEvent>,
+    within: Duration,
+) -> Option<pb::SessionEvent> {
+    match tokio::time::timeout(within, stream.next()).await {
+        Ok(Some(Ok(event))) => Some(event),
+        Ok(other) => panic!("watch ended: {other:?}"),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
+    let servers = replicas(3, unlimited()).await;
+    let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
+    // A watcher on A from cursor 0 over gRPC, and one on the store with a
+    // page of 3, both while the writers run.
+    let mut op = servers[0].operator().await;
+    let mut stream = op
+        .watch_sessions(pb::WatchSessionsRequest {
+            workspace_id: "alpha".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let store = PgStore::open(&servers[0].config.database_url())
+        .await
+        .expect("open store");
+    let mut writers = Vec::new();
+    for (w, server) in servers.iter().cycle().take(12).enumerate() {
+        let mut client = server.operator().await;
+        let target = root.session_id.clone();
+        writers.push(tokio::spawn(async move {
+            for n in 0..25 {
+                client
+                    .send_message(message(&target, format!("w{w} n{n}")))
+                    .await
+                    .expect("send");
+            }
+        }));
+    }
+    let writing = join_all(writers);
+    tokio::pin!(writing);
+    let filter = EventFilter {
+        workspace_id: Some("alpha".to_owned()),
+        ..EventFilter::default()
+    };
+    let mut paged = Vec::new();
+    let mut done = false;
+    loop {
+        if !done {
+            done = futures::poll!(&mut writing).is_ready();
+        }
+        let after = paged.last().copied().unwrap_or(0);
+        match store.events_after(&filter, after, 3).await.expect("page") {
+            EventPage::Events(events) if events.is_empty() && done => break,
+            EventPage::Events(events) => paged.extend(events.iter().map(|e| e.id)),
+            EventPage::Expired { .. } => panic!("nothing is pruned here"),
+        }
+    }
+    let mut conn = connect(&servers[0]).await;
+    let stored: Vec<i64> = sqlx::query_scalar("SELECT id FROM events ORDER BY id")
+        .fetch_all(&mut conn)
+        .await
+        .expect("ids");
+    assert_eq!(stored.len(), 2 + 12 * 25);
+    assert_eq!(
+        paged, stored,
+        "the paging watcher saw every event once, in order"
+    );
+    let mut streamed = Vec::new();
+    while streamed.len() < stored.len() {
+        let event = next_within(&mut stream, Duration::from_secs(10))
+            .await
+            .expect("every event reaches the gRPC watcher");
+        streamed.push(event.cursor as i64);
+    }
+    assert_eq!(
+        streamed, stored,
+        "the gRPC watcher saw every event once, in order"
+    );
+    // Resuming on another replica from a cursor taken mid-way: the rest.
+    let mid = stored[stored.len() / 2];
+    let mut resumed = servers[1]
+        .operator()
+        .await
+        .watch_sessions(pb::WatchSessionsRequest {
+            workspace_id: "alpha".to_owned(),
+            after_cursor: mid as u64,
+            ..Default::default()
+        })
+        .await
+        .expect("resume")
+        .into_inner();
+    let mut rest = Vec::new();
+    while let Some(event) = next_within(&mut resumed, Duration::from_millis(500)).await {
+        rest.push(event.cursor as i64);
+    }
+    assert_eq!(rest, stored[stored.len() / 2 + 1..]);
+    drop(store);
+    stop_all(servers).await;
+}
+
+#[tokio::test]
+async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
+    // A writer that holds its transaction open after taking the events
+    // lock (as every writer does before drawing ids): the replicas' writes
+    // wait behind it, so none gets an id past its event and commits first.
+    let servers = replicas(2, unlimited()).await;
+    let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
+    let mut held = connect(&servers[0]).await;
+    let mut tx = held.begin().await.expect("begin");
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(troupe_session_svc::store::PG_EVENTS_LOCK)
+        .execute(&mut *tx)
+        .await
+        .expect("events lock");
+    let slow: i64 = sqlx::query_scalar(
+        "INSERT INTO events (id, session_id, seq, kind, status, at_ms, detail) \
+         VALUES (nextval('events_id_seq'), $1, 1000, 'progress', 'pending', 0, '{}') RETURNING id",
+    )
+    .bind(&root.session_id)
+    .fetch_one(&mut *tx)
+    .await
+    .expect("slow event");
+    let mut op = servers[1].operator().await;
+    let target = root.session_id.clone();
+    let writer = tokio::spawn(async move {
+        for n in 0..5 {
+            op.send_message(message(&target, format!("n{n}")))
+                .await
+                .expect("send");
+        }
+    });
+    let mut op_a = servers[0].operator().await;
+    let mut stream = op_a
+        .watch_sessions(pb::WatchSessionsRequest {
+            after_cursor: slow as u64 - 1,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    // Nothing past the held event becomes visible while it is held.
+    assert!(
+        next_within(&mut stream, Duration::from_millis(500))
+            .await
+            .is_none(),
+        "an event past the uncommitted one was visible"
+    );
+    tx.commit().await.expect("commit");
+    writer.await.expect("writer");
+    let first = next_within(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("the held event");
+    assert_eq!(first.cursor as i64, slow);
+    let mut cursors = vec![first.cursor];
+    while cursors.len() < 6 {
+        let event = next_within(&mut stream, Duration::from_secs(5))
+            .await
+            .expect("the writer's events");
+        cursors.push(event.cursor);
+    }
+    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "{cursors:?}");
+    stop_all(servers).await;
+}
+
+#[tokio::test]
+async fn a_watcher_hears_of_another_replicas_commits_by_listen_and_else_by_polling() {
+    let servers = replicas(2, unlimited()).await;
+    let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
+    let mut stream = servers[0]
+        .operator()
+        .await
+        .watch_sessions(pb::WatchSessionsRequest {
+            session_id: root.session_id.clone(),
+            live_only: true,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut on_b = servers[1].operator().await;
+    // LISTEN: each commit on B reaches A's watcher well within the poll's period.
+    for n in 0..5 {
+        let sent = Instant::now();
+        on_b.send_message(message(&root.session_id, format!("n{n}")))
+            .await
+            .expect("send");
+        next_within(&mut stream, Duration::from_millis(300))
+            .await
+            .unwrap_or_else(|| panic!("message {n} not seen within 300 ms"));
+        assert!(sent.elapsed() < Duration::from_millis(300));
+    }
+    // With the listening connections killed, polling still brings it.
+    let mut admin = connect(&servers[0]).await;
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND application_name = $1",
+    )
+    .bind(PG_LISTENER_NAME)
+    .fetch_all(&mut admin)
+    .await
+    .expect("terminate listeners");
+    assert_eq!(killed.len(), 2, "one listener per replica");
+    on_b.send_message(message(&root.session_id, "after the kill"))
+        .await
+        .expect("send");
+    let event = next_within(
+        &mut stream,
+        troupe_session_svc::store::PG_POLL_EVERY + Duration::from_millis(700),
+    )
+    .await
+    .expect("seen through polling");
+    assert_eq!(event.session_id, root.session_id);
+    stop_all(servers).await;
+}
