@@ -18,7 +18,7 @@ pub struct Config {
     /// Address to serve Prometheus metrics on, at `/metrics` (off unless set).
     #[arg(long, env = "TROUPE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
-    /// Where the embedded database and the operator token live.
+    /// Where the embedded database and the operator token's file live.
     #[arg(long, env = "TROUPE_DATA_DIR", default_value_os_t = default_data_dir())]
     pub data_dir: PathBuf,
     /// Database URL: `sqlite://PATH`, or `postgres://USER:PASSWORD@HOST[:PORT]/DB`
@@ -26,8 +26,9 @@ pub struct Config {
     /// at `<data-dir>/troupe.db`.
     #[arg(long, env = "TROUPE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Root of the workspaces: `<dir>/<workspace>/Agents/<name>.md`, then `<dir>/Agents/<name>.md`.
-    /// Default: `<data-dir>/workspaces`.
+    /// Root of the workspaces. Agent definitions are looked up in the
+    /// database (`troupe agent apply`), then in `<dir>/<workspace>/Agents/<name>.md`,
+    /// then `<dir>/Agents/<name>.md`. Default: `<data-dir>/workspaces`.
     #[arg(long, env = "TROUPE_WORKSPACES_DIR")]
     pub workspaces_dir: Option<PathBuf>,
     /// Unix socket to serve on as well (agents in workspace containers reach
@@ -35,7 +36,10 @@ pub struct Config {
     /// Default: `<data-dir>/run/session.sock`.
     #[arg(long, env = "TROUPE_SESSION_SOCKET")]
     pub socket: Option<PathBuf>,
-    /// Operator token; default: read from, or generated into, `<data-dir>/operator.token`.
+    /// Operator token. The database keeps one for every service on it: the
+    /// first service to start stores its own; a service configured with
+    /// another refuses to start. Default: the database's, else the one in
+    /// `<data-dir>/operator.token`, else a new one; written to that file.
     #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
     /// The runner that starts agents (`http://127.0.0.1:7401`); without one,
