@@ -147,7 +147,8 @@ pub struct CreateArgs {
     /// Workspace of the new tree (with --parent: checked against the parent's, if given).
     #[arg(long, required_unless_present = "parent")]
     pub workspace: Option<String>,
-    /// Agent to run (`<workspace>/Agents/<name>.md`).
+    /// Agent to run: its definition in the database (`troupe agent`), else
+    /// `<workspace>/Agents/<name>.md`, else `Agents/<name>.md`.
     #[arg(long)]
     pub agent: String,
     #[arg(long, default_value = "")]
