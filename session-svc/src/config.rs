@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Args, Parser};
 use troupe_proto::paths::default_data_dir;
 
-use crate::store::OutputBudget;
+use crate::store::{LeaseTiming, OutputBudget};
 
 /// `troupe-session`: the spawn-tree ledger of Troupe, served over gRPC.
 #[derive(Clone, Debug, Parser)]
@@ -71,6 +71,17 @@ pub struct Config {
     /// then what is still open after this is closed.
     #[arg(long, env = "TROUPE_SHUTDOWN_DRAIN_MS", default_value_t = 5000)]
     pub shutdown_drain_ms: u64,
+    /// How long the lease of the background work (driving agents, export,
+    /// pruning) lasts unless renewed, in milliseconds: when its holder dies,
+    /// another service with `--runner` takes it over after at most this.
+    #[arg(long, env = "TROUPE_LEASE_TTL_MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub lease_ttl_ms: u64,
+    /// How often the holder renews the lease, in milliseconds (well under
+    /// `--lease-ttl-ms`; other services try for it as often).
+    #[arg(long, env = "TROUPE_LEASE_RENEW_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(10..))]
+    pub lease_renew_ms: u64,
     /// Events kept for watchers that resume; older ones are pruned.
     #[arg(long, env = "TROUPE_EVENT_RETENTION", default_value_t = 100_000)]
     pub event_retention: u64,
@@ -160,6 +171,20 @@ impl Config {
 
     pub fn token_ttl(&self) -> Duration {
         Duration::from_secs(self.token_ttl_secs)
+    }
+
+    /// The lease's timing; the renewal must come well within the lease's time.
+    pub fn lease_timing(&self) -> anyhow::Result<LeaseTiming> {
+        anyhow::ensure!(
+            self.lease_renew_ms * 2 <= self.lease_ttl_ms,
+            "--lease-renew-ms ({}) must be at most half of --lease-ttl-ms ({})",
+            self.lease_renew_ms,
+            self.lease_ttl_ms
+        );
+        Ok(LeaseTiming {
+            ttl: Duration::from_millis(self.lease_ttl_ms),
+            renew_every: Duration::from_millis(self.lease_renew_ms),
+        })
     }
 
     pub fn start_deadline(&self) -> Duration {

@@ -183,9 +183,19 @@ pub enum SessionError {
     Storage(StorageError),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A background write carried a fence that is no longer the lease's
+    /// current term (taken over, expired): the writer is not the owner of
+    /// the background work any more and must stop it.
+    #[error("fenced: term {epoch} is no longer the owner of the background work")]
+    Fenced { epoch: i64 },
 }
 
 impl SessionError {
+    /// Whether this is a refused stale owner's write ([`SessionError::Fenced`]).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, SessionError::Fenced { .. })
+    }
+
     /// Builds a refusal without quota or retry details.
     pub fn refused(reason: Reason, message: impl Into<String>) -> Self {
         SessionError::Refused {
@@ -226,6 +236,7 @@ impl SessionError {
                 StorageKind::Other => Reason::Internal,
             },
             SessionError::Internal(_) => Reason::Internal,
+            SessionError::Fenced { .. } => Reason::Unavailable,
         }
     }
 }
@@ -278,7 +289,7 @@ impl From<SessionError> for Status {
                 }
                 err.to_string()
             }
-            SessionError::SessionNotFound { .. } => err.to_string(),
+            SessionError::SessionNotFound { .. } | SessionError::Fenced { .. } => err.to_string(),
         };
         let message = bounded(message);
         details.set_error_info(reason.as_str(), ERROR_DOMAIN, metadata);

@@ -10,6 +10,7 @@
 //!   implementations.
 //! - [`service`]: the gRPC handlers, one module per RPC.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
+//! - [`owner`]: the lease of the background work, and the work its holder runs.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
 //! - [`model`], [`error`]: shared records and the error table.
 //!
@@ -24,6 +25,7 @@ pub mod lives;
 pub mod metrics;
 pub mod model;
 pub mod operator;
+pub mod owner;
 pub mod policy;
 pub mod service;
 pub mod store;
@@ -44,8 +46,6 @@ use crate::{
     store::{PgStore, SqliteStore, Store},
 };
 
-/// How often old events are pruned.
-const PRUNE_EVERY: Duration = Duration::from_secs(5);
 /// How often the store does its upkeep ([`Store::maintain`]).
 const MAINTAIN_EVERY: Duration = Duration::from_secs(1);
 
@@ -96,6 +96,7 @@ async fn serve_with_store<S: Store + Clone>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
+    let timing = config.lease_timing()?;
     // Sessions that end from here on (reconciliation included) are traced.
     let lives_from = store.newest_event().await?;
     let tokens = std::sync::Arc::new(tokens);
@@ -110,13 +111,27 @@ async fn serve_with_store<S: Store + Clone>(
                 tokens.operator(),
                 config.output_tail_bytes,
                 config.start_deadline(),
-                cancel.clone(),
             )?;
-            tokio::spawn(driver.clone().reconcile());
             Some(driver)
         }
         None => None,
     };
+    // Services with a runner take turns at the background work; a SQLite
+    // service is alone on its database, so it always does it (pruning and
+    // export, and the driving if it has a runner).
+    let owns = driver.is_some() || !S::SHARED;
+    let owner = owns.then(|| {
+        tokio::spawn(owner::run(
+            owner::Work {
+                store: store.clone(),
+                driver: driver.clone(),
+                timing,
+                keep: config.event_retention,
+                lives_from: Some(lives_from),
+            },
+            cancel.clone(),
+        ))
+    });
     let service = Service::new(Inner {
         store: store.clone(),
         tokens,
@@ -125,14 +140,8 @@ async fn serve_with_store<S: Store + Clone>(
         shutdown: cancel.clone(),
         driver,
     });
-    // Pruned before serving, so a restart starts with the retention applied.
-    if let Err(e) = store.prune_events(config.event_retention).await {
-        tracing::warn!(error = %e, "event pruning failed");
-    }
     metrics::observe_active(store.clone());
-    let lives = troupe_telemetry::exporting()
-        .then(|| tokio::spawn(lives::export(store.clone(), lives_from, cancel.clone())));
-    let upkeep = tokio::spawn(upkeep(store, config.event_retention, cancel.clone()));
+    let upkeep = tokio::spawn(upkeep(store, cancel.clone()));
 
     let service_name = <SessionServiceServer<Service<S>> as tonic::server::NamedService>::NAME;
     let drain = Drain::new(
@@ -198,8 +207,8 @@ async fn serve_with_store<S: Store + Clone>(
     stop.abort();
     cancel.cancel();
     let _ = upkeep.await;
-    if let Some(lives) = lives {
-        let _ = lives.await;
+    if let Some(owner) = owner {
+        let _ = owner.await;
     }
     served.unwrap_or(Ok(()))
 }
@@ -223,19 +232,14 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     Ok(listener)
 }
 
-/// Keeps the store bounded until `cancel`: prunes old events (at start,
-/// then every [`PRUNE_EVERY`]) and runs the backend's own upkeep (every
-/// [`MAINTAIN_EVERY`]; SQLite's returns freed space and checkpoints).
-pub async fn upkeep<S: Store>(store: S, keep: u64, cancel: CancellationToken) {
-    let mut prune = tokio::time::interval(PRUNE_EVERY);
+/// Runs the backend's own upkeep until `cancel` (every [`MAINTAIN_EVERY`];
+/// SQLite's returns freed space and checkpoints), in every service: it
+/// writes nothing of the ledger. Pruning is the background work's
+/// ([`owner`]).
+pub async fn upkeep<S: Store>(store: S, cancel: CancellationToken) {
     let mut maintain = tokio::time::interval(MAINTAIN_EVERY);
     loop {
         tokio::select! {
-            _ = prune.tick() => {
-                if let Err(e) = store.prune_events(keep).await {
-                    tracing::warn!(error = %e, "event pruning failed");
-                }
-            }
             _ = maintain.tick() => {
                 if let Err(e) = store.maintain().await {
                     tracing::warn!(error = %e, "database upkeep failed");

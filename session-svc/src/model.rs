@@ -118,6 +118,8 @@ pub struct NewSession {
     pub trace: Option<LifeSpan>,
     /// Stored as the first message of the new session's inbox.
     pub initial_message: Option<NewMessage>,
+    /// CALLBACK mode: its parent is told when it ends.
+    pub notify_parent: bool,
 }
 
 /// A message to store in an inbox.
@@ -272,6 +274,9 @@ pub struct ProcessRow {
     /// Last inbox sequence written to the agent's stdin.
     pub delivered_seq: u64,
     pub notify_parent: bool,
+    /// Its parent's CALLBACK notice is owed (set when it ended, cleared when
+    /// the notice was written).
+    pub callback_due: bool,
 }
 
 /// A message a session received, without its body.

@@ -239,6 +239,21 @@ impl SessionProcess {
         assert!(signalled.success());
     }
 
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("running").to_string();
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
+    /// Kills the process at once (SIGKILL): nothing of it runs after.
+    pub fn kill(&self) {
+        self.signal("KILL");
+    }
+
     /// How the process exited, if it did within `limit`.
     pub async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         tokio::time::timeout(limit, self.child.wait())

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use troupe_session_svc::{
     error::QuotaLeft,
     model::{AuditRecord, EventFilter, EventRow, NewSession, Principal, ProcessChange, Trust},
-    store::{Created, EventPage, OutputBudget, SqliteStore, Store},
+    store::{Created, EventPage, Fence, Holder, OutputBudget, SqliteStore, Store},
 };
 
 const TAIL: usize = 16 << 10;
@@ -44,6 +44,7 @@ async fn running(store: &SqliteStore, id: &str) {
         created_by: Principal::Operator,
         trace: None,
         initial_message: None,
+        notify_parent: false,
     };
     let audit = AuditRecord {
         caller: Principal::Operator,
@@ -62,13 +63,30 @@ async fn running(store: &SqliteStore, id: &str) {
     };
     let created = store.create_root(new, None, audit, &quota).await;
     assert!(matches!(created, Ok(Created::New { .. })));
-    store.start_process(id, false).await.expect("process");
+    store
+        .start_process(&fence(store).await, id)
+        .await
+        .expect("process");
     print(store, id, 1, ProcessChange::Started).await;
+}
+
+/// The lease's term for background writes: this test's, taken once.
+async fn fence(store: &SqliteStore) -> Fence {
+    let holder = Holder::named("tests");
+    let ttl = Duration::from_secs(3600);
+    if let Some(fence) = store.acquire_lease(&holder, ttl).await.expect("lease") {
+        return fence;
+    }
+    let lease = store.lease().await.expect("lease").expect("held");
+    Fence {
+        holder: lease.holder,
+        epoch: lease.epoch,
+    }
 }
 
 async fn print(store: &SqliteStore, id: &str, seq: u64, change: ProcessChange) {
     let applied = store
-        .record_process(id, seq, change, TAIL)
+        .record_process(&fence(store).await, id, seq, change, TAIL)
         .await
         .expect("record");
     assert!(applied.is_some(), "runner event {seq} of {id} applied");
@@ -262,7 +280,10 @@ async fn pruned_output_leaves_the_budgets_counts() {
     for i in 0..100 {
         print(&store, "sess_a", i + 2, output(chunk(i))).await;
     }
-    store.prune_events(10).await.expect("prune");
+    store
+        .prune_events(&fence(&store).await, 10)
+        .await
+        .expect("prune");
     let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
     let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
     let (stored, counted, total): (i64, i64, i64) = sqlx::query_as(
@@ -305,7 +326,13 @@ async fn every_byte_printed_reaches_the_output_tail() {
 
     // Past the tail's size, its last bytes, counted as bytes.
     let limited = store
-        .record_process("sess_bytes", 10, output(b"\0\0tail".to_vec()), 8)
+        .record_process(
+            &fence(&store).await,
+            "sess_bytes",
+            10,
+            output(b"\0\0tail".to_vec()),
+            8,
+        )
         .await
         .unwrap();
     assert!(limited.is_some());
@@ -342,7 +369,10 @@ async fn the_database_file_shrinks_once_its_events_are_pruned() {
     let full = file_len(&db);
     assert!(full > 32 << 20, "32 MiB printed, {full} bytes stored");
 
-    store.prune_events(0).await.expect("prune");
+    store
+        .prune_events(&fence(&store).await, 0)
+        .await
+        .expect("prune");
     let mut calls = 0;
     let mut slowest = Duration::ZERO;
     loop {
@@ -408,11 +438,7 @@ async fn the_write_ahead_log_stays_within_its_limit_under_output_that_never_paus
         .with_wal_limit(LIMIT);
     running(&store, "sess_flood").await;
     let cancel = CancellationToken::new();
-    let upkeep = tokio::spawn(troupe_session_svc::upkeep(
-        store.clone(),
-        100_000,
-        cancel.clone(),
-    ));
+    let upkeep = tokio::spawn(troupe_session_svc::upkeep(store.clone(), cancel.clone()));
     // Measured from a thread of its own, every millisecond.
     let wal = dir.path().join("troupe.db-wal");
     let stop = Arc::new(AtomicBool::new(false));

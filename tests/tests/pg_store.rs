@@ -13,7 +13,7 @@ use troupe_session_svc::{
         ProcessChange, ProcessExit, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
-    store::{Created, EventPage, OutputBudget, PgStore, SqliteStore, Store},
+    store::{Created, EventPage, Fence, Holder, OutputBudget, PgStore, SqliteStore, Store},
 };
 
 fn new_session(id: &str, initial: Option<&str>) -> NewSession {
@@ -31,7 +31,18 @@ fn new_session(id: &str, initial: Option<&str>) -> NewSession {
             sender: Principal::Operator,
             body: body.to_owned(),
         }),
+        notify_parent: id == "a1",
     }
+}
+
+/// The lease's term for background writes (a long one: tests are not
+/// about its expiry).
+async fn owner_fence<S: Store>(store: &S) -> Fence {
+    store
+        .acquire_lease(&Holder::generate(), std::time::Duration::from_secs(3600))
+        .await
+        .expect("lease")
+        .expect("lease free")
 }
 
 fn audit(action: &'static str, target: &str) -> AuditRecord {
@@ -76,6 +87,7 @@ fn comparable(row: &SessionRow) -> String {
 
 /// Runs the script; returns what a caller reads back, as text lines.
 async fn script<S: Store>(store: &S) -> Vec<String> {
+    let fence = owner_fence(store).await;
     let mut seen = Vec::new();
     let root_quota = |_| Ok(QuotaLeft::default());
     store
@@ -123,9 +135,9 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         seen.push(format!("{sent:?}"));
     }
     for id in ["a", "b", "a1"] {
-        store.start_process(id, id == "a1").await.expect("start");
+        store.start_process(&fence, id).await.expect("start");
         store
-            .record_process(id, 1, ProcessChange::Started, 64)
+            .record_process(&fence, id, 1, ProcessChange::Started, 64)
             .await
             .expect("started");
     }
@@ -133,24 +145,36 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     for n in 0..12u64 {
         let id = ["a", "a", "b"][n as usize % 3];
         let row = store
-            .record_process(id, 2 + n, output(&format!("{id} chunk {n:02} ....")), 64)
+            .record_process(
+                &fence,
+                id,
+                2 + n,
+                output(&format!("{id} chunk {n:02} ....")),
+                64,
+            )
             .await
             .expect("output");
         seen.push(format!("{:?}", row.map(|r| comparable(&r))));
     }
     let unknown = store
-        .record_process("nobody", 1, ProcessChange::Started, 64)
+        .record_process(&fence, "nobody", 1, ProcessChange::Started, 64)
         .await
         .expect_err("no such session");
     seen.push(format!("unknown: {unknown}"));
     // Applied once: the same runner sequence again is nothing.
     let again = store
-        .record_process("a", 2, output("again"), 64)
+        .record_process(&fence, "a", 2, output("again"), 64)
         .await
         .expect("again");
     seen.push(format!("again: {again:?}"));
     store
-        .record_process("b", 30, ProcessChange::Truncated { log_bytes: 999 }, 64)
+        .record_process(
+            &fence,
+            "b",
+            30,
+            ProcessChange::Truncated { log_bytes: 999 },
+            64,
+        )
         .await
         .expect("truncated");
     let progress = store
@@ -163,18 +187,30 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .await
         .expect("progress");
     seen.push(format!("progress seq {progress}"));
-    store.mark_delivered("a", 2).await.expect("mark delivered");
+    store
+        .mark_delivered(&fence, "a", 2)
+        .await
+        .expect("mark delivered");
     for (id, code, reason) in [("b", 0, ExitReason::Exited), ("a1", 3, ExitReason::Exited)] {
         let exit = ProcessChange::Exited(ProcessExit {
             code,
             reason,
             detail: "done".to_owned(),
         });
-        let row = store.record_process(id, 40, exit, 64).await.expect("exit");
+        let row = store
+            .record_process(&fence, id, 40, exit, 64)
+            .await
+            .expect("exit");
         seen.push(format!("{:?}", row.map(|r| comparable(&r))));
     }
     let failed = store
-        .fail_session("a2", Failure::NoResources, "no room", audit("fail", "a2"))
+        .fail_session(
+            &fence,
+            "a2",
+            Failure::NoResources,
+            "no room",
+            audit("fail", "a2"),
+        )
         .await
         .expect("fail");
     seen.push(format!("a2 failed: {failed}"));
@@ -195,7 +231,10 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         reason: ExitReason::Killed,
         detail: String::new(),
     });
-    let row = store.record_process("a", 50, late, 64).await.expect("late");
+    let row = store
+        .record_process(&fence, "a", 50, late, 64)
+        .await
+        .expect("late");
     seen.push(format!("{:?}", row.map(|r| comparable(&r))));
 
     // What a caller reads back.
@@ -263,7 +302,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     seen.push(format!("{audit:?}"));
     // Pruning: the oldest go, and a cursor before them has expired.
     let newest = store.newest_event().await.expect("newest");
-    let pruned = store.prune_events(5).await.expect("prune");
+    let pruned = store.prune_events(&fence, 5).await.expect("prune");
     assert_eq!(pruned, newest - 5);
     match store
         .events_after(&EventFilter::default(), 1, 100)

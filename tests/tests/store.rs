@@ -22,7 +22,7 @@ use troupe_session_svc::{
         Trust,
     },
     policy,
-    store::{Created, EventPage, SqliteStore, Store},
+    store::{Created, EventPage, Fence, Holder, SqliteStore, Store},
 };
 
 fn new_session(id: &str, initial_message: bool) -> NewSession {
@@ -40,7 +40,18 @@ fn new_session(id: &str, initial_message: bool) -> NewSession {
             sender: Principal::Operator,
             body: "hello".into(),
         }),
+        notify_parent: false,
     }
+}
+
+/// The lease's term for background writes (a long one: tests are not
+/// about its expiry).
+async fn owner_fence<S: Store>(store: &S) -> Fence {
+    store
+        .acquire_lease(&Holder::generate(), std::time::Duration::from_secs(3600))
+        .await
+        .expect("lease")
+        .expect("lease free")
 }
 
 fn audit(action: &'static str, target: &str) -> AuditRecord {
@@ -83,6 +94,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
     let store = SqliteStore::open(&url).await.expect("open");
+    let fence = owner_fence(&store).await;
     let limits = Limits {
         max_depth: 100,
         max_tree_sessions: u32::MAX,
@@ -144,7 +156,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                     .await
                     .map(drop),
                 _ if i % 16 != 15 => store
-                    .record_process(&parent, i, ProcessChange::Started, 1024)
+                    .record_process(&fence, &parent, i, ProcessChange::Started, 1024)
                     .await
                     .map(drop),
                 _ => store
@@ -290,6 +302,7 @@ async fn unknown_stored_text_is_a_storage_error() {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
     let store = SqliteStore::open(&url).await.expect("open");
+    let fence = owner_fence(&store).await;
     let id = "sess_odd";
     store
         .create_root(
@@ -300,7 +313,7 @@ async fn unknown_stored_text_is_a_storage_error() {
         )
         .await
         .expect("root");
-    store.start_process(id, false).await.expect("process");
+    store.start_process(&fence, id).await.expect("process");
     assert_eq!(store.undelivered(id).await.expect("inbox").len(), 1);
     assert!(store.process(id).await.expect("process").is_some());
     let filter = EventFilter {

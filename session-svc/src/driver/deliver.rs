@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use troupe_proto::{agent::MessageLine, runner::WriteStdinRequest};
 
-use super::Driver;
+use super::{Driver, Term};
 use crate::{error::SessionError, model::SessionRow, store::Store};
 
 impl<S: Store> Driver<S> {
@@ -42,7 +42,18 @@ impl<S: Store> Driver<S> {
     /// so the next delivery starts after it: a record lost to a crash means
     /// the messages are written again, as when the crash comes between the
     /// write and the record.
+    ///
+    /// Only the owner of the background work delivers: elsewhere this is
+    /// false at once, and the owner delivers what the store holds.
     pub async fn deliver(self: &Arc<Self>, session_id: &str) -> bool {
+        match self.term() {
+            Some(term) => self.deliver_in(&term, session_id).await,
+            None => false,
+        }
+    }
+
+    /// [`Driver::deliver`] in `term`.
+    pub(super) async fn deliver_in(self: &Arc<Self>, term: &Term, session_id: &str) -> bool {
         let lock = self
             .delivering
             .lock()
@@ -65,6 +76,9 @@ impl<S: Store> Driver<S> {
         let Some(last) = pending.last().map(|m| m.sequence) else {
             return true;
         };
+        if !term.live() {
+            return false;
+        }
         let written = self
             .runner
             .clone()
@@ -80,8 +94,13 @@ impl<S: Store> Driver<S> {
         }
         let driver = self.clone();
         let session_id = session_id.to_owned();
+        let term = term.clone();
         tokio::spawn(async move {
-            match driver.store.mark_delivered(&session_id, last).await {
+            let marked = driver
+                .store
+                .mark_delivered(term.fence(), &session_id, last)
+                .await;
+            match term.check(marked) {
                 Ok(()) => crate::metrics::delivered(pending.len()),
                 Err(e) => {
                     tracing::warn!(session = session_id, error = %e, "cannot record a delivery")

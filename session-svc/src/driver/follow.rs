@@ -7,7 +7,7 @@ use futures::StreamExt;
 use tonic::{Code, Status};
 use troupe_proto::runner::{self as rpb, WatchExecRequest, exec_event};
 
-use super::{Driver, RETRY, system_audit};
+use super::{Driver, RETRY, Term, system_audit};
 use crate::{
     error::SessionError,
     model::{ExitReason, Failure, ProcessChange, ProcessExit},
@@ -17,7 +17,7 @@ use crate::{
 impl<S: Store> Driver<S> {
     /// Follows a session's runner events into the ledger, in the background,
     /// from the last one applied.
-    pub(super) fn follow(self: &Arc<Self>, session_id: String) {
+    pub(super) fn follow(self: &Arc<Self>, term: &Term, session_id: String) {
         if !self
             .following
             .lock()
@@ -27,8 +27,12 @@ impl<S: Store> Driver<S> {
             return;
         }
         let driver = self.clone();
+        let term = term.clone();
         tokio::spawn(async move {
-            driver.follow_until_exit(&session_id).await;
+            tokio::select! {
+                () = driver.follow_until_exit(&term, &session_id) => {}
+                () = term.cancelled() => {}
+            }
             driver
                 .following
                 .lock()
@@ -37,15 +41,19 @@ impl<S: Store> Driver<S> {
         });
     }
 
-    pub(super) async fn follow_until_exit(self: &Arc<Self>, session_id: &str) {
+    pub(super) async fn follow_until_exit(self: &Arc<Self>, term: &Term, session_id: &str) {
         loop {
-            match self.follow_once(session_id).await {
+            if !term.live() {
+                return;
+            }
+            match self.follow_once(term, session_id).await {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(status) if status.code() == Code::NotFound => {
                     let detail = "the runner has no process for this session";
                     let audit = system_audit("reconcile", session_id, true, &detail);
-                    self.fail(session_id, Failure::Lost, detail, audit).await;
+                    self.fail(term, session_id, Failure::Lost, detail, audit)
+                        .await;
                     return;
                 }
                 Err(status) => {
@@ -54,13 +62,17 @@ impl<S: Store> Driver<S> {
             }
             tokio::select! {
                 () = tokio::time::sleep(RETRY) => {}
-                () = self.shutdown.cancelled() => return,
+                () = term.cancelled() => return,
             }
         }
     }
 
     /// One watch of the runner's events; true once the exit was applied.
-    pub(super) async fn follow_once(self: &Arc<Self>, session_id: &str) -> Result<bool, Status> {
+    pub(super) async fn follow_once(
+        self: &Arc<Self>,
+        term: &Term,
+        session_id: &str,
+    ) -> Result<bool, Status> {
         let after = self
             .store
             .process(session_id)
@@ -78,11 +90,11 @@ impl<S: Store> Driver<S> {
             .into_inner();
         // The runner answers again (after a restart of either side, or a
         // lost connection): what could not be written meanwhile goes now.
-        self.deliver(session_id).await;
+        self.deliver_in(term, session_id).await;
         loop {
             let event = tokio::select! {
                 event = stream.next() => event,
-                () = self.shutdown.cancelled() => return Ok(true),
+                () = term.cancelled() => return Ok(true),
             };
             let Some(event) = event.transpose()? else {
                 return Ok(false);
@@ -92,10 +104,18 @@ impl<S: Store> Driver<S> {
             };
             let exited = matches!(change, ProcessChange::Exited(_));
             let started = change == ProcessChange::Started;
-            let applied = self
-                .store
-                .record_process(session_id, event.sequence, change.clone(), self.tail_max)
-                .await
+            let applied = term
+                .check(
+                    self.store
+                        .record_process(
+                            term.fence(),
+                            session_id,
+                            event.sequence,
+                            change.clone(),
+                            self.tail_max,
+                        )
+                        .await,
+                )
                 .map_err(internal)?;
             if applied.is_some()
                 && let ProcessChange::Output { stream, data } = &change
@@ -104,13 +124,13 @@ impl<S: Store> Driver<S> {
             }
             if started {
                 // Messages sent while it was pending.
-                self.deliver(session_id).await;
+                self.deliver_in(term, session_id).await;
             }
             if exited {
-                if applied.is_some()
-                    && let ProcessChange::Exited(exit) = change
-                {
-                    self.callback(session_id, &exit).await;
+                // Due since the exit's commit (CALLBACK mode): written now,
+                // or by the next owner if this one dies first.
+                if applied.is_some() {
+                    self.callback(term, session_id).await;
                 }
                 return Ok(true);
             }

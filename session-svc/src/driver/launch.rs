@@ -10,7 +10,7 @@ use troupe_proto::{
     runner::{StartExecRequest, TerminateExecRequest},
 };
 
-use super::{Driver, RETRY, deliver::lines, system_audit};
+use super::{Driver, Job, RETRY, Term, deliver::lines, system_audit};
 use crate::{
     model::{Failure, SessionRow},
     store::Store,
@@ -23,34 +23,61 @@ use crate::{
 struct NoRoom(String);
 
 impl<S: Store> Driver<S> {
-    /// Starts a new session's agent in the background.
-    pub fn launch(self: &Arc<Self>, session: SessionRow, notify_parent: bool) {
+    /// Starts a new session's agent in the background, if this service owns
+    /// the background work (else the owner finds it in the store).
+    pub fn launch(self: &Arc<Self>, session: SessionRow) {
+        if let Some(term) = self.term() {
+            self.launch_in(&term, session);
+        }
+    }
+
+    /// Starts a session's agent in the background, in `term`; once at a
+    /// time per session.
+    pub(super) fn launch_in(self: &Arc<Self>, term: &Term, session: SessionRow) {
+        if !self.claim(Job::Launch, &session.session_id) {
+            return;
+        }
         let driver = self.clone();
+        let term = term.clone();
         tokio::spawn(async move {
-            if let Err(e) = driver.start(&session, notify_parent).await {
-                tracing::warn!(session = %session.session_id, error = %e, "agent did not start");
-                let audit = system_audit("start_agent", &session.session_id, false, &e);
-                let failure = if e.is::<NoRoom>() {
-                    Failure::NoResources
-                } else {
-                    Failure::Lost
-                };
-                let detail = format!("the agent could not be started: {e}");
-                driver
-                    .fail(&session.session_id, failure, &detail, audit)
-                    .await;
+            tokio::select! {
+                () = driver.launch_now(&term, &session) => {}
+                () = term.cancelled() => {}
             }
+            driver.release(Job::Launch, &session.session_id);
         });
+    }
+
+    async fn launch_now(self: &Arc<Self>, term: &Term, session: &SessionRow) {
+        let Err(e) = self.start(term, session).await else {
+            return;
+        };
+        // A term that ended (fenced, or past its time) leaves it to the next.
+        if !term.live() {
+            return;
+        }
+        tracing::warn!(session = %session.session_id, error = %e, "agent did not start");
+        let audit = system_audit("start_agent", &session.session_id, false, &e);
+        let failure = if e.is::<NoRoom>() {
+            Failure::NoResources
+        } else {
+            Failure::Lost
+        };
+        let detail = format!("the agent could not be started: {e}");
+        self.fail(term, &session.session_id, failure, &detail, audit)
+            .await;
     }
 
     pub(super) async fn start(
         self: &Arc<Self>,
+        term: &Term,
         session: &SessionRow,
-        notify_parent: bool,
     ) -> anyhow::Result<()> {
-        self.store
-            .start_process(&session.session_id, notify_parent)
-            .await?;
+        term.check(
+            self.store
+                .start_process(term.fence(), &session.session_id)
+                .await,
+        )?;
         let command: Vec<String> = serde_json::from_str(&session.agent_command)?;
         let (token, _) = self.tokens.mint(&session.session_id)?;
         // A sandboxed agent is never told the id of a direct session, its
@@ -91,6 +118,9 @@ impl<S: Store> Driver<S> {
             ..Default::default()
         };
         loop {
+            if !term.live() {
+                return Ok(());
+            }
             match self
                 .runner
                 .clone()
@@ -113,10 +143,10 @@ impl<S: Store> Driver<S> {
                     tracing::info!(session = %session.session_id, %status, "runner unavailable; retrying the start");
                     tokio::select! {
                         () = tokio::time::sleep(left.min(RETRY * 4)) => {}
-                        () = self.shutdown.cancelled() => return Ok(()),
+                        () = term.cancelled() => return Ok(()),
                     }
                     if !self.is_active(&session.session_id).await {
-                        self.ended_unstarted(&session.session_id).await;
+                        self.ended_unstarted(term, &session.session_id).await;
                         return Ok(());
                     }
                 }
@@ -129,15 +159,17 @@ impl<S: Store> Driver<S> {
         // Ended while the start was on its way: the termination found no
         // process to stop, so stop this one.
         if !self.is_active(&session.session_id).await {
-            self.stop(vec![session.session_id.clone()]);
+            self.stop_in(term, vec![session.session_id.clone()]);
         }
         if let Some(last) = pending.last() {
-            self.store
-                .mark_delivered(&session.session_id, last.sequence)
-                .await?;
+            term.check(
+                self.store
+                    .mark_delivered(term.fence(), &session.session_id, last.sequence)
+                    .await,
+            )?;
             crate::metrics::delivered(pending.len());
         }
-        self.follow(session.session_id.clone());
+        self.follow(term, session.session_id.clone());
         Ok(())
     }
 
@@ -150,37 +182,64 @@ impl<S: Store> Driver<S> {
         (left > 0).then(|| Duration::from_millis(left as u64))
     }
 
-    /// Stops the processes of sessions the ledger has just ended.
+    /// Stops the processes of sessions the ledger has just ended, if this
+    /// service owns the background work (else the owner finds them).
     pub fn stop(self: &Arc<Self>, session_ids: Vec<String>) {
+        if let Some(term) = self.term() {
+            self.stop_in(&term, session_ids);
+        }
+    }
+
+    /// Stops the processes of ended sessions, in `term`, and records it;
+    /// one that never started has its parent's callback made due.
+    pub(super) fn stop_in(self: &Arc<Self>, term: &Term, session_ids: Vec<String>) {
         let driver = self.clone();
+        let term = term.clone();
+        let ids: Vec<String> = session_ids
+            .into_iter()
+            .filter(|id| self.claim(Job::Stop, id))
+            .collect();
         tokio::spawn(async move {
-            for id in session_ids {
-                let stopped = driver
-                    .runner
-                    .clone()
-                    .terminate_exec(TerminateExecRequest {
-                        exec_id: id.clone(),
-                        grace_ms: 0,
-                    })
-                    .await;
-                match stopped {
-                    Ok(_) => {}
-                    // No process, and none ever reported: its agent never started.
-                    Err(status) if status.code() == Code::NotFound => {
-                        let unstarted = matches!(
-                            driver.store.process(&id).await,
-                            Ok(Some(p)) if p.runner_seq == 0
-                        );
-                        if unstarted {
-                            driver.ended_unstarted(&id).await;
-                        }
-                    }
-                    Err(status) => {
-                        tracing::warn!(session = %id, %status, "cannot stop the agent")
-                    }
+            for id in ids {
+                tokio::select! {
+                    () = driver.stop_one(&term, &id) => {}
+                    () = term.cancelled() => {}
                 }
+                driver.release(Job::Stop, &id);
             }
         });
+    }
+
+    async fn stop_one(self: &Arc<Self>, term: &Term, id: &str) {
+        if !term.live() {
+            return;
+        }
+        let stopped = self
+            .runner
+            .clone()
+            .terminate_exec(TerminateExecRequest {
+                exec_id: id.to_owned(),
+                grace_ms: 0,
+            })
+            .await;
+        let unstarted = match stopped {
+            Ok(_) => false,
+            // No process, and none ever reported: its agent never started.
+            Err(status) if status.code() == Code::NotFound => match self.store.process(id).await {
+                Ok(process) => process.is_none_or(|p| p.runner_seq == 0),
+                Err(_) => return,
+            },
+            Err(status) => {
+                tracing::warn!(session = %id, %status, "cannot stop the agent");
+                return;
+            }
+        };
+        let marked = term.check(self.store.mark_stopped(term.fence(), id, unstarted).await);
+        match marked {
+            Ok(()) if unstarted => self.callback(term, id).await,
+            Ok(()) => {}
+            Err(e) => tracing::warn!(session = %id, error = %e, "cannot record a stop"),
+        }
     }
 }
 

@@ -29,16 +29,34 @@
 //!   delivery while still holding the session's delivery lock.
 //! - `notify`: no task: the callback notice to a parent and the failing
 //!   of a lost session run in the task that saw the end.
-//! - `reconcile`: the pass at start ([`Driver::reconcile`], run by the
-//!   service in a task of its own), which retries until the runner answers
-//!   and then hands each session to a follower, a launch, a failure or a
-//!   stop, as `reconcile::decide` says.
+//! - `reconcile`: the pass at the start of each term, which retries until
+//!   the runner answers and then hands each active session to a follower,
+//!   a launch or a failure, as `reconcile::decide` says, and stops the
+//!   runner's execs whose session is not active.
+//! - `owner`: [`Driver::own`], one task per term, which runs the
+//!   reconciliation, then watches the store's wake-ups for the work any
+//!   service recorded (`Store::driver_work`: sessions to start, messages to
+//!   deliver, processes to stop, callbacks due) and hands each to one task
+//!   at a time.
+//!
+//! # Ownership
+//!
+//! The driver acts only in a term of the lease of the background work
+//! ([`Term`], from `crate::owner`): a service that does not hold the lease
+//! launches, delivers and stops nothing (the owner finds that work in the
+//! store). Every store write carries the term's fence; a write refused as
+//! fenced ends the term, and so every task of it; every runner call is made
+//! only while the term is [`Term::live`].
 
 mod deliver;
 mod follow;
 mod launch;
 mod notify;
+mod owner;
 mod reconcile;
+mod term;
+
+pub use term::Term;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -46,7 +64,6 @@ use std::{
     time::Duration,
 };
 
-use tokio_util::sync::CancellationToken;
 use tonic::{service::interceptor::InterceptedService, transport::Channel};
 use troupe_proto::{endpoint::Bearer, runner::runner_service_client::RunnerServiceClient};
 
@@ -73,10 +90,10 @@ pub struct Driver<S> {
     delivering: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions whose events are being followed.
     following: Mutex<HashSet<String>>,
-    /// When this driver started: sessions created since are launched by
-    /// this process, and reconciliation leaves them alone.
-    started_at_ms: i64,
-    shutdown: CancellationToken,
+    /// Work under way, one task per kind and session at a time.
+    busy: Mutex<HashSet<(Job, String)>>,
+    /// The term of the lease this service holds, if it is the owner.
+    term: Mutex<Option<Term>>,
 }
 
 impl<S: Store> Driver<S> {
@@ -87,7 +104,6 @@ impl<S: Store> Driver<S> {
         operator_token: &str,
         tail_max: usize,
         start_deadline: Duration,
-        shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Self>> {
         let auth = Bearer::new(Some(operator_token))?;
         Ok(Arc::new(Driver {
@@ -99,9 +115,33 @@ impl<S: Store> Driver<S> {
             start_deadline,
             delivering: Mutex::new(HashMap::new()),
             following: Mutex::new(HashSet::new()),
-            started_at_ms: crate::model::now_ms(),
-            shutdown,
+            busy: Mutex::new(HashSet::new()),
+            term: Mutex::new(None),
         }))
+    }
+
+    /// The current term, if this service owns the background work now.
+    pub fn term(&self) -> Option<Term> {
+        self.term
+            .lock()
+            .expect("poisoned")
+            .clone()
+            .filter(Term::live)
+    }
+
+    /// Claims `(job, id)` for one task; false if one already runs it.
+    fn claim(&self, job: Job, id: &str) -> bool {
+        self.busy
+            .lock()
+            .expect("poisoned")
+            .insert((job, id.to_owned()))
+    }
+
+    fn release(&self, job: Job, id: &str) {
+        self.busy
+            .lock()
+            .expect("poisoned")
+            .remove(&(job, id.to_owned()));
     }
 
     /// Whether the session is still pending or running (assumed so when the
@@ -109,6 +149,15 @@ impl<S: Store> Driver<S> {
     async fn is_active(&self, session_id: &str) -> bool {
         !matches!(self.store.get_session(session_id).await, Ok(Some(row)) if !row.is_active())
     }
+}
+
+/// A kind of work the driver does for one session at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Job {
+    Launch,
+    Deliver,
+    Stop,
+    Callback,
 }
 
 /// An audit record of the driver's own doing.

@@ -1,100 +1,85 @@
 //! Notices of a session's end: the CALLBACK message to its parent, and the
 //! failing of a session whose agent is lost or could not start.
+//!
+//! A callback is durable: the store makes it due in the transaction that
+//! ends the child (an exit, a failure, a stop before any start) and clears
+//! it in the one that writes the notice, so an owner that dies in between
+//! leaves it to the next (`Store::driver_work`'s `callbacks_due`).
 
 use std::sync::Arc;
 
 use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType};
 
-use super::{Driver, system_audit};
+use super::{Driver, Job, Term, system_audit};
 use crate::{
     error::SessionError,
-    model::{AuditRecord, ExitReason, Failure, Idempotency, NewMessage, Principal, ProcessExit},
+    model::{AuditRecord, ExitReason, Failure, NewMessage, Principal, ProcessRow, SessionRow},
     store::Store,
 };
 
 impl<S: Store> Driver<S> {
-    /// CALLBACK mode: tells the parent that the session has ended.
-    pub(super) async fn callback(self: &Arc<Self>, session_id: &str, exit: &ProcessExit) {
-        let Ok(Some(process)) = self.store.process(session_id).await else {
+    /// CALLBACK mode: tells the parent that the session has ended, if its
+    /// notice is due; once at a time per session.
+    pub(super) async fn callback(self: &Arc<Self>, term: &Term, session_id: &str) {
+        if !self.claim(Job::Callback, session_id) {
             return;
-        };
-        let Ok(Some(row)) = self.store.get_session(session_id).await else {
-            return;
+        }
+        if let Err(e) = self.callback_now(term, session_id).await {
+            tracing::warn!(session = session_id, error = %e, "callback not written yet");
+        }
+        self.release(Job::Callback, session_id);
+    }
+
+    async fn callback_now(
+        self: &Arc<Self>,
+        term: &Term,
+        session_id: &str,
+    ) -> Result<(), SessionError> {
+        let (Some(process), Some(row)) = (
+            self.store.process(session_id).await?,
+            self.store.get_session(session_id).await?,
+        ) else {
+            return Ok(());
         };
         let Some(parent) = row.parent_session_id.clone() else {
-            return;
+            return Ok(());
         };
-        if !process.notify_parent {
-            return;
+        if !process.callback_due {
+            return Ok(());
         }
-        let tail = String::from_utf8_lossy(&process.output_tail);
-        let tail: String = tail
-            .chars()
-            .rev()
-            .take(2000)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        let body = SessionEnded {
-            exit_code: exit.code,
-            output_tail: tail,
-            reason: exit.reason.as_str().to_owned(),
-            session_id: session_id.to_owned(),
-            status: troupe_proto::status::status_str(row.status).to_owned(),
-            kind: SessionEndedType::SessionEnded,
-        }
-        .to_text();
         let message = NewMessage {
             message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
             sender: Principal::Troupe,
-            body,
+            body: notice(&row, &process),
         };
         let audit = system_audit("callback", &parent, true, &format!("{session_id} ended"));
-        // One notice per child, however many ends are reported for it (an
-        // exit after a termination, a start given up): the first stands.
-        let once = Idempotency {
-            caller: Principal::Troupe,
-            action: "callback",
-            request_id: session_id.to_owned(),
-            payload_hash: session_id.to_owned(),
-        };
-        let sent = self
-            .store
-            .send_message(&parent, message, Some(once), audit, &|target| {
-                if target.is_active() {
-                    Ok(())
-                } else {
-                    Err(SessionError::not_found(&target.session_id))
-                }
-            })
-            .await;
-        match sent {
-            Ok(sent) if !sent.replayed => {
-                self.deliver(&parent).await;
-            }
-            Ok(_) => {}
-            Err(e) => tracing::debug!(parent = %parent, error = %e, "no callback: parent gone"),
+        let sent = term.check(
+            self.store
+                .write_callback(term.fence(), session_id, message, audit)
+                .await,
+        )?;
+        if sent.is_some() {
+            self.deliver_in(term, &parent).await;
         }
+        Ok(())
     }
 
-    /// Fails a session whose agent is lost or could not start, and tells
-    /// its parent (CALLBACK mode) as an exit would.
+    /// Fails a session whose agent is lost or could not start; its parent
+    /// (CALLBACK mode) is then told as of an exit.
     pub(super) async fn fail(
         self: &Arc<Self>,
+        term: &Term,
         session_id: &str,
         failure: Failure,
         detail: &str,
         audit: AuditRecord,
     ) {
-        match self
+        let failed = self
             .store
-            .fail_session(session_id, failure, detail, audit)
-            .await
-        {
-            Ok(true) => {
-                self.callback(session_id, &failure.exit(detail)).await;
-            }
+            .fail_session(term.fence(), session_id, failure, detail, audit)
+            .await;
+        match term.check(failed) {
+            Ok(true) => self.callback(term, session_id).await,
             Ok(false) => {}
             Err(e) => {
                 tracing::error!(session = session_id, error = %e, "cannot record a lost agent")
@@ -104,12 +89,44 @@ impl<S: Store> Driver<S> {
 
     /// A session that ended before its agent started: its parent (CALLBACK
     /// mode) is told, as it would be of an exit.
-    pub(super) async fn ended_unstarted(self: &Arc<Self>, session_id: &str) {
-        let exit = ProcessExit {
-            code: -1,
-            reason: ExitReason::NotStarted,
-            detail: "the session ended before its agent started".to_owned(),
-        };
-        self.callback(session_id, &exit).await;
+    pub(super) async fn ended_unstarted(self: &Arc<Self>, term: &Term, session_id: &str) {
+        let marked = self
+            .store
+            .mark_stopped(term.fence(), session_id, true)
+            .await;
+        match term.check(marked) {
+            Ok(()) => self.callback(term, session_id).await,
+            Err(e) => tracing::warn!(session = session_id, error = %e, "cannot record a stop"),
+        }
     }
+}
+
+/// The notice of `row`'s end, from what the store holds of it: the exit
+/// the runner reported, else the failure that ended it (code -1), else
+/// that it never started.
+fn notice(row: &SessionRow, process: &ProcessRow) -> String {
+    let reason = process.exit_reason.unwrap_or_else(|| {
+        row.end_reason
+            .as_deref()
+            .and_then(ExitReason::parse)
+            .unwrap_or(ExitReason::NotStarted)
+    });
+    let tail = String::from_utf8_lossy(&process.output_tail);
+    let tail: String = tail
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    SessionEnded {
+        exit_code: process.exit_code.unwrap_or(-1),
+        output_tail: tail,
+        reason: reason.as_str().to_owned(),
+        session_id: row.session_id.clone(),
+        status: troupe_proto::status::status_str(row.status).to_owned(),
+        kind: SessionEndedType::SessionEnded,
+    }
+    .to_text()
 }

@@ -9,23 +9,22 @@ use troupe_proto::{
     session::SessionStatus,
 };
 
-use super::{Driver, RETRY, system_audit};
+use super::{Driver, Job, Term, system_audit};
 use crate::{
     model::{Failure, ProcessRow},
     store::Store,
 };
 
-/// What the reconciler does with an active session created before this
-/// driver started.
+/// What the reconciler does with an active session (every one: a new
+/// owner takes over sessions whatever service created them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Decision {
-    /// The runner runs (or ran) its exec: follow its events.
+    /// The runner runs (or ran) its exec: follow its events from the last
+    /// one applied.
     Follow,
-    /// Its agent never started: start it now.
-    Start {
-        /// Whether its parent is told of its end (CALLBACK mode).
-        notify_parent: bool,
-    },
+    /// Its agent never started: start it now (with its CALLBACK choice,
+    /// which the session row keeps).
+    Start,
     /// Its process is gone: fail the session as lost.
     Fail,
 }
@@ -39,15 +38,12 @@ pub(super) fn decide(
 ) -> Decision {
     match (runner_knows, process) {
         (true, _) => Decision::Follow,
-        (false, None) => Decision::Start {
-            notify_parent: false,
-        },
-        // Its start was still being retried (the runner was down): no event
+        (false, None) => Decision::Start,
+        // Its start was still being retried (the runner was down), or its
+        // owner died between the record and the runner's answer: no event
         // of it ever came, so start it now.
         (false, Some(process)) if process.runner_seq == 0 && status == SessionStatus::Pending => {
-            Decision::Start {
-                notify_parent: process.notify_parent,
-            }
+            Decision::Start
         }
         (false, Some(_)) => Decision::Fail,
     }
@@ -65,23 +61,10 @@ pub(super) fn orphans(execs: &[rpb::ExecInfo], active_ids: &HashSet<&str>) -> Ve
 }
 
 impl<S: Store> Driver<S> {
-    /// After a restart: follows the agents that still run, starts those that
-    /// never did, fails the sessions whose process is gone and stops the
-    /// processes whose session has ended. Retries until the runner answers.
-    pub async fn reconcile(self: Arc<Self>) {
-        loop {
-            match self.reconcile_once().await {
-                Ok(()) => return,
-                Err(e) => tracing::info!(error = %e, "runner not reachable yet; retrying"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(RETRY * 4) => {}
-                () = self.shutdown.cancelled() => return,
-            }
-        }
-    }
-
-    pub(super) async fn reconcile_once(self: &Arc<Self>) -> anyhow::Result<()> {
+    /// At the start of a term: follows the agents that still run, starts
+    /// those that never did, fails the sessions whose process is gone and
+    /// stops the processes whose session has ended.
+    pub(super) async fn reconcile_once(self: &Arc<Self>, term: &Term) -> anyhow::Result<()> {
         let execs = self
             .runner
             .clone()
@@ -93,19 +76,21 @@ impl<S: Store> Driver<S> {
         let active = self.store.active_sessions().await?;
         let active_ids: HashSet<&str> = active.iter().map(|s| s.session_id.as_str()).collect();
         for session in &active {
-            if session.created_at_ms >= self.started_at_ms {
-                continue;
-            }
             let process = self.store.process(&session.session_id).await?;
             let runner_knows = known.contains(session.session_id.as_str());
             match decide(session.status, runner_knows, process.as_ref()) {
-                Decision::Follow => self.follow(session.session_id.clone()),
-                Decision::Start { notify_parent } => self.launch(session.clone(), notify_parent),
+                Decision::Follow => self.follow(term, session.session_id.clone()),
+                Decision::Start => self.launch_in(term, session.clone()),
                 Decision::Fail => {
+                    // A start of this term may be on its way.
+                    if !self.claim(Job::Launch, &session.session_id) {
+                        continue;
+                    }
                     let detail = "its process is gone (the runner does not know it)";
                     let audit = system_audit("reconcile", &session.session_id, true, &detail);
-                    self.fail(&session.session_id, Failure::Lost, detail, audit)
+                    self.fail(term, &session.session_id, Failure::Lost, detail, audit)
                         .await;
+                    self.release(Job::Launch, &session.session_id);
                 }
             }
         }
@@ -120,7 +105,7 @@ impl<S: Store> Driver<S> {
             self.store.append_audit(audit).await?;
         }
         if !orphans.is_empty() {
-            self.stop(orphans);
+            self.stop_in(term, orphans);
         }
         Ok(())
     }
@@ -154,19 +139,14 @@ mod tests {
     }
 
     #[test]
-    fn a_session_without_a_process_record_is_started_without_a_callback() {
+    fn a_session_without_a_process_record_is_started() {
         for status in [SessionStatus::Pending, SessionStatus::Running] {
-            assert_eq!(
-                decide(status, false, None),
-                Decision::Start {
-                    notify_parent: false
-                }
-            );
+            assert_eq!(decide(status, false, None), Decision::Start);
         }
     }
 
     #[test]
-    fn a_pending_session_whose_start_was_being_retried_is_started_with_its_callback() {
+    fn a_pending_session_whose_start_was_being_retried_is_started() {
         for notify_parent in [false, true] {
             assert_eq!(
                 decide(
@@ -174,7 +154,7 @@ mod tests {
                     false,
                     Some(&process(0, notify_parent))
                 ),
-                Decision::Start { notify_parent }
+                Decision::Start
             );
         }
     }

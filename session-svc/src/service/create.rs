@@ -57,6 +57,7 @@ fn new_session(
     agent: &str,
     trust: Trust,
     spec: Spec,
+    notify_parent: bool,
 ) -> NewSession {
     NewSession {
         session_id: new_id("sess"),
@@ -73,6 +74,7 @@ fn new_session(
             sender: caller.principal(),
             body,
         }),
+        notify_parent,
     }
 }
 
@@ -105,7 +107,14 @@ pub async fn root<S: Store>(
             &req.initial_message,
         ],
     )?;
-    let new = new_session(caller, &req.workspace_id, &req.agent_name, trust, spec);
+    let new = new_session(
+        caller,
+        &req.workspace_id,
+        &req.agent_name,
+        trust,
+        spec,
+        false,
+    );
     let audit = allowed(
         caller,
         "create_root_session",
@@ -122,7 +131,7 @@ pub async fn root<S: Store>(
     let fresh = matches!(created, Created::New { .. });
     let (session, quota) = resolve(inner, created).await?;
     if fresh && let Some(driver) = &inner.driver {
-        driver.launch(session.clone(), false);
+        driver.launch(session.clone());
     }
     let (token, exp) = inner.tokens.mint(&session.session_id)?;
     Ok(pb::CreateRootSessionResponse {
@@ -195,7 +204,15 @@ pub async fn child<S: Store>(
             mode.as_str_name(),
         ],
     )?;
-    let new = new_session(caller, &parent.workspace_id, &req.agent_name, trust, spec);
+    let callback = mode == pb::ExecutionMode::Callback;
+    let new = new_session(
+        caller,
+        &parent.workspace_id,
+        &req.agent_name,
+        trust,
+        spec,
+        callback,
+    );
     let audit = allowed(
         caller,
         "create_session",
@@ -212,7 +229,7 @@ pub async fn child<S: Store>(
     let fresh = matches!(created, Created::New { .. });
     let (mut session, quota) = resolve(inner, created).await?;
     if fresh && let Some(driver) = &inner.driver {
-        driver.launch(session.clone(), mode == pb::ExecutionMode::Callback);
+        driver.launch(session.clone());
     }
     let result = if mode == pb::ExecutionMode::Sync {
         session = wait_for_end(inner, lapse, &session.session_id).await?;

@@ -20,6 +20,7 @@
 //!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
 mod agent_rows;
+mod lease;
 mod postgres;
 mod shared;
 mod sqlite;
@@ -29,6 +30,7 @@ use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
+pub use lease::{BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming};
 pub use postgres::{
     EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
     PgStore, is_postgres_url, redacted_url,
@@ -112,6 +114,10 @@ pub enum EventPage {
 
 /// The ledger's storage.
 pub trait Store: Send + Sync + Clone + 'static {
+    /// Whether several services may share the database (PostgreSQL): then
+    /// only those with a runner try for the lease of the background work.
+    const SHARED: bool;
+
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
         &self,
@@ -189,8 +195,13 @@ pub trait Store: Send + Sync + Clone + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<EventPage, SessionError>> + Send;
 
-    /// Deletes all but the newest `keep` events; returns the highest id pruned.
-    fn prune_events(&self, keep: u64) -> impl Future<Output = Result<i64, SessionError>> + Send;
+    /// Deletes all but the newest `keep` events; returns the highest id
+    /// pruned. Background work: refused unless `fence` is the lease's term.
+    fn prune_events(
+        &self,
+        fence: &Fence,
+        keep: u64,
+    ) -> impl Future<Output = Result<i64, SessionError>> + Send;
 
     /// Periodic upkeep the backend needs (SQLite: checkpointing its
     /// write-ahead log, returning free pages to the file system), a bounded
@@ -241,11 +252,12 @@ pub trait Store: Send + Sync + Clone + 'static {
         secret: &[u8],
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
-    /// Creates the process record of a session about to start (no-op if it exists).
+    /// Creates the process record of a session about to start (no-op if it
+    /// exists), with the session's CALLBACK choice.
     fn start_process(
         &self,
+        fence: &Fence,
         session_id: &str,
-        notify_parent: bool,
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
     /// Applies runner event `runner_seq` of a session's process, once: the
@@ -254,9 +266,11 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// byte as printed), the exit. Output events are kept within the
     /// store's byte budgets (see [`OutputBudget`]). Returns the session after it, or `None` if it was applied before.
     /// Wakes the subscribers even when it wrote no event (an exit after a
-    /// termination), so a waiter sees the exit code land.
+    /// termination), so a waiter sees the exit code land. An exit makes the
+    /// parent's callback due (CALLBACK mode) in the same transaction.
     fn record_process(
         &self,
+        fence: &Fence,
         session_id: &str,
         runner_seq: u64,
         change: ProcessChange,
@@ -285,6 +299,7 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// Records that messages up to `seq` were written to the agent.
     fn mark_delivered(
         &self,
+        fence: &Fence,
         session_id: &str,
         seq: u64,
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
@@ -306,14 +321,66 @@ pub trait Store: Send + Sync + Clone + 'static {
 
     /// Ends an active session as failed (its process is gone, or could not
     /// be made: `failure` says which) with an audit entry; false if it had
-    /// already ended.
+    /// already ended. Ending it makes the parent's callback due.
     fn fail_session(
         &self,
+        fence: &Fence,
         session_id: &str,
         failure: Failure,
         detail: &str,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<bool, SessionError>> + Send;
+
+    /// Takes the lease of the background work for `holder` if it is free
+    /// or expired (on the database's clock), bumping its epoch; returns the
+    /// new term, or `None` while another holder's term is live.
+    fn acquire_lease(
+        &self,
+        holder: &Holder,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<Option<Fence>, SessionError>> + Send;
+
+    /// Extends `fence`'s term by `ttl` from now; false if the term is over
+    /// (expired or taken over), which its holder cannot undo.
+    fn renew_lease(
+        &self,
+        fence: &Fence,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<bool, SessionError>> + Send;
+
+    /// Ends `fence`'s term now (a service that stops), so another takes
+    /// the lease without waiting out its time.
+    fn release_lease(&self, fence: &Fence)
+    -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Returns the lease of the background work as it stands.
+    fn lease(&self) -> impl Future<Output = Result<Option<Lease>, SessionError>> + Send;
+
+    /// Returns what the store holds for the background work to do, whoever
+    /// recorded it (see [`DriverWork`]).
+    fn driver_work(&self) -> impl Future<Output = Result<DriverWork, SessionError>> + Send;
+
+    /// Records that a session's process was asked to stop (or never
+    /// started, `unstarted`: then its parent's callback becomes due).
+    fn mark_stopped(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        unstarted: bool,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Writes the callback notice `message` into the parent's inbox of the
+    /// ended session `child_id`, if it is due, and clears it, in one
+    /// transaction (with the request-id guard: action `callback`, the
+    /// child's id). Returns the message written, or `None` if it was not
+    /// due or the parent has ended (then it is cleared all the same).
+    fn write_callback(
+        &self,
+        fence: &Fence,
+        child_id: &str,
+        message: NewMessage,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<Option<Sent>, SessionError>> + Send;
 
     /// Stores `candidate` as the operator token unless one is stored
     /// already, in one statement that never replaces it, then returns the

@@ -22,6 +22,7 @@
 
 mod agents;
 mod events;
+mod lease;
 mod locks;
 mod open;
 mod output;
@@ -40,8 +41,8 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 
 use super::{
-    Created, EventPage, Maintenance, MessageCheck, OutputBudget, RootCheck, Sent, SpawnCheck,
-    Store, TerminateCheck,
+    Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck, OutputBudget,
+    RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::{SessionError, StorageKind},
@@ -73,8 +74,9 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    async fn prune_events_once(&self, keep: u64) -> Result<i64, SessionError> {
+    async fn prune_events_once(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
         let mut tx = self.pool.begin().await?;
+        lease::check(&mut tx, fence).await?;
         let pruned = events::prune(&mut tx, keep).await?;
         tx.commit().await?;
         Ok(pruned)
@@ -125,6 +127,8 @@ async fn pause(tries: u32, error: &SessionError) {
 }
 
 impl Store for PgStore {
+    const SHARED: bool = true;
+
     async fn create_root(
         &self,
         new: NewSession,
@@ -217,8 +221,8 @@ impl Store for PgStore {
         self.events_after_impl(filter, after, limit).await
     }
 
-    async fn prune_events(&self, keep: u64) -> Result<i64, SessionError> {
-        retrying!(self.prune_events_once(keep))
+    async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
+        retrying!(self.prune_events_once(fence, keep))
     }
 
     async fn maintain(&self) -> Result<Maintenance, SessionError> {
@@ -271,31 +275,20 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn start_process(
-        &self,
-        session_id: &str,
-        notify_parent: bool,
-    ) -> Result<(), SessionError> {
-        sqlx::query(
-            "INSERT INTO processes (session_id, notify_parent) VALUES ($1, $2) \
-             ON CONFLICT (session_id) DO NOTHING",
-        )
-        .bind(session_id)
-        .bind(notify_parent)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<(), SessionError> {
+        retrying!(self.start_process_once(fence, session_id))
     }
 
     async fn record_process(
         &self,
+        fence: &Fence,
         session_id: &str,
         runner_seq: u64,
         change: ProcessChange,
         tail_max: usize,
     ) -> Result<Option<SessionRow>, SessionError> {
         let (row, ended) =
-            retrying!(self.record_process_once(session_id, runner_seq, &change, tail_max))?;
+            retrying!(self.record_process_once(fence, session_id, runner_seq, &change, tail_max))?;
         if row.is_some() {
             self.published(ended);
         }
@@ -318,8 +311,13 @@ impl Store for PgStore {
         self.received_impl(session_id, limit).await
     }
 
-    async fn mark_delivered(&self, session_id: &str, seq: u64) -> Result<(), SessionError> {
-        retrying!(self.mark_delivered_once(session_id, seq))
+    async fn mark_delivered(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        seq: u64,
+    ) -> Result<(), SessionError> {
+        retrying!(self.mark_delivered_once(fence, session_id, seq))
     }
 
     async fn active_sessions(&self) -> Result<Vec<SessionRow>, SessionError> {
@@ -340,14 +338,66 @@ impl Store for PgStore {
 
     async fn fail_session(
         &self,
+        fence: &Fence,
         session_id: &str,
         failure: Failure,
         detail: &str,
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
-        let ended = retrying!(self.fail_session_once(session_id, failure, detail, &audit))?;
+        let ended = retrying!(self.fail_session_once(fence, session_id, failure, detail, &audit))?;
         self.published(ended);
         Ok(ended)
+    }
+
+    async fn acquire_lease(
+        &self,
+        holder: &Holder,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Fence>, SessionError> {
+        retrying!(self.acquire_lease_impl(holder, ttl))
+    }
+
+    async fn renew_lease(
+        &self,
+        fence: &Fence,
+        ttl: std::time::Duration,
+    ) -> Result<bool, SessionError> {
+        retrying!(self.renew_lease_impl(fence, ttl))
+    }
+
+    async fn release_lease(&self, fence: &Fence) -> Result<(), SessionError> {
+        self.release_lease_impl(fence).await
+    }
+
+    async fn lease(&self) -> Result<Option<Lease>, SessionError> {
+        self.lease_impl().await
+    }
+
+    async fn driver_work(&self) -> Result<DriverWork, SessionError> {
+        self.driver_work_impl().await
+    }
+
+    async fn mark_stopped(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        unstarted: bool,
+    ) -> Result<(), SessionError> {
+        retrying!(self.mark_stopped_once(fence, session_id, unstarted))
+    }
+
+    async fn write_callback(
+        &self,
+        fence: &Fence,
+        child_id: &str,
+        message: NewMessage,
+        audit: AuditRecord,
+    ) -> Result<Option<Sent>, SessionError> {
+        let sent = retrying!(self.write_callback_once(fence, child_id, &message, &audit))?;
+        if sent.is_some() {
+            self.published(false);
+        }
+        Ok(sent)
     }
 
     async fn claim_operator_token(

@@ -9,7 +9,7 @@ use troupe_proto::status::status_str;
 use super::{
     PgStore,
     events::{self, NewEvent},
-    locks,
+    lease, locks,
     open::{RawSession, session_columns},
     output,
 };
@@ -20,7 +20,7 @@ use crate::{
         ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
     policy,
-    store::{MessageCheck, parse_stored, shared::event_detail},
+    store::{Fence, MessageCheck, parse_stored, shared::event_detail},
 };
 
 impl PgStore {
@@ -28,12 +28,14 @@ impl PgStore {
     /// was applied before) and whether it ended the session.
     pub(super) async fn record_process_once(
         &self,
+        fence: &Fence,
         session_id: &str,
         runner_seq: u64,
         change: &ProcessChange,
         tail_max: usize,
     ) -> Result<(Option<SessionRow>, bool), SessionError> {
         let mut tx = self.begin().await?;
+        lease::check(&mut tx, fence).await?;
         match change {
             // Output's `meta` row first (see `locks`).
             ProcessChange::Output { .. } => output::lock_total(&mut tx).await?,
@@ -70,7 +72,8 @@ impl PgStore {
         let status = step.status.unwrap_or(row.status);
         if let ProcessChange::Exited(exit) = change {
             sqlx::query(
-                "UPDATE processes SET exit_code = $1, exit_reason = $2 WHERE session_id = $3",
+                "UPDATE processes SET exit_code = $1, exit_reason = $2, \
+                 callback_due = notify_parent WHERE session_id = $3",
             )
             .bind(exit.code)
             .bind(exit.reason.as_str())
@@ -140,7 +143,8 @@ impl PgStore {
         session_id: &str,
     ) -> Result<Option<ProcessRow>, SessionError> {
         let row = sqlx::query(
-            "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent \
+            "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent, \
+             callback_due \
              FROM processes WHERE session_id = $1",
         )
         .bind(session_id)
@@ -157,6 +161,7 @@ impl PgStore {
                 output_tail: row.try_get("output_tail")?,
                 delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
                 notify_parent: row.try_get("notify_parent")?,
+                callback_due: row.try_get("callback_due")?,
             })
         })
         .transpose()
@@ -213,10 +218,12 @@ impl PgStore {
 
     pub(super) async fn mark_delivered_once(
         &self,
+        fence: &Fence,
         session_id: &str,
         seq: u64,
     ) -> Result<(), SessionError> {
         let mut tx = self.begin().await?;
+        lease::check(&mut tx, fence).await?;
         sqlx::query(
             "UPDATE processes SET delivered_seq = $1 WHERE session_id = $2 AND delivered_seq < $1",
         )
@@ -262,12 +269,14 @@ impl PgStore {
 
     pub(super) async fn fail_session_once(
         &self,
+        fence: &Fence,
         session_id: &str,
         failure: Failure,
         detail: &str,
         audit: &AuditRecord,
     ) -> Result<bool, SessionError> {
         let mut tx = self.begin().await?;
+        lease::check(&mut tx, fence).await?;
         locks::place_of(&mut tx, session_id).await?;
         let (row, _) = locks::session(&mut tx, session_id).await?;
         // A failure is an exit with its reason: it ends only an active session.
@@ -285,6 +294,18 @@ impl PgStore {
             )
             .await?
             .is_empty();
+        }
+        if ended {
+            // Its parent's notice is owed from this commit on.
+            sqlx::query(
+                "INSERT INTO processes (session_id, notify_parent, callback_due) \
+                 SELECT session_id, notify_parent, notify_parent FROM sessions \
+                 WHERE session_id = $1 \
+                 ON CONFLICT (session_id) DO UPDATE SET callback_due = processes.notify_parent",
+            )
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
         }
         events::insert_audit(&mut tx, audit).await?;
         if let (true, Some(kind), Some(status)) = (ended, step.event, step.status) {

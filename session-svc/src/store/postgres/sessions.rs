@@ -277,8 +277,9 @@ async fn insert_session(
     let raw: RawSession = sqlx::query_as(concat!(
         "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
          tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-         created_at_ms, traceparent, spawn_span_id) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14) RETURNING ",
+         created_at_ms, traceparent, spawn_span_id, notify_parent) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15) \
+         RETURNING ",
         session_columns!()
     ))
     .bind(&new.session_id)
@@ -295,6 +296,7 @@ async fn insert_session(
     .bind(now_ms())
     .bind(new.trace.map(|t| t.traceparent()))
     .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
+    .bind(new.notify_parent)
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query(
@@ -316,7 +318,7 @@ async fn insert_session(
 
 /// Appends a message to an inbox (the recipient's row is locked by the
 /// caller, or new); returns its sequence.
-async fn insert_message(
+pub(super) async fn insert_message(
     conn: &mut PgConnection,
     recipient: &str,
     message: &NewMessage,

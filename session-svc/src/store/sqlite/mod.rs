@@ -24,6 +24,7 @@
 //! `agents` (the operator token and agent definitions, shared by replicas).
 
 mod agents;
+mod lease;
 mod ledger;
 mod open;
 mod output;
@@ -47,8 +48,8 @@ use self::{
     write::{Write, insert_audit, rollback},
 };
 use super::{
-    Created, EventPage, Maintenance, MessageCheck, RootCheck, Sent, SpawnCheck, Store,
-    TerminateCheck,
+    Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck, RootCheck,
+    Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
@@ -150,6 +151,8 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    const SHARED: bool = false;
+
     async fn create_root(
         &self,
         new: NewSession,
@@ -230,9 +233,10 @@ impl Store for SqliteStore {
         self.events_after_impl(filter, after, limit).await
     }
 
-    async fn prune_events(&self, keep: u64) -> Result<i64, SessionError> {
+    async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
         let mut w = self.writer().await?;
         let mut tx = Write::begin(&mut w.conn).await?;
+        lease::check(tx.conn(), fence).await?;
         let pruned = tx.prune_events(keep).await?;
         tx.commit().await?;
         Ok(pruned)
@@ -285,22 +289,19 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn start_process(
-        &self,
-        session_id: &str,
-        notify_parent: bool,
-    ) -> Result<(), SessionError> {
-        self.start_process_impl(session_id, notify_parent).await
+    async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<(), SessionError> {
+        self.start_process_impl(fence, session_id).await
     }
 
     async fn record_process(
         &self,
+        fence: &Fence,
         session_id: &str,
         runner_seq: u64,
         change: crate::model::ProcessChange,
         tail_max: usize,
     ) -> Result<Option<SessionRow>, SessionError> {
-        self.record_process_impl(session_id, runner_seq, change, tail_max)
+        self.record_process_impl(fence, session_id, runner_seq, change, tail_max)
             .await
     }
 
@@ -326,8 +327,13 @@ impl Store for SqliteStore {
         self.received_impl(session_id, limit).await
     }
 
-    async fn mark_delivered(&self, session_id: &str, seq: u64) -> Result<(), SessionError> {
-        self.mark_delivered_impl(session_id, seq).await
+    async fn mark_delivered(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        seq: u64,
+    ) -> Result<(), SessionError> {
+        self.mark_delivered_impl(fence, session_id, seq).await
     }
 
     async fn active_sessions(&self) -> Result<Vec<SessionRow>, SessionError> {
@@ -347,12 +353,61 @@ impl Store for SqliteStore {
 
     async fn fail_session(
         &self,
+        fence: &Fence,
         session_id: &str,
         failure: Failure,
         detail: &str,
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
-        self.fail_session_impl(session_id, failure, detail, audit)
+        self.fail_session_impl(fence, session_id, failure, detail, audit)
+            .await
+    }
+
+    async fn acquire_lease(
+        &self,
+        holder: &Holder,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Fence>, SessionError> {
+        self.acquire_lease_impl(holder, ttl).await
+    }
+
+    async fn renew_lease(
+        &self,
+        fence: &Fence,
+        ttl: std::time::Duration,
+    ) -> Result<bool, SessionError> {
+        self.renew_lease_impl(fence, ttl).await
+    }
+
+    async fn release_lease(&self, fence: &Fence) -> Result<(), SessionError> {
+        self.release_lease_impl(fence).await
+    }
+
+    async fn lease(&self) -> Result<Option<Lease>, SessionError> {
+        self.lease_impl().await
+    }
+
+    async fn driver_work(&self) -> Result<DriverWork, SessionError> {
+        self.driver_work_impl().await
+    }
+
+    async fn mark_stopped(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        unstarted: bool,
+    ) -> Result<(), SessionError> {
+        self.mark_stopped_impl(fence, session_id, unstarted).await
+    }
+
+    async fn write_callback(
+        &self,
+        fence: &Fence,
+        child_id: &str,
+        message: NewMessage,
+        audit: AuditRecord,
+    ) -> Result<Option<Sent>, SessionError> {
+        self.write_callback_impl(fence, child_id, message, audit)
             .await
     }
 

@@ -61,6 +61,11 @@ impl SqliteStore {
         let mut writer =
             SqliteConnection::connect_with(&options.clone().pragma("wal_autocheckpoint", "0"))
                 .await?;
+        // The file lock is ours: whoever held the lease before is gone, so
+        // its term ends now rather than when its time runs out.
+        sqlx::query("UPDATE leases SET expires_at_ms = 0")
+            .execute(&mut writer)
+            .await?;
         let mut checkpointer = SqliteConnection::connect_with(&options).await?;
         let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
             .fetch_one(&mut checkpointer)

@@ -8,7 +8,7 @@ use troupe_proto::status::status_str;
 
 use super::{
     SqliteStore,
-    write::{Batch, Write, entry_from_row, session_columns},
+    write::{Write, entry_from_row, session_columns},
 };
 use crate::{
     error::SessionError,
@@ -17,25 +17,13 @@ use crate::{
         ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
     policy,
-    store::{MessageCheck, parse_stored, shared::event_detail},
+    store::{Fence, MessageCheck, parse_stored, shared::event_detail},
 };
 
 impl SqliteStore {
-    pub(super) async fn start_process_impl(
-        &self,
-        session_id: &str,
-        notify_parent: bool,
-    ) -> Result<(), SessionError> {
-        sqlx::query("INSERT OR IGNORE INTO processes (session_id, notify_parent) VALUES (?, ?)")
-            .bind(session_id)
-            .bind(notify_parent)
-            .execute(&mut self.writer().await?.conn)
-            .await?;
-        Ok(())
-    }
-
     pub(super) async fn record_process_impl(
         &self,
+        fence: &Fence,
         session_id: &str,
         runner_seq: u64,
         change: ProcessChange,
@@ -48,6 +36,7 @@ impl SqliteStore {
             .ok_or_else(|| SessionError::not_found(session_id))?;
         w.unsettled = vec![session_id.to_owned()];
         let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
         // A gap's first event: the one after the last applied.
         let gap_from = match change {
             ProcessChange::Truncated { .. } => {
@@ -78,12 +67,15 @@ impl SqliteStore {
         let status = step.status.unwrap_or(row.status);
         let mut changed = None;
         if let ProcessChange::Exited(exit) = &change {
-            sqlx::query("UPDATE processes SET exit_code = ?, exit_reason = ? WHERE session_id = ?")
-                .bind(exit.code)
-                .bind(exit.reason.as_str())
-                .bind(session_id)
-                .execute(tx.conn())
-                .await?;
+            sqlx::query(
+                "UPDATE processes SET exit_code = ?, exit_reason = ?, \
+                 callback_due = notify_parent WHERE session_id = ?",
+            )
+            .bind(exit.code)
+            .bind(exit.reason.as_str())
+            .bind(session_id)
+            .execute(tx.conn())
+            .await?;
         }
         match (step.status, &step.end_reason) {
             (Some(status), Some(reason)) => {
@@ -145,7 +137,8 @@ impl SqliteStore {
         session_id: &str,
     ) -> Result<Option<ProcessRow>, SessionError> {
         let row = sqlx::query(
-            "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent \
+            "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent, \
+             callback_due \
              FROM processes WHERE session_id = ?",
         )
         .bind(session_id)
@@ -162,6 +155,7 @@ impl SqliteStore {
                 output_tail: row.try_get("output_tail")?,
                 delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
                 notify_parent: row.try_get("notify_parent")?,
+                callback_due: row.try_get("callback_due")?,
             })
         })
         .transpose()
@@ -218,27 +212,30 @@ impl SqliteStore {
 
     pub(super) async fn mark_delivered_impl(
         &self,
+        fence: &Fence,
         session_id: &str,
         seq: u64,
     ) -> Result<(), SessionError> {
         let mut w = self.writer().await?;
-        let mut batch = Batch::new();
-        batch
-            .statement(
-                "UPDATE processes SET delivered_seq = ? WHERE session_id = ? AND delivered_seq < ?",
-            )
-            .bind(seq as i64)
-            .bind(session_id.to_owned())
-            .bind(seq as i64)
-            .statement(
-                "UPDATE messages SET delivered_at_ms = ? \
-                 WHERE session_id = ? AND seq <= ? AND delivered_at_ms IS NULL",
-            )
-            .bind(now_ms())
-            .bind(session_id.to_owned())
-            .bind(seq as i64);
-        self.run_batch(&mut w, batch).await?;
-        Ok(())
+        let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
+        sqlx::query(
+            "UPDATE processes SET delivered_seq = ?1 WHERE session_id = ?2 AND delivered_seq < ?1",
+        )
+        .bind(seq as i64)
+        .bind(session_id)
+        .execute(tx.conn())
+        .await?;
+        sqlx::query(
+            "UPDATE messages SET delivered_at_ms = ? \
+             WHERE session_id = ? AND seq <= ? AND delivered_at_ms IS NULL",
+        )
+        .bind(now_ms())
+        .bind(session_id)
+        .bind(seq as i64)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await
     }
 
     pub(super) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
@@ -280,6 +277,7 @@ impl SqliteStore {
 
     pub(super) async fn fail_session_impl(
         &self,
+        fence: &Fence,
         session_id: &str,
         failure: Failure,
         detail: &str,
@@ -294,6 +292,7 @@ impl SqliteStore {
             (policy::process_step(row.status, &exit), exit)
         });
         let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
         let mut ended = None;
         if let Some((step, exit)) = step
             && let (Some(status), Some(reason)) = (step.status, &step.end_reason)
@@ -302,6 +301,16 @@ impl SqliteStore {
             if let (Some(_), Some(kind)) = (&ended, step.event) {
                 tx.event(session_id, kind, status, event_detail(&exit, 0, 0))
                     .await?;
+                // Its parent's notice is owed from this commit on.
+                sqlx::query(
+                    "INSERT INTO processes (session_id, notify_parent, callback_due) \
+                     SELECT session_id, notify_parent, notify_parent FROM sessions \
+                     WHERE session_id = ?1 \
+                     ON CONFLICT (session_id) DO UPDATE SET callback_due = notify_parent",
+                )
+                .bind(session_id)
+                .execute(tx.conn())
+                .await?;
             }
         }
         tx.audit(&audit).await?;

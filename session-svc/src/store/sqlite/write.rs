@@ -132,8 +132,8 @@ impl Batch {
         self.statement(concat!(
             "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
              tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-             created_at_ms, traceparent, spawn_span_id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) RETURNING ",
+             created_at_ms, traceparent, spawn_span_id, notify_parent) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?) RETURNING ",
             session_columns!()
         ))
         .bind(new.session_id.clone())
@@ -149,7 +149,8 @@ impl Batch {
         .bind(new.created_by.to_string())
         .bind(now_ms())
         .bind(new.trace.map(|t| t.traceparent()))
-        .bind(new.trace.map(|t| t.spawn_span_id.to_string()));
+        .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
+        .bind(new.notify_parent);
         if let Some(message) = &new.initial_message {
             self.message(&new.session_id, message);
         }

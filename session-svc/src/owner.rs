@@ -1,0 +1,121 @@
+//! Who runs the background work: the driver (launching, following,
+//! delivering, stopping, callbacks, reconciling), life-span export and
+//! event pruning run in one service at a time, the holder of the lease
+//! (`Store::acquire_lease`). Every service given `--runner` (and a SQLite
+//! service always: it is alone on its database) tries for the lease, renews
+//! it while it holds it, and runs the work only for the term it holds: a
+//! [`Term`] whose fence every background write carries. A term ends when a
+//! renewal fails or is late (past the lease's time on this process's
+//! monotonic clock), when a write is refused as fenced, or when the service
+//! stops (then the lease is released, so another takes over at once).
+
+use std::{sync::Arc, time::Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    driver::{Driver, Term},
+    lives,
+    store::{Holder, LeaseTiming, Store},
+};
+
+/// How often old events are pruned.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the owner of the background work runs.
+pub struct Work<S: Store> {
+    pub store: S,
+    pub driver: Option<Arc<Driver<S>>>,
+    pub timing: LeaseTiming,
+    /// Events kept for watchers (`--event-retention`).
+    pub keep: u64,
+    /// Whether life spans are exported, and from which event the first
+    /// term exports ends (where the feed was when the service started).
+    pub lives_from: Option<i64>,
+}
+
+/// Tries for the lease until `cancel`, and runs the work for every term it
+/// holds.
+pub async fn run<S: Store>(work: Work<S>, cancel: CancellationToken) {
+    let holder = Holder::generate();
+    let mut lives_from = work.lives_from;
+    loop {
+        let asked_at = Instant::now();
+        match work.store.acquire_lease(&holder, work.timing.ttl).await {
+            Ok(Some(fence)) => {
+                let term = Term::new(fence, work.timing.ttl, &cancel);
+                term.renewed(asked_at);
+                let from = match lives_from.take() {
+                    Some(from) => Some(from),
+                    None if work.lives_from.is_some() => work.store.newest_event().await.ok(),
+                    None => None,
+                };
+                hold(&work, &term, from).await;
+                if cancel.is_cancelled() {
+                    if let Err(e) = work.store.release_lease(term.fence()).await {
+                        tracing::warn!(error = %e, "cannot release the lease");
+                    }
+                    return;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot try for the lease"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(work.timing.renew_every) => {}
+            () = cancel.cancelled() => return,
+        }
+    }
+}
+
+/// Runs one term: the driver, export and pruning, and the renewals, until
+/// the term ends.
+async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(driver) = &work.driver {
+        tasks.spawn(driver.clone().own(term.clone()));
+    }
+    if let Some(from) = lives_from
+        && troupe_telemetry::exporting()
+    {
+        tasks.spawn(lives::export(work.store.clone(), from, term.token()));
+    }
+    tasks.spawn(prune(work.store.clone(), term.clone(), work.keep));
+    let mut renew = tokio::time::interval(work.timing.renew_every);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while term.live() {
+        tokio::select! {
+            _ = renew.tick() => {}
+            () = term.cancelled() => break,
+        }
+        let asked_at = Instant::now();
+        match work.store.renew_lease(term.fence(), work.timing.ttl).await {
+            Ok(true) => term.renewed(asked_at),
+            Ok(false) => {
+                tracing::warn!(
+                    epoch = term.fence().epoch,
+                    "lease lost: stopping the background work"
+                );
+                term.end();
+            }
+            // Unknown: the term lasts until its time is out (`live`).
+            Err(e) => tracing::warn!(error = %e, "cannot renew the lease"),
+        }
+    }
+    term.end();
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Prunes old events at the start of the term, then every [`PRUNE_EVERY`].
+async fn prune<S: Store>(store: S, term: Term, keep: u64) {
+    let mut every = tokio::time::interval(PRUNE_EVERY);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = term.cancelled() => return,
+        }
+        if let Err(e) = term.check(store.prune_events(term.fence(), keep).await) {
+            tracing::warn!(error = %e, "event pruning failed");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The lease of the background work: the driver, life-span export and
+//! pruning run in one service at a time, the lease's holder, for a term
+//! whose epoch is the fencing token. Every write the background work makes
+//! carries its [`Fence`], and the store checks it inside the write's own
+//! transaction against the lease row (holder, epoch, and expiry on the
+//! database's clock): a service that lost the lease, however long it was
+//! paused, writes nothing more ([`crate::error::SessionError::Fenced`]).
+
+use std::time::Duration;
+
+/// The name of the one lease (the table may hold others later).
+pub const BACKGROUND: &str = "background";
+
+/// Who holds, or asks for, the lease: one service process, named at its
+/// start (so a restarted service is a new holder).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Holder(String);
+
+impl Holder {
+    /// A new holder's name, unique to this process.
+    pub fn generate() -> Holder {
+        Holder(format!("svc_{}", uuid::Uuid::now_v7().simple()))
+    }
+
+    /// A holder of a known name (as stored).
+    pub fn named(name: impl Into<String>) -> Holder {
+        Holder(name.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One term of the lease: its holder and its epoch, bumped by every
+/// acquisition. Every background write carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub holder: Holder,
+    pub epoch: i64,
+}
+
+/// The lease row as the database has it now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub holder: Holder,
+    pub epoch: i64,
+    /// Whether it is still unexpired, on the database's clock.
+    pub live: bool,
+}
+
+/// The lease's timing: how long a term lasts unless renewed, and how often
+/// its holder renews it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    pub ttl: Duration,
+    pub renew_every: Duration,
+}
+
+/// The work the owner of the background work finds in the store, whoever
+/// recorded it: what any service's calls left for the driver.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DriverWork {
+    /// Pending sessions whose agent was never asked for (no process row).
+    pub unstarted: Vec<crate::model::SessionRow>,
+    /// Running sessions with messages not yet written to their agent.
+    pub undelivered: Vec<String>,
+    /// Ended sessions whose process has reported no exit (to be stopped).
+    pub unstopped: Vec<String>,
+    /// Ended sessions whose parent is owed its callback notice.
+    pub callbacks_due: Vec<String>,
+}
+
+/// The request-id guard of a child's callback notice: one per child.
+pub(crate) fn callback_guard(child_id: &str) -> crate::model::Idempotency {
+    crate::model::Idempotency {
+        caller: crate::model::Principal::Troupe,
+        action: "callback",
+        request_id: child_id.to_owned(),
+        payload_hash: child_id.to_owned(),
+    }
+}
+
+/// Milliseconds of a duration, for SQL.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

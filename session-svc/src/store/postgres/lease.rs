@@ -1,0 +1,266 @@
+//! The lease of the background work on PostgreSQL, and the writes only its
+//! holder makes that have no other home (stops, callbacks).
+//!
+//! A fenced write reads the lease row `FOR SHARE` first of all (before the
+//! locks of `locks`), checking holder, epoch and expiry on the database's
+//! clock: a takeover updates the row, so it waits for the writes of the
+//! term it ends, and every later write of that term is refused.
+
+use std::time::Duration;
+
+use sqlx::PgConnection;
+
+use super::{PgStore, events, locks, open::RawSession, open::session_columns};
+use crate::{
+    error::SessionError,
+    model::{AuditRecord, NewMessage, SessionRow},
+    store::{
+        Sent,
+        lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, callback_guard, millis},
+        shared::sent_record,
+    },
+};
+
+/// Refuses the transaction unless `fence` is the lease's live term; keeps
+/// the row share-locked until the commit.
+pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), SessionError> {
+    let live: Option<i32> = sqlx::query_scalar(
+        "SELECT 1 FROM leases WHERE name = $1 AND holder = $2 AND epoch = $3 \
+         AND expires_at > clock_timestamp() FOR SHARE",
+    )
+    .bind(BACKGROUND)
+    .bind(fence.holder.as_str())
+    .bind(fence.epoch)
+    .fetch_optional(conn)
+    .await?;
+    match live {
+        Some(_) => Ok(()),
+        None => Err(SessionError::Fenced { epoch: fence.epoch }),
+    }
+}
+
+impl PgStore {
+    pub(super) async fn acquire_lease_impl(
+        &self,
+        holder: &Holder,
+        ttl: Duration,
+    ) -> Result<Option<Fence>, SessionError> {
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO leases (name, holder, epoch, expires_at) \
+             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3::float8 / 1000)) \
+             ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, \
+               epoch = leases.epoch + 1, expires_at = EXCLUDED.expires_at \
+             WHERE leases.expires_at <= clock_timestamp() RETURNING epoch",
+        )
+        .bind(BACKGROUND)
+        .bind(holder.as_str())
+        .bind(millis(ttl))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(epoch.map(|epoch| Fence {
+            holder: holder.clone(),
+            epoch,
+        }))
+    }
+
+    pub(super) async fn renew_lease_impl(
+        &self,
+        fence: &Fence,
+        ttl: Duration,
+    ) -> Result<bool, SessionError> {
+        let renewed = sqlx::query(
+            "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000) \
+             WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()",
+        )
+        .bind(BACKGROUND)
+        .bind(fence.holder.as_str())
+        .bind(fence.epoch)
+        .bind(millis(ttl))
+        .execute(&self.pool)
+        .await?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    pub(super) async fn release_lease_impl(&self, fence: &Fence) -> Result<(), SessionError> {
+        sqlx::query(
+            "UPDATE leases SET expires_at = clock_timestamp() \
+             WHERE name = $1 AND holder = $2 AND epoch = $3",
+        )
+        .bind(BACKGROUND)
+        .bind(fence.holder.as_str())
+        .bind(fence.epoch)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
+        let row: Option<(String, i64, bool)> = sqlx::query_as(
+            "SELECT holder, epoch, expires_at > clock_timestamp() FROM leases WHERE name = $1",
+        )
+        .bind(BACKGROUND)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|(holder, epoch, live)| Lease {
+            holder: Holder::named(holder),
+            epoch,
+            live,
+        }))
+    }
+
+    pub(super) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
+        let unstarted: Vec<RawSession> = sqlx::query_as(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions s WHERE status = 'pending' \
+             AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
+             ORDER BY row_id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        let undelivered: Vec<String> = sqlx::query_scalar(
+            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+             WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.row_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        // Ended sessions whose process may still run (no exit reported, not
+        // yet asked to stop), and CALLBACK-mode ones ended before any start.
+        let unstopped: Vec<String> = sqlx::query_scalar(
+            "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
+             WHERE s.status IN ('completed', 'failed', 'terminated') \
+             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped) \
+               OR (p.session_id IS NULL AND s.notify_parent)) \
+             ORDER BY s.row_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let callbacks_due: Vec<String> =
+            sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(DriverWork {
+            unstarted: super::open::rows(unstarted)?,
+            undelivered,
+            unstopped,
+            callbacks_due,
+        })
+    }
+
+    pub(super) async fn start_process_once(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+    ) -> Result<(), SessionError> {
+        let mut tx = self.begin().await?;
+        check(&mut tx, fence).await?;
+        sqlx::query(
+            "INSERT INTO processes (session_id, notify_parent) \
+             SELECT session_id, notify_parent FROM sessions WHERE session_id = $1 \
+             ON CONFLICT (session_id) DO NOTHING",
+        )
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn mark_stopped_once(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        unstarted: bool,
+    ) -> Result<(), SessionError> {
+        let mut tx = self.begin().await?;
+        check(&mut tx, fence).await?;
+        sqlx::query(
+            "INSERT INTO processes (session_id, notify_parent, stopped, callback_due) \
+             SELECT session_id, notify_parent, TRUE, notify_parent AND $2 \
+             FROM sessions WHERE session_id = $1 \
+             ON CONFLICT (session_id) DO UPDATE SET stopped = TRUE, \
+               callback_due = processes.callback_due \
+                 OR ($2 AND processes.notify_parent AND processes.runner_seq = 0 \
+                     AND processes.exit_code IS NULL)",
+        )
+        .bind(session_id)
+        .bind(unstarted)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn write_callback_once(
+        &self,
+        fence: &Fence,
+        child_id: &str,
+        message: &NewMessage,
+        audit: &AuditRecord,
+    ) -> Result<Option<Sent>, SessionError> {
+        let mut tx = self.begin().await?;
+        check(&mut tx, fence).await?;
+        let parent: Option<Option<String>> =
+            sqlx::query_scalar("SELECT parent_session_id FROM sessions WHERE session_id = $1")
+                .bind(child_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let idem = callback_guard(child_id);
+        let replayed = events::claim(&mut tx, &idem).await?.is_some();
+        let target: Option<SessionRow> = match (&parent, replayed) {
+            (Some(Some(parent)), false) => Some(locks::session(&mut tx, parent).await?.0),
+            _ => None,
+        };
+        let due: Option<bool> = sqlx::query_scalar(
+            "UPDATE processes SET callback_due = FALSE WHERE session_id = $1 AND callback_due \
+             RETURNING TRUE",
+        )
+        .bind(child_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(target) = target.filter(|t| due.is_some() && t.is_active()) else {
+            // Not due (written before): nothing to do. Due, but answered by
+            // an earlier notice or with nobody to tell: only cleared.
+            tx.rollback().await?;
+            if replayed || due.is_some() {
+                self.clear_callback(fence, child_id).await?;
+            }
+            return Ok(None);
+        };
+        let sequence =
+            super::sessions::insert_message(&mut tx, &target.session_id, message).await?;
+        events::remember(
+            &mut tx,
+            Some(&idem),
+            sent_record(&message.message_id, sequence as u64),
+        )
+        .await?;
+        events::insert_audit(&mut tx, audit).await?;
+        let event = events::message(
+            &target.session_id,
+            target.status,
+            &message.message_id,
+            sequence,
+            &message.body,
+        );
+        events::write(&mut tx, &[event], false).await?;
+        tx.commit().await?;
+        Ok(Some(Sent {
+            message_id: message.message_id.clone(),
+            sequence: sequence as u64,
+            replayed: false,
+        }))
+    }
+
+    /// Clears a callback that an earlier notice already answered.
+    async fn clear_callback(&self, fence: &Fence, child_id: &str) -> Result<(), SessionError> {
+        let mut tx = self.begin().await?;
+        check(&mut tx, fence).await?;
+        sqlx::query("UPDATE processes SET callback_due = FALSE WHERE session_id = $1")
+            .bind(child_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

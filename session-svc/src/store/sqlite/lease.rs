@@ -1,0 +1,263 @@
+//! The lease of the background work on SQLite, and the writes only its
+//! holder makes that have no other home (stops, callbacks). One service
+//! owns a SQLite database, so it is the only candidate, but the rules are
+//! PostgreSQL's: every background write checks its fence inside its
+//! transaction, on the database's clock.
+
+use std::time::Duration;
+
+use sqlx::SqliteConnection;
+
+use super::{
+    SqliteStore, Writer,
+    write::Write,
+    writer::{Begun, first_i64},
+};
+use crate::{
+    error::SessionError,
+    model::{AuditRecord, NewMessage},
+    store::{
+        Sent,
+        lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, callback_guard, millis},
+        shared::sent_record,
+    },
+};
+
+/// The database's clock, in milliseconds since the Unix epoch.
+const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/// Refuses the transaction unless `fence` is the lease's live term.
+pub(super) async fn check(conn: &mut SqliteConnection, fence: &Fence) -> Result<(), SessionError> {
+    let live: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at_ms > {NOW_MS}"
+    )))
+    .bind(BACKGROUND)
+    .bind(fence.holder.as_str())
+    .bind(fence.epoch)
+    .fetch_optional(conn)
+    .await?;
+    match live {
+        Some(_) => Ok(()),
+        None => Err(SessionError::Fenced { epoch: fence.epoch }),
+    }
+}
+
+impl SqliteStore {
+    pub(super) async fn acquire_lease_impl(
+        &self,
+        holder: &Holder,
+        ttl: Duration,
+    ) -> Result<Option<Fence>, SessionError> {
+        let epoch: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO leases (name, holder, epoch, expires_at_ms) VALUES (?1, ?2, 1, {NOW_MS} + ?3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = leases.epoch + 1, \
+               expires_at_ms = excluded.expires_at_ms \
+             WHERE leases.expires_at_ms <= {NOW_MS} RETURNING epoch"
+        )))
+        .bind(BACKGROUND)
+        .bind(holder.as_str())
+        .bind(millis(ttl))
+        .fetch_optional(&mut self.writer().await?.conn)
+        .await?;
+        Ok(epoch.map(|epoch| Fence {
+            holder: holder.clone(),
+            epoch,
+        }))
+    }
+
+    pub(super) async fn renew_lease_impl(
+        &self,
+        fence: &Fence,
+        ttl: Duration,
+    ) -> Result<bool, SessionError> {
+        let renewed = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE leases SET expires_at_ms = {NOW_MS} + ?4 \
+             WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > {NOW_MS}"
+        )))
+        .bind(BACKGROUND)
+        .bind(fence.holder.as_str())
+        .bind(fence.epoch)
+        .bind(millis(ttl))
+        .execute(&mut self.writer().await?.conn)
+        .await?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    pub(super) async fn release_lease_impl(&self, fence: &Fence) -> Result<(), SessionError> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE leases SET expires_at_ms = {NOW_MS} WHERE name = ? AND holder = ? AND epoch = ?"
+        )))
+        .bind(BACKGROUND)
+        .bind(fence.holder.as_str())
+        .bind(fence.epoch)
+        .execute(&mut self.writer().await?.conn)
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
+        let row: Option<(String, i64, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT holder, epoch, expires_at_ms > {NOW_MS} FROM leases WHERE name = ?"
+        )))
+        .bind(BACKGROUND)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|(holder, epoch, live)| Lease {
+            holder: Holder::named(holder),
+            epoch,
+            live,
+        }))
+    }
+
+    pub(super) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
+        let unstarted: Vec<String> = sqlx::query_scalar(
+            "SELECT session_id FROM sessions s WHERE status = 'pending' \
+             AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
+             ORDER BY rowid",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let undelivered: Vec<String> = sqlx::query_scalar(
+            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+             WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.rowid",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let unstopped: Vec<String> = sqlx::query_scalar(
+            "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
+             WHERE s.status IN ('completed', 'failed', 'terminated') \
+             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped) \
+               OR (p.session_id IS NULL AND s.notify_parent)) \
+             ORDER BY s.rowid",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let callbacks_due: Vec<String> =
+            sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
+                .fetch_all(&self.pool)
+                .await?;
+        let ledger = self.ledger();
+        Ok(DriverWork {
+            unstarted: unstarted.iter().filter_map(|id| ledger.get(id)).collect(),
+            undelivered,
+            unstopped,
+            callbacks_due,
+        })
+    }
+
+    pub(super) async fn start_process_impl(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+    ) -> Result<(), SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        check(tx.conn(), fence).await?;
+        sqlx::query(
+            "INSERT OR IGNORE INTO processes (session_id, notify_parent) \
+             SELECT session_id, notify_parent FROM sessions WHERE session_id = ?",
+        )
+        .bind(session_id)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await
+    }
+
+    pub(super) async fn mark_stopped_impl(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        unstarted: bool,
+    ) -> Result<(), SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        check(tx.conn(), fence).await?;
+        sqlx::query(
+            "INSERT INTO processes (session_id, notify_parent, stopped, callback_due) \
+             SELECT session_id, notify_parent, 1, notify_parent AND ?2 \
+             FROM sessions WHERE session_id = ?1 \
+             ON CONFLICT (session_id) DO UPDATE SET stopped = 1, \
+               callback_due = callback_due \
+                 OR (?2 AND notify_parent AND runner_seq = 0 AND exit_code IS NULL)",
+        )
+        .bind(session_id)
+        .bind(unstarted)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await
+    }
+
+    pub(super) async fn write_callback_impl(
+        &self,
+        fence: &Fence,
+        child_id: &str,
+        message: NewMessage,
+        audit: AuditRecord,
+    ) -> Result<Option<Sent>, SessionError> {
+        let mut w = self.writer().await?;
+        let idem = callback_guard(child_id);
+        let mut batch = match self.begin(&mut w, Some(&idem)).await? {
+            // An earlier notice answered it: only cleared.
+            Begun::Replay(_) => {
+                clear(&mut w, fence, child_id).await?;
+                return Ok(None);
+            }
+            Begun::Batch(batch) => batch,
+        };
+        let checked = check(&mut w.conn, fence).await;
+        w.or_abandon(checked).await?;
+        let due: Result<Option<bool>, SessionError> =
+            sqlx::query_scalar("SELECT callback_due FROM processes WHERE session_id = ?")
+                .bind(child_id)
+                .fetch_optional(&mut w.conn)
+                .await
+                .map_err(Into::into);
+        let due = w.or_abandon(due).await?.unwrap_or(false);
+        if !due {
+            w.abandon().await;
+            return Ok(None);
+        }
+        let target = self
+            .ledger()
+            .get(child_id)
+            .and_then(|child| child.parent_session_id)
+            .and_then(|parent| self.ledger().get(&parent))
+            .filter(|parent| parent.is_active());
+        let Some(target) = target else {
+            w.abandon().await;
+            clear(&mut w, fence, child_id).await?;
+            return Ok(None);
+        };
+        let sequence = target.inbox_seq as u64 + 1;
+        batch
+            .remember(Some(&idem), sent_record(&message.message_id, sequence))
+            .message(&target.session_id, &message)
+            .audit(&audit)
+            .statement("UPDATE processes SET callback_due = 0 WHERE session_id = ?")
+            .bind(child_id.to_owned());
+        w.unsettled = vec![target.session_id.clone()];
+        let rows = self.run_batch(&mut w, batch).await?;
+        let stored = first_i64(&rows)? as u64;
+        self.ledger_mut()
+            .update(&target.session_id, |row| row.inbox_seq = stored as i64);
+        w.unsettled.clear();
+        drop(w);
+        self.published();
+        Ok(Some(Sent {
+            message_id: message.message_id,
+            sequence: stored,
+            replayed: false,
+        }))
+    }
+}
+
+/// Clears a callback that has nobody to tell or was answered before.
+async fn clear(w: &mut Writer, fence: &Fence, child_id: &str) -> Result<(), SessionError> {
+    let mut tx = Write::begin(&mut w.conn).await?;
+    check(tx.conn(), fence).await?;
+    sqlx::query("UPDATE processes SET callback_due = 0 WHERE session_id = ?")
+        .bind(child_id)
+        .execute(tx.conn())
+        .await?;
+    tx.commit().await
+}
