@@ -122,6 +122,7 @@ async fn serve_with_store<S: Store + Clone>(
                 driver: driver.clone(),
                 timing,
                 keep: config.event_retention,
+                request_ids: config.request_id_retention(),
                 lives_from: Some(lives_from),
             },
             cancel.clone(),
@@ -134,6 +135,7 @@ async fn serve_with_store<S: Store + Clone>(
         workspaces_dir: config.workspaces_dir(),
         shutdown: cancel.clone(),
         driver,
+        request_id_retention: config.request_id_retention(),
     });
     metrics::observe_active(store.clone());
     let upkeep = tokio::spawn(upkeep(store, cancel.clone()));

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     driver::{Driver, Term},
     lives,
-    store::{Holder, LeaseTiming, Store},
+    model::now_ms,
+    store::{Holder, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Store},
 };
 
 /// How often old events are pruned.
@@ -29,6 +30,8 @@ pub struct Work<S: Store> {
     pub timing: LeaseTiming,
     /// Events kept for watchers (`--event-retention`).
     pub keep: u64,
+    /// How long request ids are remembered (`--request-id-retention-secs`).
+    pub request_ids: std::time::Duration,
     /// Whether life spans are exported, and from which event the first
     /// term exports ends (where the feed was when the service started).
     pub lives_from: Option<i64>,
@@ -80,7 +83,12 @@ async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
     {
         tasks.spawn(lives::export(work.store.clone(), from, term.token()));
     }
-    tasks.spawn(prune(work.store.clone(), term.clone(), work.keep));
+    tasks.spawn(prune(
+        work.store.clone(),
+        term.clone(),
+        work.keep,
+        work.request_ids,
+    ));
     let mut renew = tokio::time::interval(work.timing.renew_every);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while term.live() {
@@ -106,8 +114,9 @@ async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
     while tasks.join_next().await.is_some() {}
 }
 
-/// Prunes old events at the start of the term, then every [`PRUNE_EVERY`].
-async fn prune<S: Store>(store: S, term: Term, keep: u64) {
+/// Prunes old events and expired request ids at the start of the term,
+/// then every [`PRUNE_EVERY`].
+async fn prune<S: Store>(store: S, term: Term, keep: u64, request_ids: std::time::Duration) {
     let mut every = tokio::time::interval(PRUNE_EVERY);
     loop {
         tokio::select! {
@@ -116,6 +125,28 @@ async fn prune<S: Store>(store: S, term: Term, keep: u64) {
         }
         if let Err(e) = term.check(store.prune_events(term.fence(), keep).await) {
             tracing::warn!(error = %e, "event pruning failed");
+        }
+        prune_request_ids(&store, &term, request_ids).await;
+    }
+}
+
+/// Deletes the request ids older than `retention`, a batch per transaction
+/// (so no write waits long behind one), until none is left or the term
+/// ends.
+async fn prune_request_ids<S: Store>(store: &S, term: &Term, retention: std::time::Duration) {
+    let before = now_ms().saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    while term.live() {
+        match term.check(
+            store
+                .prune_request_ids(term.fence(), before, REQUEST_ID_PRUNE_BATCH)
+                .await,
+        ) {
+            Ok(n) if n < u64::from(REQUEST_ID_PRUNE_BATCH) => return,
+            Ok(_) => tokio::task::yield_now().await,
+            Err(e) => {
+                tracing::warn!(error = %e, "request id pruning failed");
+                return;
+            }
         }
     }
 }
