@@ -73,7 +73,7 @@ pub struct Config {
     pub shutdown_drain_ms: u64,
     /// How long the lease of the background work (driving agents, export,
     /// pruning) lasts unless renewed, in milliseconds: when its holder dies,
-    /// another service with `--runner` takes it over after at most this.
+    /// another service takes it over after at most this.
     #[arg(long, env = "TROUPE_LEASE_TTL_MS", default_value_t = 2000,
           value_parser = clap::value_parser!(u64).range(100..))]
     pub lease_ttl_ms: u64,
@@ -85,6 +85,12 @@ pub struct Config {
     /// Events kept for watchers that resume; older ones are pruned.
     #[arg(long, env = "TROUPE_EVENT_RETENTION", default_value_t = 100_000)]
     pub event_retention: u64,
+    /// How long a request id is remembered, in seconds: a create or send
+    /// retried with the same request id within this replays the first
+    /// call's answer; after it, the call is new. Older records are pruned.
+    #[arg(long, env = "TROUPE_REQUEST_ID_RETENTION_SECS", default_value_t = 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_id_retention_secs: u64,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -189,5 +195,10 @@ impl Config {
 
     pub fn start_deadline(&self) -> Duration {
         Duration::from_secs(self.start_deadline_secs)
+    }
+
+    /// How long a request id is remembered (`--request-id-retention-secs`).
+    pub fn request_id_retention(&self) -> Duration {
+        Duration::from_secs(self.request_id_retention_secs)
     }
 }

@@ -43,7 +43,7 @@ use crate::{
     auth::Tokens,
     driver::Driver,
     service::{Inner, Service},
-    store::{PgStore, SqliteStore, Store},
+    store::{Holder, PgStore, SqliteStore, Store},
 };
 
 /// How often the store does its upkeep ([`Store::maintain`]).
@@ -116,22 +116,24 @@ async fn serve_with_store<S: Store + Clone>(
         }
         None => None,
     };
-    // Services with a runner take turns at the background work; a SQLite
-    // service is alone on its database, so it always does it (pruning and
-    // export, and the driving if it has a runner).
-    let owns = driver.is_some() || !S::SHARED;
-    let owner = owns.then(|| {
-        tokio::spawn(owner::run(
-            owner::Work {
-                store: store.clone(),
-                driver: driver.clone(),
-                timing,
-                keep: config.event_retention,
-                lives_from: Some(lives_from),
-            },
-            cancel.clone(),
-        ))
-    });
+    // Every service takes its turn at the background work (the lease): a
+    // SQLite service is alone on its database, so it always holds it; of
+    // replicas on PostgreSQL, one at a time. The holder prunes and exports,
+    // and drives agents if it has a runner: replicas are given the same
+    // `--runner`, or none (docs/operating.md).
+    let owner = {
+        let work = owner::Work {
+            store: store.clone(),
+            driver: driver.clone(),
+            timing,
+            keep: config.event_retention,
+            request_ids: config.request_id_retention(),
+            lives_from: Some(lives_from),
+        };
+        let holder = Holder::generate();
+        let first = owner::first_try(&work, &holder).await;
+        tokio::spawn(owner::run(work, holder, first, cancel.clone()))
+    };
     let service = Service::new(Inner {
         store: store.clone(),
         tokens,
@@ -139,6 +141,7 @@ async fn serve_with_store<S: Store + Clone>(
         workspaces_dir: config.workspaces_dir(),
         shutdown: cancel.clone(),
         driver,
+        request_id_retention: config.request_id_retention(),
     });
     metrics::observe_active(store.clone());
     let upkeep = tokio::spawn(upkeep(store, cancel.clone()));
@@ -207,9 +210,7 @@ async fn serve_with_store<S: Store + Clone>(
     stop.abort();
     cancel.cancel();
     let _ = upkeep.await;
-    if let Some(owner) = owner {
-        let _ = owner.await;
-    }
+    let _ = owner.await;
     served.unwrap_or(Ok(()))
 }
 

@@ -137,6 +137,10 @@ pub struct Idempotency {
     pub action: &'static str,
     pub request_id: String,
     pub payload_hash: String,
+    /// Where the request id's window starts (ms since the Unix epoch): an
+    /// earlier call's record made before it has expired, and this call is
+    /// new (`--request-id-retention-secs`).
+    pub window_start_ms: i64,
 }
 
 /// One audit entry to append.

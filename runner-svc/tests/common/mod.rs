@@ -7,6 +7,7 @@
 
 pub mod pair;
 pub mod private_engine;
+pub mod replicas;
 
 use std::{
     collections::HashMap,

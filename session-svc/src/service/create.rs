@@ -106,6 +106,7 @@ pub async fn root<S: Store>(
             &req.agent_name,
             &req.initial_message,
         ],
+        inner.request_id_retention,
     )?;
     let new = new_session(
         caller,
@@ -203,6 +204,7 @@ pub async fn child<S: Store>(
             &req.initial_message,
             mode.as_str_name(),
         ],
+        inner.request_id_retention,
     )?;
     let callback = mode == pb::ExecutionMode::Callback;
     let new = new_session(

@@ -54,6 +54,8 @@ pub struct Inner<S> {
     pub shutdown: CancellationToken,
     /// Starts and follows agents; `None` without a runner.
     pub driver: Option<Arc<Driver<S>>>,
+    /// How long a request id replays its first call's answer.
+    pub request_id_retention: std::time::Duration,
 }
 
 /// The gRPC service.
@@ -325,12 +327,14 @@ fn record_all<const N: usize>(span: &tracing::Span, values: [(&str, &dyn tracing
     span.record_all(&fields.value_set(&pairs));
 }
 
-/// Builds the idempotency key of a call, or none without a request id.
+/// Builds the idempotency key of a call, or none without a request id; an
+/// earlier call's record older than `retention` no longer counts.
 fn idempotency(
     caller: &Caller,
     action: &'static str,
     request_id: &str,
     payload: &[&str],
+    retention: std::time::Duration,
 ) -> Result<Option<Idempotency>, SessionError> {
     if request_id.is_empty() {
         return Ok(None);
@@ -346,6 +350,8 @@ fn idempotency(
         action,
         request_id: request_id.to_owned(),
         payload_hash: hex::encode(hash.finalize()),
+        window_start_ms: crate::model::now_ms()
+            .saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)),
     }))
 }
 

@@ -30,7 +30,10 @@ use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
-pub use lease::{BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming};
+pub use lease::{
+    BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
+    REQUEST_ID_PRUNE_BATCH,
+};
 pub use postgres::{
     EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
     PgStore, is_postgres_url, redacted_url,
@@ -114,10 +117,6 @@ pub enum EventPage {
 
 /// The ledger's storage.
 pub trait Store: Send + Sync + Clone + 'static {
-    /// Whether several services may share the database (PostgreSQL): then
-    /// only those with a runner try for the lease of the background work.
-    const SHARED: bool;
-
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
         &self,
@@ -202,6 +201,17 @@ pub trait Store: Send + Sync + Clone + 'static {
         fence: &Fence,
         keep: u64,
     ) -> impl Future<Output = Result<i64, SessionError>> + Send;
+
+    /// Deletes at most `limit` request-id records of callers' calls made
+    /// before `before_ms` (ms since the Unix epoch), in one transaction;
+    /// returns how many it deleted. Background work: refused unless `fence`
+    /// is the lease's term.
+    fn prune_request_ids(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
     /// Periodic upkeep the backend needs (SQLite: checkpointing its
     /// write-ahead log, returning free pages to the file system), a bounded

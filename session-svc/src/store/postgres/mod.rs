@@ -82,6 +82,19 @@ impl PgStore {
         Ok(pruned)
     }
 
+    async fn prune_request_ids_once(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut tx = self.pool.begin().await?;
+        lease::check(&mut tx, fence).await?;
+        let pruned = events::prune_request_ids(&mut tx, before_ms, limit).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
     /// Wakes the local watchers after a commit.
     fn published(&self, ended: bool) {
         self.events_written.send_modify(|n| *n = n.wrapping_add(1));
@@ -127,8 +140,6 @@ async fn pause(tries: u32, error: &SessionError) {
 }
 
 impl Store for PgStore {
-    const SHARED: bool = true;
-
     async fn create_root(
         &self,
         new: NewSession,
@@ -223,6 +234,15 @@ impl Store for PgStore {
 
     async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
         retrying!(self.prune_events_once(fence, keep))
+    }
+
+    async fn prune_request_ids(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        retrying!(self.prune_request_ids_once(fence, before_ms, limit))
     }
 
     async fn maintain(&self) -> Result<Maintenance, SessionError> {

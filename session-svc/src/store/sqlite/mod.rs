@@ -151,8 +151,6 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    const SHARED: bool = false;
-
     async fn create_root(
         &self,
         new: NewSession,
@@ -238,6 +236,20 @@ impl Store for SqliteStore {
         let mut tx = Write::begin(&mut w.conn).await?;
         lease::check(tx.conn(), fence).await?;
         let pruned = tx.prune_events(keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    async fn prune_request_ids(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        lease::check(tx.conn(), fence).await?;
+        let pruned = tx.prune_request_ids(before_ms, limit).await?;
         tx.commit().await?;
         Ok(pruned)
     }
