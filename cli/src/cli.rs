@@ -56,6 +56,52 @@ pub enum Command {
     },
     /// Read the audit log (operator only).
     Audit(AuditArgs),
+    /// Manage the agent definitions kept in the database, shared by every
+    /// session service on it (operator only).
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Store an agent definition (a Markdown file with YAML front matter, as
+    /// in an `Agents/` directory) under its file's name, replacing the one of
+    /// that name. Sessions created afterwards use it; running ones keep
+    /// their command.
+    Apply(AgentApplyArgs),
+    /// List the agent definitions kept in the database (not the files).
+    List(AgentListArgs),
+    /// Remove an agent definition from the database.
+    Rm(AgentRmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AgentApplyArgs {
+    /// The definition, `NAME.md`: NAME is the agent's name.
+    #[arg(value_name = "FILE.md")]
+    pub file: PathBuf,
+    /// The workspace it is for. Default: every workspace (a workspace's own
+    /// definition of the same name comes first).
+    #[arg(long, value_name = "W")]
+    pub workspace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentListArgs {
+    /// Only the definitions for this workspace. Default: every definition.
+    #[arg(long, value_name = "W")]
+    pub workspace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentRmArgs {
+    /// The agent's name.
+    pub name: String,
+    /// The workspace the definition is for. Default: the one for every workspace.
+    #[arg(long, value_name = "W")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,7 +147,8 @@ pub struct CreateArgs {
     /// Workspace of the new tree (with --parent: checked against the parent's, if given).
     #[arg(long, required_unless_present = "parent")]
     pub workspace: Option<String>,
-    /// Agent to run (`<workspace>/Agents/<name>.md`).
+    /// Agent to run: its definition in the database (`troupe agent`), else
+    /// `<workspace>/Agents/<name>.md`, else `Agents/<name>.md`.
     #[arg(long)]
     pub agent: String,
     #[arg(long, default_value = "")]

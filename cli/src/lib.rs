@@ -1,6 +1,7 @@
 //! `troupe`, the operator's command line for Troupe's session service: create
 //! spawn trees and child sessions, list, inspect, message, watch and end them,
-//! read the audit log. Text output by default, JSON with `--json`.
+//! read the audit log, manage the agent definitions kept in the database.
+//! Text output by default, JSON with `--json`.
 //!
 //! - [`cli`]: the command line (clap derive), flags with `TROUPE_*` variables.
 //! - [`connect`]: endpoints, token lookup (`--token`, `TROUPE_OPERATOR_TOKEN`,
@@ -84,6 +85,7 @@ async fn execute(cli: &Cli, setting: &mut Setting) -> anyhow::Result<()> {
     let result = match &cli.command {
         Command::Session { command } => cmd::session(&mut ctx, command).await,
         Command::Audit(args) => cmd::audit::run(&mut ctx, args).await,
+        Command::Agent { command } => cmd::agent::run(&mut ctx, command).await,
     };
     *setting = ctx.setting;
     result

@@ -249,6 +249,20 @@ pub fn audit_entry(a: &pb::AuditEntry) -> Value {
     })
 }
 
+/// Returns an agent definition kept in the database; `workspace_id` is
+/// null for the one for every workspace.
+pub fn agent(a: &pb::AgentDefinition) -> Value {
+    json!({
+        "workspace_id": text(&a.workspace_id),
+        "name": a.name,
+        "description": text(&a.description),
+        "command": a.command,
+        "updated_at": timestamp(a.updated_at.as_ref()),
+        "updated_by": a.updated_by,
+        "definition": a.definition,
+    })
+}
+
 /// Returns a session with its `children`, nested: the JSON form of a tree.
 pub fn tree(node: &crate::tree::Node) -> Value {
     let mut object = match session(&node.session) {

@@ -15,7 +15,7 @@ use troupe_proto::session::{
 };
 use troupe_session_svc::{
     model::{ExitReason, ProcessChange, ProcessExit},
-    store::{SqliteStore, Store},
+    store::{Holder, SqliteStore, Store},
 };
 use troupe_tests::{OPERATOR_TOKEN, TestServer, child, create_child};
 
@@ -113,6 +113,12 @@ async fn agent_written_text_reaches_the_terminal_escaped() {
     let store = SqliteStore::open(&server.config.database_url())
         .await
         .expect("open store");
+    // The runner's reports are the lease holder's to write.
+    let fence = store
+        .acquire_lease(&Holder::generate(), Duration::from_secs(60))
+        .await
+        .expect("acquire the lease")
+        .expect("the lease is free once the service stopped");
     let mut output = HOSTILE.as_bytes().to_vec();
     output.extend_from_slice(b"\xff\xfe\x1b[31m red \xc3\n");
     let exit = ProcessExit {
@@ -132,7 +138,7 @@ async fn agent_written_text_reaches_the_terminal_escaped() {
     .enumerate()
     {
         store
-            .record_process(&root.session_id, seq as u64 + 1, change, 16 * 1024)
+            .record_process(&fence, &root.session_id, seq as u64 + 1, change, 16 * 1024)
             .await
             .expect("record");
     }

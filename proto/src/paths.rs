@@ -31,28 +31,52 @@ pub fn operator_token_path(data_dir: &Path) -> PathBuf {
 /// `<data-dir>/operator.token`, generated (mode 0600) on first start.
 pub fn operator_token(configured: Option<&str>, data_dir: &Path) -> anyhow::Result<String> {
     if let Some(token) = configured {
-        let token = token.trim();
-        anyhow::ensure!(
-            token.len() >= 16,
-            "the operator token must be at least 16 characters"
-        );
-        return Ok(token.to_owned());
+        return configured_operator_token(token);
     }
+    if let Some(token) = read_operator_token(data_dir)? {
+        return Ok(token);
+    }
+    let token = generate_operator_token();
+    write_operator_token(data_dir, &token)?;
+    Ok(token)
+}
+
+/// Checks a configured operator token (trimmed): at least 16 characters.
+pub fn configured_operator_token(token: &str) -> anyhow::Result<String> {
+    let token = token.trim();
+    anyhow::ensure!(
+        token.len() >= 16,
+        "the operator token must be at least 16 characters"
+    );
+    Ok(token.to_owned())
+}
+
+/// Returns the token in `<data-dir>/operator.token`, if there is one (an
+/// empty file counts as none); refuses a file others may read or write.
+pub fn read_operator_token(data_dir: &Path) -> anyhow::Result<Option<String>> {
     let path = operator_token_path(data_dir);
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => {
             check_private(&path)?;
-            return Ok(token.trim().to_owned());
+            Ok(Some(token.trim().to_owned()))
         }
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
     }
+}
+
+/// Returns a new random operator token (`troupe-op-` and 64 hex digits).
+pub fn generate_operator_token() -> String {
     let mut raw = [0u8; 32];
     rand::rng().fill_bytes(&mut raw);
-    let token = format!("troupe-op-{}", hex::encode(raw));
-    write_private(&path, &token)?;
-    Ok(token)
+    format!("troupe-op-{}", hex::encode(raw))
+}
+
+/// Writes `token` to `<data-dir>/operator.token`, mode 0600, replacing
+/// what the file held.
+pub fn write_operator_token(data_dir: &Path, token: &str) -> anyhow::Result<()> {
+    write_private(&operator_token_path(data_dir), token)
 }
 
 /// Refuses a token file that users other than its owner may read or write:

@@ -1,10 +1,15 @@
 //! Configuration of the runner: the `troupe-runner` flags, each with a
 //! `TROUPE_*` variable.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use clap::Parser;
 use troupe_proto::paths::default_data_dir;
+
+use crate::relay;
 
 /// `troupe-runner`: runs each session's agent by `docker exec` in its
 /// workspace's persistent container, and streams its output back.
@@ -40,11 +45,34 @@ pub struct Config {
     /// `<data-dir>/runner/tools`.
     #[arg(long, env = "TROUPE_TOOLS_DIR")]
     pub tools_dir: Option<PathBuf>,
-    /// The session service's Unix socket; its directory is mounted read-only
-    /// at `/run/troupe/session`, so agents reach the service with no network.
-    /// Default: `<data-dir>/run/session.sock`.
-    #[arg(long, env = "TROUPE_SESSION_SOCKET")]
+    /// The session service's Unix socket, when it runs on this host; its
+    /// directory is mounted read-only at `/run/troupe/session`, so agents
+    /// reach the service with no network. Default:
+    /// `<data-dir>/run/session.sock`, unless `--session-endpoint` is given.
+    #[arg(
+        long,
+        env = "TROUPE_SESSION_SOCKET",
+        conflicts_with = "session_endpoint"
+    )]
     pub session_socket: Option<PathBuf>,
+    /// The session service's TCP endpoints (`http://host:port`), when it runs
+    /// elsewhere; replicas' endpoints separated by commas. The runner then
+    /// serves agents a socket of its own, `<data-dir>/runner/relay/session.sock`,
+    /// mounted where the service's would be, and relays each connection
+    /// byte for byte to the first endpoint that accepts one. It adds no
+    /// token or header: agents' calls carry their own.
+    #[arg(
+        long,
+        env = "TROUPE_SESSION_ENDPOINT",
+        value_name = "ENDPOINT[,ENDPOINT...]",
+        value_delimiter = ','
+    )]
+    pub session_endpoint: Vec<String>,
+    /// Most agents' connections relayed at once (with `--session-endpoint`);
+    /// one beyond is closed at once, and counted.
+    #[arg(long, env = "TROUPE_RELAY_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub relay_max_connections: u32,
     /// Network of workspace containers (`none`, `bridge`, a network name).
     #[arg(long, env = "TROUPE_NETWORK", default_value = "none")]
     pub network: String,
@@ -188,9 +216,48 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("workspaces"))
     }
 
-    pub fn session_socket(&self) -> PathBuf {
-        self.session_socket
-            .clone()
-            .unwrap_or_else(|| troupe_proto::paths::session_socket_path(&self.data_dir))
+    /// How agents reach the session service: its own socket on this host,
+    /// or the runner's relay. Both given is an error.
+    pub fn agent_socket(&self) -> anyhow::Result<AgentSocket> {
+        if self.session_endpoint.is_empty() {
+            return Ok(AgentSocket::Local(
+                self.session_socket
+                    .clone()
+                    .unwrap_or_else(|| troupe_proto::paths::session_socket_path(&self.data_dir)),
+            ));
+        }
+        anyhow::ensure!(
+            self.session_socket.is_none(),
+            "--session-socket and --session-endpoint exclude each other: give the \
+             session service's socket when it runs on this host, its endpoints when \
+             it runs elsewhere"
+        );
+        Ok(AgentSocket::Relayed {
+            socket: self.state_dir().join("relay").join(relay::SOCKET_NAME),
+            upstreams: relay::parse_endpoints(&self.session_endpoint)?,
+        })
+    }
+}
+
+/// The socket agents reach the session service through, whose directory
+/// is mounted at `/run/troupe/session`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentSocket {
+    /// The session service's own, on this host.
+    Local(PathBuf),
+    /// The runner's, relayed to the service's TCP endpoints.
+    Relayed {
+        socket: PathBuf,
+        upstreams: Vec<relay::Upstream>,
+    },
+}
+
+impl AgentSocket {
+    /// The socket's path on this host.
+    pub fn path(&self) -> &Path {
+        match self {
+            AgentSocket::Local(path) => path,
+            AgentSocket::Relayed { socket, .. } => socket,
+        }
     }
 }

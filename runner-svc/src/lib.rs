@@ -14,7 +14,9 @@
 //!   the runner and the supervisor.
 //! - [`service`]: the gRPC handlers.
 //! - [`register`]: registration with the session service, as one of several runners.
-//! - [`metrics`]: exec start latency, container recreations.
+//! - [`relay`]: the agents' socket relayed to a session service elsewhere
+//!   (`--session-endpoint`).
+//! - [`metrics`]: exec start latency, container recreations, the relay.
 //!
 //! [`serve`] runs the whole service on a listener the caller bound.
 
@@ -27,6 +29,7 @@ pub mod layout;
 pub mod log;
 pub mod metrics;
 pub mod register;
+pub mod relay;
 pub mod request;
 pub mod service;
 pub mod supervisor;
@@ -42,11 +45,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use troupe_proto::{drain::Drain, runner::runner_service_server::RunnerServiceServer};
 
-pub use config::Config;
+pub use config::{AgentSocket, Config};
 
 use crate::{
     docker::{ContainerSpec, Engine},
     exec::{Runner, Settings},
+    relay::Relay,
     service::Service,
 };
 
@@ -62,6 +66,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let agent_socket = config.agent_socket()?;
     raise_open_files_limit();
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir)
@@ -83,11 +88,20 @@ pub async fn serve(
         tools_dir.display(),
         layout::SUPERVISOR
     );
-    let socket = config.session_socket();
+    let socket = agent_socket.path().to_path_buf();
     let socket_dir = socket.parent().map(Path::to_path_buf);
     if let Some(dir) = &socket_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    // Bound before any container can mount its directory.
+    let relay = match agent_socket {
+        AgentSocket::Local(_) => None,
+        AgentSocket::Relayed { socket, upstreams } => Some(Relay::bind(
+            &socket,
+            upstreams,
+            config.relay_max_connections as usize,
+        )?),
+    };
     let spec = ContainerSpec {
         image: config.image.clone(),
         network: config.network.clone(),
@@ -138,6 +152,12 @@ pub async fn serve(
         std::time::Duration::from_millis(config.shutdown_drain_ms),
     );
     drain.serving().await;
+    let relay = relay.map(|relay| {
+        tokio::spawn(relay.run(
+            cancel.clone(),
+            std::time::Duration::from_millis(config.shutdown_drain_ms),
+        ))
+    });
     engine_watch::start(runner.clone(), health, cancel.clone()).await;
     let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
@@ -167,6 +187,10 @@ pub async fn serve(
     }
     stop.abort();
     cancel.cancel();
+    if let Some(relay) = relay {
+        // Bounded by the drain time, which began with the cancel.
+        let _ = relay.await;
+    }
     served.unwrap_or(Ok(())).context("grpc server failed")
 }
 

@@ -3,133 +3,21 @@
 //! `scripts/pg-env`; the binary comes from `cargo build -p
 //! troupe-session-svc`). One owns the background work at a time; when it is
 //! killed (SIGKILL) another takes over within a few seconds and nothing is
-//! lost or repeated; an owner paused past its lease writes nothing once it
-//! wakes.
+//! lost or repeated (an owner paused past its lease: `paused_owner.rs`).
 
 mod common;
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
-use base64::Engine as _;
-use common::{MINUTE, TestRunner};
+use common::{
+    MINUTE, TestRunner,
+    replicas::{LINES, output, replica, status, until},
+};
 use troupe_proto::session::{
     CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, SessionStatus, TrustLevel,
 };
-use troupe_session_svc::{
-    model::{EventFilter, EventKind},
-    store::{EventPage, PgStore, Store},
-};
-use troupe_tests::{OPERATOR_TOKEN, process::SessionProcess};
-
-/// Lines the root agent prints, one every 20 ms, before it echoes its stdin.
-const LINES: usize = 250;
-
-fn binary() -> String {
-    let exe = std::env::current_exe().unwrap();
-    let path: PathBuf = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("troupe-session");
-    assert!(
-        path.exists(),
-        "build the service first: cargo build -p troupe-session-svc ({})",
-        path.display()
-    );
-    path.display().to_string()
-}
-
-/// A replica on `url` driving `runner`, with agents `printer` and `brief`.
-fn replica(url: &str, runner: &str) -> SessionProcess {
-    let dir = tempfile::tempdir().unwrap();
-    let agents = dir.path().join("workspaces/Agents");
-    std::fs::create_dir_all(&agents).unwrap();
-    let printer =
-        format!("i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo line$i; sleep 0.02; done; cat");
-    for (name, script) in [
-        ("printer", printer.as_str()),
-        ("brief", "sleep 3; echo done"),
-    ] {
-        let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
-        std::fs::write(
-            agents.join(format!("{name}.md")),
-            format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n"),
-        )
-        .unwrap();
-    }
-    SessionProcess::start_in(
-        &binary(),
-        dir,
-        &[
-            "--database-url",
-            url,
-            "--runner",
-            runner,
-            "--lease-ttl-ms",
-            "1000",
-            "--lease-renew-ms",
-            "200",
-        ],
-        &[],
-    )
-}
-
-async fn until<T, F: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    limit: Duration,
-    mut probe: impl FnMut() -> F,
-) -> T {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Every output byte of a session's output events, in order.
-async fn output(store: &PgStore, id: &str) -> String {
-    let filter = EventFilter {
-        session_id: Some(id.to_owned()),
-        ..EventFilter::default()
-    };
-    let mut cursor = 0;
-    let mut out = Vec::new();
-    loop {
-        let EventPage::Events(events) = store.events_after(&filter, cursor, 500).await.unwrap()
-        else {
-            panic!("pruned");
-        };
-        if events.is_empty() {
-            return String::from_utf8_lossy(&out).into_owned();
-        }
-        for e in events {
-            cursor = e.id;
-            if e.kind == EventKind::Output {
-                let detail: serde_json::Value = serde_json::from_str(&e.detail).unwrap();
-                out.extend(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(detail["data"].as_str().unwrap())
-                        .unwrap(),
-                );
-            }
-        }
-    }
-}
-
-async fn status(client: &mut troupe_tests::Client, id: &str) -> SessionStatus {
-    client
-        .get_session(troupe_tests::get(id))
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
-        .status()
-}
+use troupe_session_svc::store::{PgStore, Store};
+use troupe_tests::OPERATOR_TOKEN;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {

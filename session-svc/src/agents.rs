@@ -1,7 +1,11 @@
-//! Agent definitions: `<workspaces-dir>/<workspace>/Agents/<name>.md`, else
-//! `<workspaces-dir>/Agents/<name>.md`. Markdown with YAML front matter in the
-//! format Claude Code uses for its agent files (`name`, `description`,
-//! `tools`, `model`), plus `command`, the argv Troupe runs.
+//! Agent definitions, looked up in this order ([`find`]): the database's
+//! for the workspace, the database's for every workspace (applied by
+//! operators, shared by every service on the database), then the files
+//! `<workspaces-dir>/<workspace>/Agents/<name>.md`, else
+//! `<workspaces-dir>/Agents/<name>.md` ([`lookup`]). Markdown with YAML front
+//! matter in the format Claude Code uses for its agent files (`name`,
+//! `description`, `tools`, `model`), plus `command`, the argv Troupe runs;
+//! one parser ([`parse`]) reads files and applied definitions alike.
 //!
 //! Workspace ids and agent names are slugs ([`validate_slug`]), so they can
 //! never name a path outside the workspaces directory.
@@ -10,7 +14,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::error::{Reason, SessionError};
+use crate::{
+    error::{Reason, SessionError},
+    store::Store,
+};
 
 /// Longest workspace id or agent name.
 pub use troupe_proto::names::MAX_SLUG_LEN;
@@ -55,7 +62,24 @@ enum Command {
     Line(String),
 }
 
-/// Finds and parses the definition of `agent` for `workspace`.
+/// Finds the definition a session of `workspace` named `agent` runs: the
+/// database's for the workspace, else the database's for every workspace,
+/// else the files ([`lookup`]).
+pub async fn find(
+    store: &impl Store,
+    workspaces_dir: &Path,
+    workspace: &str,
+    agent: &str,
+) -> Result<AgentDefinition, SessionError> {
+    validate_slug("workspace_id", workspace)?;
+    validate_slug("agent_name", agent)?;
+    if let Some(stored) = store.find_agent(workspace, agent).await? {
+        return Ok(stored.definition);
+    }
+    lookup(workspaces_dir, workspace, agent)
+}
+
+/// Finds and parses the file defining `agent` for `workspace`.
 pub fn lookup(
     workspaces_dir: &Path,
     workspace: &str,

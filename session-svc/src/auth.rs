@@ -21,6 +21,7 @@ use tonic::metadata::MetadataMap;
 
 use crate::{
     error::{Reason, SessionError},
+    model::OperatorToken,
     store::Store,
 };
 
@@ -49,7 +50,7 @@ pub enum Bearer {
 
 /// Mints and verifies tokens.
 pub struct Tokens {
-    operator: String,
+    operator: OperatorToken,
     ttl: Duration,
     /// kid of the key that signs new tokens.
     current: String,
@@ -68,7 +69,7 @@ impl Tokens {
     /// Loads the signing keys from the store, creating the first one if there is none.
     pub async fn load(
         store: &impl Store,
-        operator: String,
+        operator: OperatorToken,
         ttl: Duration,
     ) -> Result<Self, SessionError> {
         let mut keys = store.signing_keys().await?;
@@ -88,12 +89,12 @@ impl Tokens {
         })
     }
 
-    /// Mints a token bound to `session_id`; returns it and its expiry (Unix seconds).
     /// The operator token, for calls to the runner.
     pub fn operator(&self) -> &str {
-        &self.operator
+        self.operator.expose()
     }
 
+    /// Mints a token bound to `session_id`; returns it and its expiry (Unix seconds).
     pub fn mint(&self, session_id: &str) -> Result<(String, u64), SessionError> {
         let iat = unix_now();
         let exp = iat + self.ttl.as_secs().max(1);
@@ -122,7 +123,7 @@ impl Tokens {
     /// Classifies and verifies a bearer token. Session tokens signed by a key
     /// this process has not seen yet are checked against the store's keys.
     pub async fn verify(&self, token: &str, store: &impl Store) -> Result<Bearer, SessionError> {
-        if bool::from(token.as_bytes().ct_eq(self.operator.as_bytes())) {
+        if bool::from(token.as_bytes().ct_eq(self.operator.expose().as_bytes())) {
             return Ok(Bearer::Operator);
         }
         let invalid = || SessionError::refused(Reason::TokenInvalid, "invalid session token");

@@ -21,7 +21,7 @@ pub struct Config {
     /// Address to serve Prometheus metrics on, at `/metrics` (off unless set).
     #[arg(long, env = "TROUPE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
-    /// Where the embedded database and the operator token live.
+    /// Where the embedded database and the operator token's file live.
     #[arg(long, env = "TROUPE_DATA_DIR", default_value_os_t = default_data_dir())]
     pub data_dir: PathBuf,
     /// Database URL: `sqlite://PATH`, or `postgres://USER:PASSWORD@HOST[:PORT]/DB`
@@ -29,8 +29,9 @@ pub struct Config {
     /// at `<data-dir>/troupe.db`.
     #[arg(long, env = "TROUPE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Root of the workspaces: `<dir>/<workspace>/Agents/<name>.md`, then `<dir>/Agents/<name>.md`.
-    /// Default: `<data-dir>/workspaces`.
+    /// Root of the workspaces. Agent definitions are looked up in the
+    /// database (`troupe agent apply`), then in `<dir>/<workspace>/Agents/<name>.md`,
+    /// then `<dir>/Agents/<name>.md`. Default: `<data-dir>/workspaces`.
     #[arg(long, env = "TROUPE_WORKSPACES_DIR")]
     pub workspaces_dir: Option<PathBuf>,
     /// Unix socket to serve on as well (agents in workspace containers reach
@@ -38,7 +39,10 @@ pub struct Config {
     /// Default: `<data-dir>/run/session.sock`.
     #[arg(long, env = "TROUPE_SESSION_SOCKET")]
     pub socket: Option<PathBuf>,
-    /// Operator token; default: read from, or generated into, `<data-dir>/operator.token`.
+    /// Operator token. The database keeps one for every service on it: the
+    /// first service to start stores its own; a service configured with
+    /// another refuses to start. Default: the database's, else the one in
+    /// `<data-dir>/operator.token`, else a new one; written to that file.
     #[arg(long, env = "TROUPE_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
     /// The embedded runner, which starts agents with no registration
@@ -80,7 +84,7 @@ pub struct Config {
     pub shutdown_drain_ms: u64,
     /// How long the lease of the background work (driving agents, export,
     /// pruning) lasts unless renewed, in milliseconds: when its holder dies,
-    /// another service with `--runner` takes it over after at most this.
+    /// another service takes it over after at most this.
     #[arg(long, env = "TROUPE_LEASE_TTL_MS", default_value_t = 2000,
           value_parser = clap::value_parser!(u64).range(100..))]
     pub lease_ttl_ms: u64,
@@ -92,6 +96,12 @@ pub struct Config {
     /// Events kept for watchers that resume; older ones are pruned.
     #[arg(long, env = "TROUPE_EVENT_RETENTION", default_value_t = 100_000)]
     pub event_retention: u64,
+    /// How long a request id is remembered, in seconds: a create or send
+    /// retried with the same request id within this replays the first
+    /// call's answer; after it, the call is new. Older records are pruned.
+    #[arg(long, env = "TROUPE_REQUEST_ID_RETENTION_SECS", default_value_t = 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_id_retention_secs: u64,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -210,5 +220,10 @@ impl Config {
 
     pub fn start_deadline(&self) -> Duration {
         Duration::from_secs(self.start_deadline_secs)
+    }
+
+    /// How long a request id is remembered (`--request-id-retention-secs`).
+    pub fn request_id_retention(&self) -> Duration {
+        Duration::from_secs(self.request_id_retention_secs)
     }
 }

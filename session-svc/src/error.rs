@@ -177,6 +177,11 @@ pub enum SessionError {
         field: &'static str,
         message: String,
     },
+    /// An agent definition sent to be stored is not valid; the message is
+    /// the parser's, as for a file (`AGENT_INVALID`, but `INVALID_ARGUMENT`:
+    /// the request is at fault, not the service's state).
+    #[error("{0}")]
+    InvalidAgent(String),
     /// The database failed the call; the backend says how (see [`StorageError`]).
     #[error("{0}")]
     Storage(StorageError),
@@ -229,6 +234,7 @@ impl SessionError {
             SessionError::Refused { reason, .. } => *reason,
             SessionError::SessionNotFound { .. } => Reason::SessionNotFound,
             SessionError::InvalidArgument { .. } => Reason::InvalidArgument,
+            SessionError::InvalidAgent(_) => Reason::AgentInvalid,
             SessionError::Storage(e) => match e.kind {
                 StorageKind::Unavailable | StorageKind::Conflict => Reason::Unavailable,
                 StorageKind::Other => Reason::Internal,
@@ -263,6 +269,10 @@ impl From<SessionError> for Status {
                 metadata.insert("field".to_owned(), (*field).to_owned());
                 err.to_string()
             }
+            SessionError::InvalidAgent(_) => {
+                metadata.insert("field".to_owned(), "definition".to_owned());
+                err.to_string()
+            }
             SessionError::Refused {
                 quota, retry_after, ..
             } => {
@@ -287,7 +297,11 @@ impl From<SessionError> for Status {
         };
         let message = bounded(message);
         details.set_error_info(reason.as_str(), ERROR_DOMAIN, metadata);
-        Status::with_error_details(reason.code(), message, details)
+        let code = match err {
+            SessionError::InvalidAgent(_) => Code::InvalidArgument,
+            _ => reason.code(),
+        };
+        Status::with_error_details(code, message, details)
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: flags, `TROUPE_*` variables and spawn limits.
 //! - [`auth`]: session tokens and the operator token.
+//! - [`operator`]: the operator token, kept in the database for every replica.
 //! - [`policy`]: every rule (visibility, trust, quotas), as pure functions.
 //! - [`agents`]: agent definitions and slug validation.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
@@ -25,6 +26,7 @@ pub mod error;
 pub mod lives;
 pub mod metrics;
 pub mod model;
+pub mod operator;
 pub mod owner;
 pub mod placement;
 pub mod policy;
@@ -47,7 +49,7 @@ use crate::{
     auth::Tokens,
     driver::Driver,
     service::{Inner, Service},
-    store::{PgStore, SqliteStore, Store},
+    store::{Holder, PgStore, SqliteStore, Store},
 };
 
 /// How often the store does its upkeep ([`Store::maintain`]).
@@ -56,8 +58,9 @@ const MAINTAIN_EVERY: Duration = Duration::from_secs(1);
 /// Serves the session service on `listener` until `shutdown` completes.
 ///
 /// Opens (and migrates) the database, loads or creates the token signing
-/// key and the operator token, then serves `SessionService`,
-/// `FleetService`, gRPC health and server reflection (v1 and v1alpha).
+/// key, settles the operator token with the database ([`operator::settle`]),
+/// then serves `SessionService`, `FleetService`, gRPC health
+/// and server reflection (v1 and v1alpha).
 pub async fn serve(
     config: Config,
     listener: TcpListener,
@@ -66,13 +69,13 @@ pub async fn serve(
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let url = config.database_url();
-    let operator =
-        troupe_proto::paths::operator_token(config.operator_token.as_deref(), &config.data_dir)?;
     if store::is_postgres_url(&url) {
         let store = PgStore::open(&url)
             .await
             .with_context(|| format!("cannot open database {}", store::redacted_url(&url)))?
             .with_output_budget(config.output_budget());
+        let operator =
+            operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
         let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
         return serve_with_store(config, store, tokens, listener, shutdown).await;
     }
@@ -85,6 +88,8 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot open database {url}"))?
         .with_output_budget(config.output_budget());
+    let operator =
+        operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
     serve_with_store(config, store, tokens, listener, shutdown).await
 }
@@ -106,23 +111,29 @@ async fn serve_with_store<S: Store + Clone>(
         store.clone(),
         tokens.clone(),
         embedded,
+        store::is_postgres_url(&config.database_url()),
         tokens.operator(),
         config.output_tail_bytes,
         config.start_deadline(),
     )?;
-    // Every service takes its turn at the background work: the holder of
-    // the lease drives the runners (the embedded one and those that
-    // register), prunes and exports.
-    let owner = tokio::spawn(owner::run(
-        owner::Work {
+    // Every service takes its turn at the background work (the lease): a
+    // SQLite service is alone on its database, so it always holds it; of
+    // replicas on PostgreSQL, one at a time. The holder prunes, exports and
+    // drives the runners: the embedded one (`--runner`) and those that
+    // register (docs/operating.md).
+    let owner = {
+        let work = owner::Work {
             store: store.clone(),
             driver: Some(driver.clone()),
             timing,
             keep: config.event_retention,
+            request_ids: config.request_id_retention(),
             lives_from: Some(lives_from),
-        },
-        cancel.clone(),
-    ));
+        };
+        let holder = Holder::generate();
+        let first = owner::first_try(&work, &holder).await;
+        tokio::spawn(owner::run(work, holder, first, cancel.clone()))
+    };
     let service = Service::new(Inner {
         store: store.clone(),
         tokens,
@@ -130,6 +141,7 @@ async fn serve_with_store<S: Store + Clone>(
         workspaces_dir: config.workspaces_dir(),
         shutdown: cancel.clone(),
         driver: Some(driver),
+        request_id_retention: config.request_id_retention(),
     });
     metrics::observe_active(store.clone());
     let upkeep = tokio::spawn(upkeep(store, cancel.clone()));

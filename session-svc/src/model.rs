@@ -7,11 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
+mod shared;
 mod values;
 
 mod runner;
 
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
+pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
 pub use values::{EventKind, ExitReason, Principal};
 
 /// A session's trust level. Only ever narrows from parent to child.
@@ -138,6 +140,10 @@ pub struct Idempotency {
     pub action: &'static str,
     pub request_id: String,
     pub payload_hash: String,
+    /// Where the request id's window starts (ms since the Unix epoch): an
+    /// earlier call's record made before it has expired, and this call is
+    /// new (`--request-id-retention-secs`).
+    pub window_start_ms: i64,
 }
 
 /// One audit entry to append.

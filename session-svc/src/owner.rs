@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     driver::{Driver, Term},
     lives,
-    store::{Holder, LeaseTiming, Store},
+    model::now_ms,
+    store::{Fence, Holder, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Store},
 };
 
 /// How often old events are pruned.
@@ -28,20 +29,54 @@ pub struct Work<S: Store> {
     pub timing: LeaseTiming,
     /// Events kept for watchers (`--event-retention`).
     pub keep: u64,
+    /// How long request ids are remembered (`--request-id-retention-secs`).
+    pub request_ids: std::time::Duration,
     /// Whether life spans are exported, and from which event the first
     /// term exports ends (where the feed was when the service started).
     pub lives_from: Option<i64>,
 }
 
-/// Tries for the lease until `cancel`, and runs the work for every term it
+/// The first try for the lease, made before the service serves: if it is
+/// won, old events are pruned at once, so a restarted service serves with
+/// its retention applied (a cursor older than what is kept is refused from
+/// the first call). Returns the term's fence and when it was asked for.
+pub async fn first_try<S: Store>(work: &Work<S>, holder: &Holder) -> Option<(Fence, Instant)> {
+    let asked_at = Instant::now();
+    match work.store.acquire_lease(holder, work.timing.ttl).await {
+        Ok(Some(fence)) => {
+            if let Err(e) = work.store.prune_events(&fence, work.keep).await {
+                tracing::warn!(error = %e, "event pruning failed");
+            }
+            Some((fence, asked_at))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot try for the lease");
+            None
+        }
+    }
+}
+
+/// Runs the work for the term `first` won (see [`first_try`]), if any, then
+/// tries for the lease until `cancel`, and runs the work for every term it
 /// holds.
-pub async fn run<S: Store>(work: Work<S>, cancel: CancellationToken) {
-    let holder = Holder::generate();
+pub async fn run<S: Store>(
+    work: Work<S>,
+    holder: Holder,
+    mut first: Option<(Fence, Instant)>,
+    cancel: CancellationToken,
+) {
     let mut lives_from = work.lives_from;
     loop {
-        let asked_at = Instant::now();
-        match work.store.acquire_lease(&holder, work.timing.ttl).await {
-            Ok(Some(fence)) => {
+        let won = match first.take() {
+            Some((fence, asked_at)) => Ok((Some(fence), asked_at)),
+            None => {
+                let asked_at = Instant::now();
+                (work.store.acquire_lease(&holder, work.timing.ttl).await).map(|f| (f, asked_at))
+            }
+        };
+        match won {
+            Ok((Some(fence), asked_at)) => {
                 let term = Term::new(fence, work.timing.ttl, &cancel);
                 term.renewed(asked_at);
                 let from = match lives_from.take() {
@@ -57,7 +92,7 @@ pub async fn run<S: Store>(work: Work<S>, cancel: CancellationToken) {
                     return;
                 }
             }
-            Ok(None) => {}
+            Ok((None, _)) => {}
             Err(e) => tracing::warn!(error = %e, "cannot try for the lease"),
         }
         tokio::select! {
@@ -79,7 +114,12 @@ async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
     {
         tasks.spawn(lives::export(work.store.clone(), from, term.token()));
     }
-    tasks.spawn(prune(work.store.clone(), term.clone(), work.keep));
+    tasks.spawn(prune(
+        work.store.clone(),
+        term.clone(),
+        work.keep,
+        work.request_ids,
+    ));
     let mut renew = tokio::time::interval(work.timing.renew_every);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while term.live() {
@@ -105,8 +145,9 @@ async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
     while tasks.join_next().await.is_some() {}
 }
 
-/// Prunes old events at the start of the term, then every [`PRUNE_EVERY`].
-async fn prune<S: Store>(store: S, term: Term, keep: u64) {
+/// Prunes old events and expired request ids at the start of the term,
+/// then every [`PRUNE_EVERY`].
+async fn prune<S: Store>(store: S, term: Term, keep: u64, request_ids: std::time::Duration) {
     let mut every = tokio::time::interval(PRUNE_EVERY);
     loop {
         tokio::select! {
@@ -115,6 +156,28 @@ async fn prune<S: Store>(store: S, term: Term, keep: u64) {
         }
         if let Err(e) = term.check(store.prune_events(term.fence(), keep).await) {
             tracing::warn!(error = %e, "event pruning failed");
+        }
+        prune_request_ids(&store, &term, request_ids).await;
+    }
+}
+
+/// Deletes the request ids older than `retention`, a batch per transaction
+/// (so no write waits long behind one), until none is left or the term
+/// ends.
+async fn prune_request_ids<S: Store>(store: &S, term: &Term, retention: std::time::Duration) {
+    let before = now_ms().saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    while term.live() {
+        match term.check(
+            store
+                .prune_request_ids(term.fence(), before, REQUEST_ID_PRUNE_BATCH)
+                .await,
+        ) {
+            Ok(n) if n < u64::from(REQUEST_ID_PRUNE_BATCH) => return,
+            Ok(_) => tokio::task::yield_now().await,
+            Err(e) => {
+                tracing::warn!(error = %e, "request id pruning failed");
+                return;
+            }
         }
     }
 }

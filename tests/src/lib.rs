@@ -205,6 +205,31 @@ impl TestServer {
         path
     }
 
+    /// The command a session was created with, as its row in the database
+    /// keeps it (what the runner is asked to start), read on a connection
+    /// of the test's own.
+    pub async fn stored_command(&self, session_id: &str) -> Vec<String> {
+        use sqlx::Connection;
+        const SQL: &str = "SELECT agent_command FROM sessions WHERE session_id = $1";
+        let url = self.config.database_url();
+        let text: String = if postgres::is_postgres(&url) {
+            let mut db = sqlx::PgConnection::connect(&url).await.expect("connect");
+            sqlx::query_scalar(SQL)
+                .bind(session_id)
+                .fetch_one(&mut db)
+                .await
+        } else {
+            let url = url.replace("mode=rwc", "mode=ro");
+            let mut db = sqlx::SqliteConnection::connect(&url).await.expect("open");
+            sqlx::query_scalar(SQL)
+                .bind(session_id)
+                .fetch_one(&mut db)
+                .await
+        }
+        .expect("the session's row");
+        serde_json::from_str(&text).expect("a JSON argv")
+    }
+
     /// A client carrying `token` (or none).
     pub async fn client(&self, token: Option<&str>) -> Client {
         let channel = troupe_proto::endpoint::connect(&format!("http://{}", self.addr))
@@ -308,6 +333,14 @@ impl Drop for TestServer {
             });
         }
     }
+}
+
+/// An agent definition's Markdown, running `command`.
+pub fn agent_definition(name: &str, command: &[&str]) -> String {
+    let argv = serde_json::to_string(command).expect("JSON");
+    format!(
+        "---\nname: {name}\ndescription: {name} from the database\ncommand: {argv}\n---\nYou are {name}.\n"
+    )
 }
 
 /// A child request with the test agent.

@@ -44,6 +44,18 @@ impl SessionProcess {
         flags: &[&str],
         env: &[(&str, &str)],
     ) -> SessionProcess {
+        SessionProcess::start_logging(binary, dir, flags, env, None)
+    }
+
+    /// [`SessionProcess::start_in`], its log (stderr) written to `log`
+    /// instead of the test's own stderr, if given.
+    pub fn start_logging(
+        binary: &str,
+        dir: tempfile::TempDir,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&std::path::Path>,
+    ) -> SessionProcess {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -60,6 +72,9 @@ impl SessionProcess {
             .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
             .stdout(Stdio::null())
             .kill_on_drop(true);
+        if let Some(log) = log {
+            command.stderr(std::fs::File::create(log).expect("log file"));
+        }
         for (name, _) in std::env::vars() {
             if name.starts_with("OTEL_") {
                 command.env_remove(name);

@@ -73,6 +73,7 @@ fn request_id(i: u64, action: &'static str) -> Option<Idempotency> {
         action,
         request_id: format!("req_{i}"),
         payload_hash: String::new(),
+        window_start_ms: 0,
     })
 }
 

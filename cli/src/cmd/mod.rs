@@ -1,6 +1,8 @@
 //! The commands: `session` subcommands in [`session`] (create, list, get,
-//! terminate, token, send), [`tree`] and [`watch`]; the audit log in [`audit`].
+//! terminate, token, send), [`tree`] and [`watch`]; the audit log in [`audit`];
+//! agent definitions in [`agent`].
 
+pub mod agent;
 pub mod audit;
 pub mod session;
 pub mod tree;

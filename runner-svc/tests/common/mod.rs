@@ -7,6 +7,7 @@
 
 pub mod pair;
 pub mod private_engine;
+pub mod replicas;
 pub mod runners;
 
 use std::{
@@ -51,6 +52,18 @@ impl TestRunner {
     }
 
     pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        Self::start_on(listener, configure).await
+    }
+
+    /// As [`TestRunner::start_with`], serving on `listener`: bound first, so
+    /// that a peer started before the runner can be given its address.
+    pub async fn start_on(
+        listener: tokio::net::TcpListener,
+        configure: impl FnOnce(&mut Config),
+    ) -> Self {
         require_engine();
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = Config::with_data_dir(dir.path().join("data"));
@@ -68,15 +81,19 @@ impl TestRunner {
             task: None,
             workspaces: std::sync::Mutex::new(Vec::new()),
         };
-        runner.serve().await;
+        runner.serve_on(listener).await;
         runner
     }
 
-    /// Serves on the address of the last start (any free port the first time).
+    /// Serves on the address of the last start.
     async fn serve(&mut self) {
         let listener = tokio::net::TcpListener::bind(self.addr)
             .await
             .expect("bind");
+        self.serve_on(listener).await;
+    }
+
+    async fn serve_on(&mut self, listener: tokio::net::TcpListener) {
         self.addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel();
         let config = self.config.clone();

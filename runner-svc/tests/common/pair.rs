@@ -59,6 +59,48 @@ impl Pair {
         }
     }
 
+    /// A session service that serves TCP only (no Unix socket), and a
+    /// runner that relays its agents' socket to it (`--session-endpoint`,
+    /// the list `endpoints` makes of the service's address).
+    pub async fn relayed(
+        endpoints: impl FnOnce(std::net::SocketAddr) -> Vec<String>,
+        adjust_runner: impl FnOnce(&mut troupe_runner_svc::Config),
+    ) -> Pair {
+        // The runner's address first: the service is told it, then the
+        // runner is told the service's.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let runner_addr = listener.local_addr().unwrap();
+        let server = TestServer::start_with(|c| {
+            c.runner = Some(format!("http://{runner_addr}"));
+            c.socket = Some("none".into());
+        })
+        .await;
+        assert_eq!(server.config.socket(), None, "the service serves TCP only");
+        let session_endpoint = endpoints(server.addr);
+        let runner = TestRunner::start_on(listener, |c| {
+            c.operator_token = Some(OPERATOR_TOKEN.into());
+            c.session_endpoint = session_endpoint;
+            adjust_runner(c);
+        })
+        .await;
+        Pair {
+            runner,
+            server,
+            _sockets: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The runner's relay socket, which agents reach as
+    /// `/run/troupe/session/session.sock`.
+    pub fn relay_socket(&self) -> std::path::PathBuf {
+        match self.runner.config.agent_socket().expect("agent socket") {
+            troupe_runner_svc::AgentSocket::Relayed { socket, .. } => socket,
+            local => panic!("not relayed: {local:?}"),
+        }
+    }
+
     /// A fresh workspace whose agent `name` runs `sh -c script`.
     pub fn agent(&self, ws: &str, name: &str, script: &str) {
         self.agent_command(ws, name, &["sh", "-c", script]);

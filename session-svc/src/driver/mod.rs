@@ -96,6 +96,9 @@ pub struct Driver<S> {
     auth: Bearer,
     /// The embedded runner (`--runner`), if any.
     embedded: Option<RunnerSpec>,
+    /// Whether other services share the database (PostgreSQL): then one
+    /// without `--runner` keeps the embedded runner another recorded.
+    shared_database: bool,
     /// The runners as last read from the store, and a client of each.
     runners: Mutex<runners::Fleet>,
     tail_max: usize,
@@ -118,6 +121,7 @@ impl<S: Store> Driver<S> {
         store: S,
         tokens: Arc<Tokens>,
         embedded: Option<RunnerSpec>,
+        shared_database: bool,
         operator_token: &str,
         tail_max: usize,
         start_deadline: Duration,
@@ -131,6 +135,7 @@ impl<S: Store> Driver<S> {
             tokens,
             auth,
             embedded,
+            shared_database,
             runners: Mutex::new(runners::Fleet::default()),
             tail_max,
             start_deadline,

@@ -106,7 +106,7 @@ impl<S: Store> Driver<S> {
     /// shared database a service without `--runner` keeps the one another
     /// replica recorded (replicas without it drive it as well).
     pub(super) async fn set_embedded(&self, term: &Term) {
-        if self.embedded.is_none() && S::SHARED {
+        if self.embedded.is_none() && self.shared_database {
             return;
         }
         if let Ok(rows) = self.store.runners().await {

@@ -26,8 +26,8 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
-fn spec(
-    workspaces_dir: &std::path::Path,
+async fn spec<S: Store>(
+    inner: &Inner<S>,
     workspace: &str,
     agent: &str,
     title: &str,
@@ -37,7 +37,7 @@ fn spec(
     agents::validate_slug("agent_name", agent)?;
     check_len("title", title, MAX_SHORT_TEXT)?;
     check_len("initial_message", initial_message, MAX_MESSAGE_BYTES)?;
-    let definition = agents::lookup(workspaces_dir, workspace, agent)?;
+    let definition = agents::find(&inner.store, &inner.workspaces_dir, workspace, agent).await?;
     let agent_command = serde_json::to_string(&definition.command)
         .map_err(|e| SessionError::Internal(e.to_string()))?;
     Ok(Spec {
@@ -88,12 +88,13 @@ pub async fn root<S: Store>(
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = Trust::from_proto(level).unwrap_or(Trust::Sandboxed);
     let spec = spec(
-        &inner.workspaces_dir,
+        inner,
         &req.workspace_id,
         &req.agent_name,
         &req.title,
         &req.initial_message,
-    )?;
+    )
+    .await?;
     let idem = idempotency(
         caller,
         "create_root_session",
@@ -105,6 +106,7 @@ pub async fn root<S: Store>(
             &req.agent_name,
             &req.initial_message,
         ],
+        inner.request_id_retention,
     )?;
     let new = new_session(
         caller,
@@ -189,12 +191,13 @@ pub async fn child<S: Store>(
         }
     }
     let spec = spec(
-        &inner.workspaces_dir,
+        inner,
         &parent.workspace_id,
         &req.agent_name,
         &req.title,
         &req.initial_message,
-    )?;
+    )
+    .await?;
     let idem = idempotency(
         caller,
         "create_session",
@@ -207,6 +210,7 @@ pub async fn child<S: Store>(
             &req.initial_message,
             mode.as_str_name(),
         ],
+        inner.request_id_retention,
     )?;
     let callback = mode == pb::ExecutionMode::Callback;
     let new = new_session(

@@ -27,6 +27,7 @@ pub async fn send<S: Store>(
         "send_message",
         &req.request_id,
         &[&req.session_id, &req.message],
+        inner.request_id_retention,
     )?;
     let message = NewMessage {
         message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),

@@ -1,8 +1,9 @@
 //! The `troupe.session.v1.SessionService` implementation: authentication,
-//! then one module per RPC. Every handler reads the caller from its token
+//! then one module per RPC (`agents` holds the three of agent definitions). Every handler reads the caller from its token
 //! ([`Service::authenticate`]), applies the rules of [`crate::policy`], and
 //! audits its decision.
 
+mod agents;
 mod audit;
 mod create;
 mod fleet;
@@ -54,6 +55,8 @@ pub struct Inner<S> {
     pub shutdown: CancellationToken,
     /// Starts and follows agents; `None` without a runner.
     pub driver: Option<Arc<Driver<S>>>,
+    /// How long a request id replays its first call's answer.
+    pub request_id_retention: std::time::Duration,
 }
 
 /// The gRPC service.
@@ -325,12 +328,14 @@ fn record_all<const N: usize>(span: &tracing::Span, values: [(&str, &dyn tracing
     span.record_all(&fields.value_set(&pairs));
 }
 
-/// Builds the idempotency key of a call, or none without a request id.
+/// Builds the idempotency key of a call, or none without a request id; an
+/// earlier call's record older than `retention` no longer counts.
 fn idempotency(
     caller: &Caller,
     action: &'static str,
     request_id: &str,
     payload: &[&str],
+    retention: std::time::Duration,
 ) -> Result<Option<Idempotency>, SessionError> {
     if request_id.is_empty() {
         return Ok(None);
@@ -346,6 +351,8 @@ fn idempotency(
         action,
         request_id: request_id.to_owned(),
         payload_hash: hex::encode(hash.finalize()),
+        window_start_ms: crate::model::now_ms()
+            .saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)),
     }))
 }
 
@@ -538,6 +545,47 @@ impl<S: Store> SessionService for Service<S> {
         let req = request.into_inner();
         let result = audit::list(&self.inner, &caller, &req).await;
         self.audit_outcome(&caller, "list_audit", &req.session_id, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "apply_agent", skip_all)]
+    async fn apply_agent(
+        &self,
+        request: Request<pb::ApplyAgentRequest>,
+    ) -> Result<Response<pb::ApplyAgentResponse>, Status> {
+        let caller = self.authenticate(&request, "apply_agent").await?;
+        let req = request.into_inner();
+        let result = agents::apply(&self.inner, &caller, &req).await;
+        let target = agents::target(&req.workspace_id, &req.name);
+        self.audit_outcome(&caller, "apply_agent", &target, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "list_agents", skip_all)]
+    async fn list_agents(
+        &self,
+        request: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let caller = self.authenticate(&request, "list_agents").await?;
+        let req = request.into_inner();
+        let result = agents::list(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "list_agents", &req.workspace_id, &result, true)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "remove_agent", skip_all)]
+    async fn remove_agent(
+        &self,
+        request: Request<pb::RemoveAgentRequest>,
+    ) -> Result<Response<pb::RemoveAgentResponse>, Status> {
+        let caller = self.authenticate(&request, "remove_agent").await?;
+        let req = request.into_inner();
+        let result = agents::remove(&self.inner, &caller, &req).await;
+        let target = agents::target(&req.workspace_id, &req.name);
+        self.audit_outcome(&caller, "remove_agent", &target, &result, false)
             .await;
         Ok(Response::new(result?))
     }

@@ -80,6 +80,15 @@ pub struct DriverWork {
     pub runner_lost: Vec<String>,
 }
 
+/// The actions whose request-id records are pruned past their retention:
+/// the calls that carry a caller's request id. The callback guard is one
+/// row per child session (whose rows are kept too), not per call.
+pub(crate) const PRUNED_ACTIONS: [&str; 3] =
+    ["create_root_session", "create_session", "send_message"];
+
+/// How many request-id records one pruning transaction deletes at most.
+pub const REQUEST_ID_PRUNE_BATCH: u32 = 1000;
+
 /// The request-id guard of a child's callback notice: one per child.
 pub(crate) fn callback_guard(child_id: &str) -> crate::model::Idempotency {
     crate::model::Idempotency {
@@ -87,6 +96,9 @@ pub(crate) fn callback_guard(child_id: &str) -> crate::model::Idempotency {
         action: "callback",
         request_id: child_id.to_owned(),
         payload_hash: child_id.to_owned(),
+        // One notice per child, ever: this guard never expires, and is not
+        // pruned (see `PRUNED_ACTIONS`).
+        window_start_ms: i64::MIN,
     }
 }
 

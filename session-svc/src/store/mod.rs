@@ -19,6 +19,7 @@
 //! - how it keeps its reads fast (SQLite: the in-memory ledger of sessions,
 //!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
+mod agent_rows;
 mod lease;
 mod postgres;
 mod shared;
@@ -29,7 +30,10 @@ use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
-pub use lease::{BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming};
+pub use lease::{
+    BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
+    REQUEST_ID_PRUNE_BATCH,
+};
 pub use postgres::{
     EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
     PgStore, is_postgres_url, redacted_url,
@@ -39,9 +43,9 @@ pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 use crate::{
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency, InboxMessage,
-        NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow,
-        RunnerSpec, SessionRow, Trust,
+        AgentScope, AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency,
+        InboxMessage, NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange,
+        ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,
     policy::{Admission, SpawnContext},
@@ -114,10 +118,6 @@ pub enum EventPage {
 
 /// The ledger's storage.
 pub trait Store: Send + Sync + Clone + 'static {
-    /// Whether several services may share the database (PostgreSQL): then
-    /// only those with a runner try for the lease of the background work.
-    const SHARED: bool;
-
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
         &self,
@@ -202,6 +202,17 @@ pub trait Store: Send + Sync + Clone + 'static {
         fence: &Fence,
         keep: u64,
     ) -> impl Future<Output = Result<i64, SessionError>> + Send;
+
+    /// Deletes at most `limit` request-id records of callers' calls made
+    /// before `before_ms` (ms since the Unix epoch), in one transaction;
+    /// returns how many it deleted. Background work: refused unless `fence`
+    /// is the lease's term.
+    fn prune_request_ids(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
     /// Periodic upkeep the backend needs (SQLite: checkpointing its
     /// write-ahead log, returning free pages to the file system), a bounded
@@ -405,4 +416,45 @@ pub trait Store: Send + Sync + Clone + 'static {
         message: NewMessage,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<Option<Sent>, SessionError>> + Send;
+
+    /// Stores `candidate` as the operator token unless one is stored
+    /// already, in one statement that never replaces it, then returns the
+    /// stored one: the first service to start on a database sets it.
+    fn claim_operator_token(
+        &self,
+        candidate: &OperatorToken,
+    ) -> impl Future<Output = Result<OperatorToken, SessionError>> + Send;
+
+    /// Stores an agent definition, replacing the one of the same scope and
+    /// name, with its audit entry, in one transaction; returns it as stored.
+    fn apply_agent(
+        &self,
+        agent: NewAgent,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<StoredAgent, SessionError>> + Send;
+
+    /// Returns the stored agent definitions of `scope`, or all of them
+    /// (`None`): those for every workspace first, then by workspace and name.
+    fn list_agents(
+        &self,
+        scope: Option<&AgentScope>,
+    ) -> impl Future<Output = Result<Vec<StoredAgent>, SessionError>> + Send;
+
+    /// Removes the agent definition of `scope` named `name`, with its audit
+    /// entry, in one transaction; returns what was removed, or `None` (and
+    /// writes nothing) if there was none.
+    fn remove_agent(
+        &self,
+        scope: &AgentScope,
+        name: &str,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
+
+    /// Returns the stored definition a session of `workspace_id` named
+    /// `name` runs: the workspace's own, else the one for every workspace.
+    fn find_agent(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
 }

@@ -23,6 +23,7 @@ use troupe_proto::{session::SessionStatus, status::status_str};
 use crate::{
     error::{Reason, SessionError},
     model::{AuditRecord, EventKind, Idempotency, now_ms},
+    store::lease::PRUNED_ACTIONS,
 };
 
 /// The advisory lock key that orders event ids by commit ("troupeev").
@@ -179,6 +180,28 @@ pub(super) async fn prune(conn: &mut PgConnection, keep: u64) -> Result<i64, Ses
     .await?)
 }
 
+/// Deletes at most `limit` request-id records of callers' calls made
+/// before `before_ms`, in the open transaction; returns how many went. A
+/// record a claim is taking over meanwhile is rechecked after its lock, and
+/// kept.
+pub(super) async fn prune_request_ids(
+    conn: &mut PgConnection,
+    before_ms: i64,
+    limit: u32,
+) -> Result<u64, SessionError> {
+    let done = sqlx::query(
+        "DELETE FROM idempotency WHERE created_at_ms < $1 AND (caller, action, request_id) IN \
+           (SELECT caller, action, request_id FROM idempotency \
+            WHERE created_at_ms < $1 AND action = ANY($2) LIMIT $3)",
+    )
+    .bind(before_ms)
+    .bind(&PRUNED_ACTIONS[..])
+    .bind(i64::from(limit))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Appends an audit entry.
 pub(super) async fn insert_audit(
     conn: &mut PgConnection,
@@ -205,20 +228,25 @@ pub(super) async fn insert_audit(
 /// commit). A concurrent call with the same id waits here until the first
 /// one ends: if it committed, its result is returned (or a conflict if the
 /// payload differs); if it rolled back (refused), this call goes on as the
-/// first.
+/// first. A record made before the key's window has expired: the claim
+/// takes it over, and the call is new.
 pub(super) async fn claim(
     conn: &mut PgConnection,
     idem: &Idempotency,
 ) -> Result<Option<serde_json::Value>, SessionError> {
     let inserted = sqlx::query(
         "INSERT INTO idempotency (caller, action, request_id, payload_hash, created_at_ms) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (caller, action, request_id) DO UPDATE \
+           SET payload_hash = EXCLUDED.payload_hash, result = NULL, \
+             created_at_ms = EXCLUDED.created_at_ms \
+           WHERE idempotency.created_at_ms < $6",
     )
     .bind(idem.caller.to_string())
     .bind(idem.action)
     .bind(&idem.request_id)
     .bind(&idem.payload_hash)
     .bind(now_ms())
+    .bind(idem.window_start_ms)
     .execute(&mut *conn)
     .await?
     .rows_affected();

@@ -17,8 +17,10 @@
 //! Its parts: `open` (connecting, migrations, rows), `locks` (the lock
 //! order and the counters), `sessions` (creates, messages, terminations),
 //! `process` and `output` (what the runner reports), `events` (writing and
-//! pruning events), `reads` and `wake`.
+//! pruning events), `reads`, `wake`, and `agents` (the operator token and
+//! agent definitions, which the replicas share).
 
+mod agents;
 mod events;
 mod lease;
 mod locks;
@@ -46,9 +48,9 @@ use super::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        AuditRecord, AuditRow, EventFilter, Failure, Idempotency, InboxMessage, NewMessage,
-        NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec,
-        SessionRow, Trust,
+        AgentScope, AuditRecord, AuditRow, EventFilter, Failure, Idempotency, InboxMessage,
+        NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
+        ReceivedMessage, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,
 };
@@ -78,6 +80,19 @@ impl PgStore {
         let mut tx = self.pool.begin().await?;
         lease::check(&mut tx, fence).await?;
         let pruned = events::prune(&mut tx, keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    async fn prune_request_ids_once(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut tx = self.pool.begin().await?;
+        lease::check(&mut tx, fence).await?;
+        let pruned = events::prune_request_ids(&mut tx, before_ms, limit).await?;
         tx.commit().await?;
         Ok(pruned)
     }
@@ -127,8 +142,6 @@ async fn pause(tries: u32, error: &SessionError) {
 }
 
 impl Store for PgStore {
-    const SHARED: bool = true;
-
     async fn create_root(
         &self,
         new: NewSession,
@@ -223,6 +236,15 @@ impl Store for PgStore {
 
     async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
         retrying!(self.prune_events_once(fence, keep))
+    }
+
+    async fn prune_request_ids(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        retrying!(self.prune_request_ids_once(fence, before_ms, limit))
     }
 
     async fn maintain(&self) -> Result<Maintenance, SessionError> {
@@ -414,5 +436,44 @@ impl Store for PgStore {
             self.published(false);
         }
         Ok(sent)
+    }
+
+    async fn claim_operator_token(
+        &self,
+        candidate: &OperatorToken,
+    ) -> Result<OperatorToken, SessionError> {
+        self.claim_operator_token_impl(candidate).await
+    }
+
+    async fn apply_agent(
+        &self,
+        agent: NewAgent,
+        audit: AuditRecord,
+    ) -> Result<StoredAgent, SessionError> {
+        retrying!(self.apply_agent_once(&agent, &audit))
+    }
+
+    async fn list_agents(
+        &self,
+        scope: Option<&AgentScope>,
+    ) -> Result<Vec<StoredAgent>, SessionError> {
+        self.list_agents_impl(scope).await
+    }
+
+    async fn remove_agent(
+        &self,
+        scope: &AgentScope,
+        name: &str,
+        audit: AuditRecord,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        retrying!(self.remove_agent_once(scope, name, &audit))
+    }
+
+    async fn find_agent(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        self.find_agent_impl(workspace_id, name).await
     }
 }

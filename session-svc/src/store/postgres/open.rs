@@ -50,15 +50,29 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
+/// How long the server lets a connection of this service sit idle inside
+/// a transaction before it ends the connection (rolling the transaction
+/// back). No statement of a transaction here waits on anything but the
+/// database, so only a stalled process (paused, swapped out) gets near it;
+/// and a stalled owner of the background work holds the lease row
+/// `FOR SHARE` in its open write, which every takeover must wait for: this
+/// bounds that wait.
+pub(crate) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+
 impl PgStore {
     /// Connects to the database at `url` (a pool of [`POOL_SIZE`]), runs the
     /// migrations and starts the tasks that wake watchers on other
     /// replicas' commits. Errors name the URL without its password.
     pub async fn open(url: &str) -> Result<Self, SessionError> {
         let shown = redacted(url);
-        let options = PgConnectOptions::from_str(url).map_err(|e| {
-            SessionError::Internal(format!("bad database url {shown}: {}", strip(&e, url)))
-        })?;
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| {
+                SessionError::Internal(format!("bad database url {shown}: {}", strip(&e, url)))
+            })?
+            .options([(
+                "idle_in_transaction_session_timeout",
+                IDLE_IN_TRANSACTION.as_millis().to_string(),
+            )]);
         // One connection first: an unreachable server fails the start at
         // once (the pool would retry until its acquire timeout).
         PgConnection::connect_with(&options)

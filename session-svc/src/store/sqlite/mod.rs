@@ -20,8 +20,10 @@
 //! `writer` (taking the writer, beginning and running a write), `write`
 //! (the statements), `sessions` (creates, messages, terminations),
 //! `process` and `output` (what the runner reports), `reads` (events,
-//! audit, keys, on the read pool) and `upkeep` (the WAL, free pages).
+//! audit, keys, on the read pool), `upkeep` (the WAL, free pages) and
+//! `agents` (the operator token and agent definitions, shared by replicas).
 
+mod agents;
 mod lease;
 mod ledger;
 mod open;
@@ -54,8 +56,9 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewMessage, NewSession,
-        Principal, RunnerRow, RunnerSpec, SessionRow, Trust, now_ms,
+        AgentScope, AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewAgent, NewMessage,
+        NewSession, OperatorToken, Principal, RunnerRow, RunnerSpec, SessionRow, StoredAgent,
+        Trust, now_ms,
     },
     placement::Place,
 };
@@ -152,8 +155,6 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    const SHARED: bool = false;
-
     async fn create_root(
         &self,
         new: NewSession,
@@ -239,6 +240,20 @@ impl Store for SqliteStore {
         let mut tx = Write::begin(&mut w.conn).await?;
         lease::check(tx.conn(), fence).await?;
         let pruned = tx.prune_events(keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    async fn prune_request_ids(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        lease::check(tx.conn(), fence).await?;
+        let pruned = tx.prune_request_ids(before_ms, limit).await?;
         tx.commit().await?;
         Ok(pruned)
     }
@@ -426,5 +441,44 @@ impl Store for SqliteStore {
     ) -> Result<Option<Sent>, SessionError> {
         self.write_callback_impl(fence, child_id, message, audit)
             .await
+    }
+
+    async fn claim_operator_token(
+        &self,
+        candidate: &OperatorToken,
+    ) -> Result<OperatorToken, SessionError> {
+        self.claim_operator_token_impl(candidate).await
+    }
+
+    async fn apply_agent(
+        &self,
+        agent: NewAgent,
+        audit: AuditRecord,
+    ) -> Result<StoredAgent, SessionError> {
+        self.apply_agent_impl(agent, audit).await
+    }
+
+    async fn list_agents(
+        &self,
+        scope: Option<&AgentScope>,
+    ) -> Result<Vec<StoredAgent>, SessionError> {
+        self.list_agents_impl(scope).await
+    }
+
+    async fn remove_agent(
+        &self,
+        scope: &AgentScope,
+        name: &str,
+        audit: AuditRecord,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        self.remove_agent_impl(scope, name, audit).await
+    }
+
+    async fn find_agent(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<Option<StoredAgent>, SessionError> {
+        self.find_agent_impl(workspace_id, name).await
     }
 }

@@ -23,6 +23,7 @@ use super::open::RawSession;
 use crate::{
     error::{Reason, SessionError},
     model::{AuditRecord, EventKind, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
+    store::lease::PRUNED_ACTIONS,
 };
 
 /// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
@@ -196,21 +197,32 @@ pub(super) async fn rollback(conn: &mut SqliteConnection) {
 }
 
 /// Looks up an earlier call with the same key: its stored result if the
-/// payload matches, a conflict if it does not.
+/// payload matches, a conflict if it does not. A record made before the
+/// key's window has expired: it is deleted, and the call is new.
 pub(super) async fn replay(
     conn: &mut SqliteConnection,
     idem: &Idempotency,
 ) -> Result<Option<serde_json::Value>, SessionError> {
     let row = sqlx::query(
-        "SELECT payload_hash, result FROM idempotency \
+        "SELECT payload_hash, result, created_at_ms FROM idempotency \
          WHERE caller = ? AND action = ? AND request_id = ?",
     )
     .bind(idem.caller.to_string())
     .bind(idem.action)
     .bind(&idem.request_id)
-    .fetch_optional(conn)
+    .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else { return Ok(None) };
+    let created_at_ms: i64 = row.try_get("created_at_ms")?;
+    if created_at_ms < idem.window_start_ms {
+        sqlx::query("DELETE FROM idempotency WHERE caller = ? AND action = ? AND request_id = ?")
+            .bind(idem.caller.to_string())
+            .bind(idem.action)
+            .bind(&idem.request_id)
+            .execute(conn)
+            .await?;
+        return Ok(None);
+    }
     let hash: String = row.try_get("payload_hash")?;
     if hash != idem.payload_hash {
         return Err(SessionError::refused(
@@ -295,6 +307,28 @@ impl<'c> Write<'c> {
         .fetch_optional(&mut *self.tx)
         .await?;
         row.as_ref().map(entry_from_row).transpose()
+    }
+
+    /// Deletes at most `limit` request-id records of callers' calls made
+    /// before `before_ms`; returns how many went.
+    pub async fn prune_request_ids(
+        &mut self,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let [a, b, c] = PRUNED_ACTIONS;
+        let done = sqlx::query(
+            "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency \
+               WHERE created_at_ms < ?1 AND action IN (?2, ?3, ?4) LIMIT ?5)",
+        )
+        .bind(before_ms)
+        .bind(a)
+        .bind(b)
+        .bind(c)
+        .bind(i64::from(limit))
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// Deletes all but the newest `keep` events; returns the highest id pruned so far.

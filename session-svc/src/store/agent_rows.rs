@@ -1,0 +1,57 @@
+//! Agent definitions as every backend stores them: one row per scope and
+//! name, its command as a JSON array, parsed once as it is read.
+
+use crate::{
+    agents::AgentDefinition,
+    error::SessionError,
+    model::{AgentScope, NewAgent, Principal, StoredAgent},
+    store::parse_stored,
+};
+
+/// Expands to the columns of an `agents` row, in [`AgentRow`]'s field
+/// order, for `concat!`.
+macro_rules! agent_columns {
+    () => {
+        "workspace_id, name, description, command, prompt, definition, updated_at_ms, updated_by"
+    };
+}
+pub(super) use agent_columns;
+
+/// An `agents` row as read.
+#[derive(sqlx::FromRow)]
+pub(super) struct AgentRow {
+    workspace_id: String,
+    name: String,
+    description: Option<String>,
+    command: String,
+    prompt: String,
+    definition: String,
+    updated_at_ms: i64,
+    updated_by: String,
+}
+
+impl AgentRow {
+    pub(super) fn into_stored(self) -> Result<StoredAgent, SessionError> {
+        let command: Vec<String> = parse_stored("agent command", &self.command, |text| {
+            serde_json::from_str(text).ok()
+        })?;
+        Ok(StoredAgent {
+            scope: AgentScope::of(&self.workspace_id),
+            definition: AgentDefinition {
+                name: self.name,
+                description: self.description,
+                command,
+                prompt: self.prompt,
+            },
+            source: self.definition,
+            updated_at_ms: self.updated_at_ms,
+            updated_by: parse_stored("agent's author", &self.updated_by, Principal::parse)?,
+        })
+    }
+}
+
+/// The command of a definition, as stored.
+pub(super) fn command_json(agent: &NewAgent) -> Result<String, SessionError> {
+    serde_json::to_string(&agent.definition.command)
+        .map_err(|e| SessionError::Internal(format!("agent command: {e}")))
+}
