@@ -11,6 +11,7 @@
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
 //! - [`raw`]: calls made of hand-written wire bytes (fields that are not UTF-8).
+//! - [`stores`]: stores opened directly, on either backend.
 //! - [`postgres`]: the backend switch (`TROUPE_TEST_BACKEND`) and fresh
 //!   PostgreSQL databases.
 
@@ -21,6 +22,7 @@ pub mod otlp;
 pub mod postgres;
 pub mod process;
 pub mod raw;
+pub mod stores;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 

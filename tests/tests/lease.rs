@@ -13,8 +13,9 @@ use troupe_session_svc::{
         ProcessExit, Trust,
     },
     policy::{Admission, SpawnContext},
-    store::{Created, Fence, Holder, PgStore, SqliteStore, Store},
+    store::{Created, Fence, Holder, Store},
 };
+use troupe_tests::stores::{postgres, sqlite};
 
 const TTL: Duration = Duration::from_millis(300);
 
@@ -255,21 +256,6 @@ async fn a_due_callback_is_written_once<S: Store>(store: &S) {
     assert_eq!(store.inbox_count("p").await.unwrap(), inbox + 1);
     assert!(!store.process("c").await.unwrap().unwrap().callback_due);
     assert!(store.driver_work().await.unwrap().callbacks_due.is_empty());
-}
-
-async fn sqlite() -> (tempfile::TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().expect("dir");
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("troupe.db").display()
-    );
-    let store = SqliteStore::open(&url).await.expect("sqlite");
-    (dir, store)
-}
-
-async fn postgres() -> PgStore {
-    let url = troupe_tests::postgres::fresh_database().await;
-    PgStore::open(&url).await.expect("postgres")
 }
 
 #[tokio::test]

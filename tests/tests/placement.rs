@@ -9,8 +9,9 @@ use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{AuditRecord, Failure, NewSession, Principal, RunnerName, RunnerSpec, Trust},
     placement::Place,
-    store::{Fence, Holder, PgStore, SqliteStore, Store},
+    store::{Fence, Holder, Store},
 };
+use troupe_tests::stores::{postgres, sqlite};
 
 const LONG: Duration = Duration::from_secs(3600);
 
@@ -211,21 +212,6 @@ async fn concurrent_placements_of_a_workspace_agree<S: Store>(store: &S) {
         assert!(matches!(of[0], Place::On(_)), "{of:?}");
         assert!(of.iter().all(|p| *p == of[0]), "workspace w{w}: {of:?}");
     }
-}
-
-async fn sqlite() -> (tempfile::TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().expect("dir");
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("troupe.db").display()
-    );
-    let store = SqliteStore::open(&url).await.expect("sqlite");
-    (dir, store)
-}
-
-async fn postgres() -> PgStore {
-    let url = troupe_tests::postgres::fresh_database().await;
-    PgStore::open(&url).await.expect("postgres")
 }
 
 #[tokio::test]
