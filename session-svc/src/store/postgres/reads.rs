@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{AuditRow, EventFilter, EventKind, EventRow, SessionRow, Trust},
+    model::{AuditRow, EventFilter, EventKind, EventRow, Principal, SessionRow, Trust},
     store::{EventPage, parse_stored},
 };
 
@@ -174,7 +174,7 @@ impl PgStore {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<AuditRow>, SessionError> {
-        let caller = session_id.map(|id| format!("session:{id}"));
+        let caller = session_id.map(|id| Principal::Session(id.to_owned()).to_string());
         let rows = sqlx::query(
             "SELECT id, at_ms, caller, action, target, allowed, reason, detail FROM audit \
              WHERE id > $1 AND ($2::text IS NULL OR target = $2 OR caller = $3) \
