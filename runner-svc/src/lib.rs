@@ -10,6 +10,8 @@
 //! - [`admission`]: how many execs a workspace container holds at once.
 //! - [`supervisor`]: the in-container supervisor (this binary, run as
 //!   `troupe-supervisor`).
+//! - [`forward`]: the supervisor's model port, each agent's way to the model
+//!   gateway over the container's loopback.
 //! - [`log`], [`layout`]: the log format and the exec directory, shared by
 //!   the runner and the supervisor.
 //! - [`service`]: the gRPC handlers.
@@ -25,6 +27,7 @@ pub mod config;
 pub mod docker;
 pub mod engine_watch;
 pub mod exec;
+pub mod forward;
 pub mod layout;
 pub mod log;
 pub mod metrics;

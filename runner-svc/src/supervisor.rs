@@ -10,6 +10,9 @@
 //!   `term` lines on `DIR/control` and a timeout, and ends with an exit
 //!   record. Since the log is a file and the FIFOs are held open by the
 //!   runner, nothing the agent prints is lost while the runner restarts.
+//!   Before COMMAND starts it binds the agent's model port ([`crate::forward`])
+//!   and gives COMMAND its variables; what the port has to say goes to the
+//!   log as the supervisor's own stderr lines.
 //! - `idle`: the container's main process; waits forever.
 //! - `kill-all`: kills every other process of the caller's uid (the runner's
 //!   last resort when a supervisor itself is gone).
@@ -38,6 +41,7 @@ use std::{
 };
 
 use crate::{
+    forward::{self, ModelPort},
     layout,
     log::{self, Exit, Kind, Reason},
 };
@@ -50,8 +54,9 @@ use nix::{
         signal::{Signal, kill},
         stat::{Mode, umask},
     },
-    unistd::Pid,
+    unistd::{Pid, pipe},
 };
+use troupe_proto::agent::env as agent_env;
 
 #[derive(Parser)]
 #[command(
@@ -146,6 +151,33 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
     }
 
+    // The model port is bound before the agent starts, so its address is
+    // in the agent's environment; what goes wrong with it is said in the log
+    // through a pipe the pump reads (never blocking the forwarder: a full
+    // pipe drops the line) and never stops the agent.
+    let (diag_rx, diag_tx) = pipe()?;
+    let diag_rx = File::from(diag_rx);
+    let diag_tx = File::from(diag_tx);
+    set_nonblocking(&diag_rx)?;
+    set_nonblocking(&diag_tx)?;
+    let diag: forward::Diag = Arc::new(Mutex::new(diag_tx));
+    let endpoint = std::env::var(agent_env::SESSION_ENDPOINT).ok();
+    let token = std::env::var(agent_env::SESSION_TOKEN).ok();
+    let (model_port, model_vars) = match ModelPort::bind(endpoint.as_deref()) {
+        Ok(Some(port)) => match port.vars(token.as_deref()) {
+            Ok(vars) => (Some(port), vars),
+            Err(e) => {
+                log.note(&format!("model port: cannot read its address: {e}"))?;
+                (None, Vec::new())
+            }
+        },
+        Ok(None) => (None, Vec::new()),
+        Err(e) => {
+            log.note(&format!("model port: cannot bind 127.0.0.1: {e}"))?;
+            (None, Vec::new())
+        }
+    };
+
     let ending = Ending {
         reason: Arc::new(Mutex::new(None)),
         unbounded: log.unbounded.clone(),
@@ -184,6 +216,10 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
             }
         })
     })
+    .and_then(|()| match model_port {
+        Some(port) => spawn_thread(move || port.serve(diag)),
+        None => Ok(()),
+    })
     .and_then(|()| {
         spawn_thread(move || {
             if let Ok(child) = child_rx.recv() {
@@ -200,6 +236,7 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
 
     let mut child = match Command::new(&args.command[0])
         .args(&args.command[1..])
+        .envs(model_vars)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -231,7 +268,7 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
     let _ = go_control.send(());
     let _ = go_timer.send(());
 
-    pump(stdout, stderr, &mut log)?;
+    pump(stdout, stderr, diag_rx, &mut log)?;
     let status = done_rx.recv()?;
     let (code, detail) = describe(status);
     let reason = ending
@@ -358,17 +395,22 @@ fn obey_control(fifo: File, ending: Ending) {
     }
 }
 
-/// Moves the agent's output into the log until both pipes close.
+/// Moves the agent's output into the log until both pipes close, and the
+/// supervisor's own diagnostics (`diag`, non-blocking) as stderr meanwhile.
 fn pump(
     mut stdout: std::process::ChildStdout,
     mut stderr: std::process::ChildStderr,
+    mut diag: File,
     log: &mut LogWriter,
 ) -> anyhow::Result<()> {
     let mut buf = vec![0u8; log::CHUNK];
-    let (mut out_open, mut err_open) = (true, true);
+    let (mut out_open, mut err_open, mut diag_open) = (true, true, true);
     while out_open || err_open {
-        let (out_ready, err_ready) = {
-            let mut fds = Vec::with_capacity(2);
+        let (out_ready, err_ready, diag_ready) = {
+            let mut fds = Vec::with_capacity(3);
+            if diag_open {
+                fds.push(PollFd::new(diag.as_fd(), PollFlags::POLLIN));
+            }
             if out_open {
                 fds.push(PollFd::new(stdout.as_fd(), PollFlags::POLLIN));
             }
@@ -381,10 +423,14 @@ fn pump(
             }
             let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
             let mut it = fds.iter();
+            let diag = diag_open && it.next().is_some_and(ready);
             let out = out_open && it.next().is_some_and(ready);
             let err = err_open && it.next().is_some_and(ready);
-            (out, err)
+            (out, err, diag)
         };
+        if diag_ready {
+            diag_open = drain(&mut diag, &mut buf, log)?;
+        }
         // stdout first when both are ready: the order a terminal shows.
         if out_ready {
             out_open = copy_once(&mut stdout, Kind::Stdout, &mut buf, log)?;
@@ -393,7 +439,30 @@ fn pump(
             err_open = copy_once(&mut stderr, Kind::Stderr, &mut buf, log)?;
         }
     }
+    if diag_open {
+        drain(&mut diag, &mut buf, log)?;
+    }
     Ok(())
+}
+
+/// Moves what the non-blocking `diag` holds into the log, as stderr; false
+/// once its writers are gone.
+fn drain(diag: &mut File, buf: &mut [u8], log: &mut LogWriter) -> anyhow::Result<bool> {
+    loop {
+        match diag.read(buf) {
+            Ok(0) => return Ok(false),
+            Ok(n) => log.output(Kind::Stderr, &buf[..n])?,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // Empty for now.
+            Err(_) => return Ok(true),
+        }
+    }
+}
+
+fn set_nonblocking(file: &File) -> nix::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GETFL)?);
+    fcntl(file, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).map(drop)
 }
 
 /// One read from `pipe` into one record; false at end of file.
@@ -446,6 +515,14 @@ impl LogWriter {
             }
         }
         self.record(kind, data)
+    }
+
+    /// Writes a line of the supervisor's own, as stderr.
+    fn note(&mut self, line: &str) -> std::io::Result<()> {
+        self.record(
+            Kind::Stderr,
+            format!("troupe-supervisor: {line}\n").as_bytes(),
+        )
     }
 
     /// Ends the log with the supervisor's own failure to start the agent.

@@ -29,6 +29,26 @@ pub const SESSION_TOKEN: &str = "TROUPE_SESSION_TOKEN";
 /// The session service's endpoint.
 pub const SESSION_ENDPOINT: &str = "TROUPE_SESSION_ENDPOINT";
 
+/// The Anthropic API's base URL the agent's model calls go to: the
+/// supervisor's port on the container's loopback (`http://127.0.0.1:PORT`),
+/// forwarded to the session service's socket.
+pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+/// The OpenAI API's base URL, the same port: `http://127.0.0.1:PORT/v1`.
+pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
+/// The key of the agent's Anthropic client: the session's own token.
+pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+/// The key of the agent's OpenAI client: the session's own token.
+pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+/// The four variables through which an agent reaches its model.
+pub const MODEL_VARS: [&str; 4] = [
+    ANTHROPIC_BASE_URL,
+    OPENAI_BASE_URL,
+    ANTHROPIC_API_KEY,
+    OPENAI_API_KEY,
+];
+/// The W3C trace context the runner gives an agent, under its session's life.
+pub const TRACEPARENT: &str = "TRACEPARENT";
+
 /// The `PARACHUTE_*` names older agents read, each the same value as its
 /// `TROUPE_*` name.
 pub const ALIASES: [(&str, &str); 3] = [
@@ -45,6 +65,26 @@ pub fn add_aliases(env: &mut HashMap<String, String>) {
             env.entry(parachute.to_owned()).or_insert(value);
         }
     }
+}
+
+/// Whether `name` is one of Troupe's own variables, which an agent
+/// definition may not set: every `TROUPE_*` and `PARACHUTE_*` name, the
+/// [`MODEL_VARS`] and [`TRACEPARENT`].
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with("TROUPE_")
+        || name.starts_with("PARACHUTE_")
+        || MODEL_VARS.contains(&name)
+        || name == TRACEPARENT
+}
+
+/// Whether `name` can name an environment variable: a letter or `_`, then
+/// letters, digits and `_`.
+pub fn is_valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// A session's context, as its agent's environment.
@@ -126,6 +166,35 @@ mod tests {
             ]
         );
         assert!(!context(None).vars().contains_key(PARENT_SESSION_ID));
+    }
+
+    #[test]
+    fn troupe_names_are_reserved_and_others_are_not() {
+        for name in [
+            SESSION_TOKEN,
+            "TROUPE_ANYTHING",
+            "PARACHUTE_SESSION_ID",
+            ANTHROPIC_BASE_URL,
+            OPENAI_BASE_URL,
+            ANTHROPIC_API_KEY,
+            OPENAI_API_KEY,
+            TRACEPARENT,
+        ] {
+            assert!(is_reserved(name), "{name}");
+        }
+        for name in ["HOME", "PATH", "ANTHROPIC_MODEL", "troupe_x", "MY_TROUPE_X"] {
+            assert!(!is_reserved(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn variable_names_are_checked() {
+        for name in ["A", "_x", "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "a1"] {
+            assert!(is_valid_name(name), "{name}");
+        }
+        for name in ["", "1A", "A-B", "A B", "A=B", "É"] {
+            assert!(!is_valid_name(name), "{name}");
+        }
     }
 
     #[test]
