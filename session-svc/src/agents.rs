@@ -4,15 +4,19 @@
 //! `<workspaces-dir>/<workspace>/Agents/<name>.md`, else
 //! `<workspaces-dir>/Agents/<name>.md` ([`lookup`]). Markdown with YAML front
 //! matter in the format Claude Code uses for its agent files (`name`,
-//! `description`, `tools`, `model`), plus `command`, the argv Troupe runs;
-//! one parser ([`parse`]) reads files and applied definitions alike.
+//! `description`, `tools`, `model`), plus `command`, the argv Troupe runs,
+//! and `env`, variables of its own for that command ([`check_env`]: never one
+//! of Troupe's); one parser ([`parse`]) reads files and applied definitions
+//! alike. A session keeps what it runs as its row's `agent_command`
+//! ([`Launch`]).
 //!
 //! Workspace ids and agent names are slugs ([`validate_slug`]), so they can
 //! never name a path outside the workspaces directory.
 
-use std::path::Path;
+use std::{collections::BTreeMap, path::Path};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use troupe_proto::agent::env as agent_env;
 
 use crate::{
     error::{Reason, SessionError},
@@ -46,6 +50,48 @@ pub struct AgentDefinition {
     pub command: Vec<String>,
     /// The Markdown body (the agent's system prompt).
     pub prompt: String,
+    /// Variables given to the command, beside Troupe's own ([`check_env`]).
+    pub env: BTreeMap<String, String>,
+}
+
+/// Most variables one definition may set.
+pub const MAX_ENV_VARS: usize = 64;
+/// Longest value of a variable, in bytes.
+pub const MAX_ENV_VALUE: usize = 16 << 10;
+
+/// Checks the `env` of a definition: valid names, none of Troupe's own
+/// ([`agent_env::is_reserved`]: `TROUPE_*`, `PARACHUTE_*`, the model
+/// variables, `TRACEPARENT`), no NUL, within [`MAX_ENV_VARS`] and
+/// [`MAX_ENV_VALUE`]. The error says which variable and why.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), String> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(format!(
+            "`env` sets {} variables, more than {MAX_ENV_VARS}",
+            env.len()
+        ));
+    }
+    for (name, value) in env {
+        if !agent_env::is_valid_name(name) {
+            return Err(format!(
+                "`env` variable {name:?} is not a valid name: use letters, digits and '_', not starting with a digit"
+            ));
+        }
+        if agent_env::is_reserved(name) {
+            return Err(format!(
+                "`env` may not set {name}: Troupe sets it (TROUPE_*, PARACHUTE_*, \
+                 ANTHROPIC_BASE_URL, OPENAI_BASE_URL, ANTHROPIC_API_KEY, OPENAI_API_KEY and TRACEPARENT are Troupe's)"
+            ));
+        }
+        if value.contains('\0') {
+            return Err(format!("`env` variable {name} contains a NUL byte"));
+        }
+        if value.len() > MAX_ENV_VALUE {
+            return Err(format!(
+                "`env` variable {name} is longer than {MAX_ENV_VALUE} bytes"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -53,6 +99,64 @@ struct FrontMatter {
     name: Option<String>,
     description: Option<String>,
     command: Option<Command>,
+    env: Option<BTreeMap<String, EnvValue>>,
+}
+
+/// A value of `env` as YAML gives it: `KEY: 100` is `"100"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum EnvValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl EnvValue {
+    fn into_text(self) -> String {
+        match self {
+            EnvValue::Text(text) => text,
+            EnvValue::Integer(n) => n.to_string(),
+            EnvValue::Float(x) => x.to_string(),
+            EnvValue::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// What a session runs, as its row keeps it (the `agent_command` column,
+/// JSON): the argv alone (`["sh", "-c", ...]`) when the definition sets no
+/// variables, as every row before `env` existed, else
+/// `{"command": [...], "env": {...}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Launch {
+    Argv(Vec<String>),
+    WithEnv {
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+}
+
+impl Launch {
+    /// What a session of `definition` runs.
+    pub fn of(definition: &AgentDefinition) -> Launch {
+        if definition.env.is_empty() {
+            Launch::Argv(definition.command.clone())
+        } else {
+            Launch::WithEnv {
+                command: definition.command.clone(),
+                env: definition.env.clone(),
+            }
+        }
+    }
+
+    /// The argv and the variables.
+    pub fn into_parts(self) -> (Vec<String>, BTreeMap<String, String>) {
+        match self {
+            Launch::Argv(command) => (command, BTreeMap::new()),
+            Launch::WithEnv { command, env } => (command, env),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -137,6 +241,13 @@ pub fn parse(agent: &str, text: &str) -> Result<AgentDefinition, SessionError> {
     if command.is_empty() || command[0].is_empty() {
         return Err(invalid("`command` is empty".into()));
     }
+    let env: BTreeMap<String, String> = front
+        .env
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_text()))
+        .collect();
+    check_env(&env).map_err(invalid)?;
     if let Some(name) = &front.name
         && name != agent
     {
@@ -149,6 +260,7 @@ pub fn parse(agent: &str, text: &str) -> Result<AgentDefinition, SessionError> {
         description: front.description,
         command,
         prompt: body.trim().to_owned(),
+        env,
     })
 }
 
@@ -257,6 +369,77 @@ mod tests {
             prompt.contains("session sess_x in workspace demo, trust level direct"),
             "{prompt}"
         );
+    }
+
+    #[test]
+    fn env_gives_the_command_variables_and_yaml_scalars_as_text() {
+        let def = parse(
+            "a",
+            "---\ncommand: x\nenv:\n  CLAUDE_CODE_MAX_OUTPUT_TOKENS: 4096\n  DEBUG: true\n  HOME: /workspace/home\n  NOTE: \"a b\"\n---\n",
+        )
+        .unwrap();
+        assert_eq!(
+            def.env,
+            BTreeMap::from(
+                [
+                    ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "4096"),
+                    ("DEBUG", "true"),
+                    ("HOME", "/workspace/home"),
+                    ("NOTE", "a b"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            )
+        );
+        assert!(parse("a", "---\ncommand: x\n---\n").unwrap().env.is_empty());
+    }
+
+    /// Every name Troupe sets, and every malformed name, is refused by
+    /// name; the limits hold.
+    #[test]
+    fn env_may_not_set_troupes_variables_nor_bad_names() {
+        let refused = |yaml: &str, why: &str| {
+            let text = format!("---\ncommand: x\nenv:\n{yaml}---\n");
+            let err = parse("a", &text).unwrap_err();
+            assert_eq!(err.reason(), Reason::AgentInvalid, "{yaml}");
+            assert!(err.to_string().contains(why), "{err} should say {why}");
+        };
+        for name in [
+            "TROUPE_SESSION_TOKEN",
+            "TROUPE_SESSION_ENDPOINT",
+            "TROUPE_ANYTHING",
+            "PARACHUTE_SESSION_ID",
+            "ANTHROPIC_BASE_URL",
+            "OPENAI_BASE_URL",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "TRACEPARENT",
+        ] {
+            refused(&format!("  {name}: x\n"), &format!("may not set {name}"));
+        }
+        for name in ["1X", "A-B", "\"A B\"", "\"\""] {
+            refused(&format!("  {name}: x\n"), "not a valid name");
+        }
+        refused("  A: \"a\\0b\"\n", "NUL");
+        let long = "v".repeat(MAX_ENV_VALUE + 1);
+        refused(&format!("  A: {long}\n"), "longer than");
+        let many: String = (0..=MAX_ENV_VARS).map(|i| format!("  V{i}: x\n")).collect();
+        refused(&many, "more than");
+        let most: String = (0..MAX_ENV_VARS).map(|i| format!("  V{i}: x\n")).collect();
+        assert!(parse("a", &format!("---\ncommand: x\nenv:\n{most}---\n")).is_ok());
+    }
+
+    #[test]
+    fn a_launch_without_env_is_the_argv_a_row_always_held() {
+        let mut def = parse("a", "---\ncommand: [x, y]\n---\n").unwrap();
+        let plain = serde_json::to_string(&Launch::of(&def)).unwrap();
+        assert_eq!(plain, r#"["x","y"]"#);
+        def.env.insert("K".into(), "v".into());
+        let full = serde_json::to_string(&Launch::of(&def)).unwrap();
+        assert_eq!(full, r#"{"command":["x","y"],"env":{"K":"v"}}"#);
+        for text in [plain, full] {
+            let launch: Launch = serde_json::from_str(&text).unwrap();
+            assert_eq!(launch.into_parts().0, ["x", "y"]);
+        }
     }
 
     #[test]

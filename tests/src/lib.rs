@@ -12,6 +12,7 @@
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
 //! - [`raw`]: calls made of hand-written wire bytes (fields that are not UTF-8).
 //! - [`stores`]: stores opened directly, on either backend.
+//! - [`upstream`]: a scripted model provider speaking the Anthropic Messages API.
 //! - [`postgres`]: the backend switch (`TROUPE_TEST_BACKEND`) and fresh
 //!   PostgreSQL databases.
 
@@ -23,6 +24,7 @@ pub mod postgres;
 pub mod process;
 pub mod raw;
 pub mod stores;
+pub mod upstream;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -211,6 +213,15 @@ impl TestServer {
     /// keeps it (what the runner is asked to start), read on a connection
     /// of the test's own.
     pub async fn stored_command(&self, session_id: &str) -> Vec<String> {
+        self.stored_launch(session_id).await.0
+    }
+
+    /// The command and the definition's variables a session was created
+    /// with, as its row keeps them.
+    pub async fn stored_launch(
+        &self,
+        session_id: &str,
+    ) -> (Vec<String>, std::collections::BTreeMap<String, String>) {
         use sqlx::Connection;
         const SQL: &str = "SELECT agent_command FROM sessions WHERE session_id = $1";
         let url = self.config.database_url();
@@ -229,7 +240,9 @@ impl TestServer {
                 .await
         }
         .expect("the session's row");
-        serde_json::from_str(&text).expect("a JSON argv")
+        serde_json::from_str::<troupe_session_svc::agents::Launch>(&text)
+            .expect("a JSON argv, or an argv and its env")
+            .into_parts()
     }
 
     /// A client carrying `token` (or none).

@@ -83,7 +83,8 @@ impl<S: Store> Driver<S> {
             .runner_client(&runner)
             .await
             .ok_or_else(|| anyhow::anyhow!("runner {runner} has no usable endpoint"))?;
-        let command: Vec<String> = serde_json::from_str(&session.agent_command)?;
+        let launch: crate::agents::Launch = serde_json::from_str(&session.agent_command)?;
+        let (command, agent_vars) = launch.into_parts();
         let (token, _) = self.tokens.mint(&session.session_id)?;
         // A sandboxed agent is never told the id of a direct session, its
         // parent's included: the same rule as every view of the ledger.
@@ -93,17 +94,25 @@ impl<S: Store> Driver<S> {
             .zip(session.parent_trust)
             .filter(|(_, parent_trust)| crate::policy::trust_sees(session.trust, *parent_trust))
             .map(|(parent, _)| parent);
-        let env = AgentEnv {
-            session_id: &session.session_id,
-            workspace_id: &session.workspace_id,
-            trust: session.trust.to_proto(),
-            tree_id: &session.tree_id,
-            depth: session.depth,
-            agent_name: &session.agent_name,
-            parent_session_id: parent,
-            token: &token,
-        }
-        .vars();
+        // The definition's own variables first, Troupe's over them: a row
+        // written before the checks cannot override what Troupe gives.
+        let mut env: HashMap<String, String> = agent_vars
+            .into_iter()
+            .filter(|(name, _)| !troupe_proto::agent::env::is_reserved(name))
+            .collect();
+        env.extend(
+            AgentEnv {
+                session_id: &session.session_id,
+                workspace_id: &session.workspace_id,
+                trust: session.trust.to_proto(),
+                tree_id: &session.tree_id,
+                depth: session.depth,
+                agent_name: &session.agent_name,
+                parent_session_id: parent,
+                token: &token,
+            }
+            .vars(),
+        );
         let pending = self.inbox_for(session).await?;
         let request = StartExecRequest {
             exec_id: session.session_id.clone(),

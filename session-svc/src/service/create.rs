@@ -38,7 +38,7 @@ async fn spec<S: Store>(
     check_len("title", title, MAX_SHORT_TEXT)?;
     check_len("initial_message", initial_message, MAX_MESSAGE_BYTES)?;
     let definition = agents::find(&inner.store, &inner.workspaces_dir, workspace, agent).await?;
-    let agent_command = serde_json::to_string(&definition.command)
+    let agent_command = serde_json::to_string(&agents::Launch::of(&definition))
         .map_err(|e| SessionError::Internal(e.to_string()))?;
     Ok(Spec {
         title: if title.trim().is_empty() {

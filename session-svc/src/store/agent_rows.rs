@@ -1,5 +1,8 @@
 //! Agent definitions as every backend stores them: one row per scope and
-//! name, its command as a JSON array, parsed once as it is read.
+//! name, its command as a JSON array and its `env` as a JSON object, parsed
+//! once as they are read.
+
+use std::collections::BTreeMap;
 
 use crate::{
     agents::AgentDefinition,
@@ -12,7 +15,7 @@ use crate::{
 /// order, for `concat!`.
 macro_rules! agent_columns {
     () => {
-        "workspace_id, name, description, command, prompt, definition, updated_at_ms, updated_by"
+        "workspace_id, name, description, command, prompt, definition, updated_at_ms, updated_by, env"
     };
 }
 pub(super) use agent_columns;
@@ -28,11 +31,15 @@ pub(super) struct AgentRow {
     definition: String,
     updated_at_ms: i64,
     updated_by: String,
+    env: String,
 }
 
 impl AgentRow {
     pub(super) fn into_stored(self) -> Result<StoredAgent, SessionError> {
         let command: Vec<String> = parse_stored("agent command", &self.command, |text| {
+            serde_json::from_str(text).ok()
+        })?;
+        let env: BTreeMap<String, String> = parse_stored("agent env", &self.env, |text| {
             serde_json::from_str(text).ok()
         })?;
         Ok(StoredAgent {
@@ -42,6 +49,7 @@ impl AgentRow {
                 description: self.description,
                 command,
                 prompt: self.prompt,
+                env,
             },
             source: self.definition,
             updated_at_ms: self.updated_at_ms,
@@ -54,4 +62,10 @@ impl AgentRow {
 pub(super) fn command_json(agent: &NewAgent) -> Result<String, SessionError> {
     serde_json::to_string(&agent.definition.command)
         .map_err(|e| SessionError::Internal(format!("agent command: {e}")))
+}
+
+/// The `env` of a definition, as stored.
+pub(super) fn env_json(agent: &NewAgent) -> Result<String, SessionError> {
+    serde_json::to_string(&agent.definition.env)
+        .map_err(|e| SessionError::Internal(format!("agent env: {e}")))
 }

@@ -6,7 +6,7 @@ use super::{PgStore, events::insert_audit};
 use crate::{
     error::SessionError,
     model::{AgentScope, AuditRecord, NewAgent, OperatorToken, StoredAgent, now_ms},
-    store::agent_rows::{AgentRow, agent_columns, command_json},
+    store::agent_rows::{AgentRow, agent_columns, command_json, env_json},
 };
 
 impl PgStore {
@@ -36,16 +36,18 @@ impl PgStore {
         agent: &NewAgent,
         audit: &AuditRecord,
     ) -> Result<StoredAgent, SessionError> {
+        let env = env_json(agent)?;
         let command = command_json(agent)?;
         let mut tx = self.pool.begin().await?;
         let row: AgentRow = sqlx::query_as(concat!(
             "INSERT INTO agents (",
             agent_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (workspace_id, name) DO UPDATE SET \
                description = excluded.description, command = excluded.command, \
                prompt = excluded.prompt, definition = excluded.definition, \
-               updated_at_ms = excluded.updated_at_ms, updated_by = excluded.updated_by \
+               updated_at_ms = excluded.updated_at_ms, updated_by = excluded.updated_by, \
+               env = excluded.env \
              RETURNING ",
             agent_columns!()
         ))
@@ -57,6 +59,7 @@ impl PgStore {
         .bind(&agent.source)
         .bind(now_ms())
         .bind(agent.applied_by.to_string())
+        .bind(&env)
         .fetch_one(&mut *tx)
         .await?;
         insert_audit(&mut tx, audit).await?;

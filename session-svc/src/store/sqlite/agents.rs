@@ -6,7 +6,7 @@ use super::{SqliteStore, write::Write};
 use crate::{
     error::SessionError,
     model::{AgentScope, AuditRecord, NewAgent, OperatorToken, StoredAgent, now_ms},
-    store::agent_rows::{AgentRow, agent_columns, command_json},
+    store::agent_rows::{AgentRow, agent_columns, command_json, env_json},
 };
 
 impl SqliteStore {
@@ -35,17 +35,19 @@ impl SqliteStore {
         agent: NewAgent,
         audit: AuditRecord,
     ) -> Result<StoredAgent, SessionError> {
+        let env = env_json(&agent)?;
         let command = command_json(&agent)?;
         let mut w = self.writer().await?;
         let mut tx = Write::begin(&mut w.conn).await?;
         let row: AgentRow = sqlx::query_as(concat!(
             "INSERT INTO agents (",
             agent_columns!(),
-            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
+            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (workspace_id, name) DO UPDATE SET \
                description = excluded.description, command = excluded.command, \
                prompt = excluded.prompt, definition = excluded.definition, \
-               updated_at_ms = excluded.updated_at_ms, updated_by = excluded.updated_by \
+               updated_at_ms = excluded.updated_at_ms, updated_by = excluded.updated_by, \
+               env = excluded.env \
              RETURNING ",
             agent_columns!()
         ))
@@ -57,6 +59,7 @@ impl SqliteStore {
         .bind(&agent.source)
         .bind(now_ms())
         .bind(agent.applied_by.to_string())
+        .bind(&env)
         .fetch_one(tx.conn())
         .await?;
         tx.audit(&audit).await?;

@@ -1,0 +1,435 @@
+//! A scripted model provider: an HTTP server speaking the Anthropic Messages
+//! API as Claude Code calls it, answering each `POST /v1/messages` with the
+//! next of its scripted [`Turn`]s, in order, and recording every request it
+//! gets ([`Recorded`]: path, headers, the key it carried, the body).
+//!
+//! - A request with `"stream": true` gets server-sent events: `message_start`
+//!   (with the turn's input usage), for each block `content_block_start`,
+//!   its deltas (`text_delta`, or `input_json_delta` for a `tool_use`) and
+//!   `content_block_stop`, then `message_delta` (stop reason, output usage)
+//!   and `message_stop`. Otherwise the whole message as JSON.
+//! - `POST /v1/messages/count_tokens` answers `{"input_tokens": N}` (N: the
+//!   body's bytes / 4) and takes no turn.
+//! - With no turn left, a `400` in the API's error shape
+//!   (`invalid_request_error`), so a call nobody scripted shows in the test.
+//!   Any other path is a `404` in the same shape. Both are recorded.
+//!
+//! It listens on `127.0.0.1:0` ([`Upstream::tcp`]) or on a Unix socket
+//! ([`Upstream::unix`]), and stops when dropped.
+//!
+//! ```ignore
+//! let upstream = Upstream::tcp(vec![Turn::text("hello")]).await;
+//! // ... point a client at upstream.base_url() ...
+//! let seen = upstream.wait_for_requests(1, MINUTE).await;
+//! assert_eq!(seen[0].api_key(), Some("the key"));
+//! ```
+
+use std::{
+    collections::VecDeque,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    extract::State,
+    http::{HeaderMap, StatusCode, Uri, header},
+    response::Response,
+};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, oneshot};
+
+/// Tokens a turn reports, as the API names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+}
+
+/// One content block of a scripted answer.
+#[derive(Clone, Debug)]
+pub enum Block {
+    Text(String),
+    /// A call of tool `name` (`mcp__troupe__create_session`, ...) with `input`.
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+}
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    pub blocks: Vec<Block>,
+    /// `end_turn`, `tool_use`, `max_tokens`...
+    pub stop_reason: String,
+    pub usage: Usage,
+}
+
+impl Turn {
+    /// A text answer that ends the turn, with a little usage.
+    pub fn text(text: &str) -> Turn {
+        Turn {
+            blocks: vec![Block::Text(text.to_owned())],
+            stop_reason: "end_turn".to_owned(),
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                ..Usage::default()
+            },
+        }
+    }
+
+    /// A call of one tool, stopping for its result.
+    pub fn tool_use(id: &str, name: &str, input: Value) -> Turn {
+        Turn {
+            blocks: vec![Block::ToolUse {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                input,
+            }],
+            stop_reason: "tool_use".to_owned(),
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                ..Usage::default()
+            },
+        }
+    }
+
+    /// The same turn with `usage`.
+    pub fn with_usage(mut self, usage: Usage) -> Turn {
+        self.usage = usage;
+        self
+    }
+}
+
+/// A request the upstream got.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    /// The path and query: `/v1/messages?beta=true`.
+    pub uri: String,
+    /// Header names lowercase, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON (`Value::Null` if it was not JSON).
+    pub body: Value,
+}
+
+impl Recorded {
+    /// The first value of header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The key the client sent: `x-api-key`, else `Authorization: Bearer`.
+    pub fn api_key(&self) -> Option<&str> {
+        self.header("x-api-key").or_else(|| {
+            self.header("authorization")
+                .and_then(|v| v.strip_prefix("Bearer "))
+        })
+    }
+
+    /// Whether it asked for a stream.
+    pub fn streams(&self) -> bool {
+        self.body.get("stream").and_then(Value::as_bool) == Some(true)
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    turns: Mutex<VecDeque<Turn>>,
+    requests: Mutex<Vec<Recorded>>,
+    arrived: Notify,
+}
+
+/// The running upstream; stops when dropped.
+pub struct Upstream {
+    shared: Arc<Shared>,
+    addr: Option<std::net::SocketAddr>,
+    socket: Option<PathBuf>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Upstream {
+    /// Serves `turns` on `127.0.0.1:0`.
+    pub async fn tcp(turns: Vec<Turn>) -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the upstream");
+        let addr = listener.local_addr().expect("its address");
+        let (shared, app) = Upstream::app(turns);
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Upstream {
+            shared,
+            addr: Some(addr),
+            socket: None,
+            stop: Some(stop),
+        }
+    }
+
+    /// Serves `turns` on a Unix socket at `path` (made readable and
+    /// writable by every uid, as an agent of any session must connect).
+    pub async fn unix(path: &Path, turns: Vec<Turn>) -> Upstream {
+        use std::os::unix::fs::PermissionsExt;
+        let listener = tokio::net::UnixListener::bind(path).expect("bind the upstream's socket");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))
+            .expect("socket mode");
+        let (shared, app) = Upstream::app(turns);
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Upstream {
+            shared,
+            addr: None,
+            socket: Some(path.to_owned()),
+            stop: Some(stop),
+        }
+    }
+
+    fn app(turns: Vec<Turn>) -> (Arc<Shared>, Router) {
+        let shared = Arc::new(Shared {
+            turns: Mutex::new(turns.into()),
+            ..Shared::default()
+        });
+        let app = Router::new().fallback(answer).with_state(shared.clone());
+        (shared, app)
+    }
+
+    /// `http://127.0.0.1:PORT` of a TCP upstream.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr.expect("a TCP upstream"))
+    }
+
+    /// The socket of a Unix upstream.
+    pub fn socket(&self) -> &Path {
+        self.socket.as_deref().expect("a Unix upstream")
+    }
+
+    /// Adds a turn after those left.
+    pub fn push(&self, turn: Turn) {
+        self.shared.turns.lock().unwrap().push_back(turn);
+    }
+
+    /// How many scripted turns are still to be given.
+    pub fn turns_left(&self) -> usize {
+        self.shared.turns.lock().unwrap().len()
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `n` requests have arrived (panics after `limit`).
+    pub async fn wait_for_requests(&self, n: usize, limit: Duration) -> Vec<Recorded> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let arrived = self.shared.arrived.notified();
+            let seen = self.requests();
+            if seen.len() >= n {
+                return seen;
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                panic!(
+                    "the upstream got {} requests, not {n}: {seen:#?}",
+                    seen.len()
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn answer(
+    State(shared): State<Arc<Shared>>,
+    method: axum::http::Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let recorded = Recorded {
+        method: method.to_string(),
+        uri: uri.to_string(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    };
+    let stream = recorded.streams();
+    let model = recorded
+        .body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("scripted")
+        .to_owned();
+    shared.requests.lock().unwrap().push(recorded);
+    shared.arrived.notify_waiters();
+
+    let post = method == axum::http::Method::POST;
+    match uri.path() {
+        "/v1/messages/count_tokens" if post => json_response(
+            StatusCode::OK,
+            &json!({"input_tokens": body.len() as u64 / 4}),
+        ),
+        "/v1/messages" if post => {
+            let turn = shared.turns.lock().unwrap().pop_front();
+            match turn {
+                None => error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "the scripted upstream has no turn left",
+                ),
+                Some(turn) if stream => Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, "text/event-stream")
+                    .header(header::CACHE_CONTROL, "no-cache")
+                    .body(Body::from(sse(&turn, &model)))
+                    .expect("a response"),
+                Some(turn) => json_response(StatusCode::OK, &message(&turn, &model)),
+            }
+        }
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            &format!("no route {method} {}", uri.path()),
+        ),
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(value.to_string()))
+        .expect("a response")
+}
+
+fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+    json_response(
+        status,
+        &json!({"type": "error", "error": {"type": kind, "message": message}}),
+    )
+}
+
+fn message_id() -> String {
+    format!("msg_{}", uuid::Uuid::now_v7().simple())
+}
+
+fn usage_json(usage: &Usage) -> Value {
+    json!({
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+    })
+}
+
+fn block_json(block: &Block) -> Value {
+    match block {
+        Block::Text(text) => json!({"type": "text", "text": text}),
+        Block::ToolUse { id, name, input } => {
+            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+        }
+    }
+}
+
+/// The whole message of a non-streaming answer.
+fn message(turn: &Turn, model: &str) -> Value {
+    json!({
+        "id": message_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": turn.blocks.iter().map(block_json).collect::<Vec<_>>(),
+        "stop_reason": turn.stop_reason,
+        "stop_sequence": null,
+        "usage": usage_json(&turn.usage),
+    })
+}
+
+/// The events of a streaming answer, as one body.
+fn sse(turn: &Turn, model: &str) -> String {
+    let mut out = String::new();
+    let mut event = |name: &str, data: Value| {
+        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    };
+    let start_usage = Usage {
+        output_tokens: 1,
+        ..turn.usage
+    };
+    event(
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": message_id(), "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": usage_json(&start_usage),
+        }}),
+    );
+    for (index, block) in turn.blocks.iter().enumerate() {
+        let (start, delta) = match block {
+            Block::Text(text) => (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": text}),
+            ),
+            Block::ToolUse { id, name, input } => (
+                json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                json!({"type": "input_json_delta", "partial_json": input.to_string()}),
+            ),
+        };
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": start}),
+        );
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        );
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        );
+    }
+    event(
+        "message_delta",
+        json!({"type": "message_delta",
+               "delta": {"stop_reason": turn.stop_reason, "stop_sequence": null},
+               "usage": {"output_tokens": turn.usage.output_tokens}}),
+    );
+    event("message_stop", json!({"type": "message_stop"}));
+    out
+}
