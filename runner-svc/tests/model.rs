@@ -119,6 +119,35 @@ async fn agents_reach_the_socket_over_their_own_loopback_ports_with_their_own_to
     assert_ne!(ports[0], ports[1], "each agent its own port");
 }
 
+/// With the session service on another host, the port forwards to the
+/// runner's relay socket, mounted at the same path, and the relay on to the
+/// service's TCP endpoint: here the scripted upstream's.
+#[tokio::test]
+async fn through_the_runners_relay_the_port_reaches_the_tcp_endpoint() {
+    let upstream = Upstream::tcp(vec![Turn::text("relayed answer")]).await;
+    let endpoint = upstream.base_url();
+    let runner = TestRunner::start_with(move |c| c.session_endpoint = vec![endpoint]).await;
+    let ws = runner.workspace("relay");
+    let mut client = runner.client().await;
+    client
+        .start_exec(exec(&ws, "far", "token-of-far", &["sh", "-c", CALLER]))
+        .await
+        .expect("start");
+    wait_for_output(&mut client, "far", "called: 0").await;
+    let seen = upstream.wait_for_requests(1, MINUTE).await;
+    assert_eq!(seen[0].api_key(), Some("token-of-far"));
+    client
+        .write_stdin(troupe_proto::runner::WriteStdinRequest {
+            exec_id: "far".into(),
+            data: b"bye\n".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("stdin");
+    let out = collect(&mut client, "far", 0, MINUTE).await.stdout_text();
+    assert!(out.contains("relayed answer"), "{out}");
+}
+
 /// With nothing at the socket the agent's call fails, and the agent runs on
 /// to its own end; the supervisor says why in the exec's stderr.
 #[tokio::test]
