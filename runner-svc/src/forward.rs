@@ -343,6 +343,9 @@ mod tests {
             let body = body.clone();
             clients.push(thread::spawn(move || {
                 let mut c = TcpStream::connect(addr).unwrap();
+                // A lost end of file fails the test instead of hanging it.
+                c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                    .unwrap();
                 let mut writer = c.try_clone().unwrap();
                 let w = thread::spawn(move || {
                     writer.write_all(&body).unwrap();
