@@ -4,8 +4,10 @@
 //! as mounted in the container, where the model gateway answers. The agent
 //! is told the port as `ANTHROPIC_BASE_URL` and `OPENAI_BASE_URL` and its
 //! session token as both API keys ([`ModelPort::vars`]): the gateway knows
-//! the caller by that token alone, so a connection from anywhere else in the
-//! container is worth no more than the token it carries.
+//! the caller by that token alone. The port serves the agent's own uid
+//! only: a connection from another uid of the container (another session's
+//! agent, found in `/proc/net/tcp`) is closed at once, so no neighbour can
+//! take up an agent's connections.
 //!
 //! Synchronous, like the rest of the supervisor: one thread accepts, one
 //! thread per connection copies both ways with `poll` on non-blocking
@@ -18,7 +20,7 @@
 
 use std::{
     io::{ErrorKind, Read, Write},
-    net::{Ipv4Addr, TcpListener, TcpStream},
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream},
     os::{fd::AsFd, unix::net::UnixStream},
     path::PathBuf,
     sync::{Arc, Condvar, Mutex},
@@ -80,6 +82,9 @@ impl ModelPort {
     pub fn serve(self, diag: Diag) {
         let slots = Arc::new((Mutex::new(0usize), Condvar::new()));
         let mut failed_connects = 0u64;
+        let mut strangers = 0u64;
+        let own_uid = nix::unistd::getuid().as_raw();
+        let ours = self.listener.local_addr();
         loop {
             {
                 let (count, freed) = &*slots;
@@ -91,7 +96,27 @@ impl ModelPort {
             }
             let release = Slot(slots.clone());
             let client = match self.listener.accept() {
-                Ok((client, _)) => client,
+                Ok((client, peer)) => {
+                    let uid = match (peer, &ours) {
+                        (SocketAddr::V4(peer), Ok(SocketAddr::V4(ours))) => peer_uid(peer, *ours),
+                        _ => None,
+                    };
+                    if uid != Some(own_uid) {
+                        strangers += 1;
+                        if strangers.is_power_of_two() {
+                            let who =
+                                uid.map_or("an unknown uid".to_owned(), |u| format!("uid {u}"));
+                            say(
+                                &diag,
+                                &format!(
+                                    "model port: closed a connection of {who}, not this agent's ({strangers} so far)"
+                                ),
+                            );
+                        }
+                        continue;
+                    }
+                    client
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     say(&diag, &format!("model port: cannot accept: {e}"));
@@ -138,6 +163,34 @@ impl ModelPort {
             }
         }
     }
+}
+
+/// The uid of the process that owns the loopback socket `peer`, connected
+/// to `ours`: its line of `/proc/net/tcp` (this network namespace's IPv4
+/// sockets, readable by every uid). `None` when it is not there.
+fn peer_uid(peer: SocketAddrV4, ours: SocketAddrV4) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    owner_in(&table, peer, ours)
+}
+
+/// The `uid` column of the line of `table` whose local address is `peer`
+/// and remote address `ours` (addresses as the kernel prints them: the
+/// IPv4 address as a native-endian hex word, the port in hex).
+fn owner_in(table: &str, peer: SocketAddrV4, ours: SocketAddrV4) -> Option<u32> {
+    let hex = |a: SocketAddrV4| {
+        format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(a.ip().octets()),
+            a.port()
+        )
+    };
+    let (local, remote) = (hex(peer), hex(ours));
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.len() > 7 && fields[1] == local && fields[2] == remote)
+            .then(|| fields[7].parse().ok())
+            .flatten()
+    })
 }
 
 /// A taken connection slot, given back when dropped.
@@ -277,6 +330,31 @@ mod tests {
 
     fn sink() -> Diag {
         Arc::new(Mutex::new(Vec::<u8>::new()))
+    }
+
+    #[test]
+    fn a_peers_uid_is_read_from_its_line_of_the_table() {
+        // Lines as the kernel writes them (on a little-endian host).
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+            0: 0100007F:A411 00000000:0000 0A 00000000:00000000 00:00000000 00000000 10001        0 111 1\n\
+            1: 0100007F:D431 0100007F:A411 01 00000000:00000000 00:00000000 00000000 10002        0 222 1\n\
+            2: 0100007F:A411 0100007F:D431 01 00000000:00000000 00:00000000 00000000 10001        0 333 1\n";
+        let ours = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0xA411);
+        let peer = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0xD431);
+        if cfg!(target_endian = "little") {
+            assert_eq!(owner_in(table, peer, ours), Some(10002));
+        }
+        let other = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0xD432);
+        assert_eq!(owner_in(table, other, ours), None);
+        // A real connection of this process's own uid.
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (SocketAddr::V4(peer), SocketAddr::V4(ours)) =
+            (client.local_addr().unwrap(), listener.local_addr().unwrap())
+        else {
+            unreachable!()
+        };
+        assert_eq!(peer_uid(peer, ours), Some(nix::unistd::getuid().as_raw()));
     }
 
     #[test]

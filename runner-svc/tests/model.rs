@@ -44,11 +44,13 @@ fn exec(workspace: &str, id: &str, token: &str, command: &[&str]) -> StartExecRe
     req
 }
 
-/// Prints the model variables, posts one Messages call to
+/// Prints the model variables (and writes the base URL to
+/// `/workspace/base-<exec>`), posts one Messages call to
 /// `$ANTHROPIC_BASE_URL` with `$ANTHROPIC_API_KEY` (busybox wget), prints
 /// the answer, then waits for a line on stdin.
 const CALLER: &str = r#"
 echo "anthropic=$ANTHROPIC_BASE_URL openai=$OPENAI_BASE_URL akey=$ANTHROPIC_API_KEY okey=$OPENAI_API_KEY"
+echo "$ANTHROPIC_BASE_URL" > "/workspace/base-$TROUPE_SESSION_ID"
 wget -q -O - --header "x-api-key: $ANTHROPIC_API_KEY" --header 'content-type: application/json' \
   --post-data '{"model":"scripted-model","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}' \
   "$ANTHROPIC_BASE_URL/v1/messages"
@@ -65,7 +67,8 @@ fn var<'a>(out: &'a str, name: &str) -> &'a str {
 
 /// Two agents of one workspace container, each its own uid: each reaches
 /// the socket's server through its own port on the container's loopback,
-/// and each request carries that agent's session token as its key.
+/// and each request carries that agent's session token as its key. A third
+/// agent, another uid, that calls the first one's port is closed at once.
 #[tokio::test]
 async fn agents_reach_the_socket_over_their_own_loopback_ports_with_their_own_tokens() {
     let dir = socket_dir();
@@ -88,6 +91,26 @@ async fn agents_reach_the_socket_over_their_own_loopback_ports_with_their_own_to
     }
     let seen = upstream.wait_for_requests(2, MINUTE).await;
     assert_eq!(seen.len(), 2, "{seen:#?}");
+    upstream.push(Turn::text("answer for a stranger"));
+    let stranger = run_sh(
+        &runner,
+        &ws,
+        "c",
+        "wget -q -O - --header \"x-api-key: $ANTHROPIC_API_KEY\" --post-data '{}' \
+         \"$(cat /workspace/base-a)/v1/messages\"; echo \"stranger: $?\"",
+    )
+    .await;
+    let out = stranger.stdout_text();
+    assert!(
+        out.contains("stranger: ") && !out.contains("stranger: 0"),
+        "{out}"
+    );
+    assert!(!out.contains("answer for a stranger"), "{out}");
+    assert_eq!(
+        upstream.requests().len(),
+        2,
+        "the stranger's call went through"
+    );
     let mut ports = Vec::new();
     for ((id, token), request) in outputs.into_iter().zip(&seen) {
         // Both still run: their ports are held at once.
@@ -114,6 +137,13 @@ async fn agents_reach_the_socket_over_their_own_loopback_ports_with_their_own_to
         assert_eq!(request.api_key(), Some(token), "{request:#?}");
         assert_eq!(request.uri, "/v1/messages");
         assert_eq!(request.body["model"], "scripted-model");
+        if id == "a" {
+            let err = done.stderr_text();
+            assert!(
+                err.contains("troupe-supervisor: model port: closed a connection of uid"),
+                "{err}"
+            );
+        }
         ports.push(port);
     }
     assert_ne!(ports[0], ports[1], "each agent its own port");
