@@ -184,10 +184,11 @@ pub fn admit_charge(
 /// Admits a child's creation under the budgets of its parent's path
 /// (`path`, root first, the parent last), and its `requested` budget:
 /// refused when a dimension of an account on the path is spent or its
-/// wall-clock budget has run out, and when the child asks more in a
-/// dimension than is left in it (narrowing only). Returns the child's
-/// deadline: its own wall-clock budget from `now_ms`, or the path's
-/// earliest, whichever comes first.
+/// wall-clock budget has run out, and when the child asks more cost, tokens
+/// or calls than is left (narrowing only). A wall-clock budget is narrowed
+/// by its deadline instead: the child's is its own from `now_ms`, or the
+/// path's earliest, whichever comes first (returned), so a longer one asks
+/// nothing more.
 pub fn admit_budget(
     requested: &Budget,
     path: &[Account],
@@ -218,48 +219,36 @@ pub fn admit_budget(
         ),
         (Dimension::Tokens, requested.tokens, remaining.tokens),
         (Dimension::Calls, requested.calls, remaining.calls),
-        (Dimension::Wall, requested.wall_ms, remaining.wall_ms),
     ];
     for (dimension, ask, have) in asks {
         if let (Some(ask), Some(have)) = (ask, have)
             && ask > have
+            && let Some((account, bound)) = narrowest(path, dimension)
         {
-            return Err(SessionError::BudgetExceeded {
-                message: format!(
-                    "budget exceeded: a child's budget may only narrow: it asks {} of {}, {} is left above it",
-                    amount(dimension, ask),
-                    dimension.as_str(),
-                    amount(dimension, have),
-                ),
-                refusal: Box::new(BudgetRefusal {
-                    session_id: narrowest(path, dimension, now_ms).unwrap_or_default(),
-                    dimension,
-                    limit: ask,
-                    used: have,
-                    left: remaining,
-                }),
-            });
+            let message = format!(
+                "budget exceeded: a child's budget may only narrow: it asks {} of {}, and session {} has {} left of its {}",
+                amount(dimension, ask),
+                dimension.as_str(),
+                account.session_id,
+                amount(dimension, have),
+                amount(dimension, bound.limit),
+            );
+            return Err(refusal(path, now_ms, account, &bound, message));
         }
     }
     Ok(deadline(requested, path, now_ms))
 }
 
-/// The session of `path` with the least left in `dimension`.
-fn narrowest(path: &[Account], dimension: Dimension, now_ms: i64) -> Option<String> {
+/// The account of `path` with the least left in `dimension`, and its bound
+/// there (the first, root-most, of equals).
+fn narrowest(path: &[Account], dimension: Dimension) -> Option<(&Account, Bound)> {
     path.iter()
         .filter_map(|a| {
-            let n = match dimension {
-                Dimension::Wall => a
-                    .deadline_ms
-                    .map(|d| d.saturating_sub(now_ms).max(0) as u64),
-                _ => bounds(a)
-                    .find(|b| b.dimension == dimension)
-                    .map(|b| b.limit.saturating_sub(b.used)),
-            }?;
-            Some((n, a))
+            let bound = bounds(a).find(|b| b.dimension == dimension)?;
+            Some((bound.limit.saturating_sub(bound.used), a, bound))
         })
-        .min_by_key(|(n, _)| *n)
-        .map(|(_, a)| a.session_id.clone())
+        .min_by_key(|(left, _, _)| *left)
+        .map(|(_, a, bound)| (a, bound))
 }
 
 /// A new session's deadline: its own wall-clock budget from `now_ms`, or
