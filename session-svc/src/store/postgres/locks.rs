@@ -14,6 +14,11 @@
 //! total budget drops other sessions' output under the events lock, and may
 //! meet another session's process event in a deadlock, which PostgreSQL
 //! breaks and `retrying!` runs again.
+//!
+//! Budgets' `accounts` rows stand apart (see `budgets`): reservations and
+//! settlements lock them root-down (by depth), before any session row, and
+//! no transaction holding a session row locks one (creates read them
+//! unlocked).
 
 use sqlx::PgConnection;
 use troupe_proto::{session::SessionStatus, status::status_str};
