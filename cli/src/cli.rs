@@ -168,6 +168,26 @@ pub struct CreateArgs {
     /// endpoint, is replayed there rather than done twice.
     #[arg(long, value_name = "ID")]
     pub request_id: Option<String>,
+    /// Budget of the session's model calls' cost, in USD (`2.50`; exact, at
+    /// most 12 decimals). A child's may only narrow its parent's. Default:
+    /// none of its own (its ancestors' still bound it).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub budget_usd: Option<u64>,
+    /// Budget of model tokens (input, output and cache together).
+    #[arg(long, value_name = "N")]
+    pub budget_tokens: Option<u64>,
+    /// Budget of model calls.
+    #[arg(long, value_name = "N")]
+    pub budget_calls: Option<u64>,
+    /// Wall-clock budget, in seconds from its creation: past it the session
+    /// and its subtree end (end reason `budget`).
+    #[arg(long, value_name = "SECS")]
+    pub budget_wall_secs: Option<u64>,
+}
+
+/// Parses decimal USD into pico-dollars, exactly.
+fn parse_usd(text: &str) -> Result<u64, String> {
+    troupe_proto::money::parse_decimal(text, 12).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ use crate::safe;
 use prost_types::Timestamp;
 use serde_json::{Map, Value, json};
 use troupe_proto::{
+    money,
     session::{self as pb, DeliveryStatus, session_event::Detail},
     status::{kind_str, status_str},
     trust,
@@ -68,10 +69,61 @@ pub fn session_text(s: &pb::Session) -> String {
         ("end reason", or_dash(&s.end_reason)),
         ("trace", or_dash(&s.trace_id)),
     ];
-    fields
+    let mut text: String = fields
         .iter()
         .map(|(key, value)| format!("{key:<11} {}\n", safe::line(value)))
-        .collect()
+        .collect();
+    if let Some(b) = &s.budget {
+        text.push_str(&format!("{:<11} {}\n", "budget", budget_text(b)));
+    }
+    if s.deadline.is_some() {
+        text.push_str(&format!(
+            "{:<11} {}\n",
+            "deadline",
+            time(s.deadline.as_ref())
+        ));
+    }
+    if let Some(u) = &s.usage {
+        text.push_str(&format!("{:<11} {}\n", "usage", usage_text(u)));
+    }
+    text
+}
+
+/// A budget as text: each dimension it sets.
+fn budget_text(b: &pb::Budget) -> String {
+    let parts: Vec<String> = [
+        b.cost_pico_usd.map(|c| format!("${}", money::usd(c))),
+        b.tokens.map(|t| format!("{t} tokens")),
+        b.model_calls.map(|c| format!("{c} calls")),
+        b.wall_ms.map(|w| format!("{}s wall", w as f64 / 1000.0)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Usage as text: own, then subtree.
+fn usage_text(u: &pb::SessionUsage) -> String {
+    let t = u.own_tokens.unwrap_or_default();
+    format!(
+        "own {} calls, {} tokens (in {}, out {}, cache read {}, cache write {}), ${}; \
+         subtree {} calls, {} tokens, ${}",
+        u.own_calls,
+        t.input + t.output + t.cache_read + t.cache_write,
+        t.input,
+        t.output,
+        t.cache_read,
+        t.cache_write,
+        money::usd(u.own_cost_pico_usd),
+        u.subtree_calls,
+        u.subtree_tokens,
+        money::usd(u.subtree_cost_pico_usd),
+    )
 }
 
 fn opt_session(s: Option<&pb::Session>) -> Value {
@@ -178,6 +230,7 @@ fn event_detail(detail: Option<&Detail>) -> Value {
             "dropped_events": t.dropped_events,
             "by_runner": t.by_runner,
         }),
+        Some(Detail::Usage(u)) => view::usage(u),
     }
 }
 
@@ -218,6 +271,14 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
             t.dropped_bytes,
             t.dropped_events,
             if t.by_runner { " by=runner" } else { "" }
+        ),
+        Some(Detail::Usage(u)) => format!(
+            "own_calls={} own_cost_usd={} subtree_calls={} subtree_tokens={} subtree_cost_usd={}",
+            u.own_calls,
+            money::usd(u.own_cost_pico_usd),
+            u.subtree_calls,
+            u.subtree_tokens,
+            money::usd(u.subtree_cost_pico_usd)
         ),
     }
 }

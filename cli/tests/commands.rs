@@ -287,3 +287,78 @@ async fn a_watch_resumes_across_a_restart_of_the_service() {
     );
     server.stop().await;
 }
+
+/// `session create --budget-*` gives a budget (USD converted exactly), which
+/// `session get` shows with the deadline and the usage, as JSON and as
+/// text; a child asking more than is left is refused BUDGET_EXCEEDED; an
+/// amount that is not a plain non-negative decimal is refused before any call.
+#[tokio::test(flavor = "multi_thread")]
+async fn budgets_are_given_and_shown() {
+    let server = TestServer::start().await;
+    let data = tempfile::tempdir().expect("dir");
+    let cli = || troupe(&server, data.path());
+    let created = ok(args(
+        cli(),
+        "session create --workspace alpha --agent worker --budget-usd 2.50 \
+         --budget-tokens 1000 --budget-calls 20 --budget-wall-secs 3600",
+    ))
+    .await;
+    let root = created["session"]["session_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let got = ok(args(cli(), &format!("session get {root}"))).await;
+    let budget = &got["session"]["budget"];
+    assert_eq!(budget["cost_pico_usd"], 2_500_000_000_000u64, "{got}");
+    assert_eq!(budget["cost_usd"], "2.50");
+    assert_eq!(
+        (
+            &budget["tokens"],
+            &budget["model_calls"],
+            &budget["wall_ms"]
+        ),
+        (
+            &Value::from(1000),
+            &Value::from(20),
+            &Value::from(3_600_000)
+        )
+    );
+    assert!(got["session"]["deadline"].is_string(), "{got}");
+    assert_eq!(got["session"]["usage"]["subtree"]["cost_usd"], "0.00");
+    assert_eq!(got["session"]["usage"]["own"]["calls"], 0);
+
+    let mut text = Command::new(TROUPE);
+    text.env("TROUPE_ENDPOINT", format!("http://{}", server.addr))
+        .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("TROUPE_DATA_DIR", data.path())
+        .args(["session", "get", &root]);
+    let output = run(text).await;
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        shown.contains("budget      $2.50, 1000 tokens, 20 calls, 3600s wall"),
+        "{shown}"
+    );
+    assert!(shown.contains("usage       own 0 calls"), "{shown}");
+
+    let refused = run(args(
+        cli(),
+        &format!("session create --parent {root} --agent worker --budget-tokens 1001"),
+    ))
+    .await;
+    assert!(!refused.status.success());
+    let error: Value = serde_json::from_slice(&refused.stdout).expect("JSON error");
+    assert_eq!(error["error"]["reason"], "BUDGET_EXCEEDED", "{error}");
+    assert_eq!(error["error"]["metadata"]["tokens_remaining"], "1000");
+
+    for bad in ["-1", "1.2.3", "2.5e3", "0.0000000000001"] {
+        let output = run(args(
+            cli(),
+            &format!("session create --workspace alpha --agent worker --budget-usd={bad}"),
+        ))
+        .await;
+        assert!(!output.status.success(), "{bad} accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--budget-usd"), "{bad}: {stderr}");
+    }
+    server.stop().await;
+}

@@ -85,6 +85,7 @@ async fn agent_written_text_reaches_the_terminal_escaped() {
             agent_name: "worker".into(),
             initial_message: "go".into(),
             request_id: String::new(),
+            budget: None,
         })
         .await
         .expect("create root")

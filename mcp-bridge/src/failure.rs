@@ -222,6 +222,11 @@ fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
         }
         Reason::TokenExpired => "The session token has expired; the operator can issue a new one.",
         Reason::TokenRevoked => "This session has ended, and its token with it.",
+        Reason::BudgetExceeded => {
+            "A budget of this spawn tree is spent, or smaller than what was asked (the \
+             metadata says whose, in which dimension, and what is left): finish the work \
+             with this session, or report back to its parent."
+        }
         _ => return None,
     };
     Some(text.to_owned())

@@ -15,6 +15,7 @@
 //!   it cannot reach.
 //! - [`serving`]: reflection and health descriptors, and the stop signal, of every server.
 //! - [`drain`]: how every server stops: NOT_SERVING first, streams ended, a bounded drain.
+//! - [`money`]: exact decimal amounts (USD as pico-dollars, prices).
 //! - [`refusal`]: a refused call's code, message, `ErrorInfo` reason and metadata, as text.
 //! - [`view`]: the JSON view of a session (and quota) the CLI and the MCP bridge show.
 //! - [`agent`]: what an agent is given: its stdin's message lines and `session_ended`
@@ -65,6 +66,7 @@ pub mod codec;
 pub mod drain;
 pub mod endpoint;
 pub mod failover;
+pub mod money;
 pub mod names;
 pub mod paths;
 pub mod refusal;

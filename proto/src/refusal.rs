@@ -40,6 +40,9 @@ pub enum Reason {
     /// A session's runner stopped renewing its registration: the session
     /// failed with end reason `runner_lost` (shown in the audit log).
     RunnerLost,
+    /// A budget on the session's path is spent, or a child asked more than
+    /// is left (`budget_*` and `*_remaining` metadata).
+    BudgetExceeded,
     /// The MCP bridge's own: the `X-Agent-Session-Id` hint names a session
     /// other than the token's.
     SessionHintMismatch,
@@ -76,6 +79,7 @@ impl Reason {
         Reason::Unavailable,
         Reason::Internal,
         Reason::RunnerLost,
+        Reason::BudgetExceeded,
         Reason::SessionHintMismatch,
     ];
 
@@ -108,6 +112,7 @@ impl Reason {
             "UNAVAILABLE" => Reason::Unavailable,
             "INTERNAL" => Reason::Internal,
             "RUNNER_LOST" => Reason::RunnerLost,
+            "BUDGET_EXCEEDED" => Reason::BudgetExceeded,
             "SESSION_HINT_MISMATCH" => Reason::SessionHintMismatch,
             other => Reason::Unknown(other.to_owned()),
         }
@@ -142,6 +147,7 @@ impl Reason {
             Reason::Unavailable => "UNAVAILABLE",
             Reason::Internal => "INTERNAL",
             Reason::RunnerLost => "RUNNER_LOST",
+            Reason::BudgetExceeded => "BUDGET_EXCEEDED",
             Reason::SessionHintMismatch => "SESSION_HINT_MISMATCH",
             Reason::Unknown(wire) => wire,
         }

@@ -48,6 +48,7 @@ pub fn kind_str(kind: EventKind) -> &'static str {
         EventKind::Failed => "failed",
         EventKind::Terminated => "terminated",
         EventKind::OutputTruncated => "output_truncated",
+        EventKind::Usage => "usage",
     }
 }
 
@@ -63,6 +64,7 @@ pub fn parse_kind(text: &str) -> Option<EventKind> {
         "failed" => EventKind::Failed,
         "terminated" => EventKind::Terminated,
         "output_truncated" => EventKind::OutputTruncated,
+        "usage" => EventKind::Usage,
         _ => return None,
     })
 }
@@ -92,6 +94,7 @@ mod tests {
             EventKind::Failed,
             EventKind::Terminated,
             EventKind::OutputTruncated,
+            EventKind::Usage,
         ] {
             assert_eq!(parse_kind(kind_str(k)), Some(k));
         }

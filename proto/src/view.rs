@@ -1,13 +1,14 @@
 //! The JSON view of a session, written once for every client: enums as
 //! lowercase words (`running`, `sandboxed`), timestamps as RFC 3339 UTC,
 //! empty strings as `null`. prost types don't derive `Serialize`, so the
-//! mapping is by hand. The CLI adds `trace_id` to a session; the MCP bridge
+//! mapping is by hand. Budgets and usage show costs in pico-dollars and as
+//! decimal USD. The CLI adds `trace_id` to a session; the MCP bridge
 //! adds `ended`.
 
 use prost_types::Timestamp;
 use serde_json::{Map, Value, json};
 
-use crate::{session as pb, status::status_str, trust};
+use crate::{money, session as pb, status::status_str, trust};
 
 /// Returns `s`, or `null` when it is empty.
 pub fn text(s: &str) -> Value {
@@ -40,11 +41,54 @@ pub fn session(s: &pb::Session) -> Map<String, Value> {
         ("ended_at", timestamp(s.ended_at.as_ref())),
         ("end_reason", text(&s.end_reason)),
         ("exit_code", json!(s.exit_code)),
+        ("budget", s.budget.as_ref().map_or(Value::Null, budget)),
+        ("deadline", timestamp(s.deadline.as_ref())),
+        ("usage", s.usage.as_ref().map_or(Value::Null, usage)),
     ];
     fields
         .into_iter()
         .map(|(key, value)| (key.to_owned(), value))
         .collect()
+}
+
+/// Returns a budget: each dimension, or `null` where it sets none; the cost
+/// in pico-dollars and as decimal USD.
+pub fn budget(b: &pb::Budget) -> Value {
+    json!({
+        "cost_pico_usd": b.cost_pico_usd,
+        "cost_usd": b.cost_pico_usd.map(money::usd),
+        "tokens": b.tokens,
+        "model_calls": b.model_calls,
+        "wall_ms": b.wall_ms,
+    })
+}
+
+/// Returns a session's usage: its own calls, its subtree's, and what its
+/// subtree has reserved; costs in pico-dollars and as decimal USD.
+pub fn usage(u: &pb::SessionUsage) -> Value {
+    let tokens = u.own_tokens.unwrap_or_default();
+    json!({
+        "own": {
+            "calls": u.own_calls,
+            "input_tokens": tokens.input,
+            "output_tokens": tokens.output,
+            "cache_read_tokens": tokens.cache_read,
+            "cache_write_tokens": tokens.cache_write,
+            "cost_pico_usd": u.own_cost_pico_usd,
+            "cost_usd": money::usd(u.own_cost_pico_usd),
+        },
+        "subtree": {
+            "calls": u.subtree_calls,
+            "tokens": u.subtree_tokens,
+            "cost_pico_usd": u.subtree_cost_pico_usd,
+            "cost_usd": money::usd(u.subtree_cost_pico_usd),
+        },
+        "reserved": {
+            "calls": u.reserved_calls,
+            "tokens": u.reserved_tokens,
+            "cost_pico_usd": u.reserved_cost_pico_usd,
+        },
+    })
 }
 
 /// Returns the spawn quota left, or `null`.
@@ -84,5 +128,32 @@ mod tests {
         assert_eq!(v["parent_session_id"], Value::Null);
         assert_eq!(v["ended_at"], Value::Null);
         assert_eq!(session(&pb::Session::default())["exit_code"], Value::Null);
+        assert_eq!(session(&pb::Session::default())["budget"], Value::Null);
+        assert_eq!(session(&pb::Session::default())["usage"], Value::Null);
+    }
+
+    #[test]
+    fn budget_and_usage_show_usd_exactly() {
+        let s = pb::Session {
+            budget: Some(pb::Budget {
+                cost_pico_usd: Some(2_500_000_000_000),
+                tokens: None,
+                model_calls: Some(10),
+                wall_ms: None,
+            }),
+            usage: Some(pb::SessionUsage {
+                own_calls: 1,
+                own_cost_pico_usd: 12_207_000_000,
+                subtree_cost_pico_usd: 12_207_000_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let v = session(&s);
+        assert_eq!(v["budget"]["cost_usd"], "2.50");
+        assert_eq!(v["budget"]["tokens"], Value::Null);
+        assert_eq!(v["budget"]["model_calls"], 10);
+        assert_eq!(v["usage"]["own"]["cost_usd"], "0.012207");
+        assert_eq!(v["usage"]["subtree"]["cost_pico_usd"], 12_207_000_000u64);
     }
 }

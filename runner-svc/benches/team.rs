@@ -74,6 +74,7 @@ async fn bench() {
             agent_name: "holder".into(),
             initial_message: "hold".into(),
             request_id: String::new(),
+            budget: None,
         })
         .await
         .unwrap()

@@ -53,6 +53,7 @@ async fn root(server: &TestServer, ws: &str) -> String {
             agent_name: "idle".into(),
             initial_message: "hello".into(),
             request_id: String::new(),
+            budget: None,
         })
         .await
         .expect("create root")

@@ -78,6 +78,7 @@ async fn root(through: &SessionProcess, ws: &str) -> String {
             agent_name: "idle".into(),
             initial_message: "hello".into(),
             request_id: String::new(),
+            budget: None,
         })
         .await
         .expect("create root")

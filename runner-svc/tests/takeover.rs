@@ -41,6 +41,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
             agent_name: "printer".into(),
             initial_message: "first".into(),
             request_id: String::new(),
+            budget: None,
         })
         .await
         .unwrap()

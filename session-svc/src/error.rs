@@ -7,6 +7,8 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 use troupe_proto::ERROR_DOMAIN;
 
+use crate::model::{BudgetLeft, Dimension};
+
 /// Machine-readable reason of a refusal, sent as `ErrorInfo.reason` and kept in the audit log.
 /// Clients read it as [`troupe_proto::refusal::Reason`]; a test holds the two to the same names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +41,9 @@ pub enum Reason {
     /// A session's runner stopped renewing its registration (the audit
     /// entry of the session's failure, end reason `runner_lost`).
     RunnerLost,
+    /// A budget on the session's path is spent (or too small for what was
+    /// asked); the metadata says what is left.
+    BudgetExceeded,
 }
 
 impl Reason {
@@ -71,6 +76,7 @@ impl Reason {
             Reason::Unavailable => "UNAVAILABLE",
             Reason::Internal => "INTERNAL",
             Reason::RunnerLost => "RUNNER_LOST",
+            Reason::BudgetExceeded => "BUDGET_EXCEEDED",
         }
     }
 
@@ -89,7 +95,8 @@ impl Reason {
             | Reason::TreeQuotaExceeded
             | Reason::ChildQuotaExceeded
             | Reason::WorkspaceQuotaExceeded
-            | Reason::RateLimited => Code::ResourceExhausted,
+            | Reason::RateLimited
+            | Reason::BudgetExceeded => Code::ResourceExhausted,
             Reason::ParentNotRunning | Reason::SessionEnded | Reason::AgentInvalid => {
                 Code::FailedPrecondition
             }
@@ -117,6 +124,42 @@ pub struct QuotaLeft {
     pub tree_sessions_remaining: u32,
     pub depth_remaining: u32,
     pub children_remaining: u32,
+}
+
+/// What a `BUDGET_EXCEEDED` refusal says: whose budget, which dimension,
+/// its limit and what is used (settled and reserved), and what is left over
+/// the whole path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BudgetRefusal {
+    pub session_id: String,
+    pub dimension: Dimension,
+    pub limit: u64,
+    pub used: u64,
+    pub left: BudgetLeft,
+}
+
+impl BudgetRefusal {
+    /// The refusal's `ErrorInfo` metadata.
+    fn metadata(&self, metadata: &mut HashMap<String, String>) {
+        metadata.insert("budget_session_id".to_owned(), self.session_id.clone());
+        metadata.insert(
+            "budget_dimension".to_owned(),
+            self.dimension.as_str().to_owned(),
+        );
+        metadata.insert("budget_limit".to_owned(), self.limit.to_string());
+        metadata.insert("budget_used".to_owned(), self.used.to_string());
+        let left = [
+            ("cost_pico_usd_remaining", self.left.cost.map(|c| c.0)),
+            ("tokens_remaining", self.left.tokens),
+            ("model_calls_remaining", self.left.calls),
+            ("wall_ms_remaining", self.left.wall_ms),
+        ];
+        for (key, value) in left {
+            if let Some(value) = value {
+                metadata.insert(key.to_owned(), value.to_string());
+            }
+        }
+    }
 }
 
 /// How a database failed, as far as the caller is concerned: classified by
@@ -168,6 +211,12 @@ pub enum SessionError {
         message: String,
         quota: Option<QuotaLeft>,
         retry_after: Option<Duration>,
+    },
+    /// A budget refused a create or a model call (`BUDGET_EXCEEDED`).
+    #[error("{message}")]
+    BudgetExceeded {
+        message: String,
+        refusal: Box<BudgetRefusal>,
     },
     /// The session does not exist or the caller may not see it (the two are indistinguishable).
     #[error("session not found: {session_id}")]
@@ -232,6 +281,7 @@ impl SessionError {
     pub fn reason(&self) -> Reason {
         match self {
             SessionError::Refused { reason, .. } => *reason,
+            SessionError::BudgetExceeded { .. } => Reason::BudgetExceeded,
             SessionError::SessionNotFound { .. } => Reason::SessionNotFound,
             SessionError::InvalidArgument { .. } => Reason::InvalidArgument,
             SessionError::InvalidAgent(_) => Reason::AgentInvalid,
@@ -291,6 +341,10 @@ impl From<SessionError> for Status {
                     metadata.insert("retry_after_ms".to_owned(), after.as_millis().to_string());
                     details.set_retry_info(Some(*after));
                 }
+                err.to_string()
+            }
+            SessionError::BudgetExceeded { refusal, .. } => {
+                refusal.metadata(&mut metadata);
                 err.to_string()
             }
             SessionError::SessionNotFound { .. } | SessionError::Fenced { .. } => err.to_string(),
@@ -359,6 +413,7 @@ mod tests {
             Reason::Unavailable => Wire::Unavailable,
             Reason::Internal => Wire::Internal,
             Reason::RunnerLost => Wire::RunnerLost,
+            Reason::BudgetExceeded => Wire::BudgetExceeded,
         }
     }
 
@@ -389,6 +444,7 @@ mod tests {
         Reason::Unavailable,
         Reason::Internal,
         Reason::RunnerLost,
+        Reason::BudgetExceeded,
     ];
 
     #[test]

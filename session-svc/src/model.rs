@@ -7,11 +7,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
+mod budget;
 mod shared;
 mod values;
 
 mod runner;
 
+pub use budget::{
+    Account, Budget, BudgetLeft, CallOutcome, Charge, Cost, Dimension, ModelCall, OwnUsage,
+    PRICE_DECIMALS, Price, Reservation, TokenUsage,
+};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
 pub use values::{EventKind, ExitReason, Principal};
@@ -123,6 +128,8 @@ pub struct NewSession {
     pub initial_message: Option<NewMessage>,
     /// CALLBACK mode: its parent is told when it ends.
     pub notify_parent: bool,
+    /// Its own budget (empty: none).
+    pub budget: Budget,
 }
 
 /// A message to store in an inbox.

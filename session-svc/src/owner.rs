@@ -1,6 +1,7 @@
 //! Who runs the background work: the driver (launching, following,
-//! delivering, stopping, callbacks, reconciling), life-span export and
-//! event pruning run in one service at a time, the holder of the lease
+//! delivering, stopping, callbacks, reconciling), life-span export, event
+//! pruning and the wall-clock budgets (ending the subtrees whose deadline
+//! passed) run in one service at a time, the holder of the lease
 //! (`Store::acquire_lease`). Every service (a SQLite one is alone on its
 //! database) tries for the lease, renews it while it holds it, and runs the work only for the term it holds: a
 //! [`Term`] whose fence every background write carries. A term ends when a
@@ -14,13 +15,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     driver::{Driver, Term},
+    error::Reason,
     lives,
-    model::now_ms,
+    model::{AuditRecord, Principal, now_ms},
     store::{Fence, Holder, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Store},
 };
 
 /// How often old events are pruned.
 const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the wall-clock budgets are checked: a subtree ends at most this
+/// long after its deadline.
+pub const DEADLINES_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// What the owner of the background work runs.
 pub struct Work<S: Store> {
@@ -120,6 +125,11 @@ async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
         work.keep,
         work.request_ids,
     ));
+    tasks.spawn(deadlines(
+        work.store.clone(),
+        work.driver.clone(),
+        term.clone(),
+    ));
     let mut renew = tokio::time::interval(work.timing.renew_every);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while term.live() {
@@ -158,6 +168,54 @@ async fn prune<S: Store>(store: S, term: Term, keep: u64, request_ids: std::time
             tracing::warn!(error = %e, "event pruning failed");
         }
         prune_request_ids(&store, &term, request_ids).await;
+    }
+}
+
+/// Ends, every [`DEADLINES_EVERY`], each active session whose wall-clock
+/// budget ran out, with its subtree (end reason `budget`, audited, fenced),
+/// and has the driver stop their agents.
+async fn deadlines<S: Store>(store: S, driver: Option<Arc<Driver<S>>>, term: Term) {
+    let mut every = tokio::time::interval(DEADLINES_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while term.live() {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = term.cancelled() => return,
+        }
+        let due = match store.over_deadline(now_ms()).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the wall-clock budgets");
+                continue;
+            }
+        };
+        for session_id in due {
+            let audit = AuditRecord {
+                caller: Principal::Troupe,
+                action: "end_for_budget",
+                target: session_id.clone(),
+                allowed: true,
+                reason: Reason::BudgetExceeded.as_str().to_owned(),
+                detail: String::new(),
+            };
+            match term.check(store.end_for_budget(term.fence(), &session_id, audit).await) {
+                Ok(ended) if ended.is_empty() => {}
+                Ok(ended) => {
+                    tracing::info!(
+                        session_id,
+                        ended = ended.len(),
+                        "wall-clock budget ran out: subtree ended"
+                    );
+                    if let Some(driver) = &driver {
+                        driver.stop(ended);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(session_id, error = %e, "cannot end a subtree past its deadline");
+                    break;
+                }
+            }
+        }
     }
 }
 

@@ -6,12 +6,19 @@
 //!   [`sees_only_sandboxed`], the filter the store applies;
 //! - trust: [`child_trust`] (inherit by default, never escalate);
 //! - quotas: [`admit_spawn`] (depth, tree, children, workspace, rate), [`admit_root`];
+//! - budgets ([`admit_charge`], [`admit_budget`], [`deadline`]): a model
+//!   call's reservation within every budget of its path, a child's budget
+//!   that only narrows, nothing created under a spent budget;
 //! - messaging, progress and termination: [`may_message`],
 //!   [`may_report_progress`], [`may_terminate`];
 //! - the process state machine: [`process_step`], what a runner's report
 //!   (or a failure, as an exit) does to its session.
 
+mod budget;
+
 use std::time::Duration;
+
+pub use budget::{admit_budget, admit_charge, deadline, left as budget_left};
 
 use troupe_proto::{session::SessionStatus, status::is_ended};
 
@@ -19,7 +26,7 @@ use crate::{
     agents::validate_slug,
     config::Limits,
     error::{QuotaLeft, Reason, SessionError},
-    model::{Caller, EventKind, ExitReason, ProcessChange, SessionRow, Trust},
+    model::{Account, Budget, Caller, EventKind, ExitReason, ProcessChange, SessionRow, Trust},
 };
 
 /// Returns true if `caller` may see `target`: same workspace, and a
@@ -87,6 +94,10 @@ pub struct SpawnContext<'a> {
     pub children: u32,
     /// Sessions of the workspace that are pending or running.
     pub workspace_active: u32,
+    /// The accounts of the parent's path, root first (the parent's last).
+    pub accounts: &'a [Account],
+    /// The child's own budget, as asked.
+    pub budget: &'a Budget,
     pub now_ms: i64,
 }
 
@@ -97,10 +108,12 @@ pub struct Admission {
     /// The parent's new rate-limit state.
     pub parent_spawn_tat_ms: i64,
     pub quota: QuotaLeft,
+    /// The child's deadline ([`deadline`]).
+    pub deadline_ms: Option<i64>,
 }
 
-/// Applies, in order, the parent-running, depth, tree, children, workspace
-/// and rate rules to one spawn.
+/// Applies, in order, the parent-running, depth, tree, children, workspace,
+/// budget ([`admit_budget`]) and rate rules to one spawn.
 pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission, SessionError> {
     let parent = ctx.parent;
     if !parent.is_active() {
@@ -161,6 +174,7 @@ pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission,
             ),
         ));
     }
+    let deadline_ms = admit_budget(ctx.budget, ctx.accounts, ctx.now_ms)?;
     let parent_spawn_tat_ms = match rate_check(parent.spawn_tat_ms, ctx.now_ms, limits) {
         Ok(tat) => tat,
         Err(wait) => {
@@ -185,6 +199,7 @@ pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission,
             depth_remaining: limits.max_depth - depth,
             children_remaining: left_now.children_remaining - 1,
         },
+        deadline_ms,
     })
 }
 

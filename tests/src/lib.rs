@@ -270,6 +270,7 @@ impl TestServer {
                 agent_name: "worker".to_owned(),
                 initial_message: "start".to_owned(),
                 request_id: String::new(),
+                budget: None,
             })
             .await
             .expect("create root")

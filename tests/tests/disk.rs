@@ -45,6 +45,7 @@ async fn running(store: &SqliteStore, id: &str) {
         trace: None,
         initial_message: None,
         notify_parent: false,
+        budget: Default::default(),
     };
     let audit = AuditRecord {
         caller: Principal::Operator,

@@ -31,6 +31,7 @@ fn new_session(id: &str, notify_parent: bool) -> NewSession {
         trace: None,
         initial_message: None,
         notify_parent,
+        budget: Default::default(),
     }
 }
 
@@ -50,6 +51,7 @@ fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
         depth: ctx.parent.depth + 1,
         parent_spawn_tat_ms: ctx.parent.spawn_tat_ms,
         quota: QuotaLeft::default(),
+        deadline_ms: None,
     })
 }
 

@@ -181,6 +181,7 @@ async fn a_root_create_retried_after_a_restart_is_the_same_root() {
         agent_name: "worker".into(),
         initial_message: "go".into(),
         request_id: "root-1".into(),
+        budget: None,
     };
     let first = server
         .operator()

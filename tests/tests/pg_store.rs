@@ -32,6 +32,7 @@ fn new_session(id: &str, initial: Option<&str>) -> NewSession {
             body: body.to_owned(),
         }),
         notify_parent: id == "a1",
+        budget: Default::default(),
     }
 }
 
@@ -65,6 +66,7 @@ fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
             depth_remaining: 9,
             children_remaining: 100 - ctx.children,
         },
+        deadline_ms: None,
     })
 }
 

@@ -40,6 +40,7 @@ async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
         trace: None,
         initial_message: None,
         notify_parent: false,
+        budget: Default::default(),
     };
     store
         .create_root(new, None, audit(id), &|_| Ok(QuotaLeft::default()))

@@ -152,6 +152,7 @@ fn root(id: &str) -> NewSession {
         trace: None,
         initial_message: None,
         notify_parent: false,
+        budget: Default::default(),
     }
 }
 

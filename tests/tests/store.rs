@@ -41,6 +41,7 @@ fn new_session(id: &str, initial_message: bool) -> NewSession {
             body: "hello".into(),
         }),
         notify_parent: false,
+        budget: Default::default(),
     }
 }
 

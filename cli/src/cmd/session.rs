@@ -7,7 +7,7 @@ use serde_json::Value;
 use troupe_proto::{
     failover,
     session::{
-        CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest,
+        Budget, CreateRootSessionRequest, CreateSessionRequest, GetSessionRequest,
         IssueSessionTokenRequest, ListWorkspaceSessionsRequest, QuotaInfo, SendMessageRequest,
         Session, TerminateSessionRequest, TrustLevel,
     },
@@ -32,6 +32,7 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
             agent_name: args.agent.clone(),
             initial_message: args.message.clone(),
             request_id: request_id(args.request_id.as_deref()),
+            budget: budget(args)?,
         };
         let r = ctx
             .call(&request, |mut c, m| async move {
@@ -76,6 +77,7 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
         trust_level,
         parent_session_id: parent.clone(),
         mode: 0,
+        budget: budget(args)?,
     };
     let r = ctx
         .call(
@@ -89,6 +91,24 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
     let mut text = session_or_nothing(r.session.as_ref());
     text.push_str(&quota_text(r.quota.as_ref()));
     out::text(&text)
+}
+
+/// The budget the flags give, if any.
+fn budget(args: &CreateArgs) -> anyhow::Result<Option<Budget>> {
+    let wall_ms = match args.budget_wall_secs {
+        Some(secs) => Some(
+            secs.checked_mul(1000)
+                .ok_or_else(|| anyhow::anyhow!("--budget-wall-secs {secs} is too large"))?,
+        ),
+        None => None,
+    };
+    let budget = Budget {
+        cost_pico_usd: args.budget_usd,
+        tokens: args.budget_tokens,
+        model_calls: args.budget_calls,
+        wall_ms,
+    };
+    Ok((budget != Budget::default()).then_some(budget))
 }
 
 /// The request id given, else a fresh one: a create or send repeated on

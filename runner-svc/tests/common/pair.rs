@@ -126,6 +126,7 @@ impl Pair {
                 agent_name: agent.into(),
                 initial_message: message.into(),
                 request_id: String::new(),
+                budget: None,
             })
             .await
             .expect("create root")

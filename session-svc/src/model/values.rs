@@ -19,19 +19,22 @@ pub enum EventKind {
     Output,
     OutputTruncated,
     Progress,
+    /// A model call settled: the session's usage after it.
+    Usage,
     Completed,
     Failed,
     Terminated,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::Created,
         EventKind::Started,
         EventKind::Message,
         EventKind::Output,
         EventKind::OutputTruncated,
         EventKind::Progress,
+        EventKind::Usage,
         EventKind::Completed,
         EventKind::Failed,
         EventKind::Terminated,
@@ -45,6 +48,7 @@ impl EventKind {
             EventKind::Output => pb::EventKind::Output,
             EventKind::OutputTruncated => pb::EventKind::OutputTruncated,
             EventKind::Progress => pb::EventKind::Progress,
+            EventKind::Usage => pb::EventKind::Usage,
             EventKind::Completed => pb::EventKind::Completed,
             EventKind::Failed => pb::EventKind::Failed,
             EventKind::Terminated => pb::EventKind::Terminated,
@@ -99,10 +103,13 @@ pub enum ExitReason {
     NotStarted,
     /// Its runner stopped renewing its registration (the driver's).
     RunnerLost,
+    /// Its wall-clock budget (its own or an ancestor's) ran out: the
+    /// owner of the background work ended its subtree.
+    Budget,
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 8] = [
+    pub const ALL: [ExitReason; 9] = [
         ExitReason::Exited,
         ExitReason::Killed,
         ExitReason::TimedOut,
@@ -111,6 +118,7 @@ impl ExitReason {
         ExitReason::Lost,
         ExitReason::NotStarted,
         ExitReason::RunnerLost,
+        ExitReason::Budget,
     ];
 
     /// The stored form, also the session's end reason and the event's.
@@ -124,6 +132,7 @@ impl ExitReason {
             ExitReason::Lost => "lost",
             ExitReason::NotStarted => "not_started",
             ExitReason::RunnerLost => "runner_lost",
+            ExitReason::Budget => "budget",
         }
     }
 

@@ -10,7 +10,7 @@ use super::{
 use crate::{
     agents,
     error::{Reason, SessionError},
-    model::{Caller, NewMessage, NewSession, Trust},
+    model::{Budget, Caller, Cost, NewMessage, NewSession, Trust},
     policy,
     store::{Created, Store},
 };
@@ -51,6 +51,52 @@ async fn spec<S: Store>(
     })
 }
 
+/// Reads a create's budget: each dimension as given (at most `i64::MAX`, as
+/// stored); none given is no budget.
+fn budget(given: Option<&pb::Budget>) -> Result<Budget, SessionError> {
+    let Some(b) = given else {
+        return Ok(Budget::default());
+    };
+    let fits = |n: Option<u64>| match n {
+        Some(n) if i64::try_from(n).is_err() => Err(SessionError::invalid(
+            "budget",
+            format!("{n} is too large (at most {})", i64::MAX),
+        )),
+        _ => Ok(n),
+    };
+    Ok(Budget {
+        cost: fits(b.cost_pico_usd)?.map(Cost),
+        tokens: fits(b.tokens)?,
+        calls: fits(b.model_calls)?,
+        wall_ms: fits(b.wall_ms)?,
+    })
+}
+
+/// A budget as a create's request-id payload spells it.
+fn budget_key(b: &Budget) -> String {
+    let n = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    format!(
+        "{}/{}/{}/{}",
+        n(b.cost.map(|c| c.0)),
+        n(b.tokens),
+        n(b.calls),
+        n(b.wall_ms)
+    )
+}
+
+/// The created session as the caller may see it, with its account.
+async fn created_view<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    session: &crate::model::SessionRow,
+) -> Result<pb::Session, SessionError> {
+    let mut view = view::session(caller, session);
+    if let Some(account) = inner.store.account(&session.session_id).await? {
+        view::with_account(&mut view, &account);
+    }
+    Ok(view)
+}
+
 fn new_session(
     caller: &Caller,
     workspace: &str,
@@ -58,6 +104,7 @@ fn new_session(
     trust: Trust,
     spec: Spec,
     notify_parent: bool,
+    budget: Budget,
 ) -> NewSession {
     NewSession {
         session_id: new_id("sess"),
@@ -75,6 +122,7 @@ fn new_session(
             body,
         }),
         notify_parent,
+        budget,
     }
 }
 
@@ -87,6 +135,7 @@ pub async fn root<S: Store>(
     let level = pb::TrustLevel::try_from(req.trust_level)
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = Trust::from_proto(level).unwrap_or(Trust::Sandboxed);
+    let budget = budget(req.budget.as_ref())?;
     let spec = spec(
         inner,
         &req.workspace_id,
@@ -105,6 +154,7 @@ pub async fn root<S: Store>(
             &req.title,
             &req.agent_name,
             &req.initial_message,
+            &budget_key(&budget),
         ],
         inner.request_id_retention,
     )?;
@@ -115,6 +165,7 @@ pub async fn root<S: Store>(
         trust,
         spec,
         false,
+        budget,
     );
     let audit = allowed(
         caller,
@@ -136,7 +187,7 @@ pub async fn root<S: Store>(
     }
     let (token, exp) = inner.tokens.mint(&session.session_id)?;
     Ok(pb::CreateRootSessionResponse {
-        session: Some(view::session(caller, &session)),
+        session: Some(created_view(inner, caller, &session).await?),
         session_token: token,
         token_expires_at: Some(view::timestamp(exp as i64 * 1000)),
         quota: Some(view::quota(quota)),
@@ -176,6 +227,7 @@ pub async fn child<S: Store>(
     let level = pb::TrustLevel::try_from(req.trust_level)
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = policy::child_trust(parent.trust, Trust::from_proto(level))?;
+    let budget = budget(req.budget.as_ref())?;
     let mode = pb::ExecutionMode::try_from(req.mode)
         .map_err(|_| SessionError::invalid("mode", "unknown execution mode"))?;
     if mode == pb::ExecutionMode::Sync {
@@ -209,6 +261,7 @@ pub async fn child<S: Store>(
             &req.agent_name,
             &req.initial_message,
             mode.as_str_name(),
+            &budget_key(&budget),
         ],
         inner.request_id_retention,
     )?;
@@ -220,6 +273,7 @@ pub async fn child<S: Store>(
         trust,
         spec,
         callback,
+        budget,
     );
     let audit = allowed(
         caller,
@@ -247,7 +301,7 @@ pub async fn child<S: Store>(
         None
     };
     Ok(pb::CreateSessionResponse {
-        session: Some(view::session(caller, &session)),
+        session: Some(created_view(inner, caller, &session).await?),
         quota: Some(view::quota(quota)),
         result,
     })

@@ -20,6 +20,9 @@ pub async fn session<S: Store>(
     let process = inner.store.process(&row.session_id).await?;
     let mut session = view::session(caller, &row);
     session.exit_code = process.as_ref().and_then(|p| p.exit_code);
+    if let Some(account) = inner.store.account(&row.session_id).await? {
+        view::with_account(&mut session, &account);
+    }
     Ok(pb::GetSessionResponse {
         result: Some(view::result(&row, process.as_ref())),
         session: Some(session),

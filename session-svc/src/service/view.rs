@@ -6,7 +6,7 @@ use troupe_proto::session::{self as pb, EventKind, session_event::Detail};
 
 use crate::{
     error::QuotaLeft,
-    model::{Caller, EventRow, Principal, ProcessRow, SessionRow, Trust},
+    model::{Account, Caller, EventRow, Principal, ProcessRow, SessionRow, Trust},
     policy::trust_sees,
 };
 
@@ -61,6 +61,64 @@ pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
             .trace
             .map(|life| life.trace_id.to_string())
             .unwrap_or_default(),
+        budget: None,
+        deadline: None,
+        usage: None,
+    }
+}
+
+/// Adds a session's budget, deadline and usage (its account) to its view.
+pub fn with_account(session: &mut pb::Session, account: &Account) {
+    let b = &account.budget;
+    session.budget = (!b.is_empty()).then(|| pb::Budget {
+        cost_pico_usd: b.cost.map(|c| c.0),
+        tokens: b.tokens,
+        model_calls: b.calls,
+        wall_ms: b.wall_ms,
+    });
+    session.deadline = account.deadline_ms.map(timestamp);
+    session.usage = Some(usage(account));
+}
+
+/// A session's usage, own and of its subtree.
+pub fn usage(account: &Account) -> pb::SessionUsage {
+    let own = &account.own;
+    pb::SessionUsage {
+        own_calls: own.calls,
+        own_tokens: Some(pb::TokenCounts {
+            input: own.tokens.input,
+            output: own.tokens.output,
+            cache_read: own.tokens.cache_read,
+            cache_write: own.tokens.cache_write,
+        }),
+        own_cost_pico_usd: own.cost.0,
+        subtree_calls: account.subtree.calls,
+        subtree_tokens: account.subtree.tokens,
+        subtree_cost_pico_usd: account.subtree.cost.0,
+        reserved_calls: account.reserved.calls,
+        reserved_tokens: account.reserved.tokens,
+        reserved_cost_pico_usd: account.reserved.cost.0,
+    }
+}
+
+/// A `usage` event's detail (as `store::accounts::usage_detail` wrote it).
+fn usage_of_detail(detail: &serde_json::Value) -> pb::SessionUsage {
+    let n = |part: &str, key: &str| detail[part][key].as_u64().unwrap_or_default();
+    pb::SessionUsage {
+        own_calls: n("own", "calls"),
+        own_tokens: Some(pb::TokenCounts {
+            input: n("own", "input_tokens"),
+            output: n("own", "output_tokens"),
+            cache_read: n("own", "cache_read_tokens"),
+            cache_write: n("own", "cache_write_tokens"),
+        }),
+        own_cost_pico_usd: n("own", "cost_pico_usd"),
+        subtree_calls: n("subtree", "calls"),
+        subtree_tokens: n("subtree", "tokens"),
+        subtree_cost_pico_usd: n("subtree", "cost_pico_usd"),
+        reserved_calls: n("reserved", "calls"),
+        reserved_tokens: n("reserved", "tokens"),
+        reserved_cost_pico_usd: n("reserved", "cost_pico_usd"),
     }
 }
 
@@ -129,6 +187,7 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
             dropped_events: number("dropped_events"),
             by_runner: detail_json["by_runner"].as_bool().unwrap_or(false),
         })),
+        EventKind::Usage => Some(Detail::Usage(usage_of_detail(&detail_json))),
         EventKind::Completed | EventKind::Failed if detail_json.get("reason").is_some() => {
             Some(Detail::Ended(pb::Ended {
                 exit_code: detail_json["exit_code"].as_i64().unwrap_or(-1) as i32,

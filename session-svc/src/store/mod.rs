@@ -19,6 +19,7 @@
 //! - how it keeps its reads fast (SQLite: the in-memory ledger of sessions,
 //!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
+mod accounts;
 mod agent_rows;
 mod lease;
 mod postgres;
@@ -30,6 +31,7 @@ use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
 
+pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
 pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
     REQUEST_ID_PRUNE_BATCH,
@@ -43,9 +45,10 @@ pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 use crate::{
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        AgentScope, AuditRecord, AuditRow, EventFilter, EventRow, Failure, Idempotency,
-        InboxMessage, NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange,
-        ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, EventRow, Failure,
+        Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken,
+        Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec,
+        SessionRow, StoredAgent, Trust,
     },
     placement::Place,
     policy::{Admission, SpawnContext},
@@ -75,6 +78,10 @@ pub type MessageCheck<'a> = &'a (dyn Fn(&SessionRow) -> Result<(), SessionError>
 /// Checks a termination given its target and the target's ancestors, nearest first.
 pub type TerminateCheck<'a> =
     &'a (dyn Fn(&SessionRow, &[String]) -> Result<(), SessionError> + Sync);
+
+/// Checks a model call's reservation given its session and the accounts of
+/// the session's path, root first (the session's last).
+pub type ChargeCheck<'a> = &'a (dyn Fn(&SessionRow, &[Account]) -> Result<(), SessionError> + Sync);
 
 /// What a create did.
 #[derive(Clone, Debug)]
@@ -390,6 +397,64 @@ pub trait Store: Send + Sync + Clone + 'static {
 
     /// Returns the lease of the background work as it stands.
     fn lease(&self) -> impl Future<Output = Result<Option<Lease>, SessionError>> + Send;
+
+    /// Reserves `worst` for a model call of `session_id` if `check` admits
+    /// it against the accounts of the session's path (root first), in one
+    /// transaction: every account of the path counts it as reserved, and a
+    /// reservation row records it with its creation time. PostgreSQL locks
+    /// the path's accounts root-down first, so concurrent reservations in
+    /// one tree queue on their common ancestors and never deadlock.
+    fn reserve(
+        &self,
+        session_id: &str,
+        worst: Charge,
+        check: ChargeCheck<'_>,
+    ) -> impl Future<Output = Result<Reservation, SessionError>> + Send;
+
+    /// Replaces `reservation` with the call's real usage, in one
+    /// transaction: the call's row, its usage added to the session's own
+    /// counters and to the subtree counters of every account of its path,
+    /// the reservation taken off them and removed (if the upkeep released
+    /// it as stale meanwhile, the usage is added all the same), and a
+    /// `usage` event on the session. Returns the session's account after it.
+    fn settle(
+        &self,
+        reservation: &Reservation,
+        call: &ModelCall,
+    ) -> impl Future<Output = Result<Account, SessionError>> + Send;
+
+    /// Releases at most `limit` reservations made before `before_ms` (their
+    /// call's replica died mid-call): each is taken off its path's accounts
+    /// and removed, nothing billed. Returns how many. Part of
+    /// [`Store::maintain`] (with [`RESERVATION_STALE_AFTER`]).
+    fn release_stale_reservations(
+        &self,
+        before_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
+
+    /// Returns a session's account: its budget, deadline and usage.
+    fn account(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Option<Account>, SessionError>> + Send;
+
+    /// Returns the active sessions whose own wall-clock budget ran out by
+    /// `now_ms`, shallowest first.
+    fn over_deadline(
+        &self,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<String>, SessionError>> + Send;
+
+    /// Ends `session_id` and every active descendant as terminated with
+    /// end reason `budget` (by `troupe`), with `audit`, if it is still
+    /// active; returns the ids it ended. Background work: fenced.
+    fn end_for_budget(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<Vec<String>, SessionError>> + Send;
 
     /// Returns what the store holds for the background work to do, whoever
     /// recorded it (see [`DriverWork`]).

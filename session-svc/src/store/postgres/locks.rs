@@ -14,6 +14,11 @@
 //! total budget drops other sessions' output under the events lock, and may
 //! meet another session's process event in a deadlock, which PostgreSQL
 //! breaks and `retrying!` runs again.
+//!
+//! Budgets' `accounts` rows stand apart (see `budgets`): reservations and
+//! settlements lock them root-down (by depth), before any session row, and
+//! no transaction holding a session row locks one (creates read them
+//! unlocked).
 
 use sqlx::PgConnection;
 use troupe_proto::{session::SessionStatus, status::status_str};
@@ -125,4 +130,24 @@ pub(super) async fn end_sessions(
     .fetch_all(conn)
     .await?;
     super::open::rows(raw)
+}
+
+/// The active sessions of `target`'s subtree: itself first, then level by
+/// level in creation order.
+pub(super) async fn active_subtree(
+    conn: &mut PgConnection,
+    target: &str,
+) -> Result<Vec<String>, SessionError> {
+    Ok(sqlx::query_scalar(
+        "WITH RECURSIVE down(session_id, row_id, status, level) AS ( \
+           SELECT session_id, row_id, status, 0 FROM sessions WHERE session_id = $1 \
+           UNION ALL \
+           SELECT s.session_id, s.row_id, s.status, down.level + 1 \
+           FROM sessions s JOIN down ON s.parent_session_id = down.session_id) \
+         SELECT session_id FROM down WHERE status IN ('pending', 'running') \
+         ORDER BY level, row_id",
+    )
+    .bind(target)
+    .fetch_all(conn)
+    .await?)
 }

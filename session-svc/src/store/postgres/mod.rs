@@ -16,11 +16,13 @@
 //!
 //! Its parts: `open` (connecting, migrations, rows), `locks` (the lock
 //! order and the counters), `sessions` (creates, messages, terminations),
-//! `process` and `output` (what the runner reports), `events` (writing and
+//! `process` and `output` (what the runner reports), `budgets` (model
+//! calls' reservations and usage, wall-clock budgets), `events` (writing and
 //! pruning events), `reads`, `wake`, and `agents` (the operator token and
 //! agent definitions, which the replicas share).
 
 mod agents;
+mod budgets;
 mod events;
 mod lease;
 mod locks;
@@ -42,15 +44,17 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 
 use super::{
-    Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck, OutputBudget,
-    RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    ChargeCheck, Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck,
+    OutputBudget, RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER, RootCheck, Sent, SpawnCheck,
+    Store, TerminateCheck,
 };
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        AgentScope, AuditRecord, AuditRow, EventFilter, Failure, Idempotency, InboxMessage,
-        NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
-        ReceivedMessage, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Idempotency,
+        InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken, Principal,
+        ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow,
+        StoredAgent, Trust, now_ms,
     },
     placement::Place,
 };
@@ -249,8 +253,63 @@ impl Store for PgStore {
 
     async fn maintain(&self) -> Result<Maintenance, SessionError> {
         // PostgreSQL checkpoints by itself, and autovacuum returns what
-        // pruning frees.
+        // pruning frees. Stale reservations are released, each in its own
+        // transaction (any replica may; SKIP LOCKED keeps them apart).
+        let before = now_ms().saturating_sub(RESERVATION_STALE_AFTER.as_millis() as i64);
+        let mut released = 0u32;
+        while released < RESERVATION_RELEASE_BATCH && retrying!(self.release_one_stale(before))? {
+            released += 1;
+        }
+        if released > 0 {
+            tracing::warn!(released, "stale model-call reservations released");
+        }
         Ok(Maintenance::default())
+    }
+
+    async fn reserve(
+        &self,
+        session_id: &str,
+        worst: Charge,
+        check: ChargeCheck<'_>,
+    ) -> Result<Reservation, SessionError> {
+        retrying!(self.reserve_once(session_id, &worst, check))
+    }
+
+    async fn settle(
+        &self,
+        reservation: &Reservation,
+        call: &ModelCall,
+    ) -> Result<Account, SessionError> {
+        retrying!(self.settle_once(reservation, call))
+    }
+
+    async fn release_stale_reservations(
+        &self,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut released = 0u64;
+        while released < u64::from(limit) && retrying!(self.release_one_stale(before_ms))? {
+            released += 1;
+        }
+        Ok(released)
+    }
+
+    async fn account(&self, session_id: &str) -> Result<Option<Account>, SessionError> {
+        self.account_impl(session_id).await
+    }
+
+    async fn over_deadline(&self, now_ms: i64) -> Result<Vec<String>, SessionError> {
+        self.over_deadline_impl(now_ms).await
+    }
+
+    async fn end_for_budget(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        audit: AuditRecord,
+    ) -> Result<Vec<String>, SessionError> {
+        retrying!(self.end_for_budget_once(fence, session_id, &audit))
     }
 
     async fn active_counts(&self) -> Result<Vec<(String, Trust, u32)>, SessionError> {

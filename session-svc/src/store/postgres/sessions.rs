@@ -8,7 +8,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use troupe_proto::session::SessionStatus;
 
 use super::{
-    PgStore,
+    PgStore, budgets,
     events::{self, NewEvent},
     locks,
     open::{RawSession, session_columns},
@@ -18,9 +18,10 @@ use crate::{
     model::{
         AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
     },
-    policy::SpawnContext,
+    policy::{self, SpawnContext},
     store::{
         Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
 };
@@ -59,6 +60,14 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         let session = insert_session(&mut tx, new, None, &tree_id, 0).await?;
+        budgets::insert_account(
+            &mut tx,
+            &new.session_id,
+            0,
+            stored_budget(&new.budget)?,
+            policy::deadline(&new.budget, &[], now_ms()),
+        )
+        .await?;
         events::remember(&mut tx, idem, create_record(&new.session_id, &quota)).await?;
         events::insert_audit(&mut tx, audit).await?;
         events::write(&mut tx, &created_events(new), false).await?;
@@ -87,11 +96,16 @@ impl PgStore {
         let workspace_active = locks::workspace(&mut tx, &workspace_id).await?;
         let tree_sessions = locks::tree(&mut tx, &tree_id).await?;
         let (parent, children) = locks::session(&mut tx, parent_id).await?;
+        // Read, not locked: a reservation racing this create only makes the
+        // check stricter, and every call is checked against every ancestor.
+        let accounts = budgets::path(&mut tx, parent_id, false).await?;
         let admission = check(&SpawnContext {
             parent: &parent,
             tree_sessions,
             children,
             workspace_active,
+            accounts: &accounts,
+            budget: &new.budget,
             now_ms: now_ms(),
         })?;
         sqlx::query("UPDATE trees SET sessions = sessions + 1 WHERE tree_id = $1")
@@ -111,6 +125,14 @@ impl PgStore {
             Some(&parent),
             &parent.tree_id,
             admission.depth,
+        )
+        .await?;
+        budgets::insert_account(
+            &mut tx,
+            &new.session_id,
+            admission.depth,
+            stored_budget(&new.budget)?,
+            admission.deadline_ms,
         )
         .await?;
         events::remember(
@@ -193,19 +215,7 @@ impl PgStore {
         .fetch_all(&mut *tx)
         .await?;
         check(&row, &ancestors)?;
-        // The subtree, root first, then level by level in creation order.
-        let subtree: Vec<String> = sqlx::query_scalar(
-            "WITH RECURSIVE down(session_id, row_id, status, level) AS ( \
-               SELECT session_id, row_id, status, 0 FROM sessions WHERE session_id = $1 \
-               UNION ALL \
-               SELECT s.session_id, s.row_id, s.status, down.level + 1 \
-               FROM sessions s JOIN down ON s.parent_session_id = down.session_id) \
-             SELECT session_id FROM down WHERE status IN ('pending', 'running') \
-             ORDER BY level, row_id",
-        )
-        .bind(target)
-        .fetch_all(&mut *tx)
-        .await?;
+        let subtree = locks::active_subtree(&mut tx, target).await?;
         let mut ended = locks::end_sessions(
             &mut tx,
             &subtree,

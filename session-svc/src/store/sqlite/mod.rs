@@ -19,11 +19,13 @@
 //! `open` (the lock, the migrations, the ledger's load),
 //! `writer` (taking the writer, beginning and running a write), `write`
 //! (the statements), `sessions` (creates, messages, terminations),
-//! `process` and `output` (what the runner reports), `reads` (events,
+//! `process` and `output` (what the runner reports), `budgets` (model
+//! calls' reservations and usage, wall-clock budgets), `reads` (events,
 //! audit, keys, on the read pool), `upkeep` (the WAL, free pages) and
 //! `agents` (the operator token and agent definitions, shared by replicas).
 
 mod agents;
+mod budgets;
 mod lease;
 mod ledger;
 mod open;
@@ -50,15 +52,15 @@ use self::{
     write::{Write, insert_audit, rollback},
 };
 use super::{
-    Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck, RootCheck,
-    Sent, SpawnCheck, Store, TerminateCheck,
+    ChargeCheck, Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck,
+    RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
-        AgentScope, AuditRecord, AuditRow, EventFilter, Failure, Idempotency, NewAgent, NewMessage,
-        NewSession, OperatorToken, Principal, RunnerRow, RunnerSpec, SessionRow, StoredAgent,
-        Trust, now_ms,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Idempotency,
+        ModelCall, NewAgent, NewMessage, NewSession, OperatorToken, Principal, Reservation,
+        RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust, now_ms,
     },
     placement::Place,
 };
@@ -421,6 +423,48 @@ impl Store for SqliteStore {
 
     async fn driver_work(&self) -> Result<DriverWork, SessionError> {
         self.driver_work_impl().await
+    }
+
+    async fn reserve(
+        &self,
+        session_id: &str,
+        worst: Charge,
+        check: ChargeCheck<'_>,
+    ) -> Result<Reservation, SessionError> {
+        self.reserve_impl(session_id, worst, check).await
+    }
+
+    async fn settle(
+        &self,
+        reservation: &Reservation,
+        call: &ModelCall,
+    ) -> Result<Account, SessionError> {
+        self.settle_impl(reservation, call).await
+    }
+
+    async fn release_stale_reservations(
+        &self,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        self.release_stale_impl(before_ms, limit).await
+    }
+
+    async fn account(&self, session_id: &str) -> Result<Option<Account>, SessionError> {
+        self.account_impl(session_id).await
+    }
+
+    async fn over_deadline(&self, now_ms: i64) -> Result<Vec<String>, SessionError> {
+        self.over_deadline_impl(now_ms).await
+    }
+
+    async fn end_for_budget(
+        &self,
+        fence: &Fence,
+        session_id: &str,
+        audit: AuditRecord,
+    ) -> Result<Vec<String>, SessionError> {
+        self.end_for_budget_impl(fence, session_id, audit).await
     }
 
     async fn mark_stopped(

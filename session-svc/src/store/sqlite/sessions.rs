@@ -7,7 +7,7 @@ use serde_json::json;
 use troupe_proto::session::SessionStatus;
 
 use super::{
-    SqliteStore,
+    SqliteStore, budgets,
     write::Write,
     writer::{Begun, first_i64},
 };
@@ -16,9 +16,10 @@ use crate::{
     model::{
         AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
     },
-    policy::SpawnContext,
+    policy::{self, SpawnContext},
     store::{
         Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
 };
@@ -38,10 +39,17 @@ impl SqliteStore {
         };
         let quota = check(self.ledger().active_in_workspace(&new.workspace_id));
         let quota = w.or_abandon(quota).await?;
+        let limits = w.or_abandon(stored_budget(&new.budget)).await?;
         let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
         batch
             .remember(idem.as_ref(), create_record(&new.session_id, &quota))
             .insert_session(&new, None, &tree_id, 0)
+            .account(
+                &new.session_id,
+                0,
+                limits,
+                policy::deadline(&new.budget, &[], now_ms()),
+            )
             .audit(&audit);
         let session = self.commit_create(&mut w, batch, &new, None).await?;
         Ok(Created::New {
@@ -68,11 +76,16 @@ impl SqliteStore {
             .spawn_facts(parent_id)
             .ok_or_else(|| SessionError::not_found(parent_id));
         let facts = w.or_abandon(facts).await?;
+        let accounts = budgets::path(&mut w.conn, parent_id).await;
+        let accounts = w.or_abandon(accounts).await?;
+        let limits = w.or_abandon(stored_budget(&new.budget)).await?;
         let admission = check(&SpawnContext {
             parent: &facts.parent,
             tree_sessions: facts.tree_sessions,
             children: facts.children,
             workspace_active: facts.workspace_active,
+            accounts: &accounts,
+            budget: &new.budget,
             now_ms: now_ms(),
         });
         let admission = w.or_abandon(admission).await?;
@@ -88,6 +101,12 @@ impl SqliteStore {
         }
         batch
             .insert_session(&new, Some(parent), &parent.tree_id, admission.depth)
+            .account(
+                &new.session_id,
+                admission.depth,
+                limits,
+                admission.deadline_ms,
+            )
             .audit(&audit);
         let session = self
             .commit_create(

@@ -6,7 +6,11 @@
 use sqlx::{AssertSqlSafe, SqlitePool};
 
 use super::SqliteStore;
-use crate::{error::SessionError, store::Maintenance};
+use crate::{
+    error::SessionError,
+    model::now_ms,
+    store::{Maintenance, RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER},
+};
 
 /// Free bytes the database keeps for the writes to come before it returns
 /// any to the file system: pages freed and reused at once need no return.
@@ -114,6 +118,15 @@ impl SqliteStore {
                 0
             }
         };
+        let stale_before = now_ms().saturating_sub(RESERVATION_STALE_AFTER.as_millis() as i64);
+        match self
+            .release_stale_impl(stale_before, RESERVATION_RELEASE_BATCH)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(released = n, "stale model-call reservations released"),
+            Err(e) => tracing::warn!(error = %e, "releasing stale reservations failed"),
+        }
         self.checkpoint().await?;
         Ok(Maintenance { pages_returned })
     }

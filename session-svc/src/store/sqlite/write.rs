@@ -172,6 +172,28 @@ impl Batch {
         .bind(recipient.to_owned())
     }
 
+    /// Inserts a new session's account: its budget's limits (as stored,
+    /// `store::accounts::stored_budget`) and its deadline.
+    pub fn account(
+        &mut self,
+        session_id: &str,
+        depth: u32,
+        limits: [Option<i64>; 4],
+        deadline_ms: Option<i64>,
+    ) -> &mut Batch {
+        let [cost, tokens, calls, wall] = limits;
+        self.statement(
+            "INSERT INTO accounts (session_id, depth, cost_limit, tokens_limit, calls_limit,              wall_ms, deadline_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(session_id.to_owned())
+        .bind(i64::from(depth))
+        .bind(cost)
+        .bind(tokens)
+        .bind(calls)
+        .bind(wall)
+        .bind(deadline_ms)
+    }
+
     pub fn set_spawn_tat(&mut self, session_id: &str, tat_ms: i64) -> &mut Batch {
         self.statement("UPDATE sessions SET spawn_tat_ms = ? WHERE session_id = ?")
             .bind(tat_ms)
