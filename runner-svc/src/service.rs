@@ -10,6 +10,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 use troupe_proto::runner::{
     self as pb, ExecEvent, ExecInfo, ExecState, ListExecsRequest, ListExecsResponse,
     StartExecRequest, StartExecResponse, TerminateExecRequest, TerminateExecResponse,
@@ -83,20 +84,28 @@ impl RunnerService for Service {
     ) -> Result<Response<StartExecResponse>, Status> {
         self.authorize(&request)?;
         let req = request.into_inner();
-        let exec = self
-            .runner
-            .start(StartSpec {
-                exec_id: req.exec_id,
-                workspace_id: req.workspace_id,
-                command: req.command,
-                env: req.env,
-                initial_stdin: req.initial_stdin,
-                working_dir: req.working_dir,
-                timeout_ms: req.timeout_ms,
-                traceparent: req.traceparent,
-                labels: req.labels,
-            })
-            .await?;
+        let spec = StartSpec {
+            exec_id: req.exec_id,
+            workspace_id: req.workspace_id,
+            command: req.command,
+            env: req.env,
+            initial_stdin: req.initial_stdin,
+            working_dir: req.working_dir,
+            timeout_ms: req.timeout_ms,
+            traceparent: req.traceparent,
+            labels: req.labels,
+        };
+        // A start goes to its end even if its caller goes away (the session
+        // service that asked was killed): dropped half-way, it would leave
+        // the id reserved with no exec, so that the next owner's start would
+        // be told it exists and its watch that it does not.
+        let runner = self.runner.clone();
+        let exec = tokio::spawn(async move { runner.start(spec).await }.in_current_span())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "exec start task failed");
+                Status::internal("the exec's start failed")
+            })??;
         Ok(Response::new(StartExecResponse {
             exec: Some(info(&exec)),
         }))
