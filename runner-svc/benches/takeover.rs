@@ -16,9 +16,11 @@
 //! answers, the lease is held and output flows; wait a varying delay (so
 //! kills fall at every point of the renewal cycle); move the watcher off
 //! the holder if it is on it; SIGKILL the holder; take the newest event id
-//! once it is dead (every output event after it is the new owner's); time
-//! the lease's next term (polled) and the first output event after that id
-//! at the watcher; start a new replica to keep the count.
+//! once its database connections are gone (a commit it sent before dying
+//! may land after its death; every output event after that id is the next
+//! owner's); time the lease's next term (polled) and the first output
+//! event after that id at the watcher; start a new replica to keep the
+//! count.
 //!
 //! The lease's timing is the binaries' defaults unless `TROUPE_LEASE_TTL_MS`
 //! and `TROUPE_LEASE_RENEW_MS` are set in the bench's environment (the
@@ -35,7 +37,7 @@ mod common;
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -93,6 +95,7 @@ async fn bench() {
     );
     let url = troupe_tests::postgres::fresh_database().await;
     let store = PgStore::open(&url).await.expect("open the database");
+    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
     let runner = TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
     let runner_endpoint = format!("http://{}", runner.addr);
     let logs = tempfile::tempdir().unwrap();
@@ -102,7 +105,8 @@ async fn bench() {
         Replica::start(
             &url,
             &runner_endpoint,
-            logs.path().join(format!("r{started}.log")),
+            &format!("takeover-r{started}"),
+            logs.path(),
         )
     };
     let mut replicas: Vec<Replica> = (0..REPLICAS).map(|_| start_replica()).collect();
@@ -173,6 +177,19 @@ async fn bench() {
             .exited_within(Duration::from_secs(10))
             .await
             .expect("the holder dies at SIGKILL");
+        // A commit it sent before dying may still land: its connections
+        // gone, every output event after the newest is the next owner's.
+        until("the killed replica's connections stay", MINUTE, || async {
+            let left: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            )
+            .bind(&killed.name)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            (left == 0).then_some(())
+        })
+        .await;
         let newest = store.newest_event().await.unwrap();
         // Polled every 10 ms, beside the watcher.
         let next_term = tokio::spawn({
@@ -280,11 +297,16 @@ async fn bench() {
 /// in a file (which says which lease terms it drove).
 struct Replica {
     process: SessionProcess,
+    /// Its connections' `application_name`.
+    name: String,
     log: PathBuf,
 }
 
 impl Replica {
-    fn start(url: &str, runner: &str, log: PathBuf) -> Replica {
+    fn start(url: &str, runner: &str, name: &str, logs: &Path) -> Replica {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}application_name={name}");
+        let log = logs.join(format!("{name}.log"));
         let dir = tempfile::tempdir().unwrap();
         let agents = dir.path().join("workspaces/Agents");
         std::fs::create_dir_all(&agents).unwrap();
@@ -299,11 +321,15 @@ impl Replica {
         let process = SessionProcess::start_logging(
             &binary(),
             dir,
-            &["--database-url", url, "--runner", runner],
+            &["--database-url", &url, "--runner", runner],
             &[],
             Some(&log),
         );
-        Replica { process, log }
+        Replica {
+            process,
+            name: name.to_owned(),
+            log,
+        }
     }
 
     /// Whether it drove the background work in the term `epoch`.
