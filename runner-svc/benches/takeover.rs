@@ -125,6 +125,7 @@ async fn bench() {
                 agent_name: "printer".into(),
                 initial_message: "go".into(),
                 request_id: String::new(),
+                budget: None,
             })
             .await
             .expect("create a printer")
