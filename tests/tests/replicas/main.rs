@@ -8,6 +8,7 @@
 //! PostgreSQL only, whatever `TROUPE_TEST_BACKEND` says:
 //! `TROUPE_TEST_POSTGRES_URL` is the URL of a server where the tests may
 //! create databases (`source scripts/pg-env`); each test makes a fresh one.
+mod conflicts;
 mod events;
 mod shared;
 mod spawns;
