@@ -1,0 +1,84 @@
+//! `PgStore` writes that stop midway. Dropped at every point of their
+//! first round trips (a caller that hung up, a term that ended), none
+//! leaves a pooled connection inside a transaction: such a connection
+//! would be handed out again, run later callers' statements inside that
+//! transaction and keep their locks (the lease row's, say) for as long as
+//! it is busy.
+//!
+//! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
+
+use std::{
+    task::Poll,
+    time::{Duration, Instant},
+};
+
+use sqlx::{Connection, PgConnection};
+use troupe_session_svc::store::{Holder, PgStore, Store};
+
+/// The store's connections name themselves so, to be told from the test's.
+const APP: &str = "cancelled-writes";
+
+/// The store's connections that are inside a transaction.
+async fn in_transaction(admin: &mut PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND application_name = $1 AND state LIKE 'idle in transaction%'",
+    )
+    .bind(APP)
+    .fetch_one(admin)
+    .await
+    .expect("activity")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_dropped_midway_leave_no_connection_in_a_transaction() {
+    let url = troupe_tests::postgres::fresh_database().await;
+    let store = PgStore::open(&format!("{url}?application_name={APP}"))
+        .await
+        .expect("open");
+    let mut admin = PgConnection::connect(&url).await.expect("admin");
+    let fence = store
+        .acquire_lease(&Holder::generate(), Duration::from_secs(3600))
+        .await
+        .expect("lease")
+        .expect("lease free");
+    // Each write is polled a few times, the database given a moment to
+    // answer in between, then dropped: from before its connection is
+    // taken to after its `BEGIN` was sent and before its answer is read.
+    // What a dropped write left is settled as its connection goes back to
+    // the pool, within moments (the server would only end a transaction
+    // left open after `IDLE_IN_TRANSACTION`, 5 s; and the next write that
+    // takes the connection would commit it).
+    let mut dropped = 0;
+    for i in 0..300u32 {
+        let mut write = Box::pin(store.prune_events(&fence, 1000));
+        let mut done = false;
+        for _ in 0..=i % 4 {
+            if let Poll::Ready(result) = futures::poll!(&mut write) {
+                result.expect("prune");
+                done = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(u64::from(i % 5) * 200));
+        }
+        drop(write);
+        dropped += u32::from(!done);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let open = in_transaction(&mut admin).await;
+            if open == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "write {i}, dropped, left {open} pooled connections inside a transaction"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(dropped > 100, "only {dropped} writes were dropped midway");
+    // And every connection of the pool still serves writes.
+    for _ in 0..20 {
+        store.prune_events(&fence, 1000).await.expect("prune");
+    }
+}
