@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::{
     MINUTE, TestRunner,
-    replicas::{LINES, output, replica, status, until},
+    replicas::{LEASE_TTL, LINES, output, replica, status, until},
 };
 use futures::StreamExt;
 use troupe_proto::{
@@ -44,6 +44,7 @@ async fn reoffer_written_output(
     let fence = Fence {
         holder: lease.holder.clone(),
         epoch: lease.epoch,
+        ttl: LEASE_TTL,
     };
     let written = store
         .process(session)

@@ -3,7 +3,9 @@
 //! leaves a pooled connection inside a transaction: such a connection
 //! would be handed out again, run later callers' statements inside that
 //! transaction and keep their locks (the lease row's, say) for as long as
-//! it is busy.
+//! it is busy. An owner stopped inside a write of its term (never polled
+//! again, as a paused process is not) holds the next owner back no longer
+//! than its term's time to live.
 //!
 //! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
@@ -13,7 +15,10 @@ use std::{
 };
 
 use sqlx::{Connection, PgConnection};
-use troupe_session_svc::store::{Holder, PgStore, Store};
+use troupe_session_svc::{
+    error::SessionError,
+    store::{Holder, PgStore, Store},
+};
 
 /// The store's connections name themselves so, to be told from the test's.
 const APP: &str = "cancelled-writes";
@@ -81,4 +86,82 @@ async fn writes_dropped_midway_leave_no_connection_in_a_transaction() {
     for _ in 0..20 {
         store.prune_events(&fence, 1000).await.expect("prune");
     }
+}
+
+/// The lease's time to live in the takeover test: well under the 5 s
+/// after which the server ends any connection idle in a transaction.
+const TTL: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_its_term() {
+    let url = troupe_tests::postgres::fresh_database().await;
+    let owner = PgStore::open(&format!("{url}?application_name={APP}"))
+        .await
+        .expect("open");
+    let next = PgStore::open(&url).await.expect("open");
+    let mut admin = PgConnection::connect(&url).await.expect("admin");
+    let fence = owner
+        .acquire_lease(&Holder::generate(), TTL)
+        .await
+        .expect("lease")
+        .expect("lease free");
+    // The write is polled, a round trip at a time, until its transaction
+    // holds the lease row (it has a transaction id once the row is locked),
+    // then never again: its process, as the database sees it, stopped.
+    let mut write = Box::pin(owner.prune_events(&fence, 1000));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(
+            futures::poll!(&mut write).is_pending(),
+            "the write ended before it was stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let locked: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+             AND application_name = $1 AND state = 'idle in transaction' \
+             AND backend_xid IS NOT NULL)",
+        )
+        .bind(APP)
+        .fetch_one(&mut admin)
+        .await
+        .expect("activity");
+        if locked {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the write never locked the lease row"
+        );
+    }
+    let stopped = Instant::now();
+    let taken = loop {
+        if let Some(fence) = next
+            .acquire_lease(&Holder::generate(), TTL)
+            .await
+            .expect("acquire")
+        {
+            break fence;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "the lease was never taken over"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let waited = stopped.elapsed();
+    assert_eq!(taken.epoch, fence.epoch + 1);
+    // Out on the database's clock within a term, the lease is taken after
+    // at most about one more (the stopped transaction ends after a term
+    // idle), well before the 5 s of any idle transaction.
+    assert!(
+        waited < TTL * 2 + Duration::from_millis(500),
+        "the takeover waited {waited:?} for an owner stopped inside a write"
+    );
+    // Woken, the stopped write commits nothing.
+    match write.await {
+        Err(SessionError::Storage(_) | SessionError::Fenced { .. }) => {}
+        other => panic!("the stopped owner's write passed: {other:?}"),
+    }
+    let live = next.lease().await.expect("lease").expect("held");
+    assert_eq!((live.holder, live.epoch), (taken.holder, taken.epoch));
 }

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::{PgStore, events, locks, open::RawSession, open::session_columns};
+use super::{
+    PgStore, events, locks,
+    open::{IDLE_IN_TRANSACTION, RawSession, session_columns},
+};
 use crate::{
     error::SessionError,
     model::{AuditRecord, NewMessage, SessionRow},
@@ -22,15 +25,22 @@ use crate::{
 };
 
 /// Refuses the transaction unless `fence` is the lease's live term; keeps
-/// the row share-locked until the commit.
+/// the row share-locked until the commit. Every takeover waits for that
+/// lock, so the transaction may sit idle (its process stalled: paused,
+/// swapped out) no longer than the term's time to live (at most
+/// `IDLE_IN_TRANSACTION`): a stalled owner then loses its connection, and
+/// the write, instead of holding the next owner back past its lease.
 pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), SessionError> {
-    let live: Option<i32> = sqlx::query_scalar(
-        "SELECT 1 FROM leases WHERE name = $1 AND holder = $2 AND epoch = $3 \
-         AND expires_at > clock_timestamp() FOR SHARE",
+    let idle = millis(fence.ttl.min(IDLE_IN_TRANSACTION)).max(1);
+    let live: Option<String> = sqlx::query_scalar(
+        "SELECT set_config('idle_in_transaction_session_timeout', $4, true) FROM leases \
+         WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp() \
+         FOR SHARE",
     )
     .bind(BACKGROUND)
     .bind(fence.holder.as_str())
     .bind(fence.epoch)
+    .bind(idle.to_string())
     .fetch_optional(conn)
     .await?;
     match live {
@@ -60,6 +70,7 @@ impl PgStore {
         Ok(epoch.map(|epoch| Fence {
             holder: holder.clone(),
             epoch,
+            ttl,
         }))
     }
 
