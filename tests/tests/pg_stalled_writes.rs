@@ -5,7 +5,8 @@
 //! transaction and keep their locks (the lease row's, say) for as long as
 //! it is busy. An owner stopped inside a write of its term (never polled
 //! again, as a paused process is not) holds the next owner back no longer
-//! than its term's time to live.
+//! than its term's time to live, and the next owner's tries meanwhile fail
+//! at once rather than wait (a term that waited would start expired).
 //!
 //! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
@@ -135,11 +136,19 @@ async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_it
     }
     let stopped = Instant::now();
     let taken = loop {
-        if let Some(fence) = next
+        let asked = Instant::now();
+        let won = next
             .acquire_lease(&Holder::generate(), TTL)
             .await
-            .expect("acquire")
-        {
+            .expect("acquire");
+        // A try never waits on the row (a new term that waited would start
+        // with less than its time, or none).
+        assert!(
+            asked.elapsed() < TTL / 4,
+            "a try for the lease waited {:?}",
+            asked.elapsed()
+        );
+        if let Some(fence) = won {
             break fence;
         }
         assert!(
@@ -150,6 +159,16 @@ async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_it
     };
     let waited = stopped.elapsed();
     assert_eq!(taken.epoch, fence.epoch + 1);
+    let left: f64 = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM expires_at - clock_timestamp())::float8 FROM leases",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .expect("lease");
+    assert!(
+        left > TTL.as_secs_f64() / 2.0,
+        "the new term starts with {left} s of its {TTL:?}"
+    );
     // Out on the database's clock within a term, the lease is taken after
     // at most about one more (the stopped transaction ends after a term
     // idle), well before the 5 s of any idle transaction.
