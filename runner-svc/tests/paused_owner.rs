@@ -91,7 +91,7 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     let mut via_second = second.operator().await;
     let root = via_second
         .create_root_session(CreateRootSessionRequest {
-            workspace_id: "paused".into(),
+            workspace_id: runner.workspace("paused"),
             trust_level: TrustLevel::Direct as i32,
             title: "root".into(),
             agent_name: "printer".into(),
@@ -157,12 +157,18 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     first.signal("CONT");
     send(&mut via_second, &root, "after the wake").await;
 
-    let log = until("the woken owner never stopped its work", MINUTE, || async {
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    let log = loop {
         let log = std::fs::read_to_string(&first_log).unwrap_or_default();
-        log.contains("lease lost: stopping the background work")
-            .then_some(log)
-    })
-    .await;
+        if log.contains("lease lost: stopping the background work") {
+            break log;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the woken owner never stopped its work: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let out = until("the root's output never completed", MINUTE, || async {
         let out = output(&store, &root).await;
         (out.contains(&format!("line{LINES}\n")) && out.contains("after the wake")).then_some(out)

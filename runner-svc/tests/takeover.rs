@@ -114,7 +114,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
     // Created through the replica that does not own: the owner starts it.
     let root = via_second
         .create_root_session(CreateRootSessionRequest {
-            workspace_id: "takeover".into(),
+            workspace_id: runner.workspace("takeover"),
             trust_level: TrustLevel::Direct as i32,
             title: "root".into(),
             agent_name: "printer".into(),
