@@ -4,6 +4,10 @@
 //! troupe-session-svc`). One owns the background work at a time; when it is
 //! killed (SIGKILL) another takes over within a few seconds and nothing is
 //! lost or repeated (an owner paused past its lease: `paused_owner.rs`).
+//! The fence keeps the old owner's writes out of the new term, so the new
+//! owner's cursor is where the old one stopped; the same output offered
+//! again in the new term, as a follower from an older cursor would, is
+//! staged by the test, and each runner sequence is still applied once.
 
 mod common;
 
@@ -11,13 +15,88 @@ use std::time::Duration;
 
 use common::{
     MINUTE, TestRunner,
-    replicas::{LINES, output, replica, status, until},
+    replicas::{LEASE_TTL, LINES, output, replica, status, until},
 };
-use troupe_proto::session::{
-    CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, SessionStatus, TrustLevel,
+use futures::StreamExt;
+use troupe_proto::{
+    runner::{OutputStream, WatchExecRequest, exec_event},
+    session::{
+        CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, SessionStatus, TrustLevel,
+    },
 };
-use troupe_session_svc::store::{PgStore, Store};
+use troupe_session_svc::{
+    model::ProcessChange,
+    store::{Fence, Lease, PgStore, Store},
+};
 use troupe_tests::OPERATOR_TOKEN;
+
+/// What a new owner that re-followed from an older cursor than the one
+/// the old owner left would do: the runner's output of `session`, from
+/// its first sequence through the last one applied, offered to the store
+/// again under the live term's fence (`lease`). Every one of those runner
+/// sequences was written already: returns those the store applied again.
+async fn reoffer_written_output(
+    store: &PgStore,
+    runner: &TestRunner,
+    lease: &Lease,
+    session: &str,
+) -> Vec<u64> {
+    let fence = Fence {
+        holder: lease.holder.clone(),
+        epoch: lease.epoch,
+        ttl: LEASE_TTL,
+    };
+    let written = store
+        .process(session)
+        .await
+        .unwrap()
+        .expect("the session's process")
+        .runner_seq;
+    let mut events = runner
+        .client()
+        .await
+        .watch_exec(WatchExecRequest {
+            exec_id: session.to_owned(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut offered = 0;
+    let mut again = Vec::new();
+    while let Some(event) = events.next().await {
+        let event = event.unwrap();
+        if event.sequence > written {
+            break;
+        }
+        if let Some(exec_event::Event::Output(out)) = &event.event {
+            let change = ProcessChange::Output {
+                stream: if out.stream() == OutputStream::Stderr {
+                    "stderr"
+                } else {
+                    "stdout"
+                },
+                data: out.data.clone(),
+            };
+            let applied = store
+                .record_process(&fence, session, event.sequence, change, 4096)
+                .await
+                .unwrap();
+            if applied.is_some() {
+                again.push(event.sequence);
+            }
+            offered += 1;
+        }
+        if event.sequence == written {
+            break;
+        }
+    }
+    assert!(
+        offered >= 20,
+        "only {offered} written outputs offered again"
+    );
+    again
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
@@ -35,7 +114,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
     // Created through the replica that does not own: the owner starts it.
     let root = via_second
         .create_root_session(CreateRootSessionRequest {
-            workspace_id: "takeover".into(),
+            workspace_id: runner.workspace("takeover"),
             trust_level: TrustLevel::Direct as i32,
             title: "root".into(),
             agent_name: "printer".into(),
@@ -92,6 +171,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
         "took over late"
     );
     assert_ne!(taken.holder, held.holder);
+    let again = reoffer_written_output(&store, &runner, &taken, &root).await;
     let out = until("the root's output never completed", MINUTE, || async {
         let out = output(&store, &root).await;
         (out.contains(&format!("line{LINES}\n"))
@@ -108,6 +188,10 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
             "{line} once in {out}"
         );
     }
+    assert!(
+        again.is_empty(),
+        "runner sequences applied again: {again:?}"
+    );
     assert_eq!(out.matches("in the gap").count(), 1, "{out}");
     assert_eq!(out.matches("\"first\"").count(), 1, "{out}");
     // The child's notice, once, however its end fell.

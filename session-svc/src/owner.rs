@@ -151,6 +151,15 @@ async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
             Err(e) => tracing::warn!(error = %e, "cannot renew the lease"),
         }
     }
+    if !term.token().is_cancelled() {
+        // Out of time on this clock: no renewal came back within the
+        // lease's time (the process stalled, say), so another may hold it.
+        tracing::warn!(
+            epoch = term.fence().epoch,
+            reason = "renewal late",
+            "lease lost: stopping the background work"
+        );
+    }
     term.end();
     while tasks.join_next().await.is_some() {}
 }

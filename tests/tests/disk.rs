@@ -81,6 +81,7 @@ async fn fence(store: &SqliteStore) -> Fence {
     Fence {
         holder: lease.holder,
         epoch: lease.epoch,
+        ttl,
     }
 }
 

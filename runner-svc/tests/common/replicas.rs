@@ -15,6 +15,9 @@ use troupe_tests::process::SessionProcess;
 /// Lines the root agent prints, one every 20 ms, before it echoes its stdin.
 pub const LINES: usize = 250;
 
+/// The replicas' `--lease-ttl-ms`.
+pub const LEASE_TTL: Duration = Duration::from_millis(1000);
+
 pub fn binary() -> String {
     let exe = std::env::current_exe().unwrap();
     let path: PathBuf = exe
@@ -54,6 +57,7 @@ pub fn replica_logging(url: &str, runner: &str, log: Option<&Path>) -> SessionPr
         )
         .unwrap();
     }
+    let ttl = LEASE_TTL.as_millis().to_string();
     SessionProcess::start_logging(
         &binary(),
         dir,
@@ -63,7 +67,7 @@ pub fn replica_logging(url: &str, runner: &str, log: Option<&Path>) -> SessionPr
             "--runner",
             runner,
             "--lease-ttl-ms",
-            "1000",
+            &ttl,
             "--lease-renew-ms",
             "200",
         ],

@@ -38,12 +38,16 @@ impl std::fmt::Display for Holder {
     }
 }
 
-/// One term of the lease: its holder and its epoch, bumped by every
-/// acquisition. Every background write carries it.
+/// One term of the lease: its holder, its epoch, bumped by every
+/// acquisition, and how long it lasts unless renewed. Every background
+/// write carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
     pub holder: Holder,
     pub epoch: i64,
+    /// The lease's time to live its holder asked for: a write of the term
+    /// holds the lease row no longer than this while it stalls (PostgreSQL).
+    pub ttl: Duration,
 }
 
 /// The lease row as the database has it now.

@@ -1,10 +1,16 @@
 //! Events across replicas: every one once, in cursor order, and watchers
 //! woken by another replica's commits.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use futures::{StreamExt, future::join_all};
-use sqlx::Connection;
+use sqlx::{Connection, PgConnection};
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{
     model::EventFilter,
@@ -26,10 +32,51 @@ async fn next_within(
     }
 }
 
+/// Opens a transaction on `conn` that inserts, and holds uncommitted, an
+/// event with the id the sequence hands out next: the service transaction
+/// that draws that id next waits on it inside its insert, between taking
+/// its id and its commit, until the transaction on `conn` ends. Returns the
+/// id.
+async fn hold_next_event_id(conn: &mut PgConnection, session_id: &str) -> i64 {
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+    sqlx::query_scalar(
+        "INSERT INTO events (id, session_id, seq, kind, status, at_ms, detail) \
+         SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END, $1, 1000, 'progress', \
+           'pending', 0, '{}' FROM events_id_seq RETURNING id",
+    )
+    .bind(session_id)
+    .fetch_one(conn)
+    .await
+    .expect("hold the next event id")
+}
+
+/// Waits until a backend waits on a lock that backend `pid` holds.
+async fn until_blocked_by(conn: &mut PgConnection, pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let blocked: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))",
+        )
+        .bind(pid)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("blocked backends");
+        if blocked {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nothing waited on backend {pid}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
     let servers = replicas(3, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
+    let (other, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
     // A watcher on A from cursor 0 over gRPC, and one on the store with a
     // page of 3, both while the writers run.
     let mut op = servers[0].operator().await;
@@ -44,18 +91,62 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
     let store = PgStore::open(&servers[0].config.database_url())
         .await
         .expect("open store");
+    // First, a message to the other root whose transaction has drawn its
+    // event's id and is held before its commit (its insert waits on the
+    // test's uncommitted row of that id): the interleaving the events lock
+    // exists for. The writers below touch no row it holds, so only that
+    // lock keeps their ids, and commits, behind its own.
+    let mut admin = connect(&servers[0]).await;
+    let mut hold = connect(&servers[0]).await;
+    let hold_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut hold)
+        .await
+        .expect("pid");
+    let held_id = hold_next_event_id(&mut hold, &other.session_id).await;
+    let mut held_client = servers[1].operator().await;
+    let held_target = other.session_id.clone();
+    let held_send = tokio::spawn(async move {
+        held_client
+            .send_message(message(&held_target, "held"))
+            .await
+            .expect("held send");
+    });
+    // Its insert waits on the held row.
+    until_blocked_by(&mut admin, hold_pid).await;
+    let sent = Arc::new(AtomicUsize::new(0));
     let mut writers = Vec::new();
     for (w, server) in servers.iter().cycle().take(12).enumerate() {
         let mut client = server.operator().await;
         let target = root.session_id.clone();
+        let sent = sent.clone();
         writers.push(tokio::spawn(async move {
             for n in 0..25 {
                 client
                     .send_message(message(&target, format!("w{w} n{n}")))
                     .await
                     .expect("send");
+                sent.fetch_add(1, Ordering::SeqCst);
             }
         }));
+    }
+    // A writer either commits past the held event (what the events lock
+    // forbids) or waits for the events lock behind it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)",
+        )
+        .fetch_one(&mut admin)
+        .await
+        .expect("advisory waiters");
+        if waiting || sent.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the writers neither wrote nor waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let writing = join_all(writers);
     tokio::pin!(writing);
@@ -63,7 +154,25 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         workspace_id: Some("alpha".to_owned()),
         ..EventFilter::default()
     };
-    let mut paged = Vec::new();
+    let mut paged: Vec<i64> = Vec::new();
+    // Everything visible while the held message cannot commit.
+    loop {
+        let after = paged.last().copied().unwrap_or(0);
+        match store.events_after(&filter, after, 3).await.expect("page") {
+            EventPage::Events(events) if events.is_empty() => break,
+            EventPage::Events(events) => paged.extend(events.iter().map(|e| e.id)),
+            EventPage::Expired { .. } => panic!("nothing is pruned here"),
+        }
+    }
+    assert!(
+        paged.iter().all(|&id| id < held_id),
+        "events past the held one ({held_id}) were visible before it: {paged:?}"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut hold)
+        .await
+        .expect("release the held id");
+    held_send.await.expect("held send");
     let mut done = false;
     loop {
         if !done {
@@ -81,7 +190,11 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         .fetch_all(&mut conn)
         .await
         .expect("ids");
-    assert_eq!(stored.len(), 2 + 12 * 25);
+    assert_eq!(stored.len(), 2 + 2 + 1 + 12 * 25);
+    assert!(
+        stored.contains(&held_id),
+        "the held message's event is stored"
+    );
     assert_eq!(
         paged, stored,
         "the paging watcher saw every event once, in order"

@@ -2,12 +2,14 @@
 //! over gRPC: quotas hold across replicas, request ids replay on any of
 //! them, a termination leaves nothing active under an ended node, events
 //! reach every watcher once and in cursor order, and a watcher hears of
-//! another replica's commits (by LISTEN, else by polling), and they share
-//! agent definitions and the operator token.
+//! another replica's commits (by LISTEN, else by polling), they share
+//! agent definitions and the operator token, and a write that loses a
+//! deadlock is run again.
 //!
 //! PostgreSQL only, whatever `TROUPE_TEST_BACKEND` says:
 //! `TROUPE_TEST_POSTGRES_URL` is the URL of a server where the tests may
 //! create databases (`source scripts/pg-env`); each test makes a fresh one.
+mod conflicts;
 mod events;
 mod shared;
 mod spawns;

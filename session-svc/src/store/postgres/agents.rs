@@ -38,7 +38,7 @@ impl PgStore {
     ) -> Result<StoredAgent, SessionError> {
         let env = env_json(agent)?;
         let command = command_json(agent)?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let row: AgentRow = sqlx::query_as(concat!(
             "INSERT INTO agents (",
             agent_columns!(),
@@ -89,7 +89,7 @@ impl PgStore {
         name: &str,
         audit: &AuditRecord,
     ) -> Result<Option<StoredAgent>, SessionError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let row: Option<AgentRow> = sqlx::query_as(concat!(
             "DELETE FROM agents WHERE workspace_id = $1 AND name = $2 RETURNING ",
             agent_columns!()

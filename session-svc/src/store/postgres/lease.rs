@@ -3,14 +3,17 @@
 //!
 //! A fenced write reads the lease row `FOR SHARE` first of all (before the
 //! locks of `locks`), checking holder, epoch and expiry on the database's
-//! clock: a takeover updates the row, so it waits for the writes of the
-//! term it ends, and every later write of that term is refused.
+//! clock: a takeover updates the row, so it comes only after the writes of
+//! the term it ends, and every later write of that term is refused.
 
 use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::{PgStore, events, locks, open::RawSession, open::session_columns};
+use super::{
+    PgStore, events, locks,
+    open::{IDLE_IN_TRANSACTION, RawSession, session_columns},
+};
 use crate::{
     error::SessionError,
     model::{AuditRecord, NewMessage, SessionRow},
@@ -22,15 +25,22 @@ use crate::{
 };
 
 /// Refuses the transaction unless `fence` is the lease's live term; keeps
-/// the row share-locked until the commit.
+/// the row share-locked until the commit. Every takeover waits for that
+/// lock, so the transaction may sit idle (its process stalled: paused,
+/// swapped out) no longer than the term's time to live (at most
+/// `IDLE_IN_TRANSACTION`): a stalled owner then loses its connection, and
+/// the write, instead of holding the next owner back past its lease.
 pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), SessionError> {
-    let live: Option<i32> = sqlx::query_scalar(
-        "SELECT 1 FROM leases WHERE name = $1 AND holder = $2 AND epoch = $3 \
-         AND expires_at > clock_timestamp() FOR SHARE",
+    let idle = millis(fence.ttl.min(IDLE_IN_TRANSACTION)).max(1);
+    let live: Option<String> = sqlx::query_scalar(
+        "SELECT set_config('idle_in_transaction_session_timeout', $4, true) FROM leases \
+         WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp() \
+         FOR SHARE",
     )
     .bind(BACKGROUND)
     .bind(fence.holder.as_str())
     .bind(fence.epoch)
+    .bind(idle.to_string())
     .fetch_optional(conn)
     .await?;
     match live {
@@ -45,12 +55,21 @@ impl PgStore {
         holder: &Holder,
         ttl: Duration,
     ) -> Result<Option<Fence>, SessionError> {
+        // The row of an expired term, unless a write of that term still
+        // holds it (`check`): then this try fails at once, and the next
+        // one comes a renewal later. A try never waits on the row, so a
+        // term starts with all of its time, on both clocks.
         let epoch: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO leases (name, holder, epoch, expires_at) \
-             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3::float8 / 1000)) \
-             ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, \
-               epoch = leases.epoch + 1, expires_at = EXCLUDED.expires_at \
-             WHERE leases.expires_at <= clock_timestamp() RETURNING epoch",
+            "WITH free AS (SELECT name FROM leases \
+               WHERE name = $1 AND expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED), \
+             taken AS (UPDATE leases SET holder = $2, epoch = leases.epoch + 1, \
+               expires_at = clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
+               FROM free WHERE leases.name = free.name RETURNING leases.epoch), \
+             first AS (INSERT INTO leases (name, holder, epoch, expires_at) \
+               SELECT $1, $2, 1, clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
+               WHERE NOT EXISTS (SELECT 1 FROM leases WHERE name = $1) \
+               ON CONFLICT (name) DO NOTHING RETURNING epoch) \
+             SELECT epoch FROM taken UNION ALL SELECT epoch FROM first",
         )
         .bind(BACKGROUND)
         .bind(holder.as_str())
@@ -60,6 +79,7 @@ impl PgStore {
         Ok(epoch.map(|epoch| Fence {
             holder: holder.clone(),
             epoch,
+            ttl,
         }))
     }
 

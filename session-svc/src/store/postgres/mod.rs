@@ -40,7 +40,7 @@ pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 
 use std::{sync::Arc, time::Duration};
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::watch;
 
 use super::{
@@ -80,8 +80,28 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    /// Opens a transaction on a connection of the pool; every write's
+    /// transaction starts here. sqlx's `Pool::begin` is not cancel-safe on
+    /// PostgreSQL: a caller dropped while `BEGIN` is on the wire leaves the
+    /// server inside a transaction that nothing rolls back, and the pool
+    /// hands that connection out again. Later statements of any caller then
+    /// run inside it, keep its locks (a lease row locked so blocks every
+    /// fenced write) and keep it from ever sitting idle long enough for
+    /// `IDLE_IN_TRANSACTION` to end it. So `BEGIN` runs in a task of its
+    /// own, which always sees its answer: a transaction whose caller went
+    /// away meanwhile is dropped there, which rolls it back.
+    pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, SessionError> {
+        let pool = self.pool.clone();
+        match tokio::spawn(async move { pool.begin().await }).await {
+            Ok(tx) => Ok(tx?),
+            Err(e) => Err(SessionError::Internal(format!(
+                "opening a transaction failed: {e}"
+            ))),
+        }
+    }
+
     async fn prune_events_once(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         lease::check(&mut tx, fence).await?;
         let pruned = events::prune(&mut tx, keep).await?;
         tx.commit().await?;
@@ -94,7 +114,7 @@ impl PgStore {
         before_ms: i64,
         limit: u32,
     ) -> Result<u64, SessionError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         lease::check(&mut tx, fence).await?;
         let pruned = events::prune_request_ids(&mut tx, before_ms, limit).await?;
         tx.commit().await?;

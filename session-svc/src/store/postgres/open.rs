@@ -53,10 +53,10 @@ pub fn redacted(url: &str) -> String {
 /// How long the server lets a connection of this service sit idle inside
 /// a transaction before it ends the connection (rolling the transaction
 /// back). No statement of a transaction here waits on anything but the
-/// database, so only a stalled process (paused, swapped out) gets near it;
-/// and a stalled owner of the background work holds the lease row
-/// `FOR SHARE` in its open write, which every takeover must wait for: this
-/// bounds that wait.
+/// database, so only a stalled process (paused, swapped out) gets near it.
+/// A stalled owner of the background work holds the lease row `FOR SHARE`
+/// in its open write, which every takeover must wait for: such a write
+/// lowers the limit to its term's time to live (`lease::check`).
 pub(crate) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
 
 impl PgStore {

@@ -4,7 +4,7 @@
 //! last (see `events`).
 
 use serde_json::json;
-use sqlx::{PgConnection, Postgres, Transaction};
+use sqlx::PgConnection;
 use troupe_proto::session::SessionStatus;
 
 use super::{
@@ -27,10 +27,6 @@ use crate::{
 };
 
 impl PgStore {
-    pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, SessionError> {
-        Ok(self.pool.begin().await?)
-    }
-
     pub(super) async fn create_root_once(
         &self,
         new: &NewSession,

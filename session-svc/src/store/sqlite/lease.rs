@@ -62,6 +62,7 @@ impl SqliteStore {
         Ok(epoch.map(|epoch| Fence {
             holder: holder.clone(),
             epoch,
+            ttl,
         }))
     }
 
