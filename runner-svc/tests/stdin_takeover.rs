@@ -1,0 +1,151 @@
+//! A session's first message across an owner change, on PostgreSQL with two
+//! real `troupe-session` replicas and one real runner (run under
+//! `scripts/pg-env`; the binary comes from `cargo build -p
+//! troupe-session-svc`): the owner dies after the runner accepted the
+//! agent's start, its messages with it, and before it recorded their
+//! delivery. The next owner finds the exec and delivers from the store's
+//! record, which says nothing was delivered; the runner, which knows what
+//! reached stdin, writes nothing twice.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    MINUTE, TestRunner,
+    replicas::{output, replica, until},
+};
+use sqlx::{Connection, PgConnection};
+use troupe_proto::{
+    runner::ListExecsRequest,
+    session::{CreateRootSessionRequest, TrustLevel},
+};
+use troupe_session_svc::store::{PgStore, Store};
+use troupe_tests::OPERATOR_TOKEN;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
+    let url = troupe_tests::postgres::fresh_database().await;
+    // The runner comes up only once the test holds the delivery's rows:
+    // until then the owner's start is refused (UNAVAILABLE) and retried.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let endpoint = format!("http://{addr}");
+    let store = PgStore::open(&url).await.unwrap();
+    let mut first = replica(&url, &endpoint);
+    let held = until("nobody took the lease", MINUTE, || async {
+        store.lease().await.unwrap().filter(|l| l.live)
+    })
+    .await;
+    let second = replica(&url, &endpoint);
+    let mut via_second = second.operator().await;
+    let root = via_second
+        .create_root_session(CreateRootSessionRequest {
+            workspace_id: "stdin-takeover".into(),
+            trust_level: TrustLevel::Direct as i32,
+            title: "root".into(),
+            agent_name: "echo".into(),
+            initial_message: "the-plan".into(),
+            request_id: String::new(),
+            budget: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap()
+        .session_id;
+
+    // `mark_delivered` updates the message's row: held, the owner's record
+    // of the delivery waits after the runner has the start.
+    let mut holder = PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT seq FROM messages WHERE session_id = $1 FOR UPDATE")
+        .bind(&root)
+        .fetch_all(&mut holder)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let runner = TestRunner::start_on(listener, |c| {
+        c.operator_token = Some(OPERATOR_TOKEN.into());
+    })
+    .await;
+    let runner_client = runner.client().await;
+    until("the runner never started the agent", MINUTE, || {
+        let mut client = runner_client.clone();
+        let root = root.clone();
+        async move {
+            let execs = client
+                .list_execs(ListExecsRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .execs;
+            execs
+                .iter()
+                .find(|e| e.exec_id == root)
+                .and_then(|e| (e.stdin_sequence == 1).then_some(()))
+        }
+    })
+    .await;
+    let watcher = sqlx::PgPool::connect(&url).await.unwrap();
+    until(
+        "the owner never waited to record the delivery",
+        MINUTE,
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&watcher)
+            .await
+            .unwrap();
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+    first.kill();
+    assert!(
+        first.exited_within(Duration::from_secs(10)).await.is_some(),
+        "the owner outlived SIGKILL"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    until("nobody took over", MINUTE, || async {
+        store
+            .lease()
+            .await
+            .unwrap()
+            .filter(|l| l.live && l.epoch > held.epoch)
+    })
+    .await;
+    // The new owner records what the runner says reached stdin.
+    until("the delivery was never recorded", MINUTE, || async {
+        let process = store.process(&root).await.unwrap()?;
+        (process.delivered_seq >= 1).then_some(())
+    })
+    .await;
+    // Stdin is written in order: a repeat of the first message would be
+    // echoed before this one.
+    via_second
+        .send_message(troupe_tests::message(&root, "the-next"))
+        .await
+        .unwrap();
+    let out = until("the next message never came back", MINUTE, || async {
+        let out = output(&store, &root).await;
+        out.contains("the-next").then_some(out)
+    })
+    .await;
+    assert_eq!(out.matches("the-plan").count(), 1, "{out}");
+    assert_eq!(out.matches("the-next").count(), 1, "{out}");
+    via_second
+        .terminate_session(troupe_tests::terminate(&root))
+        .await
+        .unwrap();
+    assert!(second.stop().await);
+}
