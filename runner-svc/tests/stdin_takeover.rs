@@ -1,9 +1,9 @@
-//! A session's first message across an owner change, on PostgreSQL with two
+//! A session's messages across an owner change, on PostgreSQL with two
 //! real `troupe-session` replicas and one real runner (run under
 //! `scripts/pg-env`; the binary comes from `cargo build -p
 //! troupe-session-svc`): the owner dies after the runner accepted the
-//! agent's start, its messages with it, and before it recorded their
-//! delivery. The next owner finds the exec and delivers from the store's
+//! agent's start (its first message with it), or a later message, and
+//! before it recorded their delivery. The next owner finds the exec and delivers from the store's
 //! record, which says nothing was delivered; the runner, which knows what
 //! reached stdin, writes nothing twice. And a start told its exec exists
 //! (started earlier, with fewer messages) loses none of the rest.
@@ -19,7 +19,7 @@ use common::{
 use sqlx::{Connection, PgConnection};
 use troupe_proto::{
     runner::{ExecState, ListExecsRequest, StdinFrame},
-    session::{CreateRootSessionRequest, SessionStatus, TrustLevel},
+    session::{CreateRootSessionRequest, DeliveryStatus, SessionStatus, TrustLevel},
 };
 use troupe_session_svc::store::{PgStore, Store};
 use troupe_tests::OPERATOR_TOKEN;
@@ -144,6 +144,112 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
     .await;
     assert_eq!(out.matches("the-plan").count(), 1, "{out}");
     assert_eq!(out.matches("the-next").count(), 1, "{out}");
+    via_second
+        .terminate_session(troupe_tests::terminate(&root))
+        .await
+        .unwrap();
+    assert!(second.stop().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_written_before_its_owner_died_is_not_written_again() {
+    let url = troupe_tests::postgres::fresh_database().await;
+    let runner = TestRunner::start_with(|c| {
+        c.operator_token = Some(OPERATOR_TOKEN.into());
+    })
+    .await;
+    let endpoint = format!("http://{}", runner.addr);
+    let store = PgStore::open(&url).await.unwrap();
+    let mut first = replica(&url, &endpoint);
+    let held = until("nobody took the lease", MINUTE, || async {
+        store.lease().await.unwrap().filter(|l| l.live)
+    })
+    .await;
+    let second = replica(&url, &endpoint);
+    let mut via_first = first.operator().await;
+    let mut via_second = second.operator().await;
+    let root = via_first
+        .create_root_session(CreateRootSessionRequest {
+            workspace_id: "stdin-write".into(),
+            trust_level: TrustLevel::Direct as i32,
+            title: "root".into(),
+            agent_name: "echo".into(),
+            initial_message: "the-plan".into(),
+            request_id: String::new(),
+            budget: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap()
+        .session_id;
+    // Running, its first message delivered and echoed: the next is
+    // written to it at once.
+    until("the first message never came back", MINUTE, || async {
+        let process = store.process(&root).await.unwrap()?;
+        (process.delivered_seq == 1 && output(&store, &root).await.contains("the-plan"))
+            .then_some(())
+    })
+    .await;
+    until("the session never ran", MINUTE, || {
+        let mut client = via_second.clone();
+        let root = root.clone();
+        async move { (status(&mut client, &root).await == SessionStatus::Running).then_some(()) }
+    })
+    .await;
+
+    // `mark_delivered` updates the session's process row first: held, the
+    // owner's record of the next delivery waits after the runner has it.
+    let mut holder = PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM processes WHERE session_id = $1 FOR UPDATE")
+        .bind(&root)
+        .fetch_all(&mut holder)
+        .await
+        .unwrap();
+    // Sent through the owner, which writes it to the agent before it
+    // answers; its record of that cannot commit while the row is held.
+    let sent = via_first
+        .send_message(troupe_tests::message(&root, "the-second"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(sent.delivery(), DeliveryStatus::Delivered);
+    first.kill();
+    assert!(
+        first.exited_within(Duration::from_secs(10)).await.is_some(),
+        "the owner outlived SIGKILL"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    until("nobody took over", MINUTE, || async {
+        store
+            .lease()
+            .await
+            .unwrap()
+            .filter(|l| l.live && l.epoch > held.epoch)
+    })
+    .await;
+    until("the delivery was never recorded", MINUTE, || async {
+        let process = store.process(&root).await.unwrap()?;
+        (process.delivered_seq >= 2).then_some(())
+    })
+    .await;
+    via_second
+        .send_message(troupe_tests::message(&root, "the-third"))
+        .await
+        .unwrap();
+    let out = until("the third message never came back", MINUTE, || async {
+        let out = output(&store, &root).await;
+        out.contains("the-third").then_some(out)
+    })
+    .await;
+    assert_eq!(out.matches("the-plan").count(), 1, "{out}");
+    assert_eq!(out.matches("the-second").count(), 1, "{out}");
     via_second
         .terminate_session(troupe_tests::terminate(&root))
         .await
