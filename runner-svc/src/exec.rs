@@ -3,7 +3,8 @@
 //!
 //! Every exec has:
 //! - a record of the runner's own, `<state>/execs/<exec_id>.json`, which the
-//!   agent cannot reach (uid, container, Docker exec id);
+//!   agent cannot reach (uid, container, Docker exec id), and beside it
+//!   `<exec_id>.stdin`, the last stdin frame sequence the exec received;
 //! - a directory the agent's uid owns, `<state>/workspaces/<ws>/execs/<exec_id>`,
 //!   mounted into the container (see [`crate::layout`]).
 //!
@@ -22,7 +23,8 @@
 //!   retention of exited execs);
 //! - `handle`: [`Exec`], one exec (progress, reading records, acks);
 //! - `start`: starting an exec;
-//! - `control`: writing an exec's stdin, terminating it;
+//! - `control`: writing an exec's stdin (each sequenced frame once),
+//!   terminating it;
 //! - `follower`: the task that follows an exec's log to its end, its
 //!   liveness and its deadline;
 //! - `scanner`: parsing record headers from the log's bytes;
@@ -94,6 +96,38 @@ pub struct Meta {
     /// whether it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supervisor: Option<outage::HostProcess>,
+}
+
+/// A piece of stdin its sender numbered: written at most once per exec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub sequence: u64,
+    pub data: Vec<u8>,
+}
+
+/// What a write gives an exec's stdin.
+#[derive(Clone, Debug)]
+pub enum StdinInput {
+    /// Unsequenced bytes, written as they come (execs fed by hand).
+    Bytes(Vec<u8>),
+    /// Sequenced frames, increasing: only those above the exec's last
+    /// received sequence are written.
+    Frames(Vec<Frame>),
+}
+
+impl Default for StdinInput {
+    fn default() -> Self {
+        StdinInput::Bytes(Vec::new())
+    }
+}
+
+impl StdinInput {
+    pub fn is_empty(&self) -> bool {
+        match self {
+            StdinInput::Bytes(data) => data.is_empty(),
+            StdinInput::Frames(frames) => frames.is_empty(),
+        }
+    }
 }
 
 /// How far an exec's log goes.

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 
 use troupe_proto::agent::env as agent_env;
 
-use crate::{exec::ExecError, layout};
+use crate::{
+    exec::{ExecError, Frame, StdinInput},
+    layout,
+};
 
 /// What a caller asks to run.
 #[derive(Clone, Debug, Default)]
@@ -14,7 +17,8 @@ pub struct StartSpec {
     pub workspace_id: String,
     pub command: Vec<String>,
     pub env: HashMap<String, String>,
-    pub initial_stdin: Vec<u8>,
+    /// Written right after start, before any later write.
+    pub initial_stdin: StdinInput,
     pub working_dir: String,
     pub timeout_ms: u64,
     pub traceparent: String,
@@ -94,4 +98,28 @@ pub fn validate(spec: &StartSpec) -> Result<(), ExecError> {
         return invalid("working_dir must be absolute".into());
     }
     Ok(())
+}
+
+/// What a request gives stdin: its unsequenced `data` or its `frames`,
+/// not both; frames numbered from 1, increasing.
+pub fn stdin_input(data: Vec<u8>, frames: Vec<Frame>) -> Result<StdinInput, ExecError> {
+    if frames.is_empty() {
+        return Ok(StdinInput::Bytes(data));
+    }
+    if !data.is_empty() {
+        return Err(ExecError::Invalid(
+            "stdin is given either as data or as frames, not both".into(),
+        ));
+    }
+    let mut last = 0;
+    for frame in &frames {
+        if frame.sequence <= last {
+            return Err(ExecError::Invalid(format!(
+                "stdin frame sequences must start at 1 and increase ({} after {last})",
+                frame.sequence
+            )));
+        }
+        last = frame.sequence;
+    }
+    Ok(StdinInput::Frames(frames))
 }

@@ -19,9 +19,20 @@ use troupe_proto::runner::{
 };
 
 use crate::{
-    exec::{Exec, ExecError, Next, Place, Runner, StartSpec},
+    exec::{Exec, ExecError, Frame, Next, Place, Runner, StartSpec},
     log::{Exit, Kind},
+    request::stdin_input,
 };
+
+fn frames(frames: Vec<pb::StdinFrame>) -> Vec<Frame> {
+    frames
+        .into_iter()
+        .map(|f| Frame {
+            sequence: f.sequence,
+            data: f.data,
+        })
+        .collect()
+}
 
 /// Default grace between SIGTERM and SIGKILL.
 const DEFAULT_GRACE: Duration = Duration::from_millis(5000);
@@ -89,7 +100,7 @@ impl RunnerService for Service {
             workspace_id: req.workspace_id,
             command: req.command,
             env: req.env,
-            initial_stdin: req.initial_stdin,
+            initial_stdin: stdin_input(req.initial_stdin, frames(req.initial_frames))?,
             working_dir: req.working_dir,
             timeout_ms: req.timeout_ms,
             traceparent: req.traceparent,
@@ -181,9 +192,10 @@ impl RunnerService for Service {
     ) -> Result<Response<WriteStdinResponse>, Status> {
         self.authorize(&request)?;
         let req = request.into_inner();
+        let input = stdin_input(req.data, frames(req.frames))?;
         let exec = self.runner.get(&req.exec_id)?;
-        self.runner.write_stdin(&exec, &req.data, req.close).await?;
-        Ok(Response::new(WriteStdinResponse {}))
+        let stdin_sequence = self.runner.write_stdin(&exec, input, req.close).await?;
+        Ok(Response::new(WriteStdinResponse { stdin_sequence }))
     }
 
     async fn terminate_exec(
@@ -297,5 +309,6 @@ pub fn info(exec: &Exec) -> ExecInfo {
         started_at: Some(timestamp(exec.meta.started_at_micros)),
         exit: progress.exit.as_ref().map(exited),
         labels: exec.meta.labels.clone(),
+        stdin_sequence: exec.stdin_sequence(),
     }
 }

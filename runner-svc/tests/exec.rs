@@ -176,6 +176,7 @@ async fn stdin_stays_open_for_later_writes() {
                 exec_id: "cat-1".into(),
                 data,
                 close: false,
+                ..Default::default()
             })
             .await
             .expect("write");
@@ -185,6 +186,7 @@ async fn stdin_stays_open_for_later_writes() {
             exec_id: "cat-1".into(),
             data: b"last".to_vec(),
             close: true,
+            ..Default::default()
         })
         .await
         .expect("close");
@@ -201,6 +203,7 @@ async fn stdin_stays_open_for_later_writes() {
             exec_id: "cat-1".into(),
             data: b"late".to_vec(),
             close: false,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -407,6 +410,7 @@ async fn runner_restart_loses_no_output_and_keeps_stdin() {
             exec_id: "echoer".into(),
             data: b"before ".to_vec(),
             close: false,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -450,6 +454,7 @@ async fn runner_restart_loses_no_output_and_keeps_stdin() {
             exec_id: "echoer".into(),
             data: b"after".to_vec(),
             close: true,
+            ..Default::default()
         })
         .await
         .expect("stdin after restart");
@@ -529,6 +534,7 @@ async fn bad_requests_are_refused() {
             exec_id: "nope".into(),
             data: vec![],
             close: true,
+            ..Default::default()
         })
         .await
         .unwrap_err();

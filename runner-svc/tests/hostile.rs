@@ -194,6 +194,7 @@ async fn an_agent_that_truncates_its_log_is_ended_and_told_why() {
             exec_id: "evil".into(),
             data: b"go\n".to_vec(),
             close: false,
+            ..Default::default()
         })
         .await
         .unwrap();

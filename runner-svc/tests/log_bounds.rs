@@ -214,6 +214,7 @@ async fn a_restarted_runner_reads_a_log_whose_head_was_dropped() {
             exec_id: "chatty".into(),
             data: b"done\n".to_vec(),
             close: true,
+            ..Default::default()
         })
         .await
         .unwrap();

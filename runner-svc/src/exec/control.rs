@@ -1,24 +1,37 @@
 //! What callers send an exec: its stdin, written as frames the supervisor
-//! reads, and termination.
+//! reads (each sequenced frame of a caller's once), and termination.
+//!
+//! The last sequence written is recorded under the exec's stdin lock once
+//! its bytes are in the FIFO, in memory and in `<exec_id>.stdin`, so that
+//! a repeated frame (another owner of the session, a restarted runner) is
+//! skipped. A runner that stops between the write and the record writes
+//! those frames again: at least once there, exactly once otherwise.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use anyhow::Context;
 use tokio::{io::AsyncWriteExt, net::unix::pipe};
 
-use super::{Exec, ExecError, LIVENESS_EVERY, Runner};
+use super::{
+    Exec, ExecError, LIVENESS_EVERY, Runner, StdinInput,
+    files::{stdin_record, write_stdin_record},
+};
 use crate::{layout, log::Reason};
 
 impl Runner {
-    /// Writes `data` (and maybe the end of input) to the exec's stdin;
-    /// returns once the supervisor has it.
+    /// Writes `input` (and maybe the end of input) to the exec's stdin;
+    /// returns once the supervisor has it, with the last frame sequence the
+    /// exec's stdin has received.
     pub async fn write_stdin(
         &self,
         exec: &Arc<Exec>,
-        data: &[u8],
+        input: StdinInput,
         close: bool,
-    ) -> Result<(), ExecError> {
-        self.queue_stdin(exec, data.to_vec(), close).await.await
+    ) -> Result<u64, ExecError> {
+        self.queue_stdin(exec, input, close).await.await
     }
 
     /// Takes the exec's stdin (so writes keep their order), then returns the
@@ -27,10 +40,12 @@ impl Runner {
     pub(super) async fn queue_stdin(
         &self,
         exec: &Arc<Exec>,
-        data: Vec<u8>,
+        input: StdinInput,
         close: bool,
-    ) -> impl Future<Output = Result<(), ExecError>> + use<> {
+    ) -> impl Future<Output = Result<u64, ExecError>> + use<> {
         let id = exec.meta.exec_id.clone();
+        let record = stdin_record(&self.settings, &id);
+        let exec = exec.clone();
         let exited = exec.progress().exit.is_some();
         let stdin = exec.stdin.clone().lock_owned().await;
         let mut progress = exec.subscribe();
@@ -44,6 +59,19 @@ impl Runner {
                     "stdin of exec {id:?} is closed"
                 )));
             };
+            // Under the lock: what another write recorded is seen here.
+            let (data, last) = match input {
+                StdinInput::Bytes(data) => (data, None),
+                StdinInput::Frames(frames) => {
+                    let received = exec.stdin_sequence.load(Ordering::SeqCst);
+                    let fresh: Vec<_> = frames
+                        .into_iter()
+                        .filter(|f| f.sequence > received)
+                        .collect();
+                    let last = fresh.last().map(|f| f.sequence);
+                    (fresh.into_iter().flat_map(|f| f.data).collect(), last)
+                }
+            };
             tokio::select! {
                 written = write_frames(pipe, &data, close) => {
                     written.context("cannot write to the exec's stdin")?;
@@ -54,10 +82,16 @@ impl Runner {
                     )));
                 }
             }
+            if let Some(last) = last {
+                if let Err(e) = write_stdin_record(&record, last) {
+                    tracing::warn!(exec = %id, error = %e, "cannot record the stdin sequence");
+                }
+                exec.stdin_sequence.store(last, Ordering::SeqCst);
+            }
             if close {
                 *stdin = None;
             }
-            Ok(())
+            Ok(exec.stdin_sequence())
         });
         async move { task.await.map_err(anyhow::Error::from)? }
     }

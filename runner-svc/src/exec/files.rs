@@ -172,6 +172,43 @@ pub(super) fn write_meta(path: &Path, meta: &Meta) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The record of the last stdin frame sequence an exec received, beside
+/// its exec record (out of the agent's reach).
+pub(super) fn stdin_record(settings: &Settings, exec_id: &str) -> PathBuf {
+    meta_dir(settings).join(format!("{exec_id}.stdin"))
+}
+
+pub(super) fn write_stdin_record(path: &Path, sequence: u64) -> anyhow::Result<()> {
+    let tmp = path.with_extension("stdin.tmp");
+    std::fs::write(&tmp, sequence.to_string())?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The recorded sequence; 0 when there is none (the frames are written
+/// again: at least once).
+pub(super) fn read_stdin_record(path: &Path) -> u64 {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            tracing::warn!(path = %path.display(), "unreadable stdin record; taken as 0");
+            0
+        }),
+        Err(e) if e.kind() == ErrorKind::NotFound => 0,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read a stdin record; taken as 0");
+            0
+        }
+    }
+}
+
+/// Removes `path`, which may not exist.
+pub(super) fn remove_if_any(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn read_next_uid(settings: &Settings) -> anyhow::Result<u32> {
     let path = settings.state_dir.join("next_uid");
     match std::fs::read_to_string(&path) {

@@ -31,8 +31,12 @@ pub struct Exec {
     ack: File,
     acked: AtomicU64,
     ack_written: AtomicU64,
-    /// Dropped (`None`) once stdin is closed or the exec has exited.
+    /// Dropped (`None`) once stdin is closed or the exec has exited. Its
+    /// lock orders writes and guards `stdin_sequence`.
     pub(super) stdin: Arc<tokio::sync::Mutex<Option<pipe::Sender>>>,
+    /// The last stdin frame sequence written whole to the FIFO; changed
+    /// only under `stdin`'s lock, read without it for reports.
+    pub(super) stdin_sequence: AtomicU64,
     /// Only ever written without waiting: the agent can fill this FIFO.
     pub(super) control: Mutex<Option<pipe::Sender>>,
     /// Set when the runner ends the exec (terminate, timeout): the reason
@@ -56,6 +60,7 @@ impl Exec {
             acked: AtomicU64::new(acked),
             ack_written: AtomicU64::new(acked),
             stdin: Arc::new(tokio::sync::Mutex::new(Some(files.stdin))),
+            stdin_sequence: AtomicU64::new(0),
             control: Mutex::new(Some(files.control)),
             ending: Mutex::new(None),
             exited_at: Mutex::new(None),
@@ -71,6 +76,11 @@ impl Exec {
 
     pub fn progress(&self) -> Progress {
         self.progress.borrow().clone()
+    }
+
+    /// The last stdin frame sequence the exec received (0: none).
+    pub fn stdin_sequence(&self) -> u64 {
+        self.stdin_sequence.load(Ordering::SeqCst)
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Progress> {

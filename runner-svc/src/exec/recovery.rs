@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{
     Exec, Meta, Runner,
-    files::{meta_dir, open_exec_files},
+    files::{meta_dir, open_exec_files, read_stdin_record, stdin_record},
 };
 
 impl Runner {
@@ -42,6 +42,10 @@ impl Runner {
                     // that cannot be read is left to the follower, which
                     // ends the exec.
                     let exec = Arc::new(Exec::new(meta, files));
+                    exec.stdin_sequence.store(
+                        read_stdin_record(&stdin_record(&self.settings, &exec.meta.exec_id)),
+                        std::sync::atomic::Ordering::SeqCst,
+                    );
                     let mut scanner = self.resume_scanner(&exec);
                     let exit = scanner.scan_blocking(&exec).await.unwrap_or(None);
                     self.follow_from(exec, scanner, exit);
@@ -50,6 +54,7 @@ impl Runner {
                     tracing::warn!(exec = %meta.exec_id, error = %e, "exec files unusable; killing its processes");
                     let _ = self.engine.kill_uid(&meta.container_id, meta.uid).await;
                     let _ = std::fs::remove_file(&path);
+                    let _ = std::fs::remove_file(stdin_record(&self.settings, &meta.exec_id));
                 }
             }
         }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Exec, ExecError, Meta, Settings, bounds,
-    files::{ExecFiles, meta_dir, read_next_uid},
+    files::{ExecFiles, meta_dir, read_next_uid, remove_if_any, stdin_record},
     scanner::Scanner,
 };
 use crate::{admission::Admission, docker::Engine, log::Exit};
@@ -95,8 +95,9 @@ impl Runner {
                     .join(&meta.workspace_id)
                     .join("execs")
                     .join(&meta.exec_id);
-                if let Err(e) =
-                    std::fs::remove_file(&record).and_then(|()| std::fs::remove_dir_all(&dir))
+                if let Err(e) = std::fs::remove_file(&record)
+                    .and_then(|()| remove_if_any(&stdin_record(&self.settings, &meta.exec_id)))
+                    .and_then(|()| std::fs::remove_dir_all(&dir))
                 {
                     tracing::warn!(exec = %meta.exec_id, error = %e, "cannot remove an old exec");
                 }

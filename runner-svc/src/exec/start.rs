@@ -5,7 +5,7 @@ use std::{fs::OpenOptions, io::ErrorKind, os::unix::fs::OpenOptionsExt, path::Pa
 
 use super::{
     Exec, ExecError, Meta, Runner, StartSpec,
-    files::{create_exec_dir, meta_dir, write_meta},
+    files::{create_exec_dir, meta_dir, remove_if_any, stdin_record, write_meta},
 };
 use crate::{
     docker::{is_container_gone, is_unreachable},
@@ -35,6 +35,13 @@ impl Runner {
                     .context("cannot reserve the exec")
                     .into());
             }
+        }
+        // A stdin record left by an earlier exec of the same id is not this one's.
+        if let Err(e) = remove_if_any(&stdin_record(&self.settings, &spec.exec_id)) {
+            let _ = std::fs::remove_file(&meta_path);
+            return Err(anyhow::Error::from(e)
+                .context("cannot clear an old stdin record")
+                .into());
         }
         let started = std::time::Instant::now();
         // Room in the container is taken after the id: a start repeated

@@ -34,7 +34,8 @@ pub fn binary() -> String {
     path.display().to_string()
 }
 
-/// A replica on `url` driving `runner`, with agents `printer` and `brief`.
+/// A replica on `url` driving `runner`, with agents `printer`, `brief` and
+/// `echo` (`cat`: each stdin line back as it comes).
 pub fn replica(url: &str, runner: &str) -> SessionProcess {
     replica_logging(url, runner, None)
 }
@@ -49,6 +50,7 @@ pub fn replica_logging(url: &str, runner: &str, log: Option<&Path>) -> SessionPr
     for (name, script) in [
         ("printer", printer.as_str()),
         ("brief", "sleep 3; echo done"),
+        ("echo", "cat"),
     ] {
         let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
         std::fs::write(

@@ -1,9 +1,14 @@
 //! Delivery of a session's messages to its agent's stdin, one JSON line
-//! each, in order.
+//! each, in order, each as a stdin frame numbered by its sequence: the
+//! runner writes a sequence once per exec, so a message written by an owner
+//! that died before recording it, or by a stale owner, is not written again.
 
 use std::sync::Arc;
 
-use troupe_proto::{agent::MessageLine, runner::WriteStdinRequest};
+use troupe_proto::{
+    agent::MessageLine,
+    runner::{StdinFrame, WriteStdinRequest},
+};
 
 use super::{Driver, Term};
 use crate::{error::SessionError, model::SessionRow, store::Store};
@@ -37,11 +42,12 @@ impl<S: Store> Driver<S> {
     }
 
     /// Writes the session's undelivered messages to its agent's stdin; true
-    /// if every message stored so far has reached it. The delivery is
-    /// recorded after the answer, still under the session's delivery lock,
-    /// so the next delivery starts after it: a record lost to a crash means
-    /// the messages are written again, as when the crash comes between the
-    /// write and the record.
+    /// if every message stored so far has reached it. The runner skips the
+    /// frames its exec has received already and answers the last sequence
+    /// received; the delivery is recorded up to that after the answer, still
+    /// under the session's delivery lock, so the next delivery starts after
+    /// it. A record lost to a crash costs nothing: the next owner's frames
+    /// are skipped by the runner.
     ///
     /// Only the owner of the background work delivers: elsewhere this is
     /// false at once, and the owner delivers what the store holds.
@@ -87,12 +93,25 @@ impl<S: Store> Driver<S> {
             .clone()
             .write_stdin(WriteStdinRequest {
                 exec_id: session_id.to_owned(),
-                data: lines(&pending),
-                close: false,
+                frames: frames(&pending),
+                ..Default::default()
             })
             .await;
-        if let Err(status) = written {
-            tracing::debug!(session = session_id, %status, "message not delivered yet");
+        let received = match written {
+            Ok(answer) => answer.into_inner().stdin_sequence,
+            Err(status) => {
+                tracing::debug!(session = session_id, %status, "message not delivered yet");
+                return false;
+            }
+        };
+        if received < last {
+            // Only a runner that ignores frames answers so.
+            tracing::warn!(
+                session = session_id,
+                received,
+                last,
+                "the runner did not take the messages as frames"
+            );
             return false;
         }
         let driver = self.clone();
@@ -101,7 +120,7 @@ impl<S: Store> Driver<S> {
         tokio::spawn(async move {
             let marked = driver
                 .store
-                .mark_delivered(term.fence(), &session_id, last)
+                .mark_delivered(term.fence(), &session_id, received)
                 .await;
             match term.check(marked) {
                 Ok(()) => crate::metrics::delivered(pending.len()),
@@ -115,7 +134,13 @@ impl<S: Store> Driver<S> {
     }
 }
 
-/// The stdin lines of `messages`.
-pub(super) fn lines(messages: &[MessageLine]) -> Vec<u8> {
-    messages.iter().flat_map(MessageLine::to_line).collect()
+/// The stdin frames of `messages`: each its line, numbered by its sequence.
+pub(super) fn frames(messages: &[MessageLine]) -> Vec<StdinFrame> {
+    messages
+        .iter()
+        .map(|m| StdinFrame {
+            sequence: m.sequence,
+            data: m.to_line(),
+        })
+        .collect()
 }

@@ -10,7 +10,7 @@ use troupe_proto::{
     runner::{StartExecRequest, TerminateExecRequest},
 };
 
-use super::{Driver, Job, RETRY, Term, deliver::lines, system_audit};
+use super::{Driver, Job, RETRY, Term, deliver::frames, system_audit};
 use crate::{
     model::{Failure, RunnerName, SessionRow},
     placement::Place,
@@ -119,7 +119,7 @@ impl<S: Store> Driver<S> {
             workspace_id: session.workspace_id.clone(),
             command,
             env,
-            initial_stdin: lines(&pending),
+            initial_frames: frames(&pending),
             labels: HashMap::from([
                 ("tree_id".to_owned(), session.tree_id.clone()),
                 ("depth".to_owned(), session.depth.to_string()),
@@ -131,7 +131,11 @@ impl<S: Store> Driver<S> {
                 .unwrap_or_default(),
             ..Default::default()
         };
-        loop {
+        // Whether this start's frames were queued: a start that finds the
+        // exec started (by an owner before this one) leaves the messages to
+        // the follower's delivery, whose frames the runner skips as far as
+        // that start gave them.
+        let queued = loop {
             if !term.live() {
                 return Ok(());
             }
@@ -140,9 +144,9 @@ impl<S: Store> Driver<S> {
                 .start_exec(in_life(session, request.clone()))
                 .await
             {
-                Ok(_) => break,
+                Ok(_) => break true,
                 // Started before a restart of ours: follow it.
-                Err(status) if status.code() == Code::AlreadyExists => break,
+                Err(status) if status.code() == Code::AlreadyExists => break false,
                 // The runner (or its engine) is down: the session stays
                 // pending until it is back, or until its start deadline.
                 Err(status) if status.code() == Code::Unavailable => {
@@ -168,13 +172,13 @@ impl<S: Store> Driver<S> {
                 }
                 Err(status) => anyhow::bail!("{}", status.message()),
             }
-        }
+        };
         // Ended while the start was on its way: the termination found no
         // process to stop, so stop this one.
         if !self.is_active(&session.session_id).await {
             self.stop_in(term, vec![session.session_id.clone()]);
         }
-        if let Some(last) = pending.last() {
+        if let Some(last) = pending.last().filter(|_| queued) {
             term.check(
                 self.store
                     .mark_delivered(term.fence(), &session.session_id, last.sequence)
