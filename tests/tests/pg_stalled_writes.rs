@@ -36,6 +36,26 @@ async fn in_transaction(admin: &mut PgConnection) -> i64 {
     .expect("activity")
 }
 
+/// Waits until none of the store's connections runs a statement.
+async fn settled(admin: &mut PgConnection) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let active: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND application_name = $1 AND state = 'active'",
+        )
+        .bind(APP)
+        .fetch_one(&mut *admin)
+        .await
+        .expect("activity");
+        if active == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "a statement never ended");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_dropped_midway_leave_no_connection_in_a_transaction() {
     let url = troupe_tests::postgres::fresh_database().await;
@@ -116,7 +136,11 @@ async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_it
             futures::poll!(&mut write).is_pending(),
             "the write ended before it was stopped"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Each poll sends at most the next statement: the database is let
+        // finish it before the look, however slow it is, so the look never
+        // falls on a statement at work and lets the write run past the
+        // point where it holds the row.
+        settled(&mut admin).await;
         let locked: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
              AND application_name = $1 AND state = 'idle in transaction' \
