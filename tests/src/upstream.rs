@@ -14,6 +14,9 @@
 //!   (`invalid_request_error`), so a call nobody scripted shows in the test.
 //!   Any other path is a `404` in the same shape. Both are recorded.
 //!
+//! - A turn may be a [`Fault`] instead: an error status, a malformed
+//!   answer, a stream that ends early or stalls after its first event.
+//!
 //! It listens on `127.0.0.1:0` ([`Upstream::tcp`]) or on a Unix socket
 //! ([`Upstream::unix`]), and stops when dropped.
 //!
@@ -38,6 +41,7 @@ use axum::{
     http::{HeaderMap, StatusCode, Uri, header},
     response::Response,
 };
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
@@ -62,6 +66,20 @@ pub enum Block {
     },
 }
 
+/// A scripted misbehaviour, given in place of a turn's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// This HTTP status, with an `api_error` in the API's shape.
+    Status(u16),
+    /// `200` with a body that is not JSON.
+    Malformed,
+    /// A stream cut after `message_start` (with the turn's input usage)
+    /// and its first block's start: no `message_stop`.
+    Truncated,
+    /// A stream that sends `message_start`, then nothing, and never ends.
+    Stall,
+}
+
 /// One scripted answer.
 #[derive(Clone, Debug)]
 pub struct Turn {
@@ -69,6 +87,8 @@ pub struct Turn {
     /// `end_turn`, `tool_use`, `max_tokens`...
     pub stop_reason: String,
     pub usage: Usage,
+    /// Misbehave instead of answering.
+    pub fault: Option<Fault>,
 }
 
 impl Turn {
@@ -82,6 +102,15 @@ impl Turn {
                 output_tokens: 5,
                 ..Usage::default()
             },
+            fault: None,
+        }
+    }
+
+    /// A text turn that misbehaves as `fault` says.
+    pub fn fault(fault: Fault) -> Turn {
+        Turn {
+            fault: Some(fault),
+            ..Turn::text("never whole")
         }
     }
 
@@ -99,6 +128,7 @@ impl Turn {
                 output_tokens: 5,
                 ..Usage::default()
             },
+            fault: None,
         }
     }
 
@@ -314,6 +344,9 @@ async fn answer(
                     "invalid_request_error",
                     "the scripted upstream has no turn left",
                 ),
+                Some(Turn {
+                    fault: Some(fault), ..
+                }) => faulty(&fault, &model),
                 Some(turn) if stream => Response::builder()
                     .status(StatusCode::OK)
                     .header(header::CONTENT_TYPE, "text/event-stream")
@@ -328,6 +361,40 @@ async fn answer(
             "not_found_error",
             &format!("no route {method} {}", uri.path()),
         ),
+    }
+}
+
+/// The answer of a [`Fault`].
+fn faulty(fault: &Fault, model: &str) -> Response {
+    let start = || {
+        let whole = sse(&Turn::text("cut"), model);
+        // message_start, and the first block's start.
+        whole.split_inclusive("\n\n").take(2).collect::<String>()
+    };
+    let events = |body: Body| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(body)
+            .expect("a response")
+    };
+    match fault {
+        Fault::Status(code) => error(
+            StatusCode::from_u16(*code).expect("a status"),
+            "api_error",
+            "the scripted upstream failed",
+        ),
+        Fault::Malformed => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{\"id\": \"msg_"))
+            .expect("a response"),
+        Fault::Truncated => events(Body::from(start())),
+        Fault::Stall => {
+            let first = start();
+            let first = futures::stream::once(async move { Ok::<_, std::io::Error>(first) });
+            events(Body::from_stream(first.chain(futures::stream::pending())))
+        }
     }
 }
 
