@@ -17,6 +17,11 @@
 //! - A turn may be a [`Fault`] instead: an error status, a malformed
 //!   answer, a stream that ends early or stalls after its first event.
 //!
+//! - Several agents can share it, each with a script of its own
+//!   ([`Upstream::script`]): a request takes the next turn of the first
+//!   script whose marker is in its first message (the agent's task), else
+//!   of the common turns.
+//!
 //! It listens on `127.0.0.1:0` ([`Upstream::tcp`]) or on a Unix socket
 //! ([`Upstream::unix`]), and stops when dropped.
 //!
@@ -178,6 +183,8 @@ impl Recorded {
 #[derive(Default)]
 struct Shared {
     turns: Mutex<VecDeque<Turn>>,
+    /// Per-agent scripts: (marker, turns).
+    scripts: Mutex<Vec<(String, VecDeque<Turn>)>>,
     requests: Mutex<Vec<Recorded>>,
     arrived: Notify,
 }
@@ -262,9 +269,21 @@ impl Upstream {
         self.shared.turns.lock().unwrap().push_back(turn);
     }
 
-    /// How many scripted turns are still to be given.
+    /// Adds `turns` to the script of the agent whose first message holds
+    /// `marker` (a new script if there is none).
+    pub fn script(&self, marker: &str, turns: Vec<Turn>) {
+        let mut scripts = self.shared.scripts.lock().unwrap();
+        match scripts.iter_mut().find(|(m, _)| m == marker) {
+            Some((_, queue)) => queue.extend(turns),
+            None => scripts.push((marker.to_owned(), turns.into())),
+        }
+    }
+
+    /// How many scripted turns are still to be given, scripts included.
     pub fn turns_left(&self) -> usize {
+        let scripts = self.shared.scripts.lock().unwrap();
         self.shared.turns.lock().unwrap().len()
+            + scripts.iter().map(|(_, q)| q.len()).sum::<usize>()
     }
 
     /// Every request so far, in arrival order.
@@ -321,6 +340,7 @@ async fn answer(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };
     let stream = recorded.streams();
+    let first_message = recorded.body["messages"][0].to_string();
     let model = recorded
         .body
         .get("model")
@@ -337,7 +357,17 @@ async fn answer(
             &json!({"input_tokens": body.len() as u64 / 4}),
         ),
         "/v1/messages" if post => {
-            let turn = shared.turns.lock().unwrap().pop_front();
+            let scripted = {
+                let mut scripts = shared.scripts.lock().unwrap();
+                scripts
+                    .iter_mut()
+                    .find(|(marker, _)| first_message.contains(marker.as_str()))
+                    .map(|(_, queue)| queue.pop_front())
+            };
+            let turn = match scripted {
+                Some(turn) => turn,
+                None => shared.turns.lock().unwrap().pop_front(),
+            };
             match turn {
                 None => error(
                     StatusCode::BAD_REQUEST,
