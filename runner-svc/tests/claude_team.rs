@@ -213,3 +213,124 @@ async fn a_claude_code_team_is_metered_to_the_token_and_the_cent() {
         .await
         .expect("terminate");
 }
+
+const RUNAWAY: &str = "SPAWN-FOREVER-51d2";
+
+/// A runaway spawner: the scripted model keeps calling `create_session`.
+/// With a budget of four model calls, exactly four reach the upstream; the
+/// children of the first three are made, and the fourth's create is refused
+/// BUDGET_EXCEEDED (the calls are spent); the fifth call is refused before
+/// the upstream, in Anthropic's shape, which Claude Code prints. Both
+/// refusals are audited.
+#[tokio::test]
+async fn a_runaway_claude_code_spawner_stops_exactly_at_its_budget() {
+    let Some(image) = tokio::task::spawn_blocking(claude_image).await.unwrap() else {
+        return;
+    };
+    let upstream = Upstream::tcp(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = gateway_config(dir.path(), &upstream.base_url());
+    let pair = Pair::start_on(
+        move |r| r.image = image,
+        move |c| c.gateway_config = Some(config),
+    )
+    .await;
+    let ws = pair.runner.workspace("runaway");
+    pair.server
+        .write_agent_text(Some(&ws), "claude", &claude_agent());
+    pair.agent(&ws, "sleeper", "cat");
+    let turns = (0..8)
+        .map(|i| {
+            Turn::tool_use(
+                &format!("toolu_{i}"),
+                "mcp__troupe__create_session",
+                json!({"title": format!("child {i}"), "agent_name": "sleeper",
+                       "initial_message": "wait"}),
+            )
+        })
+        .collect();
+    upstream.script(RUNAWAY, turns);
+    let root = pair
+        .server
+        .operator()
+        .await
+        .create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: ws.clone(),
+            trust_level: pb::TrustLevel::Direct as i32,
+            agent_name: "claude".into(),
+            initial_message: format!("{RUNAWAY}: spawn"),
+            budget: Some(pb::Budget {
+                model_calls: Some(4),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("root")
+        .into_inner()
+        .session
+        .unwrap();
+    // The gateway's refusal of the fifth call, as Claude Code prints it.
+    let refusal = format!(
+        "budget exceeded: session {}'s model_calls budget is 4, 4 is used or reserved",
+        root.session_id
+    );
+    let deadline = tokio::time::Instant::now() + 3 * MINUTE;
+    let tail = loop {
+        let tail = pair
+            .get(&root.session_id)
+            .await
+            .result
+            .map(|r| r.output_tail)
+            .unwrap_or_default();
+        if tail.contains(&refusal) {
+            break tail;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no refusal in the output: {tail}\nrequests {:#?}",
+            upstream.requests()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!tail.contains(KEY));
+    assert_eq!(upstream.requests().len(), 4);
+    assert_eq!(upstream.turns_left(), 4);
+    let usage = own_and_tree(&pair, &root.session_id).await;
+    assert_eq!(
+        (usage.subtree_calls, usage.reserved_calls),
+        (4, 0),
+        "{usage:?}"
+    );
+    assert_eq!(pair.get(&root.session_id).await.children.len(), 3);
+    let audit = pair
+        .server
+        .operator()
+        .await
+        .list_audit(pb::ListAuditRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        audit.entries.iter().any(|e| e.action == "model_call"
+            && !e.allowed
+            && e.reason == "BUDGET_EXCEEDED"
+            && e.target == root.session_id),
+        "{:#?}",
+        audit.entries
+    );
+    assert!(
+        audit
+            .entries
+            .iter()
+            .any(|e| e.action == "create_session" && !e.allowed && e.reason == "BUDGET_EXCEEDED"),
+        "{:#?}",
+        audit.entries
+    );
+    pair.server
+        .operator()
+        .await
+        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
+        .await
+        .expect("terminate");
+}
