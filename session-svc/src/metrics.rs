@@ -184,8 +184,8 @@ pub fn output(stream: &'static str, bytes: usize) {
 pub fn model_call(workspace: &str, agent: &str, call: &crate::model::ModelCall) {
     let instruments = &*INSTRUMENTS;
     let at = [
-        KeyValue::new("troupe.workspace", workspace.to_owned()),
-        KeyValue::new("troupe.agent", agent.to_owned()),
+        KeyValue::new("troupe.workspace_id", workspace.to_owned()),
+        KeyValue::new("troupe.agent_name", agent.to_owned()),
         KeyValue::new("gen_ai.request.model", call.model.clone()),
     ];
     let t = &call.tokens;
