@@ -8,6 +8,11 @@
 //!   its deltas (`text_delta`, or `input_json_delta` for a `tool_use`) and
 //!   `content_block_stop`, then `message_delta` (stop reason, output usage)
 //!   and `message_stop`. Otherwise the whole message as JSON.
+//! - `POST /v1/chat/completions` (OpenAI) answers the next turn as a chat
+//!   completion (its text blocks as the message), streaming chunks when
+//!   asked (and a last chunk with the usage if `stream_options.include_usage`)
+//!   ending in `data: [DONE]`; input tokens are the prompt's, cache reads
+//!   its `cached_tokens`.
 //! - `POST /v1/messages/count_tokens` answers `{"input_tokens": N}` (N: the
 //!   body's bytes / 4) and takes no turn.
 //! - With no turn left, a `400` in the API's error shape
@@ -341,6 +346,7 @@ async fn answer(
     };
     let stream = recorded.streams();
     let first_message = recorded.body["messages"][0].to_string();
+    let include_usage = recorded.body["stream_options"]["include_usage"].as_bool() == Some(true);
     let model = recorded
         .body
         .get("model")
@@ -356,6 +362,28 @@ async fn answer(
             StatusCode::OK,
             &json!({"input_tokens": body.len() as u64 / 4}),
         ),
+        "/v1/chat/completions" if post => {
+            let turn = shared.turns.lock().unwrap().pop_front();
+            match turn {
+                None => openai_error(
+                    StatusCode::BAD_REQUEST,
+                    "the scripted upstream has no turn left",
+                ),
+                Some(Turn {
+                    fault: Some(Fault::Status(code)),
+                    ..
+                }) => openai_error(
+                    StatusCode::from_u16(code).expect("a status"),
+                    "the scripted upstream failed",
+                ),
+                Some(turn) if stream => Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, "text/event-stream")
+                    .body(Body::from(chat_chunks(&turn, &model, include_usage)))
+                    .expect("a response"),
+                Some(turn) => json_response(StatusCode::OK, &chat_completion(&turn, &model)),
+            }
+        }
         "/v1/messages" if post => {
             let scripted = {
                 let mut scripts = shared.scripts.lock().unwrap();
@@ -426,6 +454,78 @@ fn faulty(fault: &Fault, model: &str) -> Response {
             events(Body::from_stream(first.chain(futures::stream::pending())))
         }
     }
+}
+
+fn openai_error(status: StatusCode, message: &str) -> Response {
+    json_response(
+        status,
+        &json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}}),
+    )
+}
+
+fn finish_reason(turn: &Turn) -> &'static str {
+    match turn.stop_reason.as_str() {
+        "tool_use" => "tool_calls",
+        "max_tokens" => "length",
+        _ => "stop",
+    }
+}
+
+fn turn_text(turn: &Turn) -> String {
+    turn.blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text(t) => Some(t.as_str()),
+            Block::ToolUse { .. } => None,
+        })
+        .collect()
+}
+
+fn openai_usage(usage: &Usage) -> Value {
+    let prompt = usage.input_tokens + usage.cache_read_input_tokens;
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": prompt + usage.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
+    })
+}
+
+/// A whole chat completion.
+fn chat_completion(turn: &Turn, model: &str) -> Value {
+    json!({
+        "id": format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": turn_text(turn)},
+                     "finish_reason": finish_reason(turn)}],
+        "usage": openai_usage(&turn.usage),
+    })
+}
+
+/// The chunks of a streamed chat completion, as one body.
+fn chat_chunks(turn: &Turn, model: &str, include_usage: bool) -> String {
+    let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
+    let chunk = |choices: Value, usage: Value| {
+        let data = json!({"id": id, "object": "chat.completion.chunk", "created": 0,
+                          "model": model, "choices": choices, "usage": usage});
+        format!("data: {data}\n\n")
+    };
+    let mut out = chunk(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": turn_text(turn)},
+                "finish_reason": null}]),
+        Value::Null,
+    );
+    out.push_str(&chunk(
+        json!([{"index": 0, "delta": {}, "finish_reason": finish_reason(turn)}]),
+        Value::Null,
+    ));
+    if include_usage {
+        out.push_str(&chunk(json!([]), openai_usage(&turn.usage)));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {

@@ -34,6 +34,12 @@ providers:
     models:
       {MODEL}: {{ input: "3", output: "15", cache_read: "0.30", cache_write: "3.75" }}
       claude-other: {{ input: "1", output: "1" }}
+  openai:
+    kind: openai
+    base_url: {upstream}
+    key_file: {key}
+    models:
+      gpt-test: {{ input: "2.50", output: "10", cache_read: "1.25", max_output_tokens: 300 }}
 access:
   workspaces:
     narrow: [claude-other]
@@ -526,4 +532,159 @@ async fn a_client_that_hangs_up_mid_stream_is_settled() {
     let usage = settled(&setup, &id).await;
     assert_eq!(usage.own_calls, 1);
     assert_eq!(usage.own_tokens.unwrap().input, 10);
+}
+
+/// $2.50/M input, $10/M output, $1.25/M cached input.
+const GPT_COST: u64 = 1_234 * 2_500_000 + 567 * 10_000_000 + 10_000 * 1_250_000;
+
+fn gpt_tokens() -> TokenUsage {
+    TokenUsage {
+        input: 1_234,
+        output: 567,
+        cache_read: 10_000,
+        cache_write: 0,
+    }
+}
+
+fn chat(stream: bool) -> Value {
+    json!({"model": "gpt-test", "stream": stream,
+           "messages": [{"role": "user", "content": "hello"}]})
+}
+
+/// OpenAI's route, streaming and not, with a Bearer token: the provider's
+/// key goes as its Bearer; a stream asks for the usage chunk; a call with
+/// no bound gets the model's (`max_output_tokens`); both calls are metered
+/// from the provider's usage (cached prompt tokens as cache reads).
+#[tokio::test]
+async fn openai_chat_completions_are_relayed_and_metered() {
+    let usage = Usage {
+        cache_creation_input_tokens: 0,
+        ..USAGE
+    };
+    let setup = Setup::new(vec![
+        Turn::text("json answer").with_usage(usage),
+        Turn::text("streamed answer").with_usage(usage),
+    ])
+    .await;
+    let (id, token) = setup.root("alpha", None).await;
+    let bearer = format!("Bearer {token}");
+    let url = setup.url("/v1/chat/completions");
+    let answer = http::post(&url, &[("authorization", &bearer)], &chat(false), LIMIT).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(
+        answer.json()["choices"][0]["message"]["content"],
+        "json answer"
+    );
+    let answer = http::post(&url, &[("authorization", &bearer)], &chat(true), LIMIT).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.body.contains("streamed answer"), "{}", answer.body);
+    assert!(answer.body.contains("data: [DONE]"), "{}", answer.body);
+    let seen = setup.upstream.requests();
+    assert_eq!(seen.len(), 2);
+    for r in &seen {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        assert_eq!(r.header("x-api-key"), None);
+        assert_eq!(r.body["max_completion_tokens"], 300, "{:?}", r.body);
+    }
+    assert_eq!(seen[1].body["stream_options"]["include_usage"], true);
+    let doubled = TokenUsage {
+        input: 2 * gpt_tokens().input,
+        output: 2 * gpt_tokens().output,
+        cache_read: 2 * gpt_tokens().cache_read,
+        cache_write: 0,
+    };
+    assert_metered(&settled(&setup, &id).await, 2, doubled, 2 * GPT_COST);
+}
+
+/// OpenAI's shape for its refusals: 401 `invalid_api_key`, and a budget's
+/// 429 `insufficient_quota`; an Anthropic model on OpenAI's route is 400.
+#[tokio::test]
+async fn openai_refusals_are_in_openais_shape() {
+    let setup = Setup::new(vec![]).await;
+    let url = setup.url("/v1/chat/completions");
+    let answer = http::post(
+        &url,
+        &[("authorization", "Bearer nope")],
+        &chat(false),
+        LIMIT,
+    )
+    .await;
+    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(answer.json()["error"]["code"], "invalid_api_key");
+    let (_, token) = setup
+        .root(
+            "alpha",
+            Some(pb::Budget {
+                model_calls: Some(0),
+                ..Default::default()
+            }),
+        )
+        .await;
+    let bearer = format!("Bearer {token}");
+    let answer = http::post(&url, &[("authorization", &bearer)], &chat(true), LIMIT).await;
+    assert_eq!(answer.status, 429, "{answer:?}");
+    let body = answer.json();
+    assert_eq!(body["error"]["type"], "insufficient_quota", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("model_calls budget is 0"),
+        "{body}"
+    );
+    let (_, token) = setup.root("alpha", None).await;
+    let bearer = format!("Bearer {token}");
+    let mut wrong = chat(false);
+    wrong["model"] = json!(MODEL);
+    let answer = http::post(&url, &[("authorization", &bearer)], &wrong, LIMIT).await;
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(setup.upstream.requests().is_empty());
+}
+
+/// Twenty calls of one tree at once, with a budget for five: exactly five
+/// reach the upstream, the rest are refused, nothing overspent.
+#[tokio::test]
+async fn concurrent_calls_of_a_tree_never_overspend() {
+    let turns = (0..20).map(|_| Turn::text("x")).collect();
+    let setup = Setup::new(turns).await;
+    let (root, token) = setup
+        .root(
+            "alpha",
+            Some(pb::Budget {
+                model_calls: Some(5),
+                ..Default::default()
+            }),
+        )
+        .await;
+    let mut agent = setup.server.client(Some(&token)).await;
+    let mut tokens = vec![token.clone()];
+    for i in 0..3 {
+        let child =
+            troupe_tests::create_child(&mut agent, troupe_tests::child(&format!("c{i}"))).await;
+        tokens.push(setup.server.token_for(&child.session_id).await);
+    }
+    let calls = (0..20).map(|i| {
+        let token = tokens[i % tokens.len()].clone();
+        let url = setup.url("/v1/messages");
+        async move {
+            http::post(
+                &url,
+                &[("x-api-key", &token)],
+                &request(MODEL, i % 2 == 0),
+                LIMIT,
+            )
+            .await
+            .status
+        }
+    });
+    let statuses = futures::future::join_all(calls).await;
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 400).count();
+    assert_eq!((ok, refused), (5, 15), "{statuses:?}");
+    assert_eq!(setup.upstream.requests().len(), 5);
+    let usage = settled(&setup, &root).await;
+    assert_eq!(usage.subtree_calls, 5, "{usage:?}");
 }
