@@ -60,6 +60,8 @@ pub struct Call {
     pub session_id: String,
     pub workspace_id: String,
     pub agent: String,
+    /// The session's life span: the model call's span is its child.
+    pub life: Option<troupe_telemetry::LifeSpan>,
 }
 
 /// Request headers that are the connection's or the agent's own, never
@@ -403,6 +405,9 @@ impl<S: Store + 'static> Settlement<S> {
             workspace_id = %call.workspace_id,
             outcome = Empty,
         );
+        if let Some(life) = &call.life {
+            life.adopt(&span, None);
+        }
         Settlement {
             store,
             reservation: Some(reservation),

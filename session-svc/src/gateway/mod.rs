@@ -318,6 +318,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             session_id: session.session_id.clone(),
             workspace_id: session.workspace_id.clone(),
             agent: session.agent_name.clone(),
+            life: session.trace,
         })
     }
 
