@@ -242,3 +242,26 @@ async fn concurrent_calls_of_a_tree_never_overspend() {
     let usage = settled(&setup, &root).await;
     assert_eq!(usage.subtree_calls, 5, "{usage:?}");
 }
+
+/// `count_tokens` goes upstream with the provider's key, takes no turn and
+/// is not metered; without a live session's token it is refused.
+#[tokio::test]
+async fn count_tokens_is_forwarded_and_not_metered() {
+    let setup = Setup::new(vec![]).await;
+    let (id, token) = setup.root("alpha", None).await;
+    let url = setup.url("/v1/messages/count_tokens?beta=true");
+    let body =
+        serde_json::json!({"model": MODEL, "messages": [{"role": "user", "content": "count me"}]});
+    let answer = http::post(&url, &[("x-api-key", &token)], &body, LIMIT).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.json()["input_tokens"], body.to_string().len() / 4);
+    let seen = setup.upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].uri, "/v1/messages/count_tokens?beta=true");
+    assert_eq!(seen[0].api_key(), Some(KEY));
+    let usage = setup.usage(&id).await;
+    assert_eq!((usage.own_calls, usage.reserved_calls), (0, 0), "{usage:?}");
+    let answer = http::post(&url, &[("x-api-key", "nope")], &body, LIMIT).await;
+    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(setup.upstream.requests().len(), 1);
+}

@@ -102,6 +102,9 @@ fn openai_reasons(value: &Value, reasons: &mut Vec<String>) {
 pub struct Meter {
     api: Api,
     buffer: Vec<u8>,
+    /// How far `buffer` is known to hold no event's end: each byte is
+    /// searched once, however many pieces a long event comes in.
+    searched: usize,
     /// The current event outgrew [`MAX_EVENT_BYTES`]: skip to its end.
     skipping: bool,
     pub reported: Reported,
@@ -112,6 +115,7 @@ impl Meter {
         Meter {
             api,
             buffer: Vec::new(),
+            searched: 0,
             skipping: false,
             reported: Reported::default(),
         }
@@ -120,15 +124,21 @@ impl Meter {
     /// Reads `chunk`, the next bytes of the stream.
     pub fn feed(&mut self, chunk: &[u8]) {
         self.buffer.extend_from_slice(chunk);
-        while let Some((end, sep)) = event_end(&self.buffer) {
+        // A separator may straddle the last piece's end: look 3 bytes back.
+        let mut from = self.searched.saturating_sub(3);
+        while let Some((end, sep)) = event_end(&self.buffer[from..]) {
+            let end = from + end;
             let event: Vec<u8> = self.buffer.drain(..end + sep).collect();
+            from = 0;
             if std::mem::take(&mut self.skipping) {
                 continue;
             }
             self.event(&event[..end]);
         }
+        self.searched = self.buffer.len();
         if self.buffer.len() > MAX_EVENT_BYTES {
             self.buffer.clear();
+            self.searched = 0;
             self.skipping = true;
         }
     }
@@ -252,6 +262,30 @@ mod tests {
         );
         assert_eq!(r.finish_reasons, ["tool_use"]);
         assert!(r.complete);
+    }
+
+    #[test]
+    fn a_separator_split_across_pieces_ends_its_event() {
+        let event = "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":4}}}\r\n\r\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        for cut in 0..event.len() {
+            let mut meter = Meter::new(Api::Anthropic);
+            meter.feed(&event.as_bytes()[..cut]);
+            meter.feed(&event.as_bytes()[cut..]);
+            assert_eq!(meter.reported.tokens.input, 4, "cut at {cut}");
+            assert!(meter.reported.complete, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn an_event_past_the_bound_is_skipped_and_the_next_read() {
+        let mut meter = Meter::new(Api::Anthropic);
+        meter.feed(b"event: content_block_delta\ndata: ");
+        let piece = vec![b'x'; 1 << 20];
+        for _ in 0..5 {
+            meter.feed(&piece);
+        }
+        meter.feed(b"\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n");
+        assert_eq!(meter.reported.tokens.output, 9);
     }
 
     #[test]
