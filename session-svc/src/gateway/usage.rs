@@ -135,12 +135,14 @@ impl Meter {
             }
             self.event(&event[..end]);
         }
-        self.searched = self.buffer.len();
-        if self.buffer.len() > MAX_EVENT_BYTES {
-            self.buffer.clear();
-            self.searched = 0;
+        if self.skipping || self.buffer.len() > MAX_EVENT_BYTES {
+            // Only the oversized event's end matters now: keep the bytes a
+            // separator may straddle.
+            let keep = self.buffer.len().min(3);
+            self.buffer.drain(..self.buffer.len() - keep);
             self.skipping = true;
         }
+        self.searched = self.buffer.len();
     }
 
     fn event(&mut self, event: &[u8]) {
@@ -217,17 +219,18 @@ fn error_message(value: &Value) -> String {
         .to_owned()
 }
 
-/// Where the first event in `buffer` ends, and its separator's length.
+/// Where the first event in `buffer` ends (a blank line: `\n\n` or
+/// `\r\n\r\n`), and its separator's length.
 fn event_end(buffer: &[u8]) -> Option<(usize, usize)> {
-    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buffer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
+    for at in memchr::memchr_iter(b'\n', buffer) {
+        if buffer.get(at + 1) == Some(&b'\n') {
+            return Some((at, 2));
+        }
+        if buffer.get(at + 1..at + 3) == Some(b"\r\n") && at > 0 && buffer[at - 1] == b'\r' {
+            return Some((at - 1, 4));
+        }
     }
+    None
 }
 
 #[cfg(test)]
