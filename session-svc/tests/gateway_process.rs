@@ -129,6 +129,12 @@ async fn a_model_call_is_a_span_of_its_sessions_life_and_counted_in_metrics() {
     // 120 + 10 input (the truncated stream's message_start), 7 + 1 output.
     assert_eq!(tokens("input"), Some(130.0), "{text}");
     assert_eq!(tokens("output"), Some(8.0), "{text}");
+    // 130 input at $3/M and 8 output at $15/M, in pico-dollars.
+    assert_eq!(
+        sample(&text, "troupe_model_cost_total", &labels),
+        Some(510_000_000.0),
+        "{text}"
+    );
     let mut ok = labels.to_vec();
     ok.push(("troupe_model_outcome", "ok"));
     assert_eq!(
