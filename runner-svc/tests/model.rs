@@ -227,36 +227,6 @@ async fn an_agent_sees_the_variables_of_its_definition() {
     assert!(tail.contains("hello there 3 greeter"), "{tail:?}");
 }
 
-/// Builds (or finds, cached) the Claude Code image with
-/// `scripts/build-claude-image`; `None` when npm cannot be reached.
-fn claude_image() -> Option<String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-claude-image");
-    let out = std::process::Command::new(script)
-        .output()
-        .expect("run scripts/build-claude-image");
-    match out.status.code() {
-        Some(0) => Some(
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .lines()
-                .last()
-                .expect("the image's tag")
-                .to_owned(),
-        ),
-        Some(3) => {
-            eprintln!(
-                "SKIPPED: the Claude Code image cannot be built, the npm registry is unreachable:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            None
-        }
-        _ => panic!(
-            "scripts/build-claude-image failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
-
 /// The real Claude Code CLI, in the `troupe-claude` image with the network
 /// `none`, run by the runner as an agent: it calls the scripted upstream
 /// through its model port, with its session's token as its key, and

@@ -102,6 +102,11 @@ pub struct Config {
     #[arg(long, env = "TROUPE_REQUEST_ID_RETENTION_SECS", default_value_t = 24 * 3600,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub request_id_retention_secs: u64,
+    /// The model gateway's providers, keys, prices and which workspaces may
+    /// use which models: a YAML file (docs/operating.md). Without it, model
+    /// calls are refused as not served.
+    #[arg(long, env = "TROUPE_GATEWAY_CONFIG")]
+    pub gateway_config: Option<PathBuf>,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -220,6 +225,16 @@ impl Config {
 
     pub fn start_deadline(&self) -> Duration {
         Duration::from_secs(self.start_deadline_secs)
+    }
+
+    /// The gateway's configuration, read and checked (keys included), if
+    /// one is given.
+    pub fn gateway(&self) -> anyhow::Result<Option<crate::gateway::config::GatewayConfig>> {
+        self.gateway_config
+            .as_deref()
+            .map(crate::gateway::config::GatewayConfig::load)
+            .transpose()
+            .map_err(anyhow::Error::from)
     }
 
     /// How long a request id is remembered (`--request-id-retention-secs`).

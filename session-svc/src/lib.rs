@@ -13,6 +13,8 @@
 //! - [`placement`]: which runner a workspace's agents run on.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
 //! - [`owner`]: the lease of the background work, and the work its holder runs.
+//! - [`gateway`]: the model gateway's HTTP routes (Anthropic, OpenAI),
+//!   metered against the budgets.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
 //! - [`model`], [`error`]: shared records and the error table.
 //!
@@ -23,6 +25,7 @@ pub mod auth;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod gateway;
 pub mod lives;
 pub mod metrics;
 pub mod model;
@@ -60,12 +63,15 @@ const MAINTAIN_EVERY: Duration = Duration::from_secs(1);
 /// Opens (and migrates) the database, loads or creates the token signing
 /// key, settles the operator token with the database ([`operator::settle`]),
 /// then serves `SessionService`, `FleetService`, gRPC health
-/// and server reflection (v1 and v1alpha).
+/// and server reflection (v1 and v1alpha), and over HTTP/1.1 as well the
+/// model gateway's routes ([`gateway`]).
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // A bad gateway configuration refuses the start before anything else.
+    let gateway = config.gateway()?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let url = config.database_url();
@@ -77,7 +83,7 @@ pub async fn serve(
         let operator =
             operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
         let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
-        return serve_with_store(config, store, tokens, listener, shutdown).await;
+        return serve_with_store(config, gateway, store, tokens, listener, shutdown).await;
     }
     anyhow::ensure!(
         url.starts_with("sqlite:"),
@@ -91,11 +97,12 @@ pub async fn serve(
     let operator =
         operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
-    serve_with_store(config, store, tokens, listener, shutdown).await
+    serve_with_store(config, gateway, store, tokens, listener, shutdown).await
 }
 
-async fn serve_with_store<S: Store + Clone>(
+async fn serve_with_store<S: Store + Clone + 'static>(
     config: Config,
+    gateway: Option<gateway::config::GatewayConfig>,
     store: S,
     tokens: Tokens,
     listener: TcpListener,
@@ -163,8 +170,9 @@ async fn serve_with_store<S: Store + Clone>(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SessionServiceServer::new(service.clone()))
-        .add_service(FleetServiceServer::new(service));
-    let routes = routes.routes();
+        .add_service(FleetServiceServer::new(service.clone()));
+    let gateway = gateway::Gateway::new(service.shared(), gateway).router();
+    let routes = tonic::service::Routes::from(routes.routes().into_axum_router().merge(gateway));
 
     // Both servers stop accepting when the drain begins.
     let unix = match config.socket() {
@@ -174,6 +182,7 @@ async fn serve_with_store<S: Store + Clone>(
             let stream = tokio_stream::wrappers::UnixListenerStream::new(listener);
             Some(
                 tonic::transport::Server::builder()
+                    .accept_http1(true)
                     .trace_fn(request_span)
                     .add_routes(routes.clone())
                     .serve_with_incoming_shutdown(stream, cancel.clone().cancelled_owned()),
@@ -185,6 +194,7 @@ async fn serve_with_store<S: Store + Clone>(
     // Without TCP_NODELAY, small HTTP/2 frames wait out delayed ACKs (~40 ms).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let tcp = tonic::transport::Server::builder()
+        .accept_http1(true)
         .trace_fn(request_span)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());

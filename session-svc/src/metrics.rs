@@ -45,6 +45,9 @@ struct Instruments {
     queued: Counter<u64>,
     delivered: Counter<u64>,
     output: Counter<u64>,
+    model_tokens: Counter<u64>,
+    model_cost: Counter<u64>,
+    model_calls: Counter<u64>,
 }
 
 /// Made on first use, from the provider installed by then.
@@ -87,6 +90,19 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
             .u64_counter("troupe.agent.output")
             .with_unit("By")
             .with_description("Bytes agents printed")
+            .build(),
+        model_tokens: meter
+            .u64_counter("troupe.model.tokens")
+            .with_description("Tokens of model calls through the gateway, by workspace, agent, model and kind")
+            .build(),
+        model_cost: meter
+            .u64_counter("troupe.model.cost")
+            .with_unit("pUSD")
+            .with_description("Cost of model calls through the gateway, in pico-dollars, by workspace, agent and model")
+            .build(),
+        model_calls: meter
+            .u64_counter("troupe.model.calls")
+            .with_description("Model calls through the gateway, by workspace, agent, model and outcome")
             .build(),
     }
 });
@@ -162,6 +178,33 @@ pub fn output(stream: &'static str, bytes: usize) {
         bytes as u64,
         &[KeyValue::new("troupe.output.stream", stream)],
     );
+}
+
+/// Records a settled model call of an agent of `workspace`.
+pub fn model_call(workspace: &str, agent: &str, call: &crate::model::ModelCall) {
+    let instruments = &*INSTRUMENTS;
+    let at = [
+        KeyValue::new("troupe.workspace_id", workspace.to_owned()),
+        KeyValue::new("troupe.agent_name", agent.to_owned()),
+        KeyValue::new("gen_ai.request.model", call.model.clone()),
+    ];
+    let t = &call.tokens;
+    for (kind, n) in [
+        ("input", t.input),
+        ("output", t.output),
+        ("cache_read", t.cache_read),
+        ("cache_write", t.cache_write),
+    ] {
+        if n > 0 {
+            let mut with_kind = at.to_vec();
+            with_kind.push(KeyValue::new("gen_ai.token.type", kind));
+            instruments.model_tokens.add(n, &with_kind);
+        }
+    }
+    instruments.model_cost.add(call.cost.0, &at);
+    let mut with_outcome = at.to_vec();
+    with_outcome.push(KeyValue::new("troupe.model.outcome", call.outcome.as_str()));
+    instruments.model_calls.add(1, &with_outcome);
 }
 
 /// Registers the gauge of active sessions, read from `store` at each

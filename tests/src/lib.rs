@@ -19,6 +19,8 @@
 pub mod bench;
 pub mod drain;
 pub mod flags_doc;
+pub mod gateway;
+pub mod http;
 pub mod otlp;
 pub mod postgres;
 pub mod process;

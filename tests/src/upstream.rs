@@ -8,11 +8,24 @@
 //!   its deltas (`text_delta`, or `input_json_delta` for a `tool_use`) and
 //!   `content_block_stop`, then `message_delta` (stop reason, output usage)
 //!   and `message_stop`. Otherwise the whole message as JSON.
+//! - `POST /v1/chat/completions` (OpenAI) answers the next turn as a chat
+//!   completion (its text blocks as the message), streaming chunks when
+//!   asked (and a last chunk with the usage if `stream_options.include_usage`)
+//!   ending in `data: [DONE]`; input tokens are the prompt's, cache reads
+//!   its `cached_tokens`.
 //! - `POST /v1/messages/count_tokens` answers `{"input_tokens": N}` (N: the
 //!   body's bytes / 4) and takes no turn.
 //! - With no turn left, a `400` in the API's error shape
 //!   (`invalid_request_error`), so a call nobody scripted shows in the test.
 //!   Any other path is a `404` in the same shape. Both are recorded.
+//!
+//! - A turn may be a [`Fault`] instead: an error status, a malformed
+//!   answer, a stream that ends early or stalls after its first event.
+//!
+//! - Several agents can share it, each with a script of its own
+//!   ([`Upstream::script`]): a request takes the next turn of the first
+//!   script whose marker is in its first message (the agent's task), else
+//!   of the common turns.
 //!
 //! It listens on `127.0.0.1:0` ([`Upstream::tcp`]) or on a Unix socket
 //! ([`Upstream::unix`]), and stops when dropped.
@@ -38,6 +51,10 @@ use axum::{
     http::{HeaderMap, StatusCode, Uri, header},
     response::Response,
 };
+mod openai;
+
+use futures::StreamExt;
+use openai::{chat_chunks, chat_completion, openai_error};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
@@ -62,6 +79,20 @@ pub enum Block {
     },
 }
 
+/// A scripted misbehaviour, given in place of a turn's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// This HTTP status, with an `api_error` in the API's shape.
+    Status(u16),
+    /// `200` with a body that is not JSON.
+    Malformed,
+    /// A stream cut after `message_start` (with the turn's input usage)
+    /// and its first block's start: no `message_stop`.
+    Truncated,
+    /// A stream that sends `message_start`, then nothing, and never ends.
+    Stall,
+}
+
 /// One scripted answer.
 #[derive(Clone, Debug)]
 pub struct Turn {
@@ -69,6 +100,8 @@ pub struct Turn {
     /// `end_turn`, `tool_use`, `max_tokens`...
     pub stop_reason: String,
     pub usage: Usage,
+    /// Misbehave instead of answering.
+    pub fault: Option<Fault>,
 }
 
 impl Turn {
@@ -82,6 +115,15 @@ impl Turn {
                 output_tokens: 5,
                 ..Usage::default()
             },
+            fault: None,
+        }
+    }
+
+    /// A text turn that misbehaves as `fault` says.
+    pub fn fault(fault: Fault) -> Turn {
+        Turn {
+            fault: Some(fault),
+            ..Turn::text("never whole")
         }
     }
 
@@ -99,6 +141,7 @@ impl Turn {
                 output_tokens: 5,
                 ..Usage::default()
             },
+            fault: None,
         }
     }
 
@@ -148,6 +191,8 @@ impl Recorded {
 #[derive(Default)]
 struct Shared {
     turns: Mutex<VecDeque<Turn>>,
+    /// Per-agent scripts: (marker, turns).
+    scripts: Mutex<Vec<(String, VecDeque<Turn>)>>,
     requests: Mutex<Vec<Recorded>>,
     arrived: Notify,
 }
@@ -232,9 +277,21 @@ impl Upstream {
         self.shared.turns.lock().unwrap().push_back(turn);
     }
 
-    /// How many scripted turns are still to be given.
+    /// Adds `turns` to the script of the agent whose first message holds
+    /// `marker` (a new script if there is none).
+    pub fn script(&self, marker: &str, turns: Vec<Turn>) {
+        let mut scripts = self.shared.scripts.lock().unwrap();
+        match scripts.iter_mut().find(|(m, _)| m == marker) {
+            Some((_, queue)) => queue.extend(turns),
+            None => scripts.push((marker.to_owned(), turns.into())),
+        }
+    }
+
+    /// How many scripted turns are still to be given, scripts included.
     pub fn turns_left(&self) -> usize {
+        let scripts = self.shared.scripts.lock().unwrap();
         self.shared.turns.lock().unwrap().len()
+            + scripts.iter().map(|(_, q)| q.len()).sum::<usize>()
     }
 
     /// Every request so far, in arrival order.
@@ -291,6 +348,8 @@ async fn answer(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };
     let stream = recorded.streams();
+    let first_message = recorded.body["messages"][0].to_string();
+    let include_usage = recorded.body["stream_options"]["include_usage"].as_bool() == Some(true);
     let model = recorded
         .body
         .get("model")
@@ -306,14 +365,49 @@ async fn answer(
             StatusCode::OK,
             &json!({"input_tokens": body.len() as u64 / 4}),
         ),
-        "/v1/messages" if post => {
+        "/v1/chat/completions" if post => {
             let turn = shared.turns.lock().unwrap().pop_front();
+            match turn {
+                None => openai_error(
+                    StatusCode::BAD_REQUEST,
+                    "the scripted upstream has no turn left",
+                ),
+                Some(Turn {
+                    fault: Some(Fault::Status(code)),
+                    ..
+                }) => openai_error(
+                    StatusCode::from_u16(code).expect("a status"),
+                    "the scripted upstream failed",
+                ),
+                Some(turn) if stream => Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, "text/event-stream")
+                    .body(Body::from(chat_chunks(&turn, &model, include_usage)))
+                    .expect("a response"),
+                Some(turn) => json_response(StatusCode::OK, &chat_completion(&turn, &model)),
+            }
+        }
+        "/v1/messages" if post => {
+            let scripted = {
+                let mut scripts = shared.scripts.lock().unwrap();
+                scripts
+                    .iter_mut()
+                    .find(|(marker, _)| first_message.contains(marker.as_str()))
+                    .map(|(_, queue)| queue.pop_front())
+            };
+            let turn = match scripted {
+                Some(turn) => turn,
+                None => shared.turns.lock().unwrap().pop_front(),
+            };
             match turn {
                 None => error(
                     StatusCode::BAD_REQUEST,
                     "invalid_request_error",
                     "the scripted upstream has no turn left",
                 ),
+                Some(Turn {
+                    fault: Some(fault), ..
+                }) => faulty(&fault, &model),
                 Some(turn) if stream => Response::builder()
                     .status(StatusCode::OK)
                     .header(header::CONTENT_TYPE, "text/event-stream")
@@ -331,7 +425,41 @@ async fn answer(
     }
 }
 
-fn json_response(status: StatusCode, value: &Value) -> Response {
+/// The answer of a [`Fault`].
+fn faulty(fault: &Fault, model: &str) -> Response {
+    let start = || {
+        let whole = sse(&Turn::text("cut"), model);
+        // message_start, and the first block's start.
+        whole.split_inclusive("\n\n").take(2).collect::<String>()
+    };
+    let events = |body: Body| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(body)
+            .expect("a response")
+    };
+    match fault {
+        Fault::Status(code) => error(
+            StatusCode::from_u16(*code).expect("a status"),
+            "api_error",
+            "the scripted upstream failed",
+        ),
+        Fault::Malformed => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{\"id\": \"msg_"))
+            .expect("a response"),
+        Fault::Truncated => events(Body::from(start())),
+        Fault::Stall => {
+            let first = start();
+            let first = futures::stream::once(async move { Ok::<_, std::io::Error>(first) });
+            events(Body::from_stream(first.chain(futures::stream::pending())))
+        }
+    }
+}
+
+pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")

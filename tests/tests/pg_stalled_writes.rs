@@ -133,7 +133,7 @@ async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_it
     // answers while it still runs (a busy machine): a write that thus ends
     // before it is caught holding the row is let be, and another tried.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut write = 'caught: loop {
+    let write = 'caught: loop {
         assert!(
             owner.renew_lease(&fence, TTL).await.expect("renew"),
             "the term ended before a write was caught"

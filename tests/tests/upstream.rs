@@ -81,6 +81,7 @@ async fn turns_are_given_in_order_as_json_or_events_and_every_request_is_recorde
             ],
             stop_reason: "tool_use".into(),
             usage,
+            fault: None,
         },
     ])
     .await;

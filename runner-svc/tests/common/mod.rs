@@ -444,3 +444,34 @@ pub async fn first_exit(client: &mut Client) -> troupe_proto::runner::Exited {
     .await
     .expect("an exec ends within a minute")
 }
+
+/// Builds (or finds, cached) the Claude Code image with
+/// `scripts/build-claude-image`; `None` when npm cannot be reached.
+pub fn claude_image() -> Option<String> {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-claude-image");
+    let out = std::process::Command::new(script)
+        .output()
+        .expect("run scripts/build-claude-image");
+    match out.status.code() {
+        Some(0) => Some(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .last()
+                .expect("the image's tag")
+                .to_owned(),
+        ),
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: the Claude Code image cannot be built, the npm registry is unreachable:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            None
+        }
+        _ => panic!(
+            "scripts/build-claude-image failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}

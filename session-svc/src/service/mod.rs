@@ -8,7 +8,7 @@ mod audit;
 mod create;
 mod fleet;
 mod get;
-mod identity;
+pub(crate) mod identity;
 mod list;
 mod message;
 mod progress;
@@ -77,6 +77,11 @@ impl<S: Store> Service<S> {
         Service {
             inner: Arc::new(inner),
         }
+    }
+
+    /// The state the service shares with the model gateway.
+    pub fn shared(&self) -> Arc<Inner<S>> {
+        self.inner.clone()
     }
 
     /// Establishes the caller from the bearer token and the database.

@@ -1,0 +1,112 @@
+//! No provider key inside a workspace container: agents of a direct and a
+//! sandboxed session, calling their model through the session service's
+//! gateway, search their environment, every process's environment and
+//! command line they can read, and the container's files for the key, and
+//! print what the gateway answered them; none of it holds the key.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{pair::Pair, *};
+use troupe_proto::session::{self as pb, TrustLevel};
+use troupe_tests::upstream::{Turn, Upstream};
+
+/// Every provider key of the test starts with this; the agents look for it.
+const KEY: &str = "sk-ant-hidden-provider-key-0f9e8d7c";
+
+/// Looks for the key's prefix everywhere it can read (as a pattern that
+/// does not match itself, so no command line of the search does), calls
+/// the model once
+/// and prints the answer, then `found:[...]` with where it found the key.
+const SEARCH: &str = r#"
+pat='sk-ant-hidde[n]'
+found=""
+env | grep -q "$pat" && found="$found env"
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
+  grep -qs "$pat" "$f" && found="$found $f"
+done
+for d in /bin /etc /home /opt /root /run /srv /tmp /usr /var /workspace; do
+  grep -rqs "$pat" "$d" 2>/dev/null && found="$found $d"
+done
+wget -q -O - --header "x-api-key: $ANTHROPIC_API_KEY" --header 'content-type: application/json' \
+  --post-data '{"model":"claude-keys","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}' \
+  "$ANTHROPIC_BASE_URL/v1/messages"
+echo
+echo "found:[$found]"
+cat
+"#;
+
+async fn tail_with(pair: &Pair, id: &str, what: &str) -> String {
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    loop {
+        let tail = pair
+            .get(id)
+            .await
+            .result
+            .map(|r| r.output_tail)
+            .unwrap_or_default();
+        if tail.contains(what) {
+            return tail;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {what} in {tail}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn no_provider_key_can_be_found_inside_the_container() {
+    let upstream = Upstream::tcp(vec![Turn::text("answer one"), Turn::text("answer two")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {}\n    key_file: {}\n    \
+             models:\n      claude-keys: {{ input: \"1\", output: \"1\" }}\n",
+            upstream.base_url(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let pair = Pair::start_with(move |c| c.gateway_config = Some(config)).await;
+    let ws = pair.runner.workspace("keys");
+    pair.agent(&ws, "searcher", SEARCH);
+    let root = pair.root(&ws, "searcher", "").await;
+    let sandboxed = pair
+        .server
+        .operator()
+        .await
+        .create_session(pb::CreateSessionRequest {
+            title: "sandboxed".into(),
+            agent_name: "searcher".into(),
+            parent_session_id: root.session_id.clone(),
+            trust_level: TrustLevel::Sandboxed as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("sandboxed child")
+        .into_inner()
+        .session
+        .unwrap();
+    for id in [&root.session_id, &sandboxed.session_id] {
+        let tail = tail_with(&pair, id, "found:[").await;
+        assert!(tail.contains("found:[]"), "{id}: {tail}");
+        assert!(tail.contains("answer "), "the model answered: {tail}");
+        assert!(!tail.contains(KEY), "{tail}");
+    }
+    // The key went upstream, and only there.
+    let seen = upstream.wait_for_requests(2, MINUTE).await;
+    assert!(seen.iter().all(|r| r.api_key() == Some(KEY)), "{seen:#?}");
+    pair.server
+        .operator()
+        .await
+        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
+        .await
+        .expect("terminate");
+}

@@ -1,0 +1,482 @@
+//! The gateway's configuration (`--gateway-config FILE`, YAML): the model
+//! providers (kind, base URL, key from a variable or a file, read once at
+//! start), each model's price, which workspaces may use which models, and
+//! the timeouts of an upstream call. A bad file refuses the start with a
+//! message naming the field.
+//!
+//! ```yaml
+//! providers:
+//!   anthropic:
+//!     kind: anthropic            # or openai
+//!     base_url: http://127.0.0.1:8080
+//!     key_env: ANTHROPIC_API_KEY # or key_file: /run/secrets/anthropic
+//!     models:
+//!       claude-sonnet-4-5:       # USD per million tokens, as strings
+//!         input: "3"
+//!         output: "15"
+//!         cache_read: "0.30"
+//!         cache_write: "3.75"
+//!         max_output_tokens: 8192 # a call's bound if it gives none
+//! access:
+//!   default: ["*"]               # every model; the default
+//!   workspaces:
+//!     research: [claude-sonnet-4-5]
+//! timeouts:                      # milliseconds; these are the defaults
+//!   connect_ms: 10000
+//!   first_byte_ms: 300000
+//!   idle_ms: 300000
+//! ```
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+use crate::model::{Cost, Price};
+
+/// A provider's API key: read at start, sent upstream only. Its `Debug`
+/// and `Display` never show it.
+#[derive(Clone)]
+pub struct ProviderKey(String);
+
+impl ProviderKey {
+    /// The key itself, for the upstream request's header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ProviderKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProviderKey(<redacted>)")
+    }
+}
+
+/// Which API a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    Anthropic,
+    Openai,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Openai => "openai",
+        }
+    }
+}
+
+/// One provider, ready to call.
+#[derive(Clone, Debug)]
+pub struct Provider {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// `http://HOST[:PORT][/PREFIX]`, without a trailing `/`.
+    pub base_url: String,
+    pub key: ProviderKey,
+}
+
+/// A model the gateway serves: its provider and its price.
+#[derive(Clone, Debug)]
+pub struct ModelEntry {
+    pub provider: usize,
+    pub price: Price,
+    /// The output bound of a call that gives none (OpenAI's
+    /// `max_completion_tokens` is optional): the gateway sets it, so the
+    /// call's worst case is known.
+    pub max_output_tokens: u64,
+}
+
+/// [`ModelEntry::max_output_tokens`] unless the model's entry says.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 8192;
+
+/// How long an upstream call may take at each step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// From the request sent to the answer's headers.
+    pub first_byte: Duration,
+    /// Between two pieces of the answer's body.
+    pub idle: Duration,
+}
+
+/// The gateway's whole configuration, checked.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    pub providers: Vec<Provider>,
+    pub models: HashMap<String, ModelEntry>,
+    /// Models of workspaces without a list of their own (`None`: all).
+    default_access: Option<Vec<String>>,
+    workspaces: HashMap<String, Option<Vec<String>>>,
+    pub timeouts: Timeouts,
+}
+
+/// A configuration the gateway refuses; the message names the field.
+#[derive(Debug, thiserror::Error)]
+#[error("gateway config {file}: {message}")]
+pub struct ConfigError {
+    file: String,
+    message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    access: RawAccess,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    kind: ProviderKind,
+    base_url: String,
+    key_env: Option<String>,
+    key_file: Option<PathBuf>,
+    #[serde(default)]
+    models: BTreeMap<String, RawPrice>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    input: Amount,
+    output: Amount,
+    #[serde(default)]
+    cache_read: Option<Amount>,
+    #[serde(default)]
+    cache_write: Option<Amount>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+}
+
+/// A price as written: a string (`"0.30"`) or a whole number (`3`).
+/// Anything else (a YAML float is not exact) is refused.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Amount {
+    Text(String),
+    Whole(u64),
+    Other(serde::de::IgnoredAny),
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccess {
+    default: Option<Vec<String>>,
+    #[serde(default)]
+    workspaces: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawTimeouts {
+    connect_ms: u64,
+    first_byte_ms: u64,
+    idle_ms: u64,
+}
+
+impl Default for RawTimeouts {
+    fn default() -> Self {
+        RawTimeouts {
+            connect_ms: 10_000,
+            first_byte_ms: 300_000,
+            idle_ms: 300_000,
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// Reads and checks `path`, and the providers' keys.
+    pub fn load(path: &Path) -> Result<GatewayConfig, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        GatewayConfig::parse(&text, &|name| std::env::var(name).ok())
+            .map_err(|message| ConfigError { file, message })
+    }
+
+    /// Checks the YAML `text`; `env` reads the variables that hold keys.
+    pub fn parse(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<GatewayConfig, String> {
+        let raw: RawConfig = serde_norway::from_str(text).map_err(|e| e.to_string())?;
+        anyhow_empty(
+            raw.providers.is_empty(),
+            "providers: at least one provider is needed",
+        )?;
+        let mut providers = Vec::new();
+        let mut models = HashMap::new();
+        for (name, p) in raw.providers {
+            let field = format!("providers.{name}");
+            let base_url = base_url(&p.base_url).map_err(|m| format!("{field}.base_url: {m}"))?;
+            let key = read_key(&field, p.key_env.as_deref(), p.key_file.as_deref(), env)?;
+            let index = providers.len();
+            for (model, price) in p.models {
+                let field = format!("{field}.models.{model}");
+                let max_output = price.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
+                anyhow_empty(
+                    max_output == 0,
+                    &format!("{field}.max_output_tokens: must be at least 1"),
+                )?;
+                let price = parse_price(&field, &price)?;
+                if models
+                    .insert(
+                        model.clone(),
+                        ModelEntry {
+                            provider: index,
+                            price,
+                            max_output_tokens: max_output,
+                        },
+                    )
+                    .is_some()
+                {
+                    return Err(format!(
+                        "{field}: model {model:?} is served by two providers"
+                    ));
+                }
+            }
+            providers.push(Provider {
+                name,
+                kind: p.kind,
+                base_url,
+                key,
+            });
+        }
+        let known = |field: String, list: Vec<String>| -> Result<Option<Vec<String>>, String> {
+            if list.iter().any(|m| m == "*") {
+                return Ok(None);
+            }
+            for m in &list {
+                if !models.contains_key(m) {
+                    return Err(format!("{field}: no provider serves model {m:?}"));
+                }
+            }
+            Ok(Some(list))
+        };
+        let default_access = match raw.access.default {
+            Some(list) => known("access.default".into(), list)?,
+            None => None,
+        };
+        let mut workspaces = HashMap::new();
+        for (ws, list) in raw.access.workspaces {
+            let field = format!("access.workspaces.{ws}");
+            workspaces.insert(ws, known(field, list)?);
+        }
+        let t = raw.timeouts;
+        for (field, ms) in [
+            ("timeouts.connect_ms", t.connect_ms),
+            ("timeouts.first_byte_ms", t.first_byte_ms),
+            ("timeouts.idle_ms", t.idle_ms),
+        ] {
+            anyhow_empty(ms == 0, &format!("{field}: must be at least 1"))?;
+        }
+        Ok(GatewayConfig {
+            providers,
+            models,
+            default_access,
+            workspaces,
+            timeouts: Timeouts {
+                connect: Duration::from_millis(t.connect_ms),
+                first_byte: Duration::from_millis(t.first_byte_ms),
+                idle: Duration::from_millis(t.idle_ms),
+            },
+        })
+    }
+
+    /// Whether `workspace` may use `model`.
+    pub fn allows(&self, workspace: &str, model: &str) -> bool {
+        let list = self
+            .workspaces
+            .get(workspace)
+            .unwrap_or(&self.default_access);
+        match list {
+            None => self.models.contains_key(model),
+            Some(list) => list.iter().any(|m| m == model),
+        }
+    }
+
+    /// Every provider's key, for checks that none leaks.
+    pub fn keys(&self) -> impl Iterator<Item = &ProviderKey> {
+        self.providers.iter().map(|p| &p.key)
+    }
+}
+
+fn anyhow_empty(bad: bool, message: &str) -> Result<(), String> {
+    if bad { Err(message.to_owned()) } else { Ok(()) }
+}
+
+fn base_url(text: &str) -> Result<String, String> {
+    let url = text.trim_end_matches('/');
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or("must start with http:// (the gateway speaks plain HTTP to its providers; put a TLS proxy in front of a remote one)")?;
+    if rest.is_empty() || url.parse::<axum::http::Uri>().is_err() {
+        return Err(format!("{text:?} is not a URL"));
+    }
+    Ok(url.to_owned())
+}
+
+fn read_key(
+    field: &str,
+    key_env: Option<&str>,
+    key_file: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ProviderKey, String> {
+    let key = match (key_env, key_file) {
+        (Some(name), None) => {
+            env(name).ok_or_else(|| format!("{field}.key_env: variable {name} is not set"))?
+        }
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| format!("{field}.key_file: cannot read {}: {e}", path.display()))?,
+        (Some(_), Some(_)) => return Err(format!("{field}: give key_env or key_file, not both")),
+        (None, None) => return Err(format!("{field}: key_env or key_file is needed")),
+    };
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("{field}: the key is empty"));
+    }
+    if key.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(format!(
+            "{field}: the key holds spaces or control characters"
+        ));
+    }
+    Ok(ProviderKey(key.to_owned()))
+}
+
+fn parse_price(field: &str, raw: &RawPrice) -> Result<Price, String> {
+    let one = |name: &str, amount: Option<&Amount>| -> Result<Cost, String> {
+        let text = match amount {
+            None => return Ok(Cost::ZERO),
+            Some(Amount::Text(t)) => t.clone(),
+            Some(Amount::Whole(n)) => n.to_string(),
+            Some(Amount::Other(_)) => {
+                return Err(format!(
+                    "{field}.{name}: write the price as a string (\"0.30\") or a whole number, so it is exact"
+                ));
+            }
+        };
+        Price::per_million(&text).map_err(|e| format!("{field}.{name}: {text:?}: {e}"))
+    };
+    Ok(Price {
+        input: one("input", Some(&raw.input))?,
+        output: one("output", Some(&raw.output))?,
+        cache_read: one("cache_read", raw.cache_read.as_ref())?,
+        cache_write: one("cache_write", raw.cache_write.as_ref())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+providers:
+  anthropic:
+    kind: anthropic
+    base_url: http://127.0.0.1:9/
+    key_env: THE_KEY
+    models:
+      claude-a: { input: "3", output: 15, cache_read: "0.30", cache_write: "3.75" }
+      claude-b: { input: "1", output: "5" }
+access:
+  workspaces:
+    narrow: [claude-b]
+"#;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "THE_KEY").then(|| "sk-secret-123".to_owned())
+    }
+
+    fn refused(text: &str) -> String {
+        GatewayConfig::parse(text, &env).expect_err("refused")
+    }
+
+    #[test]
+    fn a_good_config_reads_prices_keys_and_access() {
+        let c = GatewayConfig::parse(GOOD, &env).unwrap();
+        let a = &c.models["claude-a"];
+        assert_eq!(a.price.input, Cost(3_000_000));
+        assert_eq!(a.price.output, Cost(15_000_000));
+        assert_eq!(a.price.cache_read, Cost(300_000));
+        assert_eq!(a.price.cache_write, Cost(3_750_000));
+        assert_eq!(c.models["claude-b"].price.cache_write, Cost::ZERO);
+        assert_eq!(c.providers[0].base_url, "http://127.0.0.1:9");
+        assert_eq!(c.providers[0].key.expose(), "sk-secret-123");
+        assert!(c.allows("any", "claude-a"));
+        assert!(!c.allows("any", "claude-zzz"));
+        assert!(c.allows("narrow", "claude-b"));
+        assert!(!c.allows("narrow", "claude-a"));
+        assert_eq!(c.timeouts.idle, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn the_key_never_shows_in_debug() {
+        let c = GatewayConfig::parse(GOOD, &env).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("sk-secret-123"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn bad_configs_are_refused_naming_the_field() {
+        let cases = [
+            (
+                GOOD.replace("key_env: THE_KEY", "key_env: NOT_SET"),
+                "providers.anthropic.key_env: variable NOT_SET is not set",
+            ),
+            (
+                GOOD.replace("key_env: THE_KEY", ""),
+                "providers.anthropic: key_env or key_file is needed",
+            ),
+            (
+                GOOD.replace("output: 15", "output: 1.5"),
+                "providers.anthropic.models.claude-a.output: write the price as a string",
+            ),
+            (
+                GOOD.replace("\"0.30\"", "\"0.0000001\""),
+                "providers.anthropic.models.claude-a.cache_read",
+            ),
+            (
+                GOOD.replace("\"0.30\"", "\"-1\""),
+                "providers.anthropic.models.claude-a.cache_read",
+            ),
+            (
+                GOOD.replace("http://127.0.0.1:9/", "https://api.example"),
+                "providers.anthropic.base_url: must start with http://",
+            ),
+            (GOOD.replace("kind: anthropic", "kind: gemini"), "kind"),
+            (
+                GOOD.replace("[claude-b]", "[claude-c]"),
+                "access.workspaces.narrow: no provider serves model \"claude-c\"",
+            ),
+            (
+                format!("{GOOD}timeouts: {{ idle_ms: 0 }}\n"),
+                "timeouts.idle_ms: must be at least 1",
+            ),
+            (format!("{GOOD}extra: 1\n"), "unknown field `extra`"),
+            (
+                "providers: {}\n".to_owned(),
+                "providers: at least one provider is needed",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = refused(&text);
+            assert!(got.contains(want), "wanted {want:?} in {got:?}");
+            assert!(!got.contains("sk-secret-123"), "{got}");
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Errors in each provider's own shape, so the agent's client prints them:
+//! Anthropic's `{"type":"error","error":{"type","message"}}` and OpenAI's
+//! `{"error":{"message","type","code"}}`, with the HTTP status each API
+//! gives that kind of error.
+
+use axum::{
+    body::Body,
+    http::{StatusCode, header},
+    response::Response,
+};
+use serde_json::json;
+
+use crate::error::{Reason, SessionError};
+
+/// Which API a route speaks to its client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Anthropic,
+    Openai,
+}
+
+/// What went wrong, in terms every API has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The request is malformed (400).
+    Invalid,
+    /// No token, or one that is not a live session's (401).
+    Unauthenticated,
+    /// A valid caller that may not do this (403): a model not allowed.
+    Forbidden,
+    /// A budget refused the call (Anthropic 400, like its "credit balance
+    /// is too low"; OpenAI 429 `insufficient_quota`): not worth a retry.
+    Budget,
+    /// The provider could not be reached or broke off (502).
+    Upstream,
+    /// The provider did not answer in time (504).
+    Timeout,
+    /// The gateway failed (500).
+    Internal,
+}
+
+/// An error answer, before it takes an API's shape.
+#[derive(Debug)]
+pub struct ApiError {
+    pub kind: Kind,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(kind: Kind, message: impl Into<String>) -> ApiError {
+        ApiError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The gateway's answer to a refusal of the ledger's rules.
+    pub fn from_session(err: &SessionError) -> ApiError {
+        let kind = match err {
+            SessionError::BudgetExceeded { .. } => Kind::Budget,
+            SessionError::Refused { reason, .. } => match reason {
+                Reason::TokenMissing
+                | Reason::TokenInvalid
+                | Reason::TokenExpired
+                | Reason::TokenRevoked
+                | Reason::SessionEnded => Kind::Unauthenticated,
+                _ => Kind::Forbidden,
+            },
+            SessionError::SessionNotFound { .. } => Kind::Unauthenticated,
+            SessionError::InvalidArgument { .. } | SessionError::InvalidAgent(_) => Kind::Invalid,
+            SessionError::Storage(_) | SessionError::Internal(_) | SessionError::Fenced { .. } => {
+                Kind::Internal
+            }
+        };
+        let message = match kind {
+            // Database details stay in the log.
+            Kind::Internal => "internal error of the gateway".to_owned(),
+            _ => err.to_string(),
+        };
+        ApiError { kind, message }
+    }
+
+    pub fn status(&self, api: Api) -> StatusCode {
+        match (self.kind, api) {
+            (Kind::Invalid, _) => StatusCode::BAD_REQUEST,
+            (Kind::Unauthenticated, _) => StatusCode::UNAUTHORIZED,
+            (Kind::Forbidden, _) => StatusCode::FORBIDDEN,
+            (Kind::Budget, Api::Anthropic) => StatusCode::BAD_REQUEST,
+            (Kind::Budget, Api::Openai) => StatusCode::TOO_MANY_REQUESTS,
+            (Kind::Upstream, _) => StatusCode::BAD_GATEWAY,
+            (Kind::Timeout, _) => StatusCode::GATEWAY_TIMEOUT,
+            (Kind::Internal, _) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The error's JSON body in `api`'s shape.
+    pub fn body(&self, api: Api) -> serde_json::Value {
+        match api {
+            Api::Anthropic => {
+                let kind = match self.kind {
+                    Kind::Invalid | Kind::Budget => "invalid_request_error",
+                    Kind::Unauthenticated => "authentication_error",
+                    Kind::Forbidden => "permission_error",
+                    Kind::Upstream | Kind::Timeout | Kind::Internal => "api_error",
+                };
+                json!({"type": "error", "error": {"type": kind, "message": self.message}})
+            }
+            Api::Openai => {
+                let (kind, code) = match self.kind {
+                    Kind::Invalid => ("invalid_request_error", None),
+                    Kind::Unauthenticated => ("invalid_request_error", Some("invalid_api_key")),
+                    Kind::Forbidden => ("invalid_request_error", Some("model_not_allowed")),
+                    Kind::Budget => ("insufficient_quota", Some("insufficient_quota")),
+                    Kind::Upstream | Kind::Timeout | Kind::Internal => ("server_error", None),
+                };
+                json!({"error": {"message": self.message, "type": kind, "param": null, "code": code}})
+            }
+        }
+    }
+
+    /// The error as an answer.
+    pub fn response(&self, api: Api) -> Response {
+        Response::builder()
+            .status(self.status(api))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(self.body(api).to_string()))
+            .unwrap_or_default()
+    }
+
+    /// The error as the last event of a stream already under way.
+    pub fn stream_event(&self, api: Api) -> String {
+        match api {
+            Api::Anthropic => format!("event: error\ndata: {}\n\n", self.body(api)),
+            Api::Openai => format!("data: {}\n\n", self.body(api)),
+        }
+    }
+}

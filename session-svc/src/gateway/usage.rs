@@ -1,0 +1,338 @@
+//! Usage as the provider reports it, and nothing the agent says: the
+//! `usage` of a JSON answer; in an Anthropic stream, `message_start`'s usage
+//! then `message_delta`'s (cumulative, it replaces what it carries); in an
+//! OpenAI stream, the chunk with `usage` (asked for with
+//! `stream_options.include_usage`). [`Meter`] reads a stream as it passes.
+
+use serde_json::Value;
+
+use super::shape::Api;
+use crate::model::TokenUsage;
+
+/// Longest server-sent event the meter keeps whole; a longer one is
+/// passed on unread (no usage is that long).
+const MAX_EVENT_BYTES: usize = 4 << 20;
+
+/// What the provider has said so far of a call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reported {
+    pub tokens: TokenUsage,
+    /// Stop reasons (`end_turn`, `tool_use`, `stop`...), in order.
+    pub finish_reasons: Vec<String>,
+    /// The answer is whole: `message_stop`, `[DONE]`, or a JSON answer read.
+    pub complete: bool,
+    /// The provider sent an error event in the stream.
+    pub error: Option<String>,
+}
+
+/// Reads the usage of a whole JSON answer.
+pub fn from_json(api: Api, body: &[u8]) -> Option<Reported> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let mut reported = Reported {
+        complete: true,
+        ..Reported::default()
+    };
+    match api {
+        Api::Anthropic => {
+            anthropic_usage(value.get("usage")?, &mut reported.tokens);
+            if let Some(reason) = value.get("stop_reason").and_then(Value::as_str) {
+                reported.finish_reasons.push(reason.to_owned());
+            }
+        }
+        Api::Openai => {
+            reported.tokens = openai_usage(value.get("usage")?);
+            openai_reasons(&value, &mut reported.finish_reasons);
+        }
+    }
+    Some(reported)
+}
+
+fn count(usage: &Value, name: &str) -> Option<u64> {
+    usage.get(name).and_then(Value::as_u64)
+}
+
+/// Anthropic's usage: each field present replaces the one before.
+fn anthropic_usage(usage: &Value, tokens: &mut TokenUsage) {
+    if let Some(n) = count(usage, "input_tokens") {
+        tokens.input = n;
+    }
+    if let Some(n) = count(usage, "output_tokens") {
+        tokens.output = n;
+    }
+    if let Some(n) = count(usage, "cache_read_input_tokens") {
+        tokens.cache_read = n;
+    }
+    if let Some(n) = count(usage, "cache_creation_input_tokens") {
+        tokens.cache_write = n;
+    }
+}
+
+/// OpenAI's usage: cached prompt tokens are read from the cache, the rest
+/// of the prompt is input.
+fn openai_usage(usage: &Value) -> TokenUsage {
+    let prompt = count(usage, "prompt_tokens").unwrap_or(0);
+    let cached = usage
+        .get("prompt_tokens_details")
+        .and_then(|d| count(d, "cached_tokens"))
+        .unwrap_or(0)
+        .min(prompt);
+    TokenUsage {
+        input: prompt - cached,
+        output: count(usage, "completion_tokens").unwrap_or(0),
+        cache_read: cached,
+        cache_write: 0,
+    }
+}
+
+fn openai_reasons(value: &Value, reasons: &mut Vec<String>) {
+    for choice in value
+        .get("choices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            reasons.push(reason.to_owned());
+        }
+    }
+}
+
+/// Reads a stream of server-sent events as it passes through.
+#[derive(Debug)]
+pub struct Meter {
+    api: Api,
+    buffer: Vec<u8>,
+    /// How far `buffer` is known to hold no event's end: each byte is
+    /// searched once, however many pieces a long event comes in.
+    searched: usize,
+    /// The current event outgrew [`MAX_EVENT_BYTES`]: skip to its end.
+    skipping: bool,
+    pub reported: Reported,
+}
+
+impl Meter {
+    pub fn new(api: Api) -> Meter {
+        Meter {
+            api,
+            buffer: Vec::new(),
+            searched: 0,
+            skipping: false,
+            reported: Reported::default(),
+        }
+    }
+
+    /// Reads `chunk`, the next bytes of the stream.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.buffer.extend_from_slice(chunk);
+        // A separator may straddle the last piece's end: look 3 bytes back.
+        let mut from = self.searched.saturating_sub(3);
+        while let Some((end, sep)) = event_end(&self.buffer[from..]) {
+            let end = from + end;
+            let event: Vec<u8> = self.buffer.drain(..end + sep).collect();
+            from = 0;
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
+            self.event(&event[..end]);
+        }
+        if self.skipping || self.buffer.len() > MAX_EVENT_BYTES {
+            // Only the oversized event's end matters now: keep the bytes a
+            // separator may straddle.
+            let keep = self.buffer.len().min(3);
+            self.buffer.drain(..self.buffer.len() - keep);
+            self.skipping = true;
+        }
+        self.searched = self.buffer.len();
+    }
+
+    fn event(&mut self, event: &[u8]) {
+        let text = String::from_utf8_lossy(event);
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        if data.is_empty() {
+            return;
+        }
+        let data = data.join("\n");
+        if self.api == Api::Openai && data.trim() == "[DONE]" {
+            self.reported.complete = true;
+            return;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(&data) else {
+            return;
+        };
+        match self.api {
+            Api::Anthropic => self.anthropic(&value),
+            Api::Openai => self.openai(&value),
+        }
+    }
+
+    fn anthropic(&mut self, value: &Value) {
+        let r = &mut self.reported;
+        match value.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
+                    anthropic_usage(usage, &mut r.tokens);
+                }
+            }
+            Some("message_delta") => {
+                if let Some(usage) = value.get("usage") {
+                    anthropic_usage(usage, &mut r.tokens);
+                }
+                if let Some(reason) = value
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    r.finish_reasons.push(reason.to_owned());
+                }
+            }
+            Some("message_stop") => r.complete = true,
+            Some("error") => {
+                r.error = Some(error_message(value));
+            }
+            _ => {}
+        }
+    }
+
+    fn openai(&mut self, value: &Value) {
+        let r = &mut self.reported;
+        if value.get("error").is_some() {
+            r.error = Some(error_message(value));
+            return;
+        }
+        if let Some(usage) = value.get("usage").filter(|u| !u.is_null()) {
+            r.tokens = openai_usage(usage);
+        }
+        openai_reasons(value, &mut r.finish_reasons);
+    }
+}
+
+fn error_message(value: &Value) -> String {
+    value
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("the provider reported an error")
+        .to_owned()
+}
+
+/// Where the first event in `buffer` ends (a blank line: `\n\n` or
+/// `\r\n\r\n`), and its separator's length.
+fn event_end(buffer: &[u8]) -> Option<(usize, usize)> {
+    for at in memchr::memchr_iter(b'\n', buffer) {
+        if buffer.get(at + 1) == Some(&b'\n') {
+            return Some((at, 2));
+        }
+        if buffer.get(at + 1..at + 3) == Some(b"\r\n") && at > 0 && buffer[at - 1] == b'\r' {
+            return Some((at - 1, 4));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_anthropic_stream_reports_start_then_delta_usage_across_chunks() {
+        let stream = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":",
+            "{\"input_tokens\":120,\"output_tokens\":1,\"cache_read_input_tokens\":7,",
+            "\"cache_creation_input_tokens\":3}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":",
+            "{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":42}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        // Cut at every third byte: events span chunks.
+        let mut meter = Meter::new(Api::Anthropic);
+        for chunk in stream.as_bytes().chunks(3) {
+            meter.feed(chunk);
+        }
+        let r = meter.reported;
+        assert_eq!(
+            r.tokens,
+            TokenUsage {
+                input: 120,
+                output: 42,
+                cache_read: 7,
+                cache_write: 3
+            }
+        );
+        assert_eq!(r.finish_reasons, ["tool_use"]);
+        assert!(r.complete);
+    }
+
+    #[test]
+    fn a_separator_split_across_pieces_ends_its_event() {
+        let event = "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":4}}}\r\n\r\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        for cut in 0..event.len() {
+            let mut meter = Meter::new(Api::Anthropic);
+            meter.feed(&event.as_bytes()[..cut]);
+            meter.feed(&event.as_bytes()[cut..]);
+            assert_eq!(meter.reported.tokens.input, 4, "cut at {cut}");
+            assert!(meter.reported.complete, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn an_event_past_the_bound_is_skipped_and_the_next_read() {
+        let mut meter = Meter::new(Api::Anthropic);
+        meter.feed(b"event: content_block_delta\ndata: ");
+        let piece = vec![b'x'; 1 << 20];
+        for _ in 0..5 {
+            meter.feed(&piece);
+        }
+        meter.feed(b"\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n");
+        assert_eq!(meter.reported.tokens.output, 9);
+    }
+
+    #[test]
+    fn a_truncated_stream_is_not_complete() {
+        let mut meter = Meter::new(Api::Anthropic);
+        meter.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"mess");
+        assert_eq!(meter.reported.tokens.input, 9);
+        assert_eq!(meter.reported.tokens.output, 1);
+        assert!(!meter.reported.complete);
+    }
+
+    #[test]
+    fn an_openai_stream_takes_the_final_chunks_usage() {
+        let mut meter = Meter::new(Api::Openai);
+        meter.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}],\"usage\":null}\r\n\r\n");
+        meter.feed(b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+        meter.feed(b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":50,\"completion_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":20}}}\n\ndata: [DONE]\n\n");
+        let r = meter.reported;
+        assert_eq!(
+            r.tokens,
+            TokenUsage {
+                input: 30,
+                output: 8,
+                cache_read: 20,
+                cache_write: 0
+            }
+        );
+        assert_eq!(r.finish_reasons, ["stop"]);
+        assert!(r.complete);
+    }
+
+    #[test]
+    fn json_answers_report_their_usage() {
+        let a = from_json(
+            Api::Anthropic,
+            br#"{"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":0,"cache_creation_input_tokens":2}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (a.tokens.input, a.tokens.output, a.tokens.cache_write),
+            (5, 6, 2)
+        );
+        assert_eq!(a.finish_reasons, ["end_turn"]);
+        assert!(from_json(Api::Anthropic, b"{\"no\":1}").is_none());
+        assert!(from_json(Api::Anthropic, b"garbage").is_none());
+    }
+}

@@ -1,0 +1,230 @@
+//! The model gateway's cost, against the scripted upstream on loopback, in
+//! one run: time to first token of a streamed call through the gateway and
+//! to the same upstream directly (interleaved, so both meet the same
+//! moments of the machine), streaming throughput through it against
+//! directly, and calls per second (each a reservation, a forward and a
+//! settlement) with a whole tree calling at once under a budget.
+//!
+//! Run: `cargo bench -p troupe-tests --bench gateway` (with
+//! `TROUPE_TEST_BACKEND=postgres` after `source scripts/pg-env`, the
+//! store is PostgreSQL).
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use serde_json::json;
+use troupe_proto::session::{self as pb, TrustLevel};
+use troupe_tests::{
+    TestServer,
+    bench::percentile,
+    upstream::{Turn, Upstream},
+};
+
+/// The allocator the `troupe-session` binary runs on.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const TTFT_CALLS: usize = 2_000;
+const BIG_BYTES: usize = 64 << 20;
+const BIG_RUNS: usize = 5;
+const TREE: usize = 10;
+const CALLERS: usize = 32;
+const LOAD: Duration = Duration::from_secs(10);
+
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+fn request(url: &str, key: &str, stream: bool) -> Request<Full<Bytes>> {
+    let body = json!({"model": "claude-bench", "max_tokens": 100, "stream": stream,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    Request::post(url)
+        .header("x-api-key", key)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+/// Sends a call; returns the time to its first body bytes and its bytes.
+async fn call(http: &Http, url: &str, key: &str, stream: bool) -> (Duration, usize) {
+    let start = Instant::now();
+    let response = http
+        .request(request(url, key, stream))
+        .await
+        .expect("answer");
+    assert!(response.status().is_success(), "{}", response.status());
+    let mut body = response.into_body();
+    let mut first = None;
+    let mut bytes = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("body").into_data() {
+            first.get_or_insert_with(|| start.elapsed());
+            bytes += data.len();
+        }
+    }
+    (first.unwrap_or_else(|| start.elapsed()), bytes)
+}
+
+#[tokio::main]
+async fn main() {
+    let _ = nix::sys::prctl::set_thp_disable(true);
+    let upstream = Upstream::tcp(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "sk-bench").unwrap();
+    let file = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {}\n    key_file: {}\n    \
+             models:\n      claude-bench: {{ input: \"3\", output: \"15\" }}\n",
+            upstream.base_url(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let server = TestServer::start_with(|c| {
+        troupe_tests::bench::unlimited(c);
+        c.gateway_config = Some(file);
+    })
+    .await;
+    let root = server
+        .operator()
+        .await
+        .create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: "bench".into(),
+            trust_level: TrustLevel::Direct as i32,
+            agent_name: "worker".into(),
+            budget: Some(pb::Budget {
+                cost_pico_usd: Some(1_000_000_000_000_000),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let token = root.session_token.clone();
+    let http: Http = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let direct = format!("{}/v1/messages", upstream.base_url());
+    let gateway = format!("http://{}/v1/messages", server.addr);
+
+    // Time to first token, interleaved.
+    for _ in 0..(TTFT_CALLS + TTFT_CALLS / 10) * 2 {
+        upstream.push(Turn::text("first token"));
+    }
+    let (mut d, mut g) = (Vec::new(), Vec::new());
+    for i in 0..TTFT_CALLS + TTFT_CALLS / 10 {
+        let (td, _) = call(&http, &direct, "sk-bench", true).await;
+        let (tg, _) = call(&http, &gateway, &token, true).await;
+        if i >= TTFT_CALLS / 10 {
+            d.push(td);
+            g.push(tg);
+        }
+    }
+    d.sort();
+    g.sort();
+    let ms = |t: Duration| t.as_secs_f64() * 1e3;
+    println!("| time to first token | p50 ms | p99 ms |");
+    println!("|---|---|---|");
+    println!(
+        "| direct | {:.2} | {:.2} |",
+        ms(percentile(&d, 50.0)),
+        ms(percentile(&d, 99.0))
+    );
+    println!(
+        "| through the gateway | {:.2} | {:.2} |",
+        ms(percentile(&g, 50.0)),
+        ms(percentile(&g, 99.0))
+    );
+    println!(
+        "| difference | +{:.2} | +{:.2} |",
+        ms(percentile(&g, 50.0)) - ms(percentile(&d, 50.0)),
+        ms(percentile(&g, 99.0)) - ms(percentile(&d, 99.0))
+    );
+
+    // Streaming throughput: a 64 MiB answer, best of BIG_RUNS each way.
+    let big = "x".repeat(BIG_BYTES);
+    let (mut best_d, mut best_g) = (0f64, 0f64);
+    for _ in 0..BIG_RUNS {
+        upstream.push(Turn::text(&big));
+        let start = Instant::now();
+        let (_, bytes) = call(&http, &direct, "sk-bench", true).await;
+        best_d = best_d.max(bytes as f64 / start.elapsed().as_secs_f64());
+        upstream.push(Turn::text(&big));
+        let start = Instant::now();
+        let (_, bytes) = call(&http, &gateway, &token, true).await;
+        best_g = best_g.max(bytes as f64 / start.elapsed().as_secs_f64());
+    }
+    let mib = |b: f64| b / (1 << 20) as f64;
+    println!();
+    println!("| streaming 64 MiB | MiB/s |");
+    println!("|---|---|");
+    println!("| direct | {:.0} |", mib(best_d));
+    println!(
+        "| through the gateway | {:.0} ({:.2}x) |",
+        mib(best_g),
+        best_g / best_d
+    );
+
+    // Calls per second with a whole tree calling at once.
+    let mut agent = server.client(Some(&token)).await;
+    let mut tokens = vec![token.clone()];
+    for i in 1..TREE {
+        let child =
+            troupe_tests::create_child(&mut agent, troupe_tests::child(&format!("c{i}"))).await;
+        tokens.push(server.token_for(&child.session_id).await);
+    }
+    for _ in 0..2_000_000 {
+        upstream.push(Turn::text("x"));
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let (http, url, key) = (http.clone(), gateway.clone(), tokens[i % TREE].clone());
+            let (done, stop) = (done.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    call(&http, &url, &key, false).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(LOAD).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let calls = done.load(Ordering::Relaxed);
+    let rate = calls as f64 / started.elapsed().as_secs_f64();
+    let usage = server
+        .get(&root.session.unwrap().session_id)
+        .await
+        .session
+        .unwrap()
+        .usage
+        .unwrap();
+    println!();
+    println!(
+        "| a tree of {TREE} sessions, {CALLERS} callers | calls/s (reserve, forward, settle) | settled |"
+    );
+    println!("|---|---|---|");
+    println!(
+        "| {:?} | {rate:.0} | {} |",
+        troupe_tests::postgres::Backend::from_env(),
+        usage.subtree_calls
+    );
+}

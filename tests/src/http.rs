@@ -1,0 +1,92 @@
+//! A plain HTTP/1.1 client for the model gateway's routes, as an agent's
+//! SDK calls them: [`post`] reads the whole answer, [`post_stream`] the
+//! answer's head and its body as it comes.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode, body::Incoming};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+
+/// A whole answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: String,
+}
+
+impl Answer {
+    /// The body as JSON (panics if it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+fn request(url: &str, headers: &[(&str, &str)], body: &serde_json::Value) -> Request<Full<Bytes>> {
+    let mut builder = Request::post(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    builder
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("a request")
+}
+
+/// Posts `body` as JSON to `url` with `headers`; the whole answer, within
+/// `limit` (panics past it: nothing may hang).
+pub async fn post(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &serde_json::Value,
+    limit: Duration,
+) -> Answer {
+    let call = async {
+        let response = client()
+            .request(request(url, headers, body))
+            .await
+            .expect("the gateway answers");
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.expect("a whole body").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    };
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| panic!("POST {url} took more than {limit:?}"))
+}
+
+/// Posts `body` and returns the answer's status and its body unread.
+pub async fn post_stream(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &serde_json::Value,
+) -> (StatusCode, Incoming) {
+    let response = client()
+        .request(request(url, headers, body))
+        .await
+        .expect("the gateway answers");
+    let (parts, body) = response.into_parts();
+    (parts.status, body)
+}
+
+/// Reads the next piece of `body` (`None` at its end).
+pub async fn next_chunk(body: &mut Incoming) -> Option<Bytes> {
+    loop {
+        let frame = body.frame().await?.ok()?;
+        if let Ok(data) = frame.into_data() {
+            return Some(data);
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The model gateway's faults, on the backend `TROUPE_TEST_BACKEND` names:
+//! the upstream answering 500 or what cannot be read, a stream cut short or
+//! stalled, the upstream down, the client hanging up mid-stream. Each
+//! settles the reservation, ends in bounded time and tells the agent.
+
+use troupe_proto::session::{self as pb, TrustLevel};
+use troupe_session_svc::model::TokenUsage;
+use troupe_tests::{
+    TestServer,
+    gateway::*,
+    http,
+    upstream::{Fault, Turn},
+};
+
+/// Each fault ends in bounded time with a clear error in the API's shape,
+/// and leaves nothing reserved; a stream cut short is billed what the
+/// provider reported of it.
+#[tokio::test]
+async fn faults_settle_the_reservation_and_tell_the_agent() {
+    let setup = Setup::with_timeouts(
+        vec![
+            Turn::fault(Fault::Status(500)),
+            Turn::fault(Fault::Malformed),
+            Turn::fault(Fault::Truncated),
+            Turn::fault(Fault::Stall),
+        ],
+        "timeouts: { idle_ms: 500, first_byte_ms: 2000, connect_ms: 1000 }",
+    )
+    .await;
+    let (id, token) = setup.root("alpha", None).await;
+
+    let answer = setup.call(&token, false).await;
+    assert_eq!(answer.status, 500, "the provider's own error: {answer:?}");
+    assert_eq!(answer.json()["error"]["type"], "api_error");
+
+    let answer = setup.call(&token, false).await;
+    assert_eq!(answer.status, 502, "{answer:?}");
+    assert!(
+        answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be read")
+    );
+
+    // Truncated: the stream ends with an error event; message_start's
+    // input (10 tokens) is billed.
+    let answer = setup.call(&token, true).await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.body.contains("event: error"), "{}", answer.body);
+    assert!(
+        answer.body.contains("ended before the answer was whole"),
+        "{}",
+        answer.body
+    );
+
+    // Stalled: the idle timeout ends it.
+    let answer = setup.call(&token, true).await;
+    assert!(
+        answer.body.contains("stopped streaming for 500 ms"),
+        "{}",
+        answer.body
+    );
+
+    let usage = settled(&setup, &id).await;
+    let two_starts = TokenUsage {
+        input: 20,
+        output: 2,
+        ..counted_nothing()
+    };
+    assert_metered(&usage, 4, two_starts, 20 * 3_000_000 + 2 * 15_000_000);
+    assert!(!answer.body.contains(KEY));
+}
+
+/// The upstream is down: 502 at once, released.
+#[tokio::test]
+async fn an_upstream_that_is_down_is_a_clear_error_and_releases() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // A second server whose provider listens nowhere.
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let file = dir.path().join("gateway.yaml");
+    std::fs::write(&file, config(&format!("http://127.0.0.1:{port}"), &key, "")).unwrap();
+    let down = TestServer::start_with(|c| c.gateway_config = Some(file)).await;
+    let (id2, token2) = {
+        let response = down
+            .operator()
+            .await
+            .create_root_session(pb::CreateRootSessionRequest {
+                workspace_id: "alpha".to_owned(),
+                trust_level: TrustLevel::Direct as i32,
+                agent_name: "worker".to_owned(),
+                ..Default::default()
+            })
+            .await
+            .expect("root")
+            .into_inner();
+        (response.session.unwrap().session_id, response.session_token)
+    };
+    let answer = http::post(
+        &format!("http://{}/v1/messages", down.addr),
+        &[("x-api-key", &token2)],
+        &request(MODEL, true),
+        LIMIT,
+    )
+    .await;
+    assert_eq!(answer.status, 502, "{answer:?}");
+    let message = answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("cannot reach provider scripted"),
+        "{message}"
+    );
+    assert!(!message.contains(KEY));
+    let usage = down.get(&id2).await.session.unwrap().usage.unwrap();
+    assert_eq!(
+        (usage.reserved_calls, usage.own_cost_pico_usd),
+        (0, 0),
+        "{usage:?}"
+    );
+}
+
+/// The client hangs up mid-stream: the call is settled (cancelled) with
+/// what the provider had reported, and nothing stays reserved.
+#[tokio::test]
+async fn a_client_that_hangs_up_mid_stream_is_settled() {
+    let setup = Setup::with_timeouts(
+        vec![Turn::fault(Fault::Stall)],
+        "timeouts: { idle_ms: 60000 }",
+    )
+    .await;
+    let (id, token) = setup.root("alpha", None).await;
+    let (status, mut body) = http::post_stream(
+        &setup.url("/v1/messages"),
+        &[("x-api-key", &token)],
+        &request(MODEL, true),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let first = http::next_chunk(&mut body).await.expect("message_start");
+    assert!(String::from_utf8_lossy(&first).contains("message_start"));
+    assert_eq!(setup.usage(&id).await.reserved_calls, 1);
+    drop(body);
+    // Settled well before the idle timeout (60 s) could have.
+    let usage = settled(&setup, &id).await;
+    assert_eq!(usage.own_calls, 1);
+    assert_eq!(usage.own_tokens.unwrap().input, 10);
+}
