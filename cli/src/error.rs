@@ -127,13 +127,19 @@ pub fn report(err: &anyhow::Error, json: bool, setting: &Setting) {
     }
 }
 
-/// Returns true when the error is stdout closing under us (`troupe ... | head`).
+/// Returns true when the error is stdout closing under us (`troupe ... | head`),
+/// not a call's connection to the service broken (a server killed midway),
+/// which is a failure to report.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    let from_a_call = err
+        .chain()
+        .any(|cause| cause.is::<tonic::Status>() || cause.is::<tonic::transport::Error>());
+    !from_a_call
+        && err.chain().any(|cause| {
+            cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        })
 }
 
 #[cfg(test)]

@@ -55,6 +55,47 @@ async fn dead_endpoint() -> String {
     format!("http://{addr}")
 }
 
+/// An endpoint whose server is killed while a call waits for its answer:
+/// it speaks HTTP/2, takes the call, then drops the connection unanswered.
+/// Returns the endpoint and how many calls it took.
+async fn dying_endpoint() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let taken = Arc::new(AtomicUsize::new(0));
+    let counter = taken.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let (called, on_call) = tokio::sync::mpsc::unbounded_channel::<()>();
+                let service = hyper::service::service_fn(move |_request| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let _ = called.send(());
+                    std::future::pending::<
+                        Result<
+                            hyper::Response<http_body_util::Empty<bytes::Bytes>>,
+                            std::convert::Infallible,
+                        >,
+                    >()
+                });
+                let connection =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                let mut on_call = on_call;
+                // Dropping the connection closes its socket, the call unanswered.
+                tokio::select! {
+                    _ = connection => {}
+                    _ = on_call.recv() => {}
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), taken)
+}
+
 /// Counts the request ids a server's SQLite database recorded (the server stopped).
 async fn request_ids(server: &TestServer) -> i64 {
     let mut db = SqliteConnection::connect(&server.config.database_url())
@@ -106,6 +147,61 @@ async fn calls_go_on_from_a_dead_endpoint_to_a_live_one() {
 
     server.stop_for_restart().await;
     assert_eq!(request_ids(&server).await, 2, "the create's and the send's");
+}
+
+/// A replica killed while a call waits for its answer is an endpoint that
+/// cannot be reached, not an answer: the call goes on to the next one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_whose_server_dies_midway_goes_on_to_the_next_endpoint() {
+    let server = TestServer::start().await;
+    let data = tempfile::tempdir().expect("dir");
+    let (dying, taken) = dying_endpoint().await;
+    let endpoints = format!("{dying},http://{}", server.addr);
+    let (ok, created, out) = json(
+        troupe(&endpoints, data.path()),
+        "session create --workspace alpha --agent worker --title lead --message start",
+    )
+    .await;
+    assert!(ok, "{out}");
+    let id = created["session"]["session_id"].as_str().expect("an id");
+    let (ok, got, out) = json(
+        troupe(&endpoints, data.path()),
+        &format!("session get {id}"),
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert_eq!(got["session"]["session_id"], id);
+    assert_eq!(
+        taken.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "each call reached the dying endpoint first"
+    );
+}
+
+/// With no other endpoint, a call whose server dies midway fails, said
+/// with a failing exit: never taken for stdout closing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_whose_only_server_dies_midway_fails_and_says_so() {
+    let data = tempfile::tempdir().expect("dir");
+    let (dying, taken) = dying_endpoint().await;
+    let output = run({
+        let mut command = troupe(&dying, data.path());
+        command.args(["session", "list", "--workspace", "alpha"]);
+        command
+    })
+    .await;
+    // With `--json`, the failure is a JSON error on stdout.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !output.status.success(),
+        "exit 0 for a failed call: {stdout}"
+    );
+    let said: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    assert!(
+        said["error"]["message"].is_string(),
+        "nothing said of the failure: {stdout}"
+    );
+    assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 /// A refusal is an answer: it is not tried on the next endpoint.

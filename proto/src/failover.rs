@@ -38,11 +38,17 @@ pub fn parse_list<S: AsRef<str>>(values: &[S]) -> Result<Vec<String>, String> {
 }
 
 /// Whether a call failed because its endpoint could not be reached: the
-/// connection was refused or lost, or the server is draining. Every such
-/// failure is UNAVAILABLE; the session service answers UNAVAILABLE for
-/// nothing else.
+/// connection was refused, or the server is draining (UNAVAILABLE: the
+/// session service answers UNAVAILABLE for nothing else), or the connection
+/// was lost while the call waited for its answer (its server killed), which
+/// tonic reports as UNKNOWN with the transport's error as its source.
 pub fn is_unreachable(status: &Status) -> bool {
-    status.code() == Code::Unavailable
+    match status.code() {
+        Code::Unavailable => true,
+        Code::Unknown => std::error::Error::source(status)
+            .is_some_and(|source| source.is::<tonic::transport::Error>()),
+        _ => false,
+    }
 }
 
 /// Returns a fresh request id (128 random bits, in hex) for a write that
