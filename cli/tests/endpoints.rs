@@ -201,7 +201,11 @@ async fn a_call_whose_only_server_dies_midway_fails_and_says_so() {
         said["error"]["message"].is_string(),
         "nothing said of the failure: {stdout}"
     );
-    assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        taken.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "a lone endpoint is tried again once"
+    );
 }
 
 /// A refusal is an answer: it is not tried on the next endpoint.

@@ -1,7 +1,8 @@
 //! Several endpoints of one service (session-service replicas on one
 //! database), as clients use them: a call goes to the endpoint that answered
 //! last and, when that one cannot be reached, on to the next, each endpoint
-//! once per call. Any answer, a refusal included, is final.
+//! once per call (a lone endpoint twice). Any answer, a refusal included, is
+//! final.
 //!
 //! Callers pass only calls that are safe to repeat: reads, watches (reopened
 //! after their last cursor), and writes that carry a `request_id` (so that a
@@ -56,6 +57,9 @@ pub fn is_unreachable(status: &Status) -> bool {
 pub fn fresh_request_id() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
+
+/// The pause before a lone endpoint is tried again.
+pub const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// How long connecting to one endpoint may take before the next is tried.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -119,7 +123,12 @@ impl<C: Clone> Endpoints<C> {
         let count = self.targets.len();
         let first = self.preferred.load(Ordering::Relaxed) % count;
         let mut failures = Vec::new();
-        for step in 0..count {
+        // One endpoint (a load balancer's, or the runner's relay) is tried
+        // twice: a new connection there may reach another replica.
+        for step in 0..count.max(2) {
+            if step >= count {
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
             let index = (first + step) % count;
             let (text, client) = &self.targets[index];
             match rpc(client.clone(), message.clone()).await {
@@ -133,8 +142,8 @@ impl<C: Clone> Endpoints<C> {
                 }
             }
         }
-        if failures.len() == 1 {
-            return Err(failures.remove(0).1);
+        if count == 1 {
+            return Err(failures.pop().expect("a failure").1);
         }
         let each: Vec<String> = failures
             .iter()
