@@ -48,13 +48,14 @@ use crate::{
 use clap::Parser;
 use nix::{
     errno::Errno,
+    fcntl::OFlag,
     poll::{PollFd, PollFlags, PollTimeout, poll},
     sys::{
         resource::{Resource, getrlimit, setrlimit},
         signal::{Signal, kill},
         stat::{Mode, umask},
     },
-    unistd::{Pid, pipe},
+    unistd::{Pid, pipe2},
 };
 use troupe_proto::agent::env as agent_env;
 
@@ -155,7 +156,8 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
     // in the agent's environment; what goes wrong with it is said in the log
     // through a pipe the pump reads (never blocking the forwarder: a full
     // pipe drops the line) and never stops the agent.
-    let (diag_rx, diag_tx) = pipe()?;
+    // Close-on-exec: the agent must not inherit (and write) either end.
+    let (diag_rx, diag_tx) = pipe2(OFlag::O_CLOEXEC)?;
     let diag_rx = File::from(diag_rx);
     let diag_tx = File::from(diag_tx);
     set_nonblocking(&diag_rx)?;
@@ -460,7 +462,7 @@ fn drain(diag: &mut File, buf: &mut [u8], log: &mut LogWriter) -> anyhow::Result
 }
 
 fn set_nonblocking(file: &File) -> nix::Result<()> {
-    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use nix::fcntl::{FcntlArg, fcntl};
     let flags = OFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GETFL)?);
     fcntl(file, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).map(drop)
 }

@@ -252,3 +252,18 @@ fn allocated(path: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
 }
+
+#[tokio::test]
+async fn an_agent_inherits_no_descriptor_of_its_supervisor() {
+    let runner = TestRunner::start().await;
+    let ws = runner.workspace("fds");
+    // The agent's own descriptors (the shell's, listed by a child that
+    // opens none of its own there), then what each points at.
+    let out = run_sh(&runner, &ws, "fds", "ls /proc/$$/fd; ls -l /proc/$$/fd >&2").await;
+    let fds: Vec<String> = out
+        .stdout_text()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(fds, ["0", "1", "2"], "{}", out.stderr_text());
+}

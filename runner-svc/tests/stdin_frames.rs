@@ -190,3 +190,29 @@ async fn malformed_stdin_is_refused() {
     let out = collect(&mut client, "cat-b", 0, MINUTE).await;
     assert_eq!(out.stdout_text(), "");
 }
+
+/// The runner may write and close an exec's stdin before its supervisor has
+/// opened the FIFO: what it wrote must not go with the runner's descriptor.
+#[tokio::test]
+async fn stdin_written_and_closed_as_the_exec_starts_reaches_it() {
+    let runner = TestRunner::start().await;
+    let ws = runner.workspace("frames-early");
+    let client = runner.client().await;
+    let starts: Vec<_> = (0..10)
+        .map(|n| {
+            let mut client = client.clone();
+            let ws = ws.clone();
+            tokio::spawn(async move {
+                let id = format!("cat-e{n}");
+                let mut req = start_request(&ws, &id, &["cat"]);
+                req.initial_frames = frames(1, 2);
+                client.start_exec(req).await.expect("start");
+                close(&mut client, &id).await;
+                collect(&mut client, &id, 0, MINUTE).await.stdout_text()
+            })
+        })
+        .collect();
+    for start in starts {
+        assert_eq!(start.await.unwrap(), lines(1, 2));
+    }
+}

@@ -22,9 +22,9 @@ use super::{
 use crate::{layout, log::Reason};
 
 impl Runner {
-    /// Writes `input` (and maybe the end of input) to the exec's stdin;
-    /// returns once the supervisor has it, with the last frame sequence the
-    /// exec's stdin has received.
+    /// Writes `input` (and maybe the end of input) to the exec's stdin once
+    /// its supervisor holds the FIFO; returns once the bytes are in it, with
+    /// the last frame sequence the exec's stdin has received.
     pub async fn write_stdin(
         &self,
         exec: &Arc<Exec>,
@@ -72,15 +72,24 @@ impl Runner {
                     (fresh.into_iter().flat_map(|f| f.data).collect(), last)
                 }
             };
+            let gone =
+                || ExecError::Conflict(format!("exec {id:?} exited before reading its stdin"));
+            // The supervisor opens the FIFO before it writes its first
+            // record. Bytes written before then die with the runner's
+            // descriptor (a FIFO's buffer goes with its last one: a close,
+            // a restart), so they wait for that record.
+            let supervised = progress
+                .wait_for(|p| p.last_sequence > 0 || p.exit.is_some())
+                .await
+                .map(|p| p.exit.is_none());
+            if !supervised.unwrap_or(false) {
+                return Err(gone());
+            }
             tokio::select! {
                 written = write_frames(pipe, &data, close) => {
                     written.context("cannot write to the exec's stdin")?;
                 }
-                _ = progress.wait_for(|p| p.exit.is_some()) => {
-                    return Err(ExecError::Conflict(format!(
-                        "exec {id:?} exited before reading its stdin"
-                    )));
-                }
+                _ = progress.wait_for(|p| p.exit.is_some()) => return Err(gone()),
             }
             if let Some(last) = last {
                 if let Err(e) = write_stdin_record(&record, last) {
