@@ -22,8 +22,9 @@ pub struct Global {
     /// Address of troupe-session (`http://host:port`, `unix:///path`). For
     /// replicas on one database give several, separated by commas (or the
     /// flag repeated): a call that cannot reach one (refused, lost, the
-    /// server stopping) goes on to the next, each tried once; a watch resumes
-    /// on the next after its last cursor.
+    /// server stopping) goes on to the next, each tried once (a lone one
+    /// twice, 200 ms apart); a watch resumes on the next after its last
+    /// cursor.
     #[arg(
         long,
         global = true,

@@ -85,7 +85,8 @@ pub struct HttpArgs {
     /// The session service: `http://host:port` or `unix:///path/to/session.sock`.
     /// For replicas on one database give several, separated by commas (or the
     /// flag repeated): a call that cannot reach one (refused, lost, the server
-    /// stopping) goes on to the next, each tried once.
+    /// stopping) goes on to the next, each tried once (a lone one twice,
+    /// 200 ms apart).
     #[arg(
         long,
         env = ENDPOINT_ENV,
