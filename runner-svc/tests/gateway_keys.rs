@@ -2,7 +2,9 @@
 //! sandboxed session, calling their model through the session service's
 //! gateway, search their environment, every process's environment and
 //! command line they can read, and the container's files for the key, and
-//! print what the gateway answered them; none of it holds the key.
+//! print what the gateway answered them; none of it holds the key. A call
+//! from inside without a token, or with one that is no session's, is
+//! refused: the model port is no credential.
 
 mod common;
 
@@ -33,6 +35,11 @@ wget -q -O - --header "x-api-key: $ANTHROPIC_API_KEY" --header 'content-type: ap
   --post-data '{"model":"claude-keys","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}' \
   "$ANTHROPIC_BASE_URL/v1/messages"
 echo
+for key in '' 'x-api-key: not-a-token'; do
+  wget -q -O - ${key:+--header "$key"} --header 'content-type: application/json' \
+    --post-data '{"model":"claude-keys","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}' \
+    "$ANTHROPIC_BASE_URL/v1/messages" 2>&1 | grep -o 'HTTP/1.1 [0-9]*' | sed 's/^/refused /'
+done
 echo "found:[$found]"
 cat
 "#;
@@ -98,6 +105,11 @@ async fn no_provider_key_can_be_found_inside_the_container() {
         let tail = tail_with(&pair, id, "found:[").await;
         assert!(tail.contains("found:[]"), "{id}: {tail}");
         assert!(tail.contains("answer "), "the model answered: {tail}");
+        assert_eq!(
+            tail.matches("refused HTTP/1.1 401").count(),
+            2,
+            "no token and a token of no session are refused: {tail}"
+        );
         assert!(!tail.contains(KEY), "{tail}");
     }
     // The key went upstream, and only there.
