@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Bearer, IMAGE, TOKEN, remove_container, require_engine, start_request, tools};
 use troupe_proto::runner::{
-    WatchExecRequest, runner_service_client::RunnerServiceClient,
+    WatchExecRequest, exec_event, runner_service_client::RunnerServiceClient,
     runner_service_server::SERVICE_NAME,
 };
 use troupe_runner_svc::docker::Engine;
@@ -73,7 +73,17 @@ async fn a_stop_ends_every_stream_and_exits_within_the_drain_time() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     assert_told_not_serving(&mut server_health).await;
     assert_told_not_serving(&mut service_health).await;
-    let watch_end = next_soon(&mut events).await;
+    // Output the supervisor wrote (a note of its own) may come first; an
+    // exit may not: the agent outlives its runner.
+    let watch_end = loop {
+        match next_soon(&mut events).await {
+            Some(Ok(event)) => assert!(
+                matches!(event.event, Some(exec_event::Event::Output(_))),
+                "only output may come before the end: {event:?}"
+            ),
+            end => break end,
+        }
+    };
     assert_resume(watch_end.transpose().map(|e| e.map(|_| ())));
     assert_stops_accepting(addr).await;
 
