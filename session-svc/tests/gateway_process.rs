@@ -2,7 +2,8 @@
 //! names the field and stops the start; a call is a `model_call` span under
 //! the caller's life span with the GenAI attributes, counted in the model
 //! metrics by workspace, agent and model; the provider's key is in no line
-//! of the log, whatever the call met.
+//! of the log, whatever the call met; a provider's certificate that does
+//! not verify is logged with its cause.
 
 use std::time::Duration;
 
@@ -181,4 +182,49 @@ async fn a_model_call_is_a_span_of_its_sessions_life_and_counted_in_metrics() {
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(!logged.contains(KEY), "the key is in the log");
     assert!(!format!("{spans:?}").contains(KEY));
+}
+
+/// A provider whose certificate does not verify: the agent gets the
+/// upstream error, and the log says why (the TLS error), without the key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_certificate_that_does_not_verify_is_logged_without_the_key() {
+    let upstream = Upstream::tls(vec![Turn::text("never")], &["localhost", "127.0.0.1"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    // No ca_file: the test's CA is not trusted.
+    let file = config(dir.path(), &upstream.base_url());
+    let file = file.display().to_string();
+    let log = dir.path().join("session.log");
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("workspaces/Agents")).unwrap();
+    std::fs::write(
+        data.path().join("workspaces/Agents/worker.md"),
+        "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
+    )
+    .unwrap();
+    let service = SessionProcess::start_logging(
+        env!("CARGO_BIN_EXE_troupe-session"),
+        data,
+        &["--gateway-config", &file],
+        &[("PROCESS_TEST_KEY", KEY)],
+        Some(&log),
+    );
+    let token = service.create_root_in(None).await.session_token;
+    let answer = http::post(
+        &format!("{}/v1/messages", service.endpoint),
+        &[("x-api-key", &token)],
+        &json!({"model": "claude-p", "max_tokens": 64,
+                "messages": [{"role": "user", "content": "hi"}]}),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(answer.status, 502, "{answer:?}");
+    assert!(upstream.requests().is_empty());
+    assert!(service.stop().await, "clean exit");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let line = logged
+        .lines()
+        .find(|l| l.contains("cannot reach the provider"))
+        .unwrap_or_else(|| panic!("no line of the failure in {logged}"));
+    assert!(line.contains("UnknownIssuer"), "{line}");
+    assert!(!logged.contains(KEY), "the key is in the log");
 }

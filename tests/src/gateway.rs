@@ -59,11 +59,38 @@ impl Setup {
 
     pub async fn with_timeouts(turns: Vec<Turn>, timeouts: &str) -> Setup {
         let upstream = Upstream::tcp(turns).await;
+        let base_url = upstream.base_url();
+        Setup::build(upstream, &base_url, None, timeouts).await
+    }
+
+    /// A service whose providers are `upstream` at `base_url` (a TLS one's
+    /// `https://` URL, by IP or name), trusting the CA `ca_pem` if given
+    /// (each provider's `ca_file`).
+    pub async fn over(upstream: Upstream, base_url: &str, ca_pem: Option<&str>) -> Setup {
+        Setup::build(upstream, base_url, ca_pem, "").await
+    }
+
+    async fn build(
+        upstream: Upstream,
+        base_url: &str,
+        ca_pem: Option<&str>,
+        timeouts: &str,
+    ) -> Setup {
         let dir = tempfile::tempdir().expect("temp dir");
         let key = dir.path().join("key");
         std::fs::write(&key, format!("{KEY}\n")).expect("key file");
+        let mut text = config(base_url, &key, timeouts);
+        if let Some(pem) = ca_pem {
+            let ca = dir.path().join("ca.pem");
+            std::fs::write(&ca, pem).expect("CA file");
+            let key_line = format!("key_file: {}", key.display());
+            text = text.replace(
+                &key_line,
+                &format!("{key_line}\n    ca_file: {}", ca.display()),
+            );
+        }
         let file = dir.path().join("gateway.yaml");
-        std::fs::write(&file, config(&upstream.base_url(), &key, timeouts)).expect("config");
+        std::fs::write(&file, text).expect("config");
         let server = TestServer::start_with(|c| c.gateway_config = Some(file)).await;
         Setup {
             server,

@@ -27,8 +27,9 @@
 //!   script whose marker is in its first message (the agent's task), else
 //!   of the common turns.
 //!
-//! It listens on `127.0.0.1:0` ([`Upstream::tcp`]) or on a Unix socket
-//! ([`Upstream::unix`]), and stops when dropped.
+//! It listens on `127.0.0.1:0` ([`Upstream::tcp`]), there over TLS with a
+//! certificate of a CA made for it ([`Upstream::tls`], [`tls`]), or on a
+//! Unix socket ([`Upstream::unix`]), and stops when dropped.
 //!
 //! ```ignore
 //! let upstream = Upstream::tcp(vec![Turn::text("hello")]).await;
@@ -52,6 +53,7 @@ use axum::{
     response::Response,
 };
 mod openai;
+pub mod tls;
 
 use futures::StreamExt;
 use openai::{chat_chunks, chat_completion, openai_error};
@@ -202,6 +204,7 @@ pub struct Upstream {
     shared: Arc<Shared>,
     addr: Option<std::net::SocketAddr>,
     socket: Option<PathBuf>,
+    tls: Option<tls::Tls>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -212,19 +215,31 @@ impl Upstream {
             .await
             .expect("bind the upstream");
         let addr = listener.local_addr().expect("its address");
-        let (shared, app) = Upstream::app(turns);
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let (shared, stop) = Upstream::serve(listener, turns);
         Upstream {
             shared,
             addr: Some(addr),
             socket: None,
+            tls: None,
+            stop: Some(stop),
+        }
+    }
+
+    /// Serves `turns` over TLS on `127.0.0.1:0`, with a certificate for
+    /// `names` (`["localhost", "127.0.0.1"]`, or another host's name to be
+    /// refused) signed by a CA made for it ([`Upstream::tls_info`]).
+    pub async fn tls(turns: Vec<Turn>, names: &[&str]) -> Upstream {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the upstream");
+        let (listener, tls) = tls::listen(tcp, names);
+        let addr = axum::serve::Listener::local_addr(&listener).expect("its address");
+        let (shared, stop) = Upstream::serve(listener, turns);
+        Upstream {
+            shared,
+            addr: Some(addr),
+            socket: None,
+            tls: Some(tls),
             stop: Some(stop),
         }
     }
@@ -236,7 +251,27 @@ impl Upstream {
         let listener = tokio::net::UnixListener::bind(path).expect("bind the upstream's socket");
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))
             .expect("socket mode");
-        let (shared, app) = Upstream::app(turns);
+        let (shared, stop) = Upstream::serve(listener, turns);
+        Upstream {
+            shared,
+            addr: None,
+            socket: Some(path.to_owned()),
+            tls: None,
+            stop: Some(stop),
+        }
+    }
+
+    /// Serves `turns` on `listener` until the sender is used or dropped.
+    fn serve<L>(listener: L, turns: Vec<Turn>) -> (Arc<Shared>, oneshot::Sender<()>)
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
+        let shared = Arc::new(Shared {
+            turns: Mutex::new(turns.into()),
+            ..Shared::default()
+        });
+        let app = Router::new().fallback(answer).with_state(shared.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
@@ -245,26 +280,23 @@ impl Upstream {
                 })
                 .await;
         });
-        Upstream {
-            shared,
-            addr: None,
-            socket: Some(path.to_owned()),
-            stop: Some(stop),
-        }
+        (shared, stop)
     }
 
-    fn app(turns: Vec<Turn>) -> (Arc<Shared>, Router) {
-        let shared = Arc::new(Shared {
-            turns: Mutex::new(turns.into()),
-            ..Shared::default()
-        });
-        let app = Router::new().fallback(answer).with_state(shared.clone());
-        (shared, app)
-    }
-
-    /// `http://127.0.0.1:PORT` of a TCP upstream.
+    /// `http://127.0.0.1:PORT` of a TCP upstream, `https://` over TLS.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr.expect("a TCP upstream"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr.expect("a TCP upstream"))
+    }
+
+    /// The port of a TCP upstream.
+    pub fn port(&self) -> u16 {
+        self.addr.expect("a TCP upstream").port()
+    }
+
+    /// The CA and the failed handshakes of a TLS upstream.
+    pub fn tls_info(&self) -> &tls::Tls {
+        self.tls.as_ref().expect("a TLS upstream")
     }
 
     /// The socket of a Unix upstream.

@@ -1,6 +1,6 @@
 //! The gateway's configuration (`--gateway-config FILE`, YAML): the model
 //! providers (kind, base URL, key from a variable or a file, read once at
-//! start), each model's price, which workspaces may use which models, and
+//! start, certificates to trust besides the Mozilla roots), each model's price, which workspaces may use which models, and
 //! the timeouts of an upstream call. A bad file refuses the start with a
 //! message naming the field.
 //!
@@ -8,8 +8,10 @@
 //! providers:
 //!   anthropic:
 //!     kind: anthropic            # or openai
-//!     base_url: http://127.0.0.1:8080
+//!     base_url: https://api.anthropic.com # or http:// (a local proxy)
 //!     key_env: ANTHROPIC_API_KEY # or key_file: /run/secrets/anthropic
+//!     # ca_file: /etc/troupe/proxy-ca.pem # PEM; trusted besides the
+//!     #                                   # Mozilla roots compiled in
 //!     models:
 //!       claude-sonnet-4-5:       # USD per million tokens, as strings
 //!         input: "3"
@@ -36,6 +38,7 @@ use std::{
 
 use serde::Deserialize;
 
+use super::tls::ExtraRoots;
 use crate::model::{Cost, Price};
 
 /// A provider's API key: read at start, sent upstream only. Its `Debug`
@@ -78,9 +81,11 @@ impl ProviderKind {
 pub struct Provider {
     pub name: String,
     pub kind: ProviderKind,
-    /// `http://HOST[:PORT][/PREFIX]`, without a trailing `/`.
+    /// `http(s)://HOST[:PORT][/PREFIX]`, without a trailing `/`.
     pub base_url: String,
     pub key: ProviderKey,
+    /// Its `ca_file`'s certificates (none without one).
+    pub extra_roots: ExtraRoots,
 }
 
 /// A model the gateway serves: its provider and its price.
@@ -143,6 +148,7 @@ struct RawProvider {
     base_url: String,
     key_env: Option<String>,
     key_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
     #[serde(default)]
     models: BTreeMap<String, RawPrice>,
 }
@@ -223,6 +229,17 @@ impl GatewayConfig {
         for (name, p) in raw.providers {
             let field = format!("providers.{name}");
             let base_url = base_url(&p.base_url).map_err(|m| format!("{field}.base_url: {m}"))?;
+            let extra_roots = match &p.ca_file {
+                None => ExtraRoots::default(),
+                Some(_) if !base_url.starts_with("https://") => {
+                    return Err(format!(
+                        "{field}.ca_file: only an https:// base_url uses certificates"
+                    ));
+                }
+                Some(path) => {
+                    ExtraRoots::read(path).map_err(|m| format!("{field}.ca_file: {m}"))?
+                }
+            };
             let key = read_key(&field, p.key_env.as_deref(), p.key_file.as_deref(), env)?;
             let index = providers.len();
             for (model, price) in p.models {
@@ -254,6 +271,7 @@ impl GatewayConfig {
                 kind: p.kind,
                 base_url,
                 key,
+                extra_roots,
             });
         }
         let known = |field: String, list: Vec<String>| -> Result<Option<Vec<String>>, String> {
@@ -322,8 +340,9 @@ fn anyhow_empty(bad: bool, message: &str) -> Result<(), String> {
 fn base_url(text: &str) -> Result<String, String> {
     let url = text.trim_end_matches('/');
     let rest = url
-        .strip_prefix("http://")
-        .ok_or("must start with http:// (the gateway speaks plain HTTP to its providers; put a TLS proxy in front of a remote one)")?;
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or("must start with https:// or http://")?;
     if rest.is_empty() || url.parse::<axum::http::Uri>().is_err() {
         return Err(format!("{text:?} is not a URL"));
     }
@@ -455,8 +474,12 @@ access:
                 "providers.anthropic.models.claude-a.cache_read",
             ),
             (
-                GOOD.replace("http://127.0.0.1:9/", "https://api.example"),
-                "providers.anthropic.base_url: must start with http://",
+                GOOD.replace("http://127.0.0.1:9/", "ftp://api.example"),
+                "providers.anthropic.base_url: must start with https:// or http://",
+            ),
+            (
+                GOOD.replace("http://127.0.0.1:9/", "https://api example"),
+                "providers.anthropic.base_url: \"https://api example\" is not a URL",
             ),
             (GOOD.replace("kind: anthropic", "kind: gemini"), "kind"),
             (
@@ -477,6 +500,82 @@ access:
             let got = refused(&text);
             assert!(got.contains(want), "wanted {want:?} in {got:?}");
             assert!(!got.contains("sk-secret-123"), "{got}");
+        }
+    }
+
+    fn with_ca(base_url: &str, ca_file: &Path) -> String {
+        GOOD.replace("http://127.0.0.1:9/", base_url).replace(
+            "key_env: THE_KEY",
+            &format!("key_env: THE_KEY\n    ca_file: {}", ca_file.display()),
+        )
+    }
+
+    #[test]
+    fn https_is_accepted_and_a_ca_file_adds_its_certificates() {
+        let c = GatewayConfig::parse(&GOOD.replace("http://", "https://"), &env).unwrap();
+        assert_eq!(c.providers[0].base_url, "https://127.0.0.1:9");
+        assert!(c.providers[0].extra_roots.is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let pem = |name: &str| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.self_signed(&key).unwrap().pem()
+        };
+        std::fs::write(&ca, pem("one") + &pem("two")).unwrap();
+        let c = GatewayConfig::parse(&with_ca("https://api.example", &ca), &env).unwrap();
+        let shown = format!("{:?}", c.providers[0].extra_roots);
+        assert_eq!(shown, "ExtraRoots(2 certificates)");
+    }
+
+    /// A `ca_file` missing, empty, not PEM, holding no certificate or one
+    /// that is not a certificate, or given to an `http://` provider.
+    #[test]
+    fn bad_ca_files_are_refused_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let missing = dir.path().join("missing.pem");
+        let empty = file("empty.pem", "");
+        let key_only = file(
+            "key.pem",
+            &rcgen::KeyPair::generate().unwrap().serialize_pem(),
+        );
+        let broken = file(
+            "broken.pem",
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+        );
+        let unterminated = file("cut.pem", "-----BEGIN CERTIFICATE-----\nbm90\n");
+        let field = "providers.anthropic.ca_file: ";
+        let cases = [
+            (with_ca("https://api.example", &missing), "cannot read"),
+            (
+                with_ca("https://api.example", &empty),
+                "holds no certificate",
+            ),
+            (
+                with_ca("https://api.example", &key_only),
+                "holds no certificate",
+            ),
+            (
+                with_ca("https://api.example", &broken),
+                "certificate 1 is not usable",
+            ),
+            (with_ca("https://api.example", &unterminated), "is not PEM"),
+            (
+                with_ca("http://127.0.0.1:9", &empty),
+                "only an https:// base_url",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = refused(&text);
+            assert!(got.starts_with(field), "wanted {field:?} in {got:?}");
+            assert!(got.contains(want), "wanted {want:?} in {got:?}");
         }
     }
 }

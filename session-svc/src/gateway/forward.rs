@@ -15,6 +15,7 @@ use axum::{
 };
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{Client as HyperClient, connect::HttpConnector},
     rt::TokioExecutor,
@@ -25,6 +26,7 @@ use tracing::field::Empty;
 use super::{
     config::{Provider, ProviderKind, Timeouts},
     shape::{Api, ApiError, Kind},
+    tls::{self, ExtraRoots},
     usage::{self, Meter, Reported},
 };
 use crate::{
@@ -33,15 +35,25 @@ use crate::{
     store::Store,
 };
 
-/// The gateway's HTTP client (plain HTTP/1.1, pooled).
-pub type Client = HyperClient<HttpConnector, Full<Bytes>>;
+/// A provider's HTTP client: HTTP/1.1 over TLS (`https://`) or plain
+/// (`http://`), pooled.
+pub type Client = HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// Builds the client; `connect` bounds each new connection.
-pub fn client(connect: Option<Duration>) -> Client {
+/// Builds a provider's client: `connect` bounds each new connection (TCP;
+/// the handshake is within the call's first-byte deadline), and its
+/// certificate must chain to the Mozilla roots or to `extra`.
+pub fn client(connect: Duration, extra: &ExtraRoots) -> Client {
     let mut http = HttpConnector::new();
-    http.set_connect_timeout(connect);
+    http.set_connect_timeout(Some(connect));
     http.set_nodelay(true);
-    HyperClient::builder(TokioExecutor::new()).build(http)
+    // The TLS layer takes `https://`; this one must let it through.
+    http.enforce_http(false);
+    let https = HttpsConnectorBuilder::new()
+        .with_tls_config(tls::client_config(extra))
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    HyperClient::builder(TokioExecutor::new()).build(https)
 }
 
 /// A checked call, ready to go upstream.
@@ -138,12 +150,14 @@ async fn send(client: &Client, call: &Call) -> Result<hyper::Response<Incoming>,
             ),
         )),
         Ok(Err(e)) => {
+            // A certificate that does not verify shows here, in the cause.
             let mut cause = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 cause = format!("{cause}: {s}");
                 source = s.source();
             }
+            tracing::warn!(provider = %name, error = %cause, "cannot reach the provider");
             Err(ApiError::new(
                 Kind::Upstream,
                 format!("cannot reach provider {name}: {cause}"),

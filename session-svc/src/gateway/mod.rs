@@ -13,13 +13,15 @@
 //! - [`shape`]: errors in each API's own shape.
 //! - [`usage`]: usage as the provider reports it, streaming or not.
 //! - [`forward`]: the upstream call, the relay of its answer, settlement.
+//! - [`tls`]: the roots a provider's certificate is checked against.
 
 pub mod config;
 pub mod forward;
 pub mod shape;
+pub mod tls;
 pub mod usage;
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     Router,
@@ -51,18 +53,27 @@ const MAX_BODY_BYTES: usize = 64 << 20;
 pub struct Gateway<S> {
     inner: Arc<Inner<S>>,
     config: Option<Arc<GatewayConfig>>,
-    client: Client,
+    /// One per provider, by name: each trusts its own `ca_file`.
+    clients: HashMap<String, Client>,
 }
 
 impl<S: Store + Clone + 'static> Gateway<S> {
     /// A gateway over the service's state; with no `config`, every model
     /// call is refused as not served.
     pub fn new(inner: Arc<Inner<S>>, config: Option<GatewayConfig>) -> Arc<Gateway<S>> {
-        let connect = config.as_ref().map(|c| c.timeouts.connect);
+        let clients = config
+            .iter()
+            .flat_map(|c| {
+                let connect = c.timeouts.connect;
+                c.providers
+                    .iter()
+                    .map(move |p| (p.name.clone(), forward::client(connect, &p.extra_roots)))
+            })
+            .collect();
         Arc::new(Gateway {
             inner,
             config: config.map(Arc::new),
-            client: forward::client(connect),
+            clients,
         })
     }
 
@@ -147,8 +158,12 @@ impl<S: Store + Clone + 'static> Gateway<S> {
                 return e.response(api);
             }
         };
+        let Some(client) = self.clients.get(&call.provider.name).cloned() else {
+            tracing::error!(provider = %call.provider.name, "no client for a provider");
+            return ApiError::new(Kind::Internal, "internal error of the gateway").response(api);
+        };
         if count_only {
-            return forward::count_tokens(self.client.clone(), call).await;
+            return forward::count_tokens(client, call).await;
         }
         let worst = call.worst;
         let reserved = self
@@ -173,7 +188,6 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         // Spawned, so that a client that hangs up does not cut the call
         // short of its settlement.
         let store = self.inner.store.clone();
-        let client = self.client.clone();
         let answer = tokio::spawn(forward::run(client, store, call, reservation));
         match answer.await {
             Ok(response) => response,
