@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_session_svc::model::TokenUsage;
+use troupe_session_svc::{Config, model::TokenUsage};
 
 use crate::{
     TestServer,
@@ -58,13 +58,30 @@ impl Setup {
     }
 
     pub async fn with_timeouts(turns: Vec<Turn>, timeouts: &str) -> Setup {
+        Setup::configured(turns, timeouts, |_| {}).await
+    }
+
+    /// As [`Setup::new`], the server's configuration changed by `adjust` too.
+    pub async fn with_config(turns: Vec<Turn>, adjust: impl FnOnce(&mut Config)) -> Setup {
+        Setup::configured(turns, "", adjust).await
+    }
+
+    async fn configured(
+        turns: Vec<Turn>,
+        timeouts: &str,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Setup {
         let upstream = Upstream::tcp(turns).await;
         let dir = tempfile::tempdir().expect("temp dir");
         let key = dir.path().join("key");
         std::fs::write(&key, format!("{KEY}\n")).expect("key file");
         let file = dir.path().join("gateway.yaml");
         std::fs::write(&file, config(&upstream.base_url(), &key, timeouts)).expect("config");
-        let server = TestServer::start_with(|c| c.gateway_config = Some(file)).await;
+        let server = TestServer::start_with(|c| {
+            c.gateway_config = Some(file);
+            adjust(c);
+        })
+        .await;
         Setup {
             server,
             upstream,
