@@ -114,7 +114,8 @@ pub enum SessionCommand {
     /// Show one session, its direct children, its inbox count and its
     /// agent's latest output.
     Get(GetArgs),
-    /// Show the whole spawn tree containing a session.
+    /// Show the whole spawn tree containing a session, each session with the
+    /// cost (USD) and tokens of its own model calls and of its subtree's.
     Tree(TreeArgs),
     /// End a session and its whole subtree.
     Terminate(TerminateArgs),

@@ -22,7 +22,7 @@ use rmcp::{
 
 pub use args::{
     CreateSessionArgs, DEFAULT_WAIT_SECS, ListArgs, MAX_WAIT_SECS, Mode, ProgressArgs,
-    SendMessageArgs, SessionArgs, WaitArgs,
+    SendMessageArgs, SessionArgs, Usd, WaitArgs, Whole,
 };
 
 use crate::{backend::Backend, caller::Identity};
@@ -51,7 +51,10 @@ impl Bridge {
 child of the calling session. The child inherits the workspace, and this session's trust level \
 unless trust_level narrows it (a sandboxed session creates only sandboxed children). The session \
 service enforces the spawn limits (tree depth, sessions per tree, children per session, active \
-sessions per workspace, spawn rate); a refusal says which limit and what is left. Returns the new \
+sessions per workspace, spawn rate); a refusal says which limit and what is left. budget_usd, \
+budget_tokens, budget_calls and budget_wall_secs optionally give the child a budget for its whole \
+subtree; a child's budget can only narrow this session's: each must be at most what this session \
+(and its ancestors) has left, or the call is refused BUDGET_EXCEEDED with what is left. Returns the new \
 session (session_id, status, depth, trust_level, ...), the quota left after it, and for mode \
 \"sync\" the child's result (status, exit_code, output_tail).",
         annotations(

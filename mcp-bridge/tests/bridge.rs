@@ -49,6 +49,10 @@ async fn tools_list_shows_seven_tools_with_schemas() {
         "initial_message",
         "trust_level",
         "mode",
+        "budget_usd",
+        "budget_tokens",
+        "budget_calls",
+        "budget_wall_secs",
     ] {
         let property = &schema["properties"][field];
         assert!(
@@ -56,6 +60,13 @@ async fn tools_list_shows_seven_tools_with_schemas() {
             "create_session lacks {field}: {schema}"
         );
     }
+    assert!(
+        create["description"]
+            .as_str()
+            .unwrap()
+            .contains("can only narrow this session's"),
+        "{create}"
+    );
     let schema_text = schema.to_string();
     for word in ["async", "sync", "callback", "sandboxed", "direct"] {
         assert!(

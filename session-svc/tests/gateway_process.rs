@@ -174,9 +174,10 @@ async fn a_model_call_is_a_span_of_its_sessions_life_and_counted_in_metrics() {
         .expect("the call that answered");
     assert_eq!(ok.get("gen_ai.usage.input_tokens"), "120");
     assert_eq!(ok.get("gen_ai.usage.output_tokens"), "7");
-    assert!(
-        ok.get("gen_ai.response.finish_reasons")
-            .contains("end_turn"),
+    // A string array, as the GenAI conventions type it, not one string.
+    assert_eq!(
+        ok.strings("gen_ai.response.finish_reasons"),
+        Some(&["end_turn".to_owned()][..]),
         "{ok:#?}"
     );
     let logged = std::fs::read_to_string(&log).unwrap();

@@ -203,6 +203,21 @@ pub fn remote_span(traceparent: &str) -> Option<opentelemetry::trace::SpanContex
     remote.is_valid().then_some(remote)
 }
 
+/// Sets the attribute `key` of `span` to an array of strings, which a
+/// `tracing` field cannot carry (it records one value: a string, a
+/// number): OpenTelemetry's `string[]`, as GenAI's
+/// `gen_ai.response.finish_reasons`. Nothing happens without span export.
+pub fn set_strings(span: &tracing::Span, key: &'static str, values: &[String]) {
+    let values = values
+        .iter()
+        .map(|v| opentelemetry::StringValue::from(v.clone()))
+        .collect();
+    span.set_attribute(
+        key,
+        opentelemetry::Value::Array(opentelemetry::Array::String(values)),
+    );
+}
+
 /// The W3C `traceparent` of `span`, for the calls made inside it; `None`
 /// when it is not traced (as without span export).
 pub fn traceparent_of(span: &tracing::Span) -> Option<String> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_session_svc::model::TokenUsage;
+use troupe_session_svc::{Config, model::TokenUsage};
 
 use crate::{
     TestServer,
@@ -58,16 +58,29 @@ impl Setup {
     }
 
     pub async fn with_timeouts(turns: Vec<Turn>, timeouts: &str) -> Setup {
+        Setup::configured(turns, timeouts, |_| {}).await
+    }
+
+    /// As [`Setup::new`], the server's configuration changed by `adjust` too.
+    pub async fn with_config(turns: Vec<Turn>, adjust: impl FnOnce(&mut Config)) -> Setup {
+        Setup::configured(turns, "", adjust).await
+    }
+
+    async fn configured(
+        turns: Vec<Turn>,
+        timeouts: &str,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Setup {
         let upstream = Upstream::tcp(turns).await;
         let base_url = upstream.base_url();
-        Setup::build(upstream, &base_url, None, timeouts).await
+        Setup::build(upstream, &base_url, None, timeouts, adjust).await
     }
 
     /// A service whose providers are `upstream` at `base_url` (a TLS one's
     /// `https://` URL, by IP or name), trusting the CA `ca_pem` if given
     /// (each provider's `ca_file`).
     pub async fn over(upstream: Upstream, base_url: &str, ca_pem: Option<&str>) -> Setup {
-        Setup::build(upstream, base_url, ca_pem, "").await
+        Setup::build(upstream, base_url, ca_pem, "", |_| {}).await
     }
 
     async fn build(
@@ -75,6 +88,7 @@ impl Setup {
         base_url: &str,
         ca_pem: Option<&str>,
         timeouts: &str,
+        adjust: impl FnOnce(&mut Config),
     ) -> Setup {
         let dir = tempfile::tempdir().expect("temp dir");
         let key = dir.path().join("key");
@@ -91,7 +105,11 @@ impl Setup {
         }
         let file = dir.path().join("gateway.yaml");
         std::fs::write(&file, text).expect("config");
-        let server = TestServer::start_with(|c| c.gateway_config = Some(file)).await;
+        let server = TestServer::start_with(|c| {
+            c.gateway_config = Some(file);
+            adjust(c);
+        })
+        .await;
         Setup {
             server,
             upstream,

@@ -104,6 +104,9 @@ pub struct Received {
     /// Empty for a root span.
     pub parent: String,
     pub attributes: Vec<(String, String)>,
+    /// Its attributes whose value is an array of strings (OpenTelemetry's
+    /// `string[]`), element by element; `attributes` has them as debug text.
+    pub string_arrays: Vec<(String, Vec<String>)>,
     /// The attributes of the resource that sent it.
     pub resource: Vec<(String, String)>,
     /// The attributes of each event.
@@ -118,6 +121,15 @@ impl Received {
     /// The span attribute `key` as text; empty if absent.
     pub fn get(&self, key: &str) -> String {
         lookup(&self.attributes, key)
+    }
+
+    /// The span attribute `key` if it is an array of strings; `None` if it
+    /// is absent or of another type (a single string too).
+    pub fn strings(&self, key: &str) -> Option<&[String]> {
+        self.string_arrays
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_slice())
     }
 }
 
@@ -161,6 +173,7 @@ impl Receiver {
                             id: hex(&span.span_id),
                             parent: hex(&span.parent_span_id),
                             attributes: text(&span.attributes),
+                            string_arrays: string_arrays(&span.attributes),
                             resource: resource.clone(),
                             events: span.events.iter().map(|e| text(&e.attributes)).collect(),
                             links: span
@@ -285,6 +298,22 @@ fn text(attributes: &[KeyValue]) -> Vec<(String, String)> {
                 other => format!("{other:?}"),
             };
             (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+fn string_arrays(attributes: &[KeyValue]) -> Vec<(String, Vec<String>)> {
+    attributes
+        .iter()
+        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            Value::ArrayValue(array) => {
+                let strings = array.values.iter().map(|v| match &v.value {
+                    Some(Value::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                });
+                Some((kv.key.clone(), strings.collect::<Option<Vec<_>>>()?))
+            }
+            _ => None,
         })
         .collect()
 }

@@ -72,13 +72,16 @@ async fn a_json_call_is_metered_and_so_is_its_tree() {
     assert_eq!(tree.subtree_tokens, 2 * scripted().total());
 }
 
-/// No token, a token that is no session's, the operator's, and the token
-/// of a session that has ended: each refused 401 (the operator 403) in the
-/// Anthropic shape, before the upstream; refusals audited.
+/// No token, a token that is no session's, one whose signature is not the
+/// service's, the operator's, and the token of a session that has ended:
+/// each refused 401 (the operator 403) in the Anthropic shape, before the
+/// upstream; each refusal audited with the reason the gRPC side gives the
+/// same token.
 #[tokio::test]
 async fn calls_without_a_live_sessions_token_never_reach_the_upstream() {
     let setup = Setup::new(vec![Turn::text("never")]).await;
     let (ended, ended_token) = setup.root("alpha", None).await;
+    let (_, live_token) = setup.root("alpha", None).await;
     setup
         .server
         .operator()
@@ -86,24 +89,52 @@ async fn calls_without_a_live_sessions_token_never_reach_the_upstream() {
         .terminate_session(terminate(ended.clone()))
         .await
         .expect("terminated");
-    let forged = format!("{}x", &ended_token[..ended_token.len() - 1]);
-    type Case<'a> = (&'a [(&'a str, &'a str)], u16, &'a str);
-    let cases: [Case; 5] = [
-        (&[], 401, "missing credentials"),
+    // A live session's token with a character of its signature changed.
+    let mut forged = live_token.clone().into_bytes();
+    let at = forged.len() - 10;
+    forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).expect("ascii");
+    type Case<'a> = (&'a [(&'a str, &'a str)], u16, &'a str, &'a str);
+    let cases: [Case; 7] = [
+        (&[], 401, "missing credentials", "TOKEN_MISSING"),
+        (
+            &[("x-api-key", "")],
+            401,
+            "missing credentials",
+            "TOKEN_MISSING",
+        ),
         (
             &[("x-api-key", "not-a-token")],
             401,
             "invalid session token",
+            "TOKEN_INVALID",
         ),
         (
             &[("authorization", "Bearer not-a-token")],
             401,
             "invalid session token",
+            "TOKEN_INVALID",
         ),
-        (&[("x-api-key", &ended_token)], 401, "has ended"),
-        (&[("x-api-key", OPERATOR_TOKEN)], 403, "operator token"),
+        (
+            &[("x-api-key", &forged)],
+            401,
+            "invalid session token",
+            "TOKEN_INVALID",
+        ),
+        (
+            &[("x-api-key", &ended_token)],
+            401,
+            "has ended",
+            "TOKEN_REVOKED",
+        ),
+        (
+            &[("x-api-key", OPERATOR_TOKEN)],
+            403,
+            "operator token",
+            "SESSION_ONLY",
+        ),
     ];
-    for (headers, status, words) in cases {
+    for (headers, status, words, _) in cases {
         let answer = http::post(
             &setup.url("/v1/messages"),
             headers,
@@ -126,29 +157,77 @@ async fn calls_without_a_live_sessions_token_never_reach_the_upstream() {
         );
         assert!(!answer.body.contains(KEY));
     }
-    let answer = http::post(
-        &setup.url("/v1/messages"),
-        &[("x-api-key", &forged)],
-        &request(MODEL, false),
-        LIMIT,
-    )
-    .await;
-    assert_eq!(answer.status, 401);
     assert!(setup.upstream.requests().is_empty());
+    let audited = refusals(&setup).await;
+    let expected: Vec<(String, String)> = cases
+        .iter()
+        .map(|(_, _, words, reason)| ((*reason).to_owned(), (*words).to_owned()))
+        .collect();
+    assert_eq!(audited.len(), expected.len(), "{audited:#?}");
+    for ((reason, detail), (want, words)) in audited.iter().zip(&expected) {
+        assert_eq!(reason, want, "{audited:#?}");
+        assert!(detail.contains(words.as_str()), "{detail}: {words}");
+        assert!(!detail.contains(KEY), "{detail}");
+    }
+}
+
+/// A session's token past its expiry is refused 401 before the upstream,
+/// and audited `TOKEN_EXPIRED`, as the gRPC side refuses it.
+#[tokio::test]
+async fn an_expired_token_is_refused_and_audited_as_expired() {
+    let setup = Setup::with_config(vec![Turn::text("never")], |c| c.token_ttl_secs = 1).await;
+    let created = setup
+        .server
+        .operator()
+        .await
+        .create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: "alpha".to_owned(),
+            agent_name: "worker".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("root")
+        .into_inner();
+    // Refused from the second after its expiry: wait for the clock to pass it.
+    let expires = created.token_expires_at.expect("expiry").seconds + 1;
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+        < expires as f64
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let answer = setup.call(&created.session_token, false).await;
+    assert_eq!(answer.status, 401, "{answer:?}");
+    assert!(setup.upstream.requests().is_empty());
+    let audited = refusals(&setup).await;
+    assert_eq!(audited.len(), 1, "{audited:#?}");
+    assert_eq!(audited[0].0, "TOKEN_EXPIRED", "{audited:#?}");
+}
+
+/// The refused model calls in the audit, oldest first: reason and detail.
+async fn refusals(setup: &Setup) -> Vec<(String, String)> {
     let audit = setup
         .server
         .operator()
         .await
-        .list_audit(pb::ListAuditRequest::default())
+        .list_audit(pb::ListAuditRequest {
+            limit: 1000,
+            ..Default::default()
+        })
         .await
         .expect("audit")
         .into_inner();
-    let refused = audit
+    audit
         .entries
-        .iter()
+        .into_iter()
         .filter(|e| e.action == "model_call" && !e.allowed)
-        .count();
-    assert_eq!(refused, 6, "{:#?}", audit.entries);
+        .map(|e| {
+            assert_eq!(e.caller, "anonymous", "{e:?}");
+            (e.reason, e.detail)
+        })
+        .collect()
 }
 
 /// A model the workspace may not use, or none configured, is refused 403

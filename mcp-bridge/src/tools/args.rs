@@ -1,12 +1,16 @@
 //! The tools' arguments: what the agent sends, as JSON Schema for the
 //! tool list and as the types the calls take, and the checks of the
-//! arguments that need no service (the wait's length).
+//! arguments that need no service (the wait's length, a budget's amounts).
 
-use std::time::Duration;
+use std::{borrow::Cow, time::Duration};
 
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
-use troupe_proto::session::ExecutionMode;
+use serde_json::Value;
+use troupe_proto::{
+    money::{self, PICO_PER_USD},
+    session::{Budget, ExecutionMode},
+};
 
 use crate::failure::ToolFailure;
 
@@ -36,6 +40,140 @@ pub struct CreateSessionArgs {
     /// ends this session receives a message saying so.
     #[serde(default)]
     pub mode: Option<Mode>,
+    /// Optional: the most the child and its whole subtree may spend on model calls, in
+    /// USD, as a decimal string ("2.50") or a number; at most 12 decimals. Like every
+    /// budget_* argument it can only narrow this session's budget: it must be at most
+    /// what this session (and each of its ancestors) has left.
+    #[serde(default)]
+    pub budget_usd: Option<Usd>,
+    /// Optional: the most model tokens (input, output, cache reads and writes together)
+    /// the child and its subtree may use.
+    #[serde(default)]
+    pub budget_tokens: Option<Whole>,
+    /// Optional: the most model calls the child and its subtree may make.
+    #[serde(default)]
+    pub budget_calls: Option<Whole>,
+    /// Optional: the child's wall-clock time in seconds from its creation; past it the
+    /// child and its subtree end (end reason "budget").
+    #[serde(default)]
+    pub budget_wall_secs: Option<Whole>,
+}
+
+/// An amount of USD as the agent wrote it, a decimal string or a number;
+/// read exactly by [`CreateSessionArgs::budget`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(transparent)]
+pub struct Usd(Value);
+
+impl JsonSchema for Usd {
+    fn schema_name() -> Cow<'static, str> {
+        "Usd".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": ["string", "number"], "examples": ["2.50"] })
+    }
+}
+
+/// A whole, non-negative number as the agent wrote it (a number, or its
+/// digits as a string); checked by [`CreateSessionArgs::budget`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(transparent)]
+pub struct Whole(Value);
+
+impl JsonSchema for Whole {
+    fn schema_name() -> Cow<'static, str> {
+        "Whole".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer", "minimum": 0 })
+    }
+}
+
+impl Usd {
+    /// The amount in pico-dollars, exactly: a string is parsed as a
+    /// decimal, a number by its shortest decimal form (`0.1` is 0.1 USD).
+    fn pico(&self, field: &str) -> Result<u64, ToolFailure> {
+        let text = match &self.0 {
+            Value::String(text) => text.clone(),
+            Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+                (Some(whole), _) => {
+                    return whole
+                        .checked_mul(PICO_PER_USD)
+                        .ok_or_else(|| usd_refused(field, &n.to_string(), "too large"));
+                }
+                // Rust writes a float in its shortest decimal form, never with an exponent.
+                (None, Some(float)) => format!("{float}"),
+                (None, None) => n.to_string(),
+            },
+            other => return Err(usd_refused(field, &other.to_string(), "not an amount")),
+        };
+        money::parse_decimal(&text, 12).map_err(|e| usd_refused(field, &text, &e.to_string()))
+    }
+}
+
+fn usd_refused(field: &str, text: &str, why: &str) -> ToolFailure {
+    ToolFailure::invalid(
+        field,
+        format!(
+            "{field} {text:?} is not an amount of USD ({why}): give a non-negative decimal \
+             with at most 12 decimals, e.g. \"2.50\""
+        ),
+    )
+}
+
+impl Whole {
+    fn value(&self, field: &str) -> Result<u64, ToolFailure> {
+        let parsed = match &self.0 {
+            Value::Number(n) => n.as_u64(),
+            Value::String(text) => text.trim().parse().ok(),
+            _ => None,
+        };
+        parsed.ok_or_else(|| {
+            ToolFailure::invalid(
+                field,
+                format!("{field} {} is not a whole number of 0 or more", self.0),
+            )
+        })
+    }
+}
+
+impl CreateSessionArgs {
+    /// The budget the `budget_*` arguments give, if any; an amount that is
+    /// not one is refused naming its argument, before anything is sent.
+    pub fn budget(&self) -> Result<Option<Budget>, ToolFailure> {
+        let whole =
+            |value: &Option<Whole>, field| value.as_ref().map(|v| v.value(field)).transpose();
+        let wall_ms = match whole(&self.budget_wall_secs, "budget_wall_secs")? {
+            None => None,
+            Some(secs) => Some(secs.checked_mul(1000).ok_or_else(|| {
+                ToolFailure::invalid(
+                    "budget_wall_secs",
+                    format!("budget_wall_secs {secs} is too large"),
+                )
+            })?),
+        };
+        let budget = Budget {
+            cost_pico_usd: self
+                .budget_usd
+                .as_ref()
+                .map(|usd| usd.pico("budget_usd"))
+                .transpose()?,
+            tokens: whole(&self.budget_tokens, "budget_tokens")?,
+            model_calls: whole(&self.budget_calls, "budget_calls")?,
+            wall_ms,
+        };
+        Ok((budget != Budget::default()).then_some(budget))
+    }
 }
 
 /// How `create_session` returns.
@@ -139,5 +277,70 @@ mod tests {
         .unwrap();
         assert_eq!(args.mode, Some(Mode::Sync));
         assert_eq!(ExecutionMode::from(Mode::Callback), ExecutionMode::Callback);
+    }
+
+    fn budget(extra: Value) -> Result<Option<Budget>, ToolFailure> {
+        let mut value = json!({"title": "t", "agent_name": "a", "initial_message": "m"});
+        value
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value::<CreateSessionArgs>(value)
+            .unwrap()
+            .budget()
+    }
+
+    #[test]
+    fn budgets_are_read_exactly() {
+        assert_eq!(budget(json!({})).unwrap(), None);
+        let given = budget(json!({
+            "budget_usd": "2.50", "budget_tokens": 1000, "budget_calls": "20",
+            "budget_wall_secs": 60
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            given,
+            Budget {
+                cost_pico_usd: Some(2_500_000_000_000),
+                tokens: Some(1000),
+                model_calls: Some(20),
+                wall_ms: Some(60_000),
+            }
+        );
+        for (usd, pico) in [
+            (json!(0.1), 100_000_000_000u64),
+            (json!(3), 3_000_000_000_000),
+            (json!(0.000001), 1_000_000),
+            (json!("0.000000000001"), 1),
+        ] {
+            let got = budget(json!({ "budget_usd": usd })).unwrap().unwrap();
+            assert_eq!(got.cost_pico_usd, Some(pico), "{usd}");
+        }
+    }
+
+    #[test]
+    fn bad_budgets_are_refused_naming_the_argument() {
+        for (field, value) in [
+            ("budget_usd", json!("-1")),
+            ("budget_usd", json!(-0.5)),
+            ("budget_usd", json!("2.5e3")),
+            ("budget_usd", json!("0.0000000000001")),
+            ("budget_usd", json!(true)),
+            ("budget_usd", json!(1e300)),
+            ("budget_tokens", json!(-3)),
+            ("budget_tokens", json!(1.5)),
+            ("budget_calls", json!("many")),
+            ("budget_wall_secs", json!(u64::MAX)),
+        ] {
+            let failure = budget(json!({ field: value })).unwrap_err();
+            assert_eq!(failure.code, "INVALID_ARGUMENT", "{field} {value}");
+            assert_eq!(
+                failure.metadata,
+                [("field".to_owned(), field.to_owned())],
+                "{field} {value}"
+            );
+            assert!(failure.message.starts_with(field), "{}", failure.message);
+        }
     }
 }

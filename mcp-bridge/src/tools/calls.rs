@@ -108,6 +108,7 @@ impl Bridge {
             })?,
         };
         let mode = args.mode.map_or(ExecutionMode::Unspecified, Into::into);
+        let budget = args.budget()?;
         let session = self.session(extensions).await?;
         // Its own request id: repeated on another endpoint, it is replayed there.
         let request = pb::CreateSessionRequest {
@@ -117,6 +118,7 @@ impl Bridge {
             trust_level: trust_level as i32,
             mode: mode as i32,
             request_id: failover::fresh_request_id(),
+            budget,
             ..Default::default()
         };
         let response = session

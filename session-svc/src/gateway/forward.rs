@@ -469,9 +469,10 @@ impl<S: Store + 'static> Settlement<S> {
             .record("gen_ai.usage.input_tokens", call.tokens.input);
         self.span
             .record("gen_ai.usage.output_tokens", call.tokens.output);
-        self.span.record(
+        troupe_telemetry::set_strings(
+            &self.span,
             "gen_ai.response.finish_reasons",
-            format!("{:?}", reported.finish_reasons).as_str(),
+            &reported.finish_reasons,
         );
         self.span.record("outcome", outcome.as_str());
         metrics::model_call(&self.workspace_id, &self.agent, &call);

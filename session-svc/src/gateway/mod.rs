@@ -39,7 +39,7 @@ use self::{
     shape::{Api, ApiError, Kind},
 };
 use crate::{
-    error::SessionError,
+    error::{Reason, SessionError},
     model::{AuditRecord, Caller, Principal, SessionRow, now_ms},
     policy,
     service::{Inner, identity::identify},
@@ -199,38 +199,42 @@ impl<S: Store + Clone + 'static> Gateway<S> {
     }
 
     /// The session calling, from its token (`401` in the API's shape
-    /// otherwise); refusals audited.
+    /// otherwise); refusals audited with the reason the gRPC side gives
+    /// the same token (`TOKEN_MISSING`, `TOKEN_INVALID`, `TOKEN_EXPIRED`,
+    /// `TOKEN_REVOKED`; `SESSION_ONLY` for the operator's).
     async fn caller(
         &self,
         headers: &HeaderMap,
         action: &'static str,
     ) -> Result<SessionRow, ApiError> {
         let identified = match token_of(headers) {
-            None => Err(ApiError::new(
-                Kind::Unauthenticated,
+            None => Err(SessionError::refused(
+                Reason::TokenMissing,
                 "missing credentials: send the session's token as the API key (x-api-key or Authorization: Bearer)",
             )),
             Some(token) => match identify(&self.inner, token).await {
                 Ok((Caller::Session(row), _)) => Ok(*row),
-                Ok((Caller::Operator, _)) => Err(ApiError::new(
-                    Kind::Forbidden,
+                Ok((Caller::Operator, _)) => Err(SessionError::refused(
+                    Reason::SessionOnly,
                     "the operator token makes no model calls: a model call is a session's, made with its token",
                 )),
-                Err(e) => Err(ApiError::from_session(&e)),
+                Err(e) => Err(e),
             },
         };
-        if let Err(e) = &identified {
-            self.append(AuditRecord {
-                caller: Principal::Anonymous,
-                action,
-                target: String::new(),
-                allowed: false,
-                reason: kind_reason(e),
-                detail: e.message.clone(),
-            })
-            .await;
-        }
-        identified
+        let e = match identified {
+            Ok(row) => return Ok(row),
+            Err(e) => e,
+        };
+        self.append(AuditRecord {
+            caller: Principal::Anonymous,
+            action,
+            target: String::new(),
+            allowed: false,
+            reason: e.reason().as_str().to_owned(),
+            detail: e.to_string(),
+        })
+        .await;
+        Err(ApiError::from_session(&e))
     }
 
     /// Checks the request and decides where it goes and what it may cost.
