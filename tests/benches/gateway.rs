@@ -7,7 +7,8 @@
 //!
 //! Run: `cargo bench -p troupe-tests --bench gateway` (with
 //! `TROUPE_TEST_BACKEND=postgres` after `source scripts/pg-env`, the
-//! store is PostgreSQL).
+//! store is PostgreSQL). Names after `--` run only those parts:
+//! `first-token`, `streaming`, `calls` (`-- streaming` to profile the relay).
 
 use std::{
     sync::{
@@ -75,8 +76,33 @@ async fn call(http: &Http, url: &str, key: &str, stream: bool) -> (Duration, usi
     (first.unwrap_or_else(|| start.elapsed()), bytes)
 }
 
+/// The parts of the bench, as named on its command line.
+const PARTS: [&str; 3] = ["first-token", "streaming", "calls"];
+
+/// The parts to run: those named after `--` (cargo's own `--bench` aside),
+/// else all.
+fn parts() -> Vec<String> {
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    for name in &named {
+        assert!(
+            PARTS.contains(&name.as_str()),
+            "unknown part {name:?}: the parts are {PARTS:?}"
+        );
+    }
+    if named.is_empty() {
+        PARTS.iter().map(|p| (*p).to_owned()).collect()
+    } else {
+        named
+    }
+}
+
 #[tokio::main]
 async fn main() {
+    let parts = parts();
+    let runs = |part: &str| parts.iter().any(|p| p == part);
     let _ = nix::sys::prctl::set_thp_disable(true);
     let upstream = Upstream::tcp(vec![]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -119,14 +145,27 @@ async fn main() {
     let direct = format!("{}/v1/messages", upstream.base_url());
     let gateway = format!("http://{}/v1/messages", server.addr);
 
-    // Time to first token, interleaved.
+    let root_id = root.session.expect("the root").session_id;
+    if runs("first-token") {
+        first_token(&http, &upstream, &direct, &gateway, &token).await;
+    }
+    if runs("streaming") {
+        streaming(&http, &upstream, &direct, &gateway, &token).await;
+    }
+    if runs("calls") {
+        calls(&server, &http, &upstream, &gateway, &token, &root_id).await;
+    }
+}
+
+/// Time to first token, interleaved.
+async fn first_token(http: &Http, upstream: &Upstream, direct: &str, gateway: &str, token: &str) {
     for _ in 0..(TTFT_CALLS + TTFT_CALLS / 10) * 2 {
         upstream.push(Turn::text("first token"));
     }
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for i in 0..TTFT_CALLS + TTFT_CALLS / 10 {
-        let (td, _) = call(&http, &direct, "sk-bench", true).await;
-        let (tg, _) = call(&http, &gateway, &token, true).await;
+        let (td, _) = call(http, direct, "sk-bench", true).await;
+        let (tg, _) = call(http, gateway, token, true).await;
         if i >= TTFT_CALLS / 10 {
             d.push(td);
             g.push(tg);
@@ -152,18 +191,20 @@ async fn main() {
         ms(percentile(&g, 50.0)) - ms(percentile(&d, 50.0)),
         ms(percentile(&g, 99.0)) - ms(percentile(&d, 99.0))
     );
+}
 
-    // Streaming throughput: a 64 MiB answer, best of BIG_RUNS each way.
+/// Streaming throughput: a 64 MiB answer, best of BIG_RUNS each way.
+async fn streaming(http: &Http, upstream: &Upstream, direct: &str, gateway: &str, token: &str) {
     let big = "x".repeat(BIG_BYTES);
     let (mut best_d, mut best_g) = (0f64, 0f64);
     for _ in 0..BIG_RUNS {
         upstream.push(Turn::text(&big));
         let start = Instant::now();
-        let (_, bytes) = call(&http, &direct, "sk-bench", true).await;
+        let (_, bytes) = call(http, direct, "sk-bench", true).await;
         best_d = best_d.max(bytes as f64 / start.elapsed().as_secs_f64());
         upstream.push(Turn::text(&big));
         let start = Instant::now();
-        let (_, bytes) = call(&http, &gateway, &token, true).await;
+        let (_, bytes) = call(http, gateway, token, true).await;
         best_g = best_g.max(bytes as f64 / start.elapsed().as_secs_f64());
     }
     let mib = |b: f64| b / (1 << 20) as f64;
@@ -176,10 +217,19 @@ async fn main() {
         mib(best_g),
         best_g / best_d
     );
+}
 
-    // Calls per second with a whole tree calling at once.
-    let mut agent = server.client(Some(&token)).await;
-    let mut tokens = vec![token.clone()];
+/// Calls per second with a whole tree calling at once.
+async fn calls(
+    server: &TestServer,
+    http: &Http,
+    upstream: &Upstream,
+    gateway: &str,
+    token: &str,
+    root_id: &str,
+) {
+    let mut agent = server.client(Some(token)).await;
+    let mut tokens = vec![token.to_owned()];
     for i in 1..TREE {
         let child =
             troupe_tests::create_child(&mut agent, troupe_tests::child(&format!("c{i}"))).await;
@@ -193,7 +243,7 @@ async fn main() {
     let started = Instant::now();
     let workers: Vec<_> = (0..CALLERS)
         .map(|i| {
-            let (http, url, key) = (http.clone(), gateway.clone(), tokens[i % TREE].clone());
+            let (http, url, key) = (http.clone(), gateway.to_owned(), tokens[i % TREE].clone());
             let (done, stop) = (done.clone(), stop.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
@@ -210,13 +260,7 @@ async fn main() {
     }
     let calls = done.load(Ordering::Relaxed);
     let rate = calls as f64 / started.elapsed().as_secs_f64();
-    let usage = server
-        .get(&root.session.unwrap().session_id)
-        .await
-        .session
-        .unwrap()
-        .usage
-        .unwrap();
+    let usage = server.get(root_id).await.session.unwrap().usage.unwrap();
     println!();
     println!(
         "| a tree of {TREE} sessions, {CALLERS} callers | calls/s (reserve, forward, settle) | settled |"

@@ -93,6 +93,12 @@ pub enum Fault {
     Truncated,
     /// A stream that sends `message_start`, then nothing, and never ends.
     Stall,
+    /// A stream cut like `Truncated`, but by a broken connection (no
+    /// chunked end): the client reads an error.
+    BreakOff,
+    /// The whole answer, each event this long after the one before: a slow
+    /// provider that never stalls.
+    Drip(Duration),
 }
 
 /// One scripted answer.
@@ -487,6 +493,26 @@ fn faulty(fault: &Fault, model: &str) -> Response {
             let first = start();
             let first = futures::stream::once(async move { Ok::<_, std::io::Error>(first) });
             events(Body::from_stream(first.chain(futures::stream::pending())))
+        }
+        Fault::BreakOff => {
+            // The break waits for the start to be flushed (the server
+            // flushes when the body has nothing more ready).
+            let first = futures::stream::once(std::future::ready(Ok(start())));
+            let broken = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Err(std::io::Error::other("broken off"))
+            });
+            events(Body::from_stream(first.chain(broken)))
+        }
+        Fault::Drip(gap) => {
+            let whole = sse(&Turn::text("slow"), model);
+            let pieces: Vec<String> = whole.split_inclusive("\n\n").map(str::to_owned).collect();
+            let gap = *gap;
+            let pieces = futures::stream::iter(pieces).then(move |piece| async move {
+                tokio::time::sleep(gap).await;
+                Ok::<_, std::io::Error>(piece)
+            });
+            events(Body::from_stream(pieces))
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The model gateway's faults, on the backend `TROUPE_TEST_BACKEND` names:
 //! the upstream answering 500 or what cannot be read, a stream cut short or
-//! stalled, the upstream down, the client hanging up mid-stream. Each
+//! stalled or broken off, the upstream down, the client hanging up
+//! mid-stream; and a slow stream that is no fault. Each
 //! settles the reservation, ends in bounded time and tells the agent.
+
+use std::time::Duration;
 
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::model::TokenUsage;
@@ -150,4 +153,54 @@ async fn a_client_that_hangs_up_mid_stream_is_settled() {
     let usage = settled(&setup, &id).await;
     assert_eq!(usage.own_calls, 1);
     assert_eq!(usage.own_tokens.unwrap().input, 10);
+}
+
+/// The provider's connection breaks mid-stream: the agent reads an error
+/// event, and what the provider had reported is billed.
+#[tokio::test]
+async fn a_stream_that_breaks_off_is_settled_and_told() {
+    let setup = Setup::new(vec![Turn::fault(Fault::BreakOff)]).await;
+    let (id, token) = setup.root("alpha", None).await;
+    let answer = setup.call(&token, true).await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.body.contains("message_start"), "{}", answer.body);
+    assert!(answer.body.contains("event: error"), "{}", answer.body);
+    assert!(answer.body.contains("stream broke off"), "{}", answer.body);
+    let usage = settled(&setup, &id).await;
+    let start = TokenUsage {
+        input: 10,
+        output: 1,
+        ..counted_nothing()
+    };
+    assert_metered(&usage, 1, start, 10 * 3_000_000 + 15_000_000);
+}
+
+/// A stream slower in all than the idle deadline, but never silent that
+/// long, is relayed whole: the deadline counts from the last frame.
+#[tokio::test]
+async fn a_slow_stream_that_never_stalls_is_whole() {
+    let idle = 300;
+    let setup = Setup::with_timeouts(
+        vec![Turn::fault(Fault::Drip(Duration::from_millis(idle / 3)))],
+        &format!("timeouts: {{ idle_ms: {idle} }}"),
+    )
+    .await;
+    let (id, token) = setup.root("alpha", None).await;
+    let started = std::time::Instant::now();
+    let answer = setup.call(&token, true).await;
+    assert_eq!(answer.status, 200);
+    assert!(!answer.body.contains("event: error"), "{}", answer.body);
+    assert!(answer.body.contains("message_stop"), "{}", answer.body);
+    // Six events, each a third of the deadline after the one before.
+    assert!(
+        started.elapsed() > Duration::from_millis(idle * 3 / 2),
+        "the stream is meant to outlast the idle deadline"
+    );
+    let usage = settled(&setup, &id).await;
+    let whole = TokenUsage {
+        input: 10,
+        output: 5,
+        ..counted_nothing()
+    };
+    assert_metered(&usage, 1, whole, 10 * 3_000_000 + 5 * 15_000_000);
 }

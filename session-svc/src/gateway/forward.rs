@@ -1,6 +1,6 @@
 //! The upstream call: the agent's request sent on with the provider's key
 //! in place of the agent's, and its answer relayed back, a stream as it
-//! comes. Every way a call ends settles its reservation exactly once
+//! comes ([`Relay`]). Every way a call ends settles its reservation exactly once
 //! ([`Settlement`]): with the provider's usage when it answered, with what
 //! it had reported when it broke off or the client hung up, with nothing
 //! when it was never reached. Each step has a deadline ([`Timeouts`]), so
@@ -20,14 +20,14 @@ use hyper_util::{
     client::legacy::{Client as HyperClient, connect::HttpConnector},
     rt::TokioExecutor,
 };
-use tokio::sync::mpsc;
 use tracing::field::Empty;
 
 use super::{
     config::{Provider, ProviderKind, Timeouts},
+    relay::Relay,
     shape::{Api, ApiError, Kind},
     tls::{self, ExtraRoots},
-    usage::{self, Meter, Reported},
+    usage::{self, Reported},
 };
 use crate::{
     metrics,
@@ -247,18 +247,16 @@ pub async fn run<S: Store + 'static>(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     if status.is_success() && event_stream {
-        let (tx, rx) = mpsc::channel(32);
-        tokio::spawn(relay(
+        let relay = Relay::new(
             body,
-            tx,
             settlement,
+            status,
             call.api,
             call.timeouts.idle,
             call.provider.name.clone(),
-        ));
-        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        );
         return relayed_head(status, &parts.headers)
-            .body(Body::from_stream(stream))
+            .body(Body::new(relay))
             .unwrap_or_default();
     }
     let bytes = match read_all(body, call.timeouts.idle, &call.provider.name).await {
@@ -304,90 +302,9 @@ pub async fn run<S: Store + 'static>(
     }
 }
 
-type Chunk = Result<Bytes, std::io::Error>;
-
-/// Relays a stream to the client as it comes, reading its usage, and
-/// settles when it ends, breaks off, stalls past `idle`, or the client
-/// goes away.
-async fn relay<S: Store + 'static>(
-    mut body: Incoming,
-    tx: mpsc::Sender<Chunk>,
-    mut settlement: Settlement<S>,
-    api: Api,
-    idle: Duration,
-    provider: String,
-) {
-    let mut meter = Meter::new(api);
-    let status = Some(StatusCode::OK);
-    let fault = loop {
-        let frame = tokio::select! {
-            () = tx.closed() => {
-                settlement.settle(&meter.reported, CallOutcome::Cancelled, status).await;
-                return;
-            }
-            frame = tokio::time::timeout(idle, body.frame()) => frame,
-        };
-        match frame {
-            Err(_) => {
-                break ApiError::new(
-                    Kind::Timeout,
-                    format!(
-                        "provider {provider} stopped streaming for {} ms",
-                        idle.as_millis()
-                    ),
-                );
-            }
-            Ok(None) if meter.reported.complete => {
-                let outcome = match meter.reported.error {
-                    Some(_) => CallOutcome::Failed,
-                    None => CallOutcome::Ok,
-                };
-                settlement.settle(&meter.reported, outcome, status).await;
-                return;
-            }
-            Ok(None) if meter.reported.error.is_some() => {
-                // The provider's error event is already relayed.
-                settlement
-                    .settle(&meter.reported, CallOutcome::Failed, status)
-                    .await;
-                return;
-            }
-            Ok(None) => {
-                break ApiError::new(
-                    Kind::Upstream,
-                    format!("provider {provider}'s stream ended before the answer was whole"),
-                );
-            }
-            Ok(Some(Err(e))) => {
-                break ApiError::new(
-                    Kind::Upstream,
-                    format!("provider {provider}'s stream broke off: {e}"),
-                );
-            }
-            Ok(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                meter.feed(&data);
-                if tx.send(Ok(data)).await.is_err() {
-                    settlement
-                        .settle(&meter.reported, CallOutcome::Cancelled, status)
-                        .await;
-                    return;
-                }
-            }
-        }
-    };
-    settlement
-        .settle(&meter.reported, CallOutcome::Failed, status)
-        .await;
-    // Ends the client's stream with an error it reads in its API's terms.
-    let _ = tx.send(Ok(Bytes::from(fault.stream_event(api)))).await;
-}
-
 /// A call's reservation, settled exactly once: by [`Settlement::settle`],
 /// or, if the call's task ends otherwise, released when dropped.
-struct Settlement<S: Store + 'static> {
+pub(super) struct Settlement<S: Store + 'static> {
     store: S,
     reservation: Option<Reservation>,
     provider: String,
@@ -455,7 +372,7 @@ impl<S: Store + 'static> Settlement<S> {
         }
     }
 
-    async fn settle(
+    pub(super) async fn settle(
         &mut self,
         reported: &Reported,
         outcome: CallOutcome,

@@ -12,11 +12,13 @@
 //! - [`config`]: providers, keys, prices, access, timeouts.
 //! - [`shape`]: errors in each API's own shape.
 //! - [`usage`]: usage as the provider reports it, streaming or not.
-//! - [`forward`]: the upstream call, the relay of its answer, settlement.
+//! - [`forward`]: the upstream call, its answer, settlement.
+//! - [`relay`]: a streamed answer passed on frame by frame, metered.
 //! - [`tls`]: the roots a provider's certificate is checked against.
 
 pub mod config;
 pub mod forward;
+mod relay;
 pub mod shape;
 pub mod tls;
 pub mod usage;

@@ -97,25 +97,29 @@ fn openai_reasons(value: &Value, reasons: &mut Vec<String>) {
     }
 }
 
-/// Reads a stream of server-sent events as it passes through.
+/// Reads a stream of server-sent events as it passes through: each byte
+/// is searched once, in place; only the start of an event that a piece of
+/// the stream leaves unfinished is kept, up to [`MAX_EVENT_BYTES`].
 #[derive(Debug)]
 pub struct Meter {
     api: Api,
+    /// The unfinished event's bytes so far (none of them ends it); while
+    /// `skipping`, only its last bytes, that a separator may straddle.
     buffer: Vec<u8>,
-    /// How far `buffer` is known to hold no event's end: each byte is
-    /// searched once, however many pieces a long event comes in.
-    searched: usize,
     /// The current event outgrew [`MAX_EVENT_BYTES`]: skip to its end.
     skipping: bool,
     pub reported: Reported,
 }
+
+/// Longest separator (`\r\n\r\n`) but one: the bytes of an event's end
+/// that the piece before may hold.
+const STRADDLE: usize = 3;
 
 impl Meter {
     pub fn new(api: Api) -> Meter {
         Meter {
             api,
             buffer: Vec::new(),
-            searched: 0,
             skipping: false,
             reported: Reported::default(),
         }
@@ -123,26 +127,76 @@ impl Meter {
 
     /// Reads `chunk`, the next bytes of the stream.
     pub fn feed(&mut self, chunk: &[u8]) {
-        self.buffer.extend_from_slice(chunk);
-        // A separator may straddle the last piece's end: look 3 bytes back.
-        let mut from = self.searched.saturating_sub(3);
-        while let Some((end, sep)) = event_end(&self.buffer[from..]) {
-            let end = from + end;
-            let event: Vec<u8> = self.buffer.drain(..end + sep).collect();
-            from = 0;
-            if std::mem::take(&mut self.skipping) {
-                continue;
+        let mut rest = chunk;
+        if self.skipping || !self.buffer.is_empty() {
+            match self.pending_end(rest) {
+                Some((end, next)) => {
+                    // The unfinished event ends in this piece.
+                    if !std::mem::take(&mut self.skipping) {
+                        let mut event = std::mem::take(&mut self.buffer);
+                        match end {
+                            End::Before(n) => event.truncate(event.len() - n),
+                            End::In(n) => event.extend_from_slice(&rest[..n]),
+                        }
+                        self.event(&event);
+                        // Its allocation serves the next unfinished event.
+                        event.clear();
+                        self.buffer = event;
+                    }
+                    self.buffer.clear();
+                    rest = &rest[next..];
+                }
+                None => {
+                    self.keep(rest);
+                    return;
+                }
             }
-            self.event(&event[..end]);
         }
-        if self.skipping || self.buffer.len() > MAX_EVENT_BYTES {
-            // Only the oversized event's end matters now: keep the bytes a
-            // separator may straddle.
-            let keep = self.buffer.len().min(3);
-            self.buffer.drain(..self.buffer.len() - keep);
-            self.skipping = true;
+        while let Some((end, sep)) = event_end(rest) {
+            self.event(&rest[..end]);
+            rest = &rest[end + sep..];
         }
-        self.searched = self.buffer.len();
+        self.keep(rest);
+    }
+
+    /// Where the unfinished event ends in `chunk`, if it does, and where
+    /// the next begins: a separator straddling the pieces' seam is looked
+    /// for among the last bytes kept and the first of `chunk`.
+    fn pending_end(&self, chunk: &[u8]) -> Option<(End, usize)> {
+        let before = &self.buffer[self.buffer.len().saturating_sub(STRADDLE)..];
+        let after = &chunk[..chunk.len().min(STRADDLE)];
+        let mut seam = [0u8; 2 * STRADDLE];
+        seam[..before.len()].copy_from_slice(before);
+        seam[before.len()..before.len() + after.len()].copy_from_slice(after);
+        let seam = &seam[..before.len() + after.len()];
+        if let Some((end, sep)) = event_end(seam) {
+            let next = end + sep - before.len();
+            return Some(match end.checked_sub(before.len()) {
+                Some(n) => (End::In(n), next),
+                None => (End::Before(before.len() - end), next),
+            });
+        }
+        event_end(chunk).map(|(end, sep)| (End::In(end), end + sep))
+    }
+
+    /// Keeps `rest`, the start of an event that does not end in it.
+    fn keep(&mut self, rest: &[u8]) {
+        if !self.skipping && self.buffer.len() + rest.len() <= MAX_EVENT_BYTES {
+            self.buffer.extend_from_slice(rest);
+            return;
+        }
+        // Only the oversized event's end matters now: keep the bytes a
+        // separator may straddle.
+        self.skipping = true;
+        if rest.len() >= STRADDLE {
+            self.buffer.clear();
+            self.buffer
+                .extend_from_slice(&rest[rest.len() - STRADDLE..]);
+        } else {
+            self.buffer.extend_from_slice(rest);
+            let extra = self.buffer.len().saturating_sub(STRADDLE);
+            self.buffer.drain(..extra);
+        }
     }
 
     fn event(&mut self, event: &[u8]) {
@@ -219,6 +273,14 @@ fn error_message(value: &Value) -> String {
         .to_owned()
 }
 
+/// Where an unfinished event ends: this many bytes before the end of what
+/// was kept, or at this offset of the new piece.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Before(usize),
+    In(usize),
+}
+
 /// Where the first event in `buffer` ends (a blank line: `\n\n` or
 /// `\r\n\r\n`), and its separator's length.
 fn event_end(buffer: &[u8]) -> Option<(usize, usize)> {
@@ -289,6 +351,67 @@ mod tests {
         }
         meter.feed(b"\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n");
         assert_eq!(meter.reported.tokens.output, 9);
+    }
+
+    /// A stream of events with both separators, a provider's error
+    /// and a `[DONE]`-like line, as the meter must read it however cut.
+    const MIXED: &str = concat!(
+        "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":",
+        "{\"input_tokens\":11,\"output_tokens\":1}}}\r\n\r\n",
+        ": a comment\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":",
+        "{\"text\":\"a\\n\\nb\\r\\n\"}}\n\n",
+        "event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":",
+        "{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":23}}\r\n\r\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"message\":\"overloaded\"}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+
+    fn read_whole(stream: &[u8]) -> Reported {
+        let mut meter = Meter::new(Api::Anthropic);
+        meter.feed(stream);
+        meter.reported
+    }
+
+    #[test]
+    fn every_way_of_cutting_a_stream_reads_the_same() {
+        let stream = MIXED.as_bytes();
+        let whole = read_whole(stream);
+        assert_eq!(whole.tokens.input, 11);
+        assert_eq!(whole.tokens.output, 23);
+        assert_eq!(whole.finish_reasons, ["end_turn"]);
+        assert_eq!(whole.error.as_deref(), Some("overloaded"));
+        assert!(whole.complete);
+        // Two cuts anywhere: three pieces, some of them empty.
+        for a in 0..=stream.len() {
+            for b in a..=stream.len() {
+                let mut meter = Meter::new(Api::Anthropic);
+                for piece in [&stream[..a], &stream[a..b], &stream[b..]] {
+                    meter.feed(piece);
+                }
+                assert_eq!(meter.reported, whole, "cut at {a} and {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_oversized_events_end_is_found_however_its_pieces_fall() {
+        let mut stream = b"event: content_block_delta\ndata: ".to_vec();
+        stream.resize(stream.len() + MAX_EVENT_BYTES + 10, b'x');
+        let big = stream.len();
+        stream.extend_from_slice(b"\r\n\r\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n");
+        // The bulk in one piece, then the rest, from a little before the
+        // separator, in pieces of every size from one byte up.
+        let tail = big - 8;
+        for size in 1..=8 {
+            let mut meter = Meter::new(Api::Anthropic);
+            meter.feed(&stream[..tail]);
+            assert!(meter.skipping && meter.buffer.len() <= STRADDLE);
+            for piece in stream[tail..].chunks(size) {
+                meter.feed(piece);
+            }
+            assert_eq!(meter.reported.tokens.output, 9, "pieces of {size}");
+        }
     }
 
     #[test]
