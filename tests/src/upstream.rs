@@ -52,10 +52,11 @@ use axum::{
     http::{HeaderMap, StatusCode, Uri, header},
     response::Response,
 };
+mod anthropic;
 mod openai;
 pub mod tls;
 
-use futures::StreamExt;
+use anthropic::{error, faulty, message, sse};
 use openai::{chat_chunks, chat_completion, openai_error};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
@@ -463,159 +464,10 @@ async fn answer(
     }
 }
 
-/// The answer of a [`Fault`].
-fn faulty(fault: &Fault, model: &str) -> Response {
-    let start = || {
-        let whole = sse(&Turn::text("cut"), model);
-        // message_start, and the first block's start.
-        whole.split_inclusive("\n\n").take(2).collect::<String>()
-    };
-    let events = |body: Body| {
-        Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .body(body)
-            .expect("a response")
-    };
-    match fault {
-        Fault::Status(code) => error(
-            StatusCode::from_u16(*code).expect("a status"),
-            "api_error",
-            "the scripted upstream failed",
-        ),
-        Fault::Malformed => Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from("{\"id\": \"msg_"))
-            .expect("a response"),
-        Fault::Truncated => events(Body::from(start())),
-        Fault::Stall => {
-            let first = start();
-            let first = futures::stream::once(async move { Ok::<_, std::io::Error>(first) });
-            events(Body::from_stream(first.chain(futures::stream::pending())))
-        }
-        Fault::BreakOff => {
-            // The break waits for the start to be flushed (the server
-            // flushes when the body has nothing more ready).
-            let first = futures::stream::once(std::future::ready(Ok(start())));
-            let broken = futures::stream::once(async {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                Err(std::io::Error::other("broken off"))
-            });
-            events(Body::from_stream(first.chain(broken)))
-        }
-        Fault::Drip(gap) => {
-            let whole = sse(&Turn::text("slow"), model);
-            let pieces: Vec<String> = whole.split_inclusive("\n\n").map(str::to_owned).collect();
-            let gap = *gap;
-            let pieces = futures::stream::iter(pieces).then(move |piece| async move {
-                tokio::time::sleep(gap).await;
-                Ok::<_, std::io::Error>(piece)
-            });
-            events(Body::from_stream(pieces))
-        }
-    }
-}
-
 pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(value.to_string()))
         .expect("a response")
-}
-
-fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    json_response(
-        status,
-        &json!({"type": "error", "error": {"type": kind, "message": message}}),
-    )
-}
-
-fn message_id() -> String {
-    format!("msg_{}", uuid::Uuid::now_v7().simple())
-}
-
-fn usage_json(usage: &Usage) -> Value {
-    json!({
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_read_input_tokens": usage.cache_read_input_tokens,
-        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-    })
-}
-
-fn block_json(block: &Block) -> Value {
-    match block {
-        Block::Text(text) => json!({"type": "text", "text": text}),
-        Block::ToolUse { id, name, input } => {
-            json!({"type": "tool_use", "id": id, "name": name, "input": input})
-        }
-    }
-}
-
-/// The whole message of a non-streaming answer.
-fn message(turn: &Turn, model: &str) -> Value {
-    json!({
-        "id": message_id(),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": turn.blocks.iter().map(block_json).collect::<Vec<_>>(),
-        "stop_reason": turn.stop_reason,
-        "stop_sequence": null,
-        "usage": usage_json(&turn.usage),
-    })
-}
-
-/// The events of a streaming answer, as one body.
-fn sse(turn: &Turn, model: &str) -> String {
-    let mut out = String::new();
-    let mut event = |name: &str, data: Value| {
-        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
-    };
-    let start_usage = Usage {
-        output_tokens: 1,
-        ..turn.usage
-    };
-    event(
-        "message_start",
-        json!({"type": "message_start", "message": {
-            "id": message_id(), "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": usage_json(&start_usage),
-        }}),
-    );
-    for (index, block) in turn.blocks.iter().enumerate() {
-        let (start, delta) = match block {
-            Block::Text(text) => (
-                json!({"type": "text", "text": ""}),
-                json!({"type": "text_delta", "text": text}),
-            ),
-            Block::ToolUse { id, name, input } => (
-                json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                json!({"type": "input_json_delta", "partial_json": input.to_string()}),
-            ),
-        };
-        event(
-            "content_block_start",
-            json!({"type": "content_block_start", "index": index, "content_block": start}),
-        );
-        event(
-            "content_block_delta",
-            json!({"type": "content_block_delta", "index": index, "delta": delta}),
-        );
-        event(
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": index}),
-        );
-    }
-    event(
-        "message_delta",
-        json!({"type": "message_delta",
-               "delta": {"stop_reason": turn.stop_reason, "stop_sequence": null},
-               "usage": {"output_tokens": turn.usage.output_tokens}}),
-    );
-    event("message_stop", json!({"type": "message_stop"}));
-    out
 }
