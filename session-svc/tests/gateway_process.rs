@@ -81,13 +81,7 @@ async fn a_model_call_is_a_span_of_its_sessions_life_and_counted_in_metrics() {
     let log = dir.path().join("session.log");
     let listen = metrics.to_string();
     let file = file.display().to_string();
-    let data = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(data.path().join("workspaces/Agents")).unwrap();
-    std::fs::write(
-        data.path().join("workspaces/Agents/worker.md"),
-        "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
-    )
-    .unwrap();
+    let data = data_with_worker();
     let service = SessionProcess::start_logging(
         env!("CARGO_BIN_EXE_troupe-session"),
         data,
@@ -195,13 +189,7 @@ async fn a_provider_certificate_that_does_not_verify_is_logged_without_the_key()
     let file = config(dir.path(), &upstream.base_url());
     let file = file.display().to_string();
     let log = dir.path().join("session.log");
-    let data = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(data.path().join("workspaces/Agents")).unwrap();
-    std::fs::write(
-        data.path().join("workspaces/Agents/worker.md"),
-        "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
-    )
-    .unwrap();
+    let data = data_with_worker();
     let service = SessionProcess::start_logging(
         env!("CARGO_BIN_EXE_troupe-session"),
         data,
@@ -228,4 +216,16 @@ async fn a_provider_certificate_that_does_not_verify_is_logged_without_the_key()
         .unwrap_or_else(|| panic!("no line of the failure in {logged}"));
     assert!(line.contains("UnknownIssuer"), "{line}");
     assert!(!logged.contains(KEY), "the key is in the log");
+}
+
+/// A data directory whose workspaces share the agent `worker` (`cat`).
+fn data_with_worker() -> tempfile::TempDir {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("workspaces/Agents")).unwrap();
+    std::fs::write(
+        data.path().join("workspaces/Agents/worker.md"),
+        "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
+    )
+    .unwrap();
+    data
 }
