@@ -10,7 +10,7 @@
 //!   call's reservation within every budget of its path, a child's budget
 //!   that only narrows, nothing created under a spent budget;
 //! - messaging, progress and termination: [`may_message`],
-//!   [`may_report_progress`], [`may_terminate`];
+//!   [`may_report_progress`], [`may_finish`], [`may_reply`], [`may_terminate`];
 //! - the process state machine: [`process_step`], what a runner's report
 //!   (or a failure, as an exit) does to its session.
 
@@ -249,6 +249,35 @@ pub fn may_message(caller: &Caller, target: &SessionRow) -> Result<(), SessionEr
 /// Checks that a session may report progress: its own, while it is active.
 pub fn may_report_progress(session: &SessionRow) -> Result<(), SessionError> {
     require_active(session, "it reports no progress")
+}
+
+/// Checks that a session may finish its task: its own, while it is active
+/// (once: finishing ends it).
+pub fn may_finish(session: &SessionRow) -> Result<(), SessionError> {
+    require_active(
+        session,
+        "its task is over: it finished already, or was ended",
+    )
+}
+
+/// Checks that `me` may reply to `target`: its own parent, whatever their
+/// trust levels, while the parent is active. The caller names no parent:
+/// the store finds it from `me`'s row, so this holds it to that.
+pub fn may_reply(me: &SessionRow, target: &SessionRow) -> Result<(), SessionError> {
+    if me.parent_session_id.as_deref() != Some(target.session_id.as_str()) {
+        // Never its parent's id in the words: a sandboxed child may not see it.
+        return Err(SessionError::invalid(
+            "session",
+            "a session replies to its own parent only",
+        ));
+    }
+    if target.is_active() {
+        return Ok(());
+    }
+    Err(SessionError::refused(
+        Reason::ParentNotRunning,
+        "the parent session has ended; it takes no reply",
+    ))
 }
 
 /// Refuses a session that has ended, saying what it can no longer do.
