@@ -178,12 +178,21 @@ async fn a_sandboxed_child_returns_its_result_to_its_direct_parent() {
     let seen = seen.result.unwrap();
     assert_eq!(seen.status(), SessionStatus::Completed);
     assert_eq!(seen.finished.unwrap().result, "the answer is 42");
+}
 
-    // CALLBACK: the notice carries the result and outcome.
+/// The notice goes at the finish, with the result, while the process is
+/// still in its grace (not at its exit).
+#[tokio::test]
+async fn the_callback_notice_carries_the_result_at_the_finish() {
+    let pair = Pair::start_with(|c| c.finish_grace_ms = 600_000).await;
+    let ws = pair.runner.workspace("callbacks");
+    agents(&pair, &ws);
+    let root = pair.root(&ws, "parent", "start").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
     let mut as_root = pair.server.act_as(&root.session_id).await;
-    let request = sandboxed_child(ExecutionMode::Callback);
     let second = as_root
-        .create_session(request)
+        .create_session(sandboxed_child(ExecutionMode::Callback))
         .await
         .unwrap()
         .into_inner()
@@ -204,32 +213,9 @@ async fn a_sandboxed_child_returns_its_result_to_its_direct_parent() {
     assert_eq!(notice["reason"], "finished", "{notice}");
     assert_eq!(notice["outcome"], "failure", "{notice}");
     assert_eq!(notice["result"], "could not", "{notice}");
-    // One notice, even after the stopped process's exit lands.
-    pair.wait_status(&second.session_id, SessionStatus::Failed)
-        .await;
-    let deadline = tokio::time::Instant::now() + MINUTE;
-    while pair
-        .get(&second.session_id)
-        .await
-        .result
-        .unwrap()
-        .exit_code
-        .is_none()
-    {
-        assert!(tokio::time::Instant::now() < deadline, "never stopped");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let notices = lines_from(&pair, &root.session_id, "troupe").await;
-    let about_second = notices
-        .iter()
-        .filter(|l| {
-            l["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains(&second.session_id)
-        })
-        .count();
-    assert_eq!(about_second, 1, "{notices:?}");
+    assert_eq!(notice["exit_code"], -1, "still in its grace: {notice}");
+    let seen = pair.get(&second.session_id).await.result.unwrap();
+    assert_eq!(seen.exit_code, None, "the grace is the service's: {seen:?}");
 }
 
 #[tokio::test]
