@@ -7,7 +7,10 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use troupe_proto::session::{CreateSessionRequest, TrustLevel};
+use troupe_proto::session::{
+    CreateSessionRequest, EventKind, Finished, Outcome, TrustLevel, WatchSessionsRequest,
+    session_event::Detail,
+};
 use troupe_tests::TestServer;
 
 #[tokio::test]
@@ -109,4 +112,31 @@ async fn a_sandboxed_child_finishes_for_its_direct_parent_through_the_bridge() {
     let got = ok(&got[0]["results"][0]);
     assert_eq!(got["result"]["finished"]["result"], "the answer is 42");
     assert_eq!(got["result"]["status"], "completed");
+
+    // On the watch stream, the end event carries the result.
+    let mut events = as_root
+        .watch_sessions(WatchSessionsRequest {
+            session_id: child.session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let end = loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(30), events.message())
+            .await
+            .expect("the end event within 30 s")
+            .unwrap()
+            .expect("the stream goes on");
+        if event.kind() == EventKind::Completed {
+            break event;
+        }
+    };
+    assert_eq!(
+        end.detail,
+        Some(Detail::Finished(Finished {
+            outcome: Outcome::Success as i32,
+            result: "the answer is 42".into(),
+        }))
+    );
 }
