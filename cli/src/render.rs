@@ -153,7 +153,24 @@ pub fn got(r: &pb::GetSessionResponse) -> Value {
         "inbox_count": r.inbox_count,
         "exit_code": r.result.as_ref().and_then(|x| x.exit_code),
         "output_tail": r.result.as_ref().map(|x| x.output_tail.as_str()),
+        "finished": r.result.as_ref().and_then(|x| x.finished.as_ref()).map(finished),
     })
+}
+
+/// A session's own result, as it finished its task.
+fn finished(f: &pb::Finished) -> Value {
+    json!({
+        "outcome": outcome_str(f.outcome()),
+        "result": f.result,
+    })
+}
+
+fn outcome_str(outcome: pb::Outcome) -> &'static str {
+    match outcome {
+        pb::Outcome::Success => "success",
+        pb::Outcome::Failure => "failure",
+        pb::Outcome::Unspecified => "unspecified",
+    }
 }
 
 pub fn terminated(r: &pb::TerminateSessionResponse) -> Value {
@@ -231,6 +248,7 @@ fn event_detail(detail: Option<&Detail>) -> Value {
             "by_runner": t.by_runner,
         }),
         Some(Detail::Usage(u)) => view::usage(u),
+        Some(Detail::Finished(f)) => finished(f),
     }
 }
 
@@ -279,6 +297,11 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
             u.subtree_calls,
             u.subtree_tokens,
             money::usd(u.subtree_cost_pico_usd)
+        ),
+        Some(Detail::Finished(f)) => format!(
+            "reason=finished outcome={} result={}",
+            outcome_str(f.outcome()),
+            word(&f.result)
         ),
     }
 }

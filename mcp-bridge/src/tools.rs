@@ -1,15 +1,18 @@
 //! The tools. Names and arguments follow the seeds (`create_session`,
 //! `send_message`, `list_workspace_sessions`) plus `get_session`,
-//! `wait_for_session`, `terminate_session` and `report_progress`. Each validates only what it
+//! `wait_for_session`, `terminate_session`, `report_progress`, and the two
+//! of a child towards its parent, `finish` and `reply_to_parent`. Each validates only what it
 //! must to build the request; the session service decides everything else.
 //! Results are pretty JSON text with the same value as structured content;
 //! failures are tool errors ([`crate::failure`]).
 //!
-//! [`args`] holds the arguments, [`calls`] what each tool does; this file
+//! [`args`] holds the arguments, [`calls`] what each tool does (`own`:
+//! those about the caller's own session); this file
 //! holds the tools' names and descriptions, and the server's.
 
 mod args;
 mod calls;
+mod own;
 
 use std::sync::Arc;
 
@@ -21,8 +24,8 @@ use rmcp::{
 };
 
 pub use args::{
-    CreateSessionArgs, DEFAULT_WAIT_SECS, ListArgs, MAX_WAIT_SECS, Mode, ProgressArgs,
-    SendMessageArgs, SessionArgs, Usd, WaitArgs, Whole,
+    CreateSessionArgs, DEFAULT_WAIT_SECS, FinishArgs, FinishOutcome, ListArgs, MAX_WAIT_SECS, Mode,
+    ProgressArgs, ReplyArgs, SendMessageArgs, SessionArgs, Usd, WaitArgs, Whole,
 };
 
 use crate::{backend::Backend, caller::Identity};
@@ -31,7 +34,9 @@ const INSTRUCTIONS: &str = "Troupe sessions: this server acts as the calling age
 Use create_session to start a child agent in this workspace, send_message to talk to another \
 session, list_workspace_sessions to discover the team, get_session and wait_for_session to \
 follow a session, terminate_session to end one below you, report_progress to tell watchers \
-how far your own task has come. The session service enforces every \
+how far your own task has come, reply_to_parent to tell your parent something while you work, \
+and finish to end your own task with its result, which your parent receives. The session \
+service enforces every \
 rule (workspace, trust level, spawn limits); a refused call is a tool error saying which rule \
 refused it and what quota is left.";
 
@@ -56,7 +61,8 @@ budget_tokens, budget_calls and budget_wall_secs optionally give the child a bud
 subtree; a child's budget can only narrow this session's: each must be at most what this session \
 (and its ancestors) has left, or the call is refused BUDGET_EXCEEDED with what is left. Returns the new \
 session (session_id, status, depth, trust_level, ...), the quota left after it, and for mode \
-\"sync\" the child's result (status, exit_code, output_tail).",
+\"sync\" the child's result (status, exit_code, output_tail, and finished: the outcome and \
+result the child gave with its finish tool).",
         annotations(
             read_only_hint = false,
             destructive_hint = false,
@@ -120,8 +126,9 @@ and parent of each. Active sessions only, unless include_ended is true.",
 
     #[tool(
         name = "get_session",
-        description = "Get one session this session may see: its status, exit code and the \
-tail of its output (in result), and its direct children.",
+        description = "Get one session this session may see: its status, exit code, the \
+tail of its output and, once it used its finish tool, its outcome and result (in \
+result.finished), and its direct children.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn get_session(
@@ -204,6 +211,57 @@ sequence.",
             "report_progress",
             &extensions,
             self.progress(&extensions, args),
+        )
+        .await
+    }
+    #[tool(
+        name = "finish",
+        description = "Finish this session's own task: give its result (the answer, in \
+full; the parent receives exactly this text) and its outcome, \"success\" (default) or \
+\"failure\". This session then ends (completed or failed), its children still running are \
+terminated, and this agent is stopped shortly after: call it last, once. The parent gets the \
+result however it waits (a sync create, its callback message, get_session or \
+wait_for_session). A result over the service's limit (64 KiB by default) is refused; \
+finishing twice is refused (SESSION_ENDED).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn finish(
+        &self,
+        extensions: Extensions,
+        Parameters(args): Parameters<FinishArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.traced("finish", &extensions, self.finish_own(&extensions, args))
+            .await
+    }
+
+    #[tool(
+        name = "reply_to_parent",
+        description = "Send a message to this session's own parent (the session that created \
+it), while the task goes on: a question, an intermediate finding, a status. It needs no \
+session id and works whatever the trust levels: it is the one message a sandboxed session may \
+send a direct parent. The parent receives it once, from this session. A root session has no \
+parent (refused PARENT_NOT_RUNNING). Returns delivery: \"delivered\" or \"queued\".",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn reply_to_parent(
+        &self,
+        extensions: Extensions,
+        Parameters(args): Parameters<ReplyArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.traced(
+            "reply_to_parent",
+            &extensions,
+            self.reply(&extensions, args),
         )
         .await
     }

@@ -20,15 +20,60 @@ fn opt_session(s: Option<&pb::Session>) -> Value {
     s.map_or(Value::Null, session)
 }
 
-/// How a session ended (or what it printed so far).
+/// How a session ended (or what it printed so far), with its own result
+/// (`finished`: outcome and result) if it finished its task, else `null`.
 pub fn result(r: Option<&pb::SessionResult>) -> Value {
     r.map_or(Value::Null, |r| {
         json!({
             "status": status_str(r.status()),
             "exit_code": r.exit_code,
             "output_tail": r.output_tail,
+            "finished": r.finished.as_ref().map_or(Value::Null, |f| json!({
+                "outcome": outcome_str(f.outcome()),
+                "result": f.result,
+            })),
         })
     })
+}
+
+fn outcome_str(outcome: pb::Outcome) -> &'static str {
+    match outcome {
+        pb::Outcome::Success => "success",
+        pb::Outcome::Failure => "failure",
+        pb::Outcome::Unspecified => "unspecified",
+    }
+}
+
+/// This session's own end.
+pub fn finished(r: &pb::FinishSessionResponse) -> Value {
+    json!({
+        "session": opt_session(r.session.as_ref()),
+        "terminated_session_ids": r.terminated_session_ids,
+        "note": "your task is over: the parent has the result; your process is stopped soon",
+    })
+}
+
+/// A reply sent to the parent.
+pub fn replied(r: &pb::ReplyToParentResponse) -> Value {
+    let (delivery, note) = delivery(r.delivery());
+    json!({
+        "message_id": r.message_id,
+        "sequence": r.sequence,
+        "delivery": delivery,
+        "note": note,
+    })
+}
+
+/// A delivery status as a word, and what it means.
+fn delivery(status: DeliveryStatus) -> (&'static str, &'static str) {
+    match status {
+        DeliveryStatus::Delivered => ("delivered", "written to the recipient's running agent"),
+        DeliveryStatus::Queued => (
+            "queued",
+            "stored in the recipient's inbox; its agent receives it when it runs",
+        ),
+        DeliveryStatus::Unspecified => ("unspecified", "stored in the recipient's inbox"),
+    }
 }
 
 /// A created session.
@@ -42,14 +87,7 @@ pub fn created(r: &pb::CreateSessionResponse) -> Value {
 
 /// A message sent.
 pub fn sent(r: &pb::SendMessageResponse) -> Value {
-    let (delivery, note) = match r.delivery() {
-        DeliveryStatus::Delivered => ("delivered", "written to the recipient's running agent"),
-        DeliveryStatus::Queued => (
-            "queued",
-            "stored in the recipient's inbox; its agent receives it when it runs",
-        ),
-        DeliveryStatus::Unspecified => ("unspecified", "stored in the recipient's inbox"),
-    };
+    let (delivery, note) = delivery(r.delivery());
     json!({
         "session_id": r.session_id,
         "message_id": r.message_id,

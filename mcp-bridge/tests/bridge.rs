@@ -14,7 +14,7 @@ use troupe_proto::session::TrustLevel;
 use troupe_tests::{TestServer, get, terminate};
 
 #[tokio::test]
-async fn tools_list_shows_seven_tools_with_schemas() {
+async fn tools_list_shows_nine_tools_with_schemas() {
     let server = TestServer::start().await;
     let (_, _, token) = server.root("ws", TrustLevel::Direct).await;
     let mut connection = stdio(&unix_endpoint(&server), &token, vec![]);
@@ -96,6 +96,17 @@ async fn tools_list_shows_seven_tools_with_schemas() {
     assert_eq!(
         tool("report_progress")["inputSchema"]["required"],
         json!(["progress"])
+    );
+    let finish = tool("finish");
+    assert_eq!(finish["inputSchema"]["required"], json!(["result"]));
+    let outcome = finish["inputSchema"]["properties"]["outcome"].to_string();
+    assert!(
+        outcome.contains("success") && outcome.contains("failure"),
+        "{outcome}"
+    );
+    assert_eq!(
+        tool("reply_to_parent")["inputSchema"]["required"],
+        json!(["message"])
     );
 }
 

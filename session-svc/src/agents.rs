@@ -362,6 +362,8 @@ mod tests {
             "wait_for_session",
             "terminate_session",
             "report_progress",
+            "reply_to_parent",
+            "finish",
         ];
         assert_eq!(allowed, tools.map(|t| format!("mcp__troupe__{t}")));
         let prompt = value("--append-system-prompt");
@@ -369,6 +371,10 @@ mod tests {
             prompt.contains("session sess_x in workspace demo, trust level direct"),
             "{prompt}"
         );
+        // It says how a child answers its parent.
+        for said in ["reply_to_parent", "call finish once, last", "outcome"] {
+            assert!(prompt.contains(said), "{said}: {prompt}");
+        }
     }
 
     #[test]

@@ -102,6 +102,16 @@ pub struct Config {
     #[arg(long, env = "TROUPE_REQUEST_ID_RETENTION_SECS", default_value_t = 24 * 3600,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub request_id_retention_secs: u64,
+    /// Longest result a session may finish its task with (`FinishSession`,
+    /// the bridge's `finish`), in bytes; a longer one is refused
+    /// INVALID_ARGUMENT.
+    #[arg(long, env = "TROUPE_MAX_RESULT_BYTES", default_value_t = 64 * 1024)]
+    pub max_result_bytes: usize,
+    /// How long a session's process may go on after the session finished
+    /// its task, in milliseconds, to exit on its own; then it is stopped as
+    /// a terminated session's is.
+    #[arg(long, env = "TROUPE_FINISH_GRACE_MS", default_value_t = 10_000)]
+    pub finish_grace_ms: u64,
     /// The model gateway's providers, keys, prices and which workspaces may
     /// use which models: a YAML file (docs/operating.md). Without it, model
     /// calls are refused as not served.

@@ -51,7 +51,7 @@ pub use config::{Config, Limits};
 use crate::{
     auth::Tokens,
     driver::Driver,
-    service::{Inner, Service},
+    service::{Finishing, Inner, Service},
     store::{Holder, PgStore, SqliteStore, Store},
 };
 
@@ -149,6 +149,10 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         shutdown: cancel.clone(),
         driver: Some(driver),
         request_id_retention: config.request_id_retention(),
+        finishing: Finishing {
+            max_result_bytes: config.max_result_bytes,
+            grace: Duration::from_millis(config.finish_grace_ms),
+        },
     });
     metrics::observe_active(store.clone());
     let upkeep = tokio::spawn(upkeep(store, cancel.clone()));

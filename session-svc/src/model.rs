@@ -8,6 +8,7 @@ use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
 mod budget;
+mod finish;
 mod shared;
 mod values;
 
@@ -17,6 +18,7 @@ pub use budget::{
     Account, Budget, BudgetLeft, CallOutcome, Charge, Cost, Dimension, ModelCall, OwnUsage,
     PRICE_DECIMALS, Price, Reservation, TokenUsage,
 };
+pub use finish::{Finish, Outcome};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
 pub use values::{EventKind, ExitReason, Principal};

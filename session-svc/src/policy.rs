@@ -10,7 +10,7 @@
 //!   call's reservation within every budget of its path, a child's budget
 //!   that only narrows, nothing created under a spent budget;
 //! - messaging, progress and termination: [`may_message`],
-//!   [`may_report_progress`], [`may_terminate`];
+//!   [`may_report_progress`], [`may_finish`], [`may_reply`], [`may_terminate`];
 //! - the process state machine: [`process_step`], what a runner's report
 //!   (or a failure, as an exit) does to its session.
 
@@ -251,6 +251,35 @@ pub fn may_report_progress(session: &SessionRow) -> Result<(), SessionError> {
     require_active(session, "it reports no progress")
 }
 
+/// Checks that a session may finish its task: its own, while it is active
+/// (once: finishing ends it).
+pub fn may_finish(session: &SessionRow) -> Result<(), SessionError> {
+    require_active(
+        session,
+        "its task is over: it finished already, or was ended",
+    )
+}
+
+/// Checks that `me` may reply to `target`: its own parent, whatever their
+/// trust levels, while the parent is active. The caller names no parent:
+/// the store finds it from `me`'s row, so this holds it to that.
+pub fn may_reply(me: &SessionRow, target: &SessionRow) -> Result<(), SessionError> {
+    if me.parent_session_id.as_deref() != Some(target.session_id.as_str()) {
+        // Never its parent's id in the words: a sandboxed child may not see it.
+        return Err(SessionError::invalid(
+            "session",
+            "a session replies to its own parent only",
+        ));
+    }
+    if target.is_active() {
+        return Ok(());
+    }
+    Err(SessionError::refused(
+        Reason::ParentNotRunning,
+        "the parent session has ended; it takes no reply",
+    ))
+}
+
 /// Refuses a session that has ended, saying what it can no longer do.
 fn require_active(session: &SessionRow, consequence: &str) -> Result<(), SessionError> {
     if session.is_active() {
@@ -484,5 +513,65 @@ mod tests {
                 .map(|e| e.reason()),
             Some(Reason::TrustEscalation)
         );
+    }
+}
+
+#[cfg(test)]
+mod reply_tests {
+    use super::*;
+    use crate::model::Principal;
+
+    fn row(id: &str, parent: Option<&str>, trust: Trust, status: SessionStatus) -> SessionRow {
+        SessionRow {
+            session_id: id.to_owned(),
+            workspace_id: "ws".to_owned(),
+            parent_session_id: parent.map(str::to_owned),
+            parent_trust: parent.map(|_| Trust::Direct),
+            tree_id: "t".to_owned(),
+            depth: u32::from(parent.is_some()),
+            trust,
+            agent_name: "a".to_owned(),
+            agent_command: "[]".to_owned(),
+            title: id.to_owned(),
+            status,
+            created_by: Principal::Operator,
+            created_at_ms: 0,
+            ended_at_ms: None,
+            end_reason: None,
+            spawn_tat_ms: 0,
+            inbox_seq: 0,
+            trace: None,
+        }
+    }
+
+    /// A sandboxed child replies to its direct parent, and to no other
+    /// session; never to one that has ended.
+    #[test]
+    fn a_child_replies_to_its_own_active_parent_only() {
+        use SessionStatus::{Completed, Running};
+        let child = row("c", Some("p"), Trust::Sandboxed, Running);
+        let cases = [
+            (row("p", None, Trust::Direct, Running), Ok(())),
+            (
+                row("q", None, Trust::Direct, Running),
+                Err("INVALID_ARGUMENT"),
+            ),
+            (
+                row("q", None, Trust::Sandboxed, Running),
+                Err("INVALID_ARGUMENT"),
+            ),
+            (
+                row("p", None, Trust::Direct, Completed),
+                Err("PARENT_NOT_RUNNING"),
+            ),
+        ];
+        for (target, expected) in cases {
+            let got = may_reply(&child, &target).map_err(|e| e.reason().as_str());
+            assert_eq!(
+                got, expected,
+                "to {} {:?}",
+                target.session_id, target.status
+            );
+        }
     }
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use troupe_proto::{
     money::{self, PICO_PER_USD},
-    session::{Budget, ExecutionMode},
+    session::{Budget, ExecutionMode, Outcome},
 };
 
 use crate::failure::ToolFailure;
@@ -216,6 +216,44 @@ pub struct ListArgs {
 }
 
 /// Arguments of the tools that name one session.
+/// Arguments of `finish`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct FinishArgs {
+    /// What this session hands its parent: the answer to its task, in full (at most the
+    /// service's limit, 64 KiB by default; leave long material in the workspace's files
+    /// and say where).
+    pub result: String,
+    /// Optional: "success" (default) if the task is done, "failure" if it could not be
+    /// done (say why in result).
+    #[serde(default)]
+    pub outcome: Option<FinishOutcome>,
+}
+
+/// How the task ended.
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum FinishOutcome {
+    Success,
+    Failure,
+}
+
+impl From<FinishOutcome> for Outcome {
+    fn from(outcome: FinishOutcome) -> Outcome {
+        match outcome {
+            FinishOutcome::Success => Outcome::Success,
+            FinishOutcome::Failure => Outcome::Failure,
+        }
+    }
+}
+
+/// Arguments of `reply_to_parent`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReplyArgs {
+    /// The message for this session's parent.
+    pub message: String,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SessionArgs {
     /// The session id (`sess_...`).

@@ -78,7 +78,7 @@ impl Bridge {
     /// A client acting as the caller. Inside a traced tool span, the
     /// service's spans go under that span; otherwise the agent's own trace
     /// context, if any, is forwarded as it came.
-    async fn session(&self, extensions: &Extensions) -> Result<Session, ToolFailure> {
+    pub(super) async fn session(&self, extensions: &Extensions) -> Result<Session, ToolFailure> {
         let auth = self.identity.authorization(extensions)?;
         let traceparent = telemetry::traceparent_of(&tracing::Span::current())
             .and_then(|text| text.parse().ok())
@@ -86,7 +86,7 @@ impl Bridge {
         self.backend.session(auth, traceparent).await
     }
 
-    fn refused(&self, status: &tonic::Status) -> ToolFailure {
+    pub(super) fn refused(&self, status: &tonic::Status) -> ToolFailure {
         ToolFailure::from_status(status, self.backend.endpoint())
     }
 

@@ -16,7 +16,7 @@ use troupe_tests::{TestServer, get};
 
 pub const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
 pub const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
-pub const TOOLS: [&str; 7] = [
+pub const TOOLS: [&str; 9] = [
     "create_session",
     "send_message",
     "list_workspace_sessions",
@@ -24,6 +24,8 @@ pub const TOOLS: [&str; 7] = [
     "wait_for_session",
     "terminate_session",
     "report_progress",
+    "finish",
+    "reply_to_parent",
 ];
 
 pub fn require_python_mcp() {

@@ -79,15 +79,26 @@ pub enum SessionEndedType {
 
 /// A child session's end, told to its callback-mode parent as the text of a
 /// message from [`TROUPE_SENDER`]: `{"exit_code":N,"output_tail":..,
-/// "reason":..,"session_id":..,"status":..,"type":"session_ended"}`.
+/// "reason":..,"session_id":..,"status":..,"type":"session_ended"}`, with
+/// `outcome` and `result` after its `exit_code` and `reason` when the child
+/// finished its task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionEnded {
-    /// The agent's exit code (-1 when it had none: lost, not started).
+    /// The agent's exit code (-1 when it had none: lost, not started, or
+    /// still exiting after it finished its task).
     pub exit_code: i32,
+    /// `success` or `failure`, as the session said when it finished its
+    /// task (`finish`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
     /// The end of the agent's output (at most 2,000 characters).
     pub output_tail: String,
-    /// Why it ended: the runner's exit reason, `lost` or `not_started`.
+    /// Why it ended: `finished` (it finished its task), the runner's exit
+    /// reason, `lost` or `not_started`.
     pub reason: String,
+    /// Its own result, as it finished its task; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
     pub session_id: String,
     /// The session's status, as text (`completed`, `failed`, ...).
     pub status: String,
@@ -114,8 +125,10 @@ mod tests {
     fn ended() -> SessionEnded {
         SessionEnded {
             exit_code: 3,
+            outcome: None,
             output_tail: "bye \"now\"\n".to_owned(),
             reason: "exited".to_owned(),
+            result: None,
             session_id: "sess_c".to_owned(),
             status: "failed".to_owned(),
             kind: SessionEndedType::SessionEnded,

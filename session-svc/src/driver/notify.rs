@@ -13,7 +13,9 @@ use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType};
 use super::{Driver, Job, Term, system_audit};
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, ExitReason, Failure, NewMessage, Principal, ProcessRow, SessionRow},
+    model::{
+        AuditRecord, ExitReason, Failure, Finish, NewMessage, Principal, ProcessRow, SessionRow,
+    },
     store::Store,
 };
 
@@ -47,10 +49,11 @@ impl<S: Store> Driver<S> {
         if !process.callback_due {
             return Ok(());
         }
+        let finished = self.store.finished(session_id).await?;
         let message = NewMessage {
             message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
             sender: Principal::Troupe,
-            body: notice(&row, &process),
+            body: notice(&row, &process, finished),
         };
         let audit = system_audit("callback", &parent, true, &format!("{session_id} ended"));
         let sent = term.check(
@@ -117,16 +120,22 @@ impl<S: Store> Driver<S> {
     }
 }
 
-/// The notice of `row`'s end, from what the store holds of it: the exit
-/// the runner reported, else the failure that ended it (code -1), else
-/// that it never started.
-fn notice(row: &SessionRow, process: &ProcessRow) -> String {
-    let reason = process.exit_reason.unwrap_or_else(|| {
-        row.end_reason
-            .as_deref()
-            .and_then(ExitReason::parse)
-            .unwrap_or(ExitReason::NotStarted)
-    });
+/// The notice of `row`'s end, from what the store holds of it: its own
+/// result if it finished its task, else the exit the runner reported, else
+/// the failure that ended it (code -1), else that it never started.
+fn notice(row: &SessionRow, process: &ProcessRow, finished: Option<Finish>) -> String {
+    let reason = match &finished {
+        Some(_) => Finish::END_REASON,
+        None => process
+            .exit_reason
+            .unwrap_or_else(|| {
+                row.end_reason
+                    .as_deref()
+                    .and_then(ExitReason::parse)
+                    .unwrap_or(ExitReason::NotStarted)
+            })
+            .as_str(),
+    };
     let tail = String::from_utf8_lossy(&process.output_tail);
     let tail: String = tail
         .chars()
@@ -138,8 +147,10 @@ fn notice(row: &SessionRow, process: &ProcessRow) -> String {
         .collect();
     SessionEnded {
         exit_code: process.exit_code.unwrap_or(-1),
+        outcome: finished.as_ref().map(|f| f.outcome.as_str().to_owned()),
         output_tail: tail,
-        reason: reason.as_str().to_owned(),
+        reason: reason.to_owned(),
+        result: finished.map(|f| f.result),
         session_id: row.session_id.clone(),
         status: troupe_proto::status::status_str(row.status).to_owned(),
         kind: SessionEndedType::SessionEnded,

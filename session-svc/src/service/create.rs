@@ -296,7 +296,8 @@ pub async fn child<S: Store>(
     let result = if mode == pb::ExecutionMode::Sync {
         session = wait_for_end(inner, lapse, &session.session_id).await?;
         let process = inner.store.process(&session.session_id).await?;
-        Some(view::result(&session, process.as_ref()))
+        let finished = inner.store.finished(&session.session_id).await?;
+        Some(view::result(&session, process.as_ref(), finished.as_ref()))
     } else {
         None
     };

@@ -24,7 +24,11 @@ pub async fn session<S: Store>(
         view::with_account(&mut session, &account);
     }
     Ok(pb::GetSessionResponse {
-        result: Some(view::result(&row, process.as_ref())),
+        result: Some(view::result(
+            &row,
+            process.as_ref(),
+            inner.store.finished(&row.session_id).await?.as_ref(),
+        )),
         session: Some(session),
         children: children
             .iter()

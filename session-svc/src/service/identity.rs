@@ -23,13 +23,32 @@ pub async fn identify<S: Store>(
     inner: &Inner<S>,
     token: &str,
 ) -> Result<(Caller, Option<u64>), SessionError> {
+    identify_as(inner, token, false).await
+}
+
+/// [`identify`], except that a valid token of a session that has ended
+/// names it all the same: for `FinishSession` alone, whose store write
+/// refuses an ended session (FAILED_PRECONDITION, "finished already")
+/// rather than leaving the agent to guess why its token was refused.
+pub async fn identify_finishing<S: Store>(
+    inner: &Inner<S>,
+    token: &str,
+) -> Result<(Caller, Option<u64>), SessionError> {
+    identify_as(inner, token, true).await
+}
+
+async fn identify_as<S: Store>(
+    inner: &Inner<S>,
+    token: &str,
+    ended_too: bool,
+) -> Result<(Caller, Option<u64>), SessionError> {
     match inner.tokens.verify(token, &inner.store).await? {
         Bearer::Operator => Ok((Caller::Operator, None)),
         Bearer::Session(claims) => {
             let row = inner.store.get_session(&claims.sub).await?.ok_or_else(|| {
                 SessionError::refused(Reason::TokenInvalid, "invalid session token")
             })?;
-            if !row.is_active() {
+            if !row.is_active() && !ended_too {
                 return Err(SessionError::refused(
                     Reason::TokenRevoked,
                     format!(

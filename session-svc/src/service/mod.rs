@@ -6,29 +6,33 @@
 mod agents;
 mod audit;
 mod create;
+mod finish;
 mod fleet;
 mod get;
 pub(crate) mod identity;
 mod list;
 mod message;
 mod progress;
+mod reply;
+mod spans;
 mod terminate;
 mod token;
 mod view;
 mod watch;
 
 use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};
-use tracing::{Instrument, field::Empty};
 
 use futures::Stream;
-use opentelemetry::trace::SpanContext;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use troupe_proto::session::{self as pb, session_service_server::SessionService};
 use troupe_telemetry::{self as telemetry, LifeSpan};
 
-use identity::{Lapse, identify};
+pub use finish::Finishing;
+use identity::{Lapse, identify, identify_finishing};
+pub use spans::makes_own_span;
+use spans::{caller_span, spawn_span, spawning};
 
 use crate::{
     auth::{Tokens, bearer},
@@ -57,6 +61,8 @@ pub struct Inner<S> {
     pub driver: Option<Arc<Driver<S>>>,
     /// How long a request id replays its first call's answer.
     pub request_id_retention: std::time::Duration,
+    /// How sessions finish their task (`FinishSession`).
+    pub finishing: Finishing,
 }
 
 /// The gRPC service.
@@ -114,6 +120,7 @@ impl<S: Store> Service<S> {
         action: &'static str,
     ) -> Result<(Caller, Option<u64>), SessionError> {
         let identified = match bearer(request.metadata()) {
+            Ok(token) if action == "finish_session" => identify_finishing(&self.inner, token).await,
             Ok(token) => identify(&self.inner, token).await,
             Err(missing) => Err(missing),
         };
@@ -228,109 +235,6 @@ impl<S: Store> Service<S> {
             Caller::Operator => self.inner.store.get_session(named).await.ok()??.trace,
         }
     }
-}
-
-/// Whether a request to `path` is served in a span its handler makes (the
-/// spawns': their spawn span is the request's), rather than in the one
-/// [`troupe_telemetry::request_span`] makes for every other call.
-pub fn makes_own_span(path: &str) -> bool {
-    path.strip_prefix('/')
-        .and_then(|p| p.strip_prefix(pb::session_service_server::SERVICE_NAME))
-        .is_some_and(|method| matches!(method, "/CreateSession" | "/CreateRootSession"))
-}
-
-/// The span of a spawn request (`create_root` or `spawn`), with the
-/// attributes [`record_spawn`] fills in. It is the request's span: a server
-/// span under the caller's span (`call`), if the request names one.
-fn spawn_span(name: &'static str, call: Option<&SpanContext>) -> tracing::Span {
-    let span = tracing::info_span!(
-        "spawn",
-        otel.name = name,
-        otel.kind = "server",
-        rpc.system = "grpc",
-        gen_ai.operation.name = "create_agent",
-        gen_ai.agent.id = Empty,
-        gen_ai.agent.name = Empty,
-        troupe.session.id = Empty,
-        troupe.tree.id = Empty,
-        troupe.depth = Empty,
-        troupe.workspace.id = Empty,
-        troupe.trust_level = Empty,
-        troupe.refusal.reason = Empty,
-    );
-    if let Some(call) = call {
-        telemetry::continue_span(&span, call);
-    }
-    span
-}
-
-/// Runs `spawn` in its `span`, then records on the span the session it made
-/// (`made` finds it in the response) or why it was refused.
-async fn spawning<R>(
-    span: tracing::Span,
-    spawn: impl Future<Output = Result<R, SessionError>>,
-    made: fn(&R) -> Option<&pb::Session>,
-) -> Result<R, SessionError> {
-    async move {
-        let result = spawn.await;
-        record_spawn(&result.as_ref().map(made));
-        result
-    }
-    .instrument(span)
-    .await
-}
-
-/// The caller's span, as the request's W3C `traceparent` names it, if it
-/// does (and spans are exported).
-fn caller_span<T>(request: &Request<T>) -> Option<SpanContext> {
-    let traceparent = request.metadata().get("traceparent")?.to_str().ok()?;
-    telemetry::remote_span(traceparent)
-}
-
-/// Records on the current span (a spawn's) the session it made, or the
-/// reason it was refused: the attributes a trace view shows.
-fn record_spawn(result: &Result<Option<&pb::Session>, &SessionError>) {
-    let span = tracing::Span::current();
-    match result {
-        Ok(Some(session)) => record_all(
-            &span,
-            [
-                ("gen_ai.agent.id", &session.session_id.as_str()),
-                ("gen_ai.agent.name", &session.agent_name.as_str()),
-                ("troupe.session.id", &session.session_id.as_str()),
-                ("troupe.tree.id", &session.tree_id.as_str()),
-                ("troupe.depth", &session.depth),
-                ("troupe.workspace.id", &session.workspace_id.as_str()),
-                (
-                    "troupe.trust_level",
-                    &troupe_proto::trust::as_str(session.trust_level()),
-                ),
-            ],
-        ),
-        Ok(None) => {}
-        Err(e) => {
-            span.record("troupe.refusal.reason", e.reason().as_str());
-        }
-    }
-}
-
-/// Records `values` on `span` in one call, where a `record` each would call
-/// every layer once per value. Names the span does not declare are left
-/// out, as `record` leaves them out.
-fn record_all<const N: usize>(span: &tracing::Span, values: [(&str, &dyn tracing::Value); N]) {
-    let Some(fields) = span.metadata().map(|m| m.fields()) else {
-        return;
-    };
-    let Some(any) = fields.iter().next() else {
-        return;
-    };
-    let named = values.map(|(name, value)| match fields.field(name) {
-        Some(field) => (field, Some(value)),
-        // A field without a value records nothing.
-        None => (any.clone(), None),
-    });
-    let pairs = named.each_ref().map(|(field, value)| (field, *value));
-    span.record_all(&fields.value_set(&pairs));
 }
 
 /// Builds the idempotency key of a call, or none without a request id; an
@@ -537,6 +441,40 @@ impl<S: Store> SessionService for Service<S> {
             Caller::Operator => String::new(),
         };
         self.audit_outcome(&caller, "report_progress", &target, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "finish", skip_all)]
+    async fn finish_session(
+        &self,
+        request: Request<pb::FinishSessionRequest>,
+    ) -> Result<Response<pb::FinishSessionResponse>, Status> {
+        let caller = self.authenticate(&request, "finish_session").await?;
+        let req = request.into_inner();
+        let result = finish::session(&self.inner, &caller, &req).await;
+        let target = match &caller {
+            Caller::Session(me) => me.session_id.clone(),
+            Caller::Operator => String::new(),
+        };
+        self.audit_outcome(&caller, "finish_session", &target, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "reply", skip_all)]
+    async fn reply_to_parent(
+        &self,
+        request: Request<pb::ReplyToParentRequest>,
+    ) -> Result<Response<pb::ReplyToParentResponse>, Status> {
+        let caller = self.authenticate(&request, "reply_to_parent").await?;
+        let req = request.into_inner();
+        let result = reply::send(&self.inner, &caller, &req).await;
+        let target = match &caller {
+            Caller::Session(me) => me.parent_session_id.clone().unwrap_or_default(),
+            Caller::Operator => String::new(),
+        };
+        self.audit_outcome(&caller, "reply_to_parent", &target, &result, false)
             .await;
         Ok(Response::new(result?))
     }

@@ -6,7 +6,7 @@ use troupe_proto::session::{self as pb, EventKind, session_event::Detail};
 
 use crate::{
     error::QuotaLeft,
-    model::{Account, Caller, EventRow, Principal, ProcessRow, SessionRow, Trust},
+    model::{Account, Caller, EventRow, Finish, Outcome, Principal, ProcessRow, SessionRow, Trust},
     policy::trust_sees,
 };
 
@@ -122,14 +122,20 @@ fn usage_of_detail(detail: &serde_json::Value) -> pb::SessionUsage {
     }
 }
 
-/// How a session ended, or is doing: status, exit code, output tail.
-pub fn result(row: &SessionRow, process: Option<&ProcessRow>) -> pb::SessionResult {
+/// How a session ended, or is doing: status, exit code, output tail, and
+/// its own result if it finished its task.
+pub fn result(
+    row: &SessionRow,
+    process: Option<&ProcessRow>,
+    finished: Option<&Finish>,
+) -> pb::SessionResult {
     pb::SessionResult {
         status: row.status as i32,
         exit_code: process.and_then(|p| p.exit_code),
         output_tail: process
             .map(|p| String::from_utf8_lossy(&p.output_tail).into_owned())
             .unwrap_or_default(),
+        finished: finished.map(Finish::to_proto),
     }
 }
 
@@ -188,6 +194,16 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
             by_runner: detail_json["by_runner"].as_bool().unwrap_or(false),
         })),
         EventKind::Usage => Some(Detail::Usage(usage_of_detail(&detail_json))),
+        EventKind::Completed | EventKind::Failed
+            if detail_json["reason"].as_str() == Some(Finish::END_REASON) =>
+        {
+            Some(Detail::Finished(pb::Finished {
+                outcome: Outcome::parse(&text("outcome"))
+                    .map_or(pb::Outcome::Unspecified, Outcome::to_proto)
+                    as i32,
+                result: text("result"),
+            }))
+        }
         EventKind::Completed | EventKind::Failed if detail_json.get("reason").is_some() => {
             Some(Detail::Ended(pb::Ended {
                 exit_code: detail_json["exit_code"].as_i64().unwrap_or(-1) as i32,

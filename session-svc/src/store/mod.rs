@@ -45,7 +45,7 @@ pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 use crate::{
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, EventRow, Failure,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, EventRow, Failure, Finish,
         Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken,
         Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec,
         SessionRow, StoredAgent, Trust,
@@ -164,6 +164,29 @@ pub trait Store: Send + Sync + Clone + 'static {
         audit: AuditRecord,
         check: TerminateCheck<'_>,
     ) -> impl Future<Output = Result<(Vec<String>, SessionRow), SessionError>> + Send;
+
+    /// Ends `session_id` with its own result if `check` allows it (on the
+    /// session as the store has it): status completed or failed as
+    /// `finish.outcome` says, end reason `finished`, the result stored, its
+    /// end event (with the result), its parent's callback made due (CALLBACK
+    /// mode), its process to be stopped no sooner than `stop_after_ms` (ms
+    /// since the Unix epoch), every active descendant terminated
+    /// (`cascade`, by the session), and `audit`, in one transaction.
+    /// Returns the descendants it ended and the session's new row.
+    fn finish(
+        &self,
+        session_id: &str,
+        finish: &Finish,
+        stop_after_ms: i64,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> impl Future<Output = Result<(Vec<String>, SessionRow), SessionError>> + Send;
+
+    /// Returns a session's own result, if it finished its task.
+    fn finished(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Option<Finish>, SessionError>> + Send;
 
     fn get_session(
         &self,

@@ -145,11 +145,14 @@ impl PgStore {
         .fetch_all(&self.pool)
         .await?;
         // Ended sessions whose process may still run (no exit reported, not
-        // yet asked to stop), and CALLBACK-mode ones ended before any start.
+        // yet asked to stop; a finished one's after its grace), and
+        // CALLBACK-mode ones ended before any start.
         let unstopped: Vec<String> = sqlx::query_scalar(
             "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
              WHERE s.status IN ('completed', 'failed', 'terminated') \
-             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped) \
+             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
+                   AND (p.stop_after_ms IS NULL \
+                     OR p.stop_after_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint)) \
                OR (p.session_id IS NULL AND s.notify_parent)) \
              ORDER BY s.row_id",
         )

@@ -24,6 +24,7 @@
 mod agents;
 mod budgets;
 mod events;
+mod finish;
 mod lease;
 mod locks;
 mod open;
@@ -51,10 +52,10 @@ use super::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Idempotency,
-        InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken, Principal,
-        ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow,
-        StoredAgent, Trust, now_ms,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Finish,
+        Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken,
+        Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec,
+        SessionRow, StoredAgent, Trust, now_ms,
     },
     placement::Place,
 };
@@ -223,6 +224,23 @@ impl Store for PgStore {
         let done = retrying!(self.terminate_once(target, terminated_by, reason, &audit, check))?;
         self.published(!done.0.is_empty());
         Ok(done)
+    }
+
+    async fn finish(
+        &self,
+        session_id: &str,
+        finish: &Finish,
+        stop_after_ms: i64,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        let done = retrying!(self.finish_once(session_id, finish, stop_after_ms, &audit, check))?;
+        self.published(true);
+        Ok(done)
+    }
+
+    async fn finished(&self, session_id: &str) -> Result<Option<Finish>, SessionError> {
+        self.finished_impl(session_id).await
     }
 
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {

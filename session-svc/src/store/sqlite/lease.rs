@@ -124,13 +124,15 @@ impl SqliteStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        let unstopped: Vec<String> = sqlx::query_scalar(
+        // A finished session's process has its grace to exit first.
+        let unstopped: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
              WHERE s.status IN ('completed', 'failed', 'terminated') \
-             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped) \
+             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
+                   AND (p.stop_after_ms IS NULL OR p.stop_after_ms <= {NOW_MS})) \
                OR (p.session_id IS NULL AND s.notify_parent)) \
-             ORDER BY s.rowid",
-        )
+             ORDER BY s.rowid"
+        )))
         .fetch_all(&self.pool)
         .await?;
         let callbacks_due: Vec<String> =

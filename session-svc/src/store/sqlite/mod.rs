@@ -26,6 +26,7 @@
 
 mod agents;
 mod budgets;
+mod finish;
 mod lease;
 mod ledger;
 mod open;
@@ -58,9 +59,9 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Idempotency,
-        ModelCall, NewAgent, NewMessage, NewSession, OperatorToken, Principal, Reservation,
-        RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust, now_ms,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Finish,
+        Idempotency, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken, Principal,
+        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust, now_ms,
     },
     placement::Place,
 };
@@ -201,6 +202,22 @@ impl Store for SqliteStore {
     ) -> Result<(Vec<String>, SessionRow), SessionError> {
         self.terminate_impl(target, terminated_by, reason, audit, check)
             .await
+    }
+
+    async fn finish(
+        &self,
+        session_id: &str,
+        finish: &Finish,
+        stop_after_ms: i64,
+        audit: AuditRecord,
+        check: MessageCheck<'_>,
+    ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        self.finish_impl(session_id, finish, stop_after_ms, audit, check)
+            .await
+    }
+
+    async fn finished(&self, session_id: &str) -> Result<Option<Finish>, SessionError> {
+        self.finished_impl(session_id).await
     }
 
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {

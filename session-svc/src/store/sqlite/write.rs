@@ -338,15 +338,16 @@ impl<'c> Write<'c> {
         before_ms: i64,
         limit: u32,
     ) -> Result<u64, SessionError> {
-        let [a, b, c] = PRUNED_ACTIONS;
+        let [a, b, c, d] = PRUNED_ACTIONS;
         let done = sqlx::query(
             "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency \
-               WHERE created_at_ms < ?1 AND action IN (?2, ?3, ?4) LIMIT ?5)",
+               WHERE created_at_ms < ?1 AND action IN (?2, ?3, ?4, ?5) LIMIT ?6)",
         )
         .bind(before_ms)
         .bind(a)
         .bind(b)
         .bind(c)
+        .bind(d)
         .bind(i64::from(limit))
         .execute(&mut *self.tx)
         .await?;

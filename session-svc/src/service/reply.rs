@@ -1,0 +1,76 @@
+//! `ReplyToParent`: a session messages its own parent, which it need not
+//! be able to see.
+
+use troupe_proto::session as pb;
+
+use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency};
+use crate::{
+    error::{Reason, SessionError},
+    model::{Caller, NewMessage},
+    policy,
+    store::Store,
+};
+
+pub async fn send<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::ReplyToParentRequest,
+) -> Result<pb::ReplyToParentResponse, SessionError> {
+    let Caller::Session(me) = caller else {
+        return Err(SessionError::refused(
+            Reason::SessionOnly,
+            "a session replies to its own parent: call with its token",
+        ));
+    };
+    // The parent is the caller's row's, never a name the caller gives.
+    let Some(parent) = me.parent_session_id.clone() else {
+        return Err(SessionError::refused(
+            Reason::ParentNotRunning,
+            "a root session has no parent to reply to",
+        ));
+    };
+    if req.message.is_empty() {
+        return Err(SessionError::invalid("message", "must not be empty"));
+    }
+    check_len("message", &req.message, MAX_MESSAGE_BYTES)?;
+    let idem = idempotency(
+        caller,
+        "reply_to_parent",
+        &req.request_id,
+        &[&req.message],
+        inner.request_id_retention,
+    )?;
+    let message = NewMessage {
+        message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+        sender: caller.principal(),
+        body: req.message.clone(),
+    };
+    let audit = allowed(
+        caller,
+        "reply_to_parent",
+        &parent,
+        format!("message {}", message.message_id),
+    );
+    let sent = inner
+        .store
+        .send_message(&parent, message, idem, audit, &|target| {
+            policy::may_reply(me, target)
+        })
+        .await?;
+    let delivered = match &inner.driver {
+        Some(driver) => driver.deliver(&parent).await,
+        None => false,
+    };
+    if !delivered {
+        crate::metrics::queued();
+    }
+    Ok(pb::ReplyToParentResponse {
+        message_id: sent.message_id,
+        sequence: sent.sequence,
+        delivery: if delivered {
+            pb::DeliveryStatus::Delivered
+        } else {
+            pb::DeliveryStatus::Queued
+        } as i32,
+    })
+}

@@ -1,0 +1,181 @@
+//! The `Store` contract of a session's own end (`finish`), on both
+//! backends alike: the session ends as its outcome says with its result
+//! stored, its active subtree is terminated (`cascade`), its parent's
+//! callback is due at once, its process is stopped only after its grace,
+//! and a session that has ended cannot finish.
+//!
+//! PostgreSQL too: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
+
+use troupe_proto::session::SessionStatus;
+use troupe_session_svc::{
+    error::{QuotaLeft, SessionError},
+    model::{AuditRecord, Finish, NewSession, Outcome, Principal, ProcessChange, Trust, now_ms},
+    policy::{self, Admission, SpawnContext},
+    store::{Fence, Holder, Store},
+};
+
+fn new_session(id: &str, notify_parent: bool) -> NewSession {
+    NewSession {
+        session_id: id.to_owned(),
+        workspace_id: "alpha".to_owned(),
+        trust: Trust::Sandboxed,
+        agent_name: "worker".to_owned(),
+        agent_command: "[\"/bin/cat\"]".to_owned(),
+        title: id.to_owned(),
+        created_by: Principal::Operator,
+        trace: None,
+        initial_message: None,
+        notify_parent,
+        budget: Default::default(),
+    }
+}
+
+fn audit(action: &'static str, target: &str) -> AuditRecord {
+    AuditRecord {
+        caller: Principal::Session(target.to_owned()),
+        action,
+        target: target.to_owned(),
+        allowed: true,
+        reason: "OK".to_owned(),
+        detail: String::new(),
+    }
+}
+
+fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
+    Ok(Admission {
+        depth: ctx.parent.depth + 1,
+        parent_spawn_tat_ms: ctx.parent.spawn_tat_ms,
+        quota: QuotaLeft::default(),
+        deadline_ms: None,
+    })
+}
+
+/// A parent `p`, its CALLBACK child `c` (started) and `c`'s child `g`.
+async fn tree<S: Store>(store: &S) -> Fence {
+    let fence = store
+        .acquire_lease(&Holder::generate(), std::time::Duration::from_secs(3600))
+        .await
+        .expect("lease")
+        .expect("lease free");
+    troupe_tests::embedded_runner(store, &fence).await;
+    store
+        .create_root(new_session("p", false), None, audit("create", "p"), &|_| {
+            Ok(QuotaLeft::default())
+        })
+        .await
+        .expect("root");
+    for (parent, id) in [("p", "c"), ("c", "g")] {
+        store
+            .create_child(
+                parent,
+                new_session(id, id == "c"),
+                None,
+                audit("create", id),
+                &admit,
+            )
+            .await
+            .expect("child");
+        store.start_process(&fence, id).await.expect("process");
+        store
+            .record_process(&fence, id, 1, ProcessChange::Started, 1024)
+            .await
+            .expect("started");
+    }
+    fence
+}
+
+async fn contract<S: Store>(store: S) {
+    tree(&store).await;
+    let finish = Finish {
+        outcome: Outcome::Failure,
+        result: "half of it".to_owned(),
+    };
+    let grace_end = now_ms() + 3_600_000;
+    let (terminated, row) = store
+        .finish(
+            "c",
+            &finish,
+            grace_end,
+            audit("finish_session", "c"),
+            &policy::may_finish,
+        )
+        .await
+        .expect("finish");
+    assert_eq!(terminated, vec!["g".to_owned()]);
+    assert_eq!(row.status, SessionStatus::Failed);
+    assert_eq!(row.end_reason.as_deref(), Some("finished"));
+    assert_eq!(store.finished("c").await.unwrap(), Some(finish.clone()));
+    assert_eq!(store.finished("p").await.unwrap(), None);
+    let g = store.get_session("g").await.unwrap().unwrap();
+    assert_eq!(
+        (g.status, g.end_reason.as_deref()),
+        (SessionStatus::Terminated, Some("cascade"))
+    );
+    let work = store.driver_work().await.unwrap();
+    assert_eq!(
+        work.callbacks_due,
+        vec!["c".to_owned()],
+        "due at the finish"
+    );
+    // Its descendant is stopped at once; it has its grace.
+    assert_eq!(work.unstopped, vec!["g".to_owned()]);
+
+    let again = store
+        .finish(
+            "c",
+            &finish,
+            now_ms(),
+            audit("finish_session", "c"),
+            &policy::may_finish,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(again.reason().as_str(), "SESSION_ENDED", "{again}");
+    // Refused, nothing changed: its grace stands.
+    assert!(
+        !store
+            .driver_work()
+            .await
+            .unwrap()
+            .unstopped
+            .contains(&"c".to_owned())
+    );
+}
+
+/// Once its grace is over, a finished session's process is to be stopped.
+async fn grace_over<S: Store>(store: S) {
+    tree(&store).await;
+    let finish = Finish {
+        outcome: Outcome::Success,
+        result: String::new(),
+    };
+    store
+        .finish(
+            "c",
+            &finish,
+            now_ms() - 1,
+            audit("finish_session", "c"),
+            &policy::may_finish,
+        )
+        .await
+        .expect("finish");
+    let c = store.get_session("c").await.unwrap().unwrap();
+    assert_eq!(c.status, SessionStatus::Completed);
+    let mut unstopped = store.driver_work().await.unwrap().unstopped;
+    unstopped.sort();
+    assert_eq!(unstopped, vec!["c".to_owned(), "g".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_finish_ends_the_session_with_its_result_on_sqlite() {
+    let (_dir, store) = troupe_tests::stores::sqlite().await;
+    contract(store).await;
+    let (_dir, store) = troupe_tests::stores::sqlite().await;
+    grace_over(store).await;
+}
+
+#[tokio::test]
+async fn a_finish_ends_the_session_with_its_result_on_postgres() {
+    contract(troupe_tests::stores::postgres().await).await;
+    grace_over(troupe_tests::stores::postgres().await).await;
+}
