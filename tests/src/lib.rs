@@ -273,6 +273,7 @@ impl TestServer {
                 initial_message: "start".to_owned(),
                 request_id: String::new(),
                 budget: None,
+                writable_paths: Vec::new(),
             })
             .await
             .expect("create root")
