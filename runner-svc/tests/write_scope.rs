@@ -159,3 +159,69 @@ async fn writable_paths_outside_the_workspace_are_invalid() {
         assert!(err.message().contains("writable path"), "{bad}: {err:?}");
     }
 }
+
+/// End to end: a root the operator scoped to `/workspace/src`, and its
+/// child that asked for no scope (it inherits it), can write only there;
+/// an unscoped root of the same workspace writes anywhere in it.
+#[tokio::test]
+async fn a_sessions_scope_reaches_its_agent_and_its_childrens() {
+    require_engine();
+    let pair = common::pair::Pair::start().await;
+    let ws = pair.runner.workspace("scope-e2e");
+    let root_dir = lay_out(&pair.runner, &ws);
+    pair.agent(
+        &ws,
+        "writer",
+        r#"read -r _; id=$TROUPE_SESSION_ID
+        echo in > /workspace/src/$id && echo "in:ok"
+        if echo out 2>/dev/null > /workspace/$id; then echo "out:ok"; else echo "out:denied"; fi"#,
+    );
+    let create_root = |paths: &[&str]| troupe_proto::session::CreateRootSessionRequest {
+        workspace_id: ws.clone(),
+        agent_name: "writer".into(),
+        initial_message: "go".into(),
+        writable_paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        ..Default::default()
+    };
+    let mut op = pair.server.operator().await;
+    let scoped = op
+        .create_root_session(create_root(&["/workspace/src"]))
+        .await
+        .expect("scoped root")
+        .into_inner()
+        .session
+        .unwrap();
+    let child = pair
+        .child(
+            &scoped.session_id,
+            "writer",
+            troupe_proto::session::ExecutionMode::Async,
+        )
+        .await
+        .session
+        .unwrap();
+    let unscoped = op
+        .create_root_session(create_root(&[]))
+        .await
+        .expect("unscoped root")
+        .into_inner()
+        .session
+        .unwrap();
+
+    for (id, outside) in [
+        (&scoped.session_id, "out:denied"),
+        (&child.session_id, "out:denied"),
+        (&unscoped.session_id, "out:ok"),
+    ] {
+        let got = pair
+            .wait_status(id, troupe_proto::session::SessionStatus::Completed)
+            .await;
+        let tail = got.result.map(|r| r.output_tail).unwrap_or_default();
+        assert!(
+            tail.contains("in:ok") && tail.contains(outside),
+            "{id}: {tail}"
+        );
+        assert!(root_dir.join("src").join(id).exists(), "{id}");
+        assert_eq!(root_dir.join(id).exists(), outside == "out:ok", "{id}");
+    }
+}
