@@ -390,8 +390,22 @@ async fn write_scopes_are_given_and_only_narrow() {
         &format!("session create --parent {root} --agent worker --writable /workspace/src/a"),
     ))
     .await;
+    assert_eq!(
+        child["session"]["writable_paths"],
+        serde_json::json!(["/workspace/src/a"])
+    );
     let child = child["session"]["session_id"].as_str().expect("id");
     assert_eq!(server.stored_scope(child).await, ["/workspace/src/a"]);
+    let mut text = Command::new(TROUPE);
+    text.env("TROUPE_ENDPOINT", format!("http://{}", server.addr))
+        .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("TROUPE_DATA_DIR", data.path())
+        .args(["session", "get", &root]);
+    let shown = String::from_utf8_lossy(&run(text).await.stdout).into_owned();
+    assert!(
+        shown.contains("writable    /workspace/doc, /workspace/src\n"),
+        "{shown}"
+    );
 
     let refused = run(args(
         cli(),

@@ -47,7 +47,13 @@ async fn a_child_gets_the_scope_asked_and_never_a_wider_one() {
     .await;
     let results = &out[0]["results"];
 
-    let child = ok(&results[0])["session"]["session_id"]
+    let created = ok(&results[0]);
+    assert_eq!(
+        created["session"]["writable_paths"],
+        json!(["/workspace/src/lib"]),
+        "{created}"
+    );
+    let child = created["session"]["session_id"]
         .as_str()
         .expect("id")
         .to_owned();

@@ -47,7 +47,15 @@ async fn a_grandchild_cannot_widen_its_scope(backend: Backend) {
         server.stored_scope(&narrow.session_id).await,
         ["/workspace/src/lib"]
     );
+    assert_eq!(narrow.writable_paths, ["/workspace/src/lib"]);
     let inherits = create_child(&mut as_root, child("inherits")).await;
+    // GetSession shows the scope as stored.
+    let shown = server
+        .get(&inherits.session_id)
+        .await
+        .session
+        .expect("session");
+    assert_eq!(shown.writable_paths, ["/workspace/doc", "/workspace/src"]);
     assert_eq!(
         server.stored_scope(&inherits.session_id).await,
         ["/workspace/doc", "/workspace/src"]
