@@ -185,6 +185,17 @@ pub struct CreateArgs {
     /// and its subtree end (end reason `budget`).
     #[arg(long, value_name = "SECS")]
     pub budget_wall_secs: Option<u64>,
+    /// A directory under /workspace the session's agent may write (repeat
+    /// for several); the kernel refuses its writes anywhere else but its
+    /// $HOME and $TMPDIR. A child's must lie inside its parent's scope.
+    /// Default: the parent's scope for a child, the whole workspace for a root.
+    #[arg(long = "writable", value_name = "PATH", value_parser = parse_writable)]
+    pub writable: Vec<String>,
+}
+
+/// Checks and normalises a writable path.
+fn parse_writable(text: &str) -> Result<String, String> {
+    troupe_proto::scope::WritablePath::parse(text).map(|p| p.to_string())
 }
 
 /// Parses decimal USD into pico-dollars, exactly.

@@ -86,6 +86,10 @@ pub fn session_text(s: &pb::Session) -> String {
     if let Some(u) = &s.usage {
         text.push_str(&format!("{:<11} {}\n", "usage", usage_text(u)));
     }
+    if !s.writable_paths.is_empty() {
+        let paths = s.writable_paths.join(", ");
+        text.push_str(&format!("{:<11} {}\n", "writable", safe::line(&paths)));
+    }
     text
 }
 

@@ -362,3 +362,70 @@ async fn budgets_are_given_and_shown() {
     }
     server.stop().await;
 }
+
+/// `session create --writable PATH` (repeated) gives a root its scope and a
+/// child a narrower one; a wider child is refused SCOPE_ESCALATION; a path
+/// outside /workspace is refused before any call.
+#[tokio::test(flavor = "multi_thread")]
+async fn write_scopes_are_given_and_only_narrow() {
+    let server = TestServer::start().await;
+    let data = tempfile::tempdir().expect("dir");
+    let cli = || troupe(&server, data.path());
+    let created = ok(args(
+        cli(),
+        "session create --workspace alpha --agent worker \
+         --writable /workspace/src --writable /workspace/doc/",
+    ))
+    .await;
+    let root = created["session"]["session_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(
+        server.stored_scope(&root).await,
+        ["/workspace/doc", "/workspace/src"]
+    );
+    let child = ok(args(
+        cli(),
+        &format!("session create --parent {root} --agent worker --writable /workspace/src/a"),
+    ))
+    .await;
+    assert_eq!(
+        child["session"]["writable_paths"],
+        serde_json::json!(["/workspace/src/a"])
+    );
+    let child = child["session"]["session_id"].as_str().expect("id");
+    assert_eq!(server.stored_scope(child).await, ["/workspace/src/a"]);
+    let mut text = Command::new(TROUPE);
+    text.env("TROUPE_ENDPOINT", format!("http://{}", server.addr))
+        .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("TROUPE_DATA_DIR", data.path())
+        .args(["session", "get", &root]);
+    let shown = String::from_utf8_lossy(&run(text).await.stdout).into_owned();
+    assert!(
+        shown.contains("writable    /workspace/doc, /workspace/src\n"),
+        "{shown}"
+    );
+
+    let refused = run(args(
+        cli(),
+        &format!("session create --parent {root} --agent worker --writable /workspace"),
+    ))
+    .await;
+    assert!(!refused.status.success());
+    let error: Value = serde_json::from_slice(&refused.stdout).expect("JSON error");
+    assert_eq!(error["error"]["reason"], "SCOPE_ESCALATION", "{error}");
+
+    let output = run(args(
+        cli(),
+        "session create --workspace alpha --agent worker --writable /etc",
+    ))
+    .await;
+    assert!(!output.status.success(), "/etc accepted");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--writable") && stderr.contains("outside /workspace"),
+        "{stderr}"
+    );
+    server.stop().await;
+}

@@ -86,6 +86,7 @@ async fn agent_written_text_reaches_the_terminal_escaped() {
             initial_message: "go".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .expect("create root")

@@ -195,6 +195,10 @@ fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
             "A sandboxed session may create only sandboxed sessions: omit trust_level \
              (children inherit the caller's level) or pass \"sandboxed\"."
         }
+        Reason::ScopeEscalation => {
+            "A child may write only inside its parent's write scope: omit writable_paths \
+             (children inherit the caller's scope) or name directories inside it."
+        }
         Reason::ParentNotRunning => {
             "The calling session has ended: it can no longer create sessions."
         }

@@ -59,7 +59,10 @@ service enforces the spawn limits (tree depth, sessions per tree, children per s
 sessions per workspace, spawn rate); a refusal says which limit and what is left. budget_usd, \
 budget_tokens, budget_calls and budget_wall_secs optionally give the child a budget for its whole \
 subtree; a child's budget can only narrow this session's: each must be at most what this session \
-(and its ancestors) has left, or the call is refused BUDGET_EXCEEDED with what is left. Returns the new \
+(and its ancestors) has left, or the call is refused BUDGET_EXCEEDED with what is left. \
+writable_paths optionally confines the child's writes to directories under /workspace (enforced by \
+the kernel; its $HOME and $TMPDIR stay writable); each must lie inside this session's own write \
+scope, which a child given none inherits (else SCOPE_ESCALATION). Returns the new \
 session (session_id, status, depth, trust_level, ...), the quota left after it, and for mode \
 \"sync\" the child's result (status, exit_code, output_tail, and finished: the outcome and \
 result the child gave with its finish tool).",

@@ -53,6 +53,7 @@ async fn tools_list_shows_nine_tools_with_schemas() {
         "budget_tokens",
         "budget_calls",
         "budget_wall_secs",
+        "writable_paths",
     ] {
         let property = &schema["properties"][field];
         assert!(

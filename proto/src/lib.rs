@@ -8,6 +8,7 @@
 //! - [`status`]: text forms of session statuses and event kinds.
 //! - [`paths`]: the default data directory and the operator token.
 //! - [`names`]: the rule for workspace ids and agent names.
+//! - [`scope`]: write scopes, the directories under `/workspace` an agent may write.
 //! - [`grpc`]: the servers of gRPC health and server reflection, with that codec.
 //! - [`codec`]: tonic-prost's codec, but an undecodable request is `INVALID_ARGUMENT`.
 //! - [`endpoint`]: channels to `http://` and `unix://` endpoints.
@@ -70,6 +71,7 @@ pub mod money;
 pub mod names;
 pub mod paths;
 pub mod refusal;
+pub mod scope;
 pub mod serving;
 pub mod status;
 pub mod trust;

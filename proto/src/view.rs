@@ -44,6 +44,7 @@ pub fn session(s: &pb::Session) -> Map<String, Value> {
         ("budget", s.budget.as_ref().map_or(Value::Null, budget)),
         ("deadline", timestamp(s.deadline.as_ref())),
         ("usage", s.usage.as_ref().map_or(Value::Null, usage)),
+        ("writable_paths", json!(s.writable_paths)),
     ];
     fields
         .into_iter()

@@ -126,6 +126,7 @@ async fn bench() {
                 initial_message: "go".into(),
                 request_id: String::new(),
                 budget: None,
+                writable_paths: Vec::new(),
             })
             .await
             .expect("create a printer")

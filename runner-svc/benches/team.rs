@@ -75,6 +75,7 @@ async fn bench() {
             initial_message: "hold".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .unwrap()

@@ -10,6 +10,7 @@
 //! - [`admission`]: how many execs a workspace container holds at once.
 //! - [`supervisor`]: the in-container supervisor (this binary, run as
 //!   `troupe-supervisor`).
+//! - [`scope`]: the supervisor's Landlock write scope for a scoped agent.
 //! - [`forward`]: the supervisor's model port, each agent's way to the model
 //!   gateway over the container's loopback.
 //! - [`log`], [`layout`]: the log format and the exec directory, shared by
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod register;
 pub mod relay;
 pub mod request;
+pub mod scope;
 pub mod service;
 pub mod supervisor;
 

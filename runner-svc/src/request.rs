@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use troupe_proto::agent::env as agent_env;
+use troupe_proto::{agent::env as agent_env, scope::WriteScope};
 
 use crate::{
     exec::{ExecError, Frame, StdinInput},
@@ -23,6 +23,8 @@ pub struct StartSpec {
     pub timeout_ms: u64,
     pub traceparent: String,
     pub labels: HashMap<String, String>,
+    /// What the exec may write under (see [`WriteScope`]); as given, checked by [`validate`].
+    pub writable_paths: Vec<String>,
 }
 
 /// The environment of an exec: the caller's, with Troupe's defaults. The
@@ -97,7 +99,13 @@ pub fn validate(spec: &StartSpec) -> Result<(), ExecError> {
     if !spec.working_dir.is_empty() && !spec.working_dir.starts_with('/') {
         return invalid("working_dir must be absolute".into());
     }
+    write_scope(spec)?;
     Ok(())
+}
+
+/// The exec's write scope, normalised.
+pub fn write_scope(spec: &StartSpec) -> Result<WriteScope, ExecError> {
+    WriteScope::parse(&spec.writable_paths).map_err(ExecError::Invalid)
 }
 
 /// What a request gives stdin: its unsequenced `data` or its `frames`,

@@ -105,6 +105,7 @@ impl RunnerService for Service {
             timeout_ms: req.timeout_ms,
             traceparent: req.traceparent,
             labels: req.labels,
+            writable_paths: req.writable_paths,
         };
         // A start goes to its end even if its caller goes away (the session
         // service that asked was killed): dropped half-way, it would leave

@@ -44,6 +44,7 @@ use crate::{
     forward::{self, ModelPort},
     layout,
     log::{self, Exit, Kind, Reason},
+    scope::{self, ScopeError},
 };
 use clap::Parser;
 use nix::{
@@ -57,7 +58,7 @@ use nix::{
     },
     unistd::{Pid, pipe2},
 };
-use troupe_proto::agent::env as agent_env;
+use troupe_proto::{agent::env as agent_env, scope::WritablePath};
 
 #[derive(Parser)]
 #[command(
@@ -91,8 +92,16 @@ struct RunArgs {
     /// output is no longer read.
     #[arg(long, default_value_t = 16 << 20)]
     window: u64,
+    /// A directory COMMAND may write under (repeated); none: no write scope.
+    /// Enforced by Landlock, with COMMAND's `$HOME` and `$TMPDIR` writable.
+    #[arg(long = "writable", value_parser = parse_writable)]
+    writable: Vec<WritablePath>,
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+fn parse_writable(raw: &str) -> Result<WritablePath, String> {
+    WritablePath::parse(raw)
 }
 
 /// The supervisor's entry point.
@@ -236,15 +245,32 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         return log.no_room(&args.command[0], &e);
     }
 
-    let mut child = match Command::new(&args.command[0])
+    let mut command = Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .envs(model_vars)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-    {
+        .process_group(0);
+    let spawned = if args.writable.is_empty() {
+        command.spawn()
+    } else {
+        match scope::spawn_scoped(&args.writable, &args.dir, command) {
+            Ok(spawned) => spawned,
+            Err(ScopeError::Thread(e)) => return log.no_room(&args.command[0], &e),
+            Err(e) => {
+                // A scoped agent never runs unscoped.
+                log.exit(&Exit {
+                    code: 126,
+                    reason: Reason::Exited,
+                    detail: format!("cannot start {:?}: {e}", args.command[0]),
+                })?;
+                return Ok(126);
+            }
+        }
+    };
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) if is_out_of_processes(&e) => return log.no_room(&args.command[0], &e),
         Err(e) => {

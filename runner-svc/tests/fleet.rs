@@ -54,6 +54,7 @@ async fn root(server: &TestServer, ws: &str) -> String {
             initial_message: "hello".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .expect("create root")

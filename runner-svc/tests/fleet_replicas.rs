@@ -79,6 +79,7 @@ async fn root(through: &SessionProcess, ws: &str) -> String {
             initial_message: "hello".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .expect("create root")

@@ -98,6 +98,7 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
             initial_message: "first".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .unwrap()

@@ -51,6 +51,7 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
             initial_message: "the-plan".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .unwrap()
@@ -177,6 +178,7 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
             initial_message: "the-plan".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .unwrap()
@@ -313,6 +315,7 @@ async fn a_start_that_finds_its_exec_started_with_fewer_messages_loses_none() {
             initial_message: "the-plan".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .unwrap()

@@ -121,6 +121,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
             initial_message: "first".into(),
             request_id: String::new(),
             budget: None,
+            writable_paths: Vec::new(),
         })
         .await
         .unwrap()

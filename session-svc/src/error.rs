@@ -22,6 +22,7 @@ pub enum Reason {
     ParentOverrideForbidden,
     NotADescendant,
     TrustEscalation,
+    ScopeEscalation,
     DepthExceeded,
     TreeQuotaExceeded,
     ChildQuotaExceeded,
@@ -59,6 +60,7 @@ impl Reason {
             Reason::ParentOverrideForbidden => "PARENT_OVERRIDE_FORBIDDEN",
             Reason::NotADescendant => "NOT_A_DESCENDANT",
             Reason::TrustEscalation => "TRUST_ESCALATION",
+            Reason::ScopeEscalation => "SCOPE_ESCALATION",
             Reason::DepthExceeded => "DEPTH_EXCEEDED",
             Reason::TreeQuotaExceeded => "TREE_QUOTA_EXCEEDED",
             Reason::ChildQuotaExceeded => "CHILD_QUOTA_EXCEEDED",
@@ -90,7 +92,8 @@ impl Reason {
             | Reason::SessionOnly
             | Reason::ParentOverrideForbidden
             | Reason::NotADescendant
-            | Reason::TrustEscalation => Code::PermissionDenied,
+            | Reason::TrustEscalation
+            | Reason::ScopeEscalation => Code::PermissionDenied,
             Reason::DepthExceeded
             | Reason::TreeQuotaExceeded
             | Reason::ChildQuotaExceeded
@@ -396,6 +399,7 @@ mod tests {
             Reason::ParentOverrideForbidden => Wire::ParentOverrideForbidden,
             Reason::NotADescendant => Wire::NotADescendant,
             Reason::TrustEscalation => Wire::TrustEscalation,
+            Reason::ScopeEscalation => Wire::ScopeEscalation,
             Reason::DepthExceeded => Wire::DepthExceeded,
             Reason::TreeQuotaExceeded => Wire::TreeQuotaExceeded,
             Reason::ChildQuotaExceeded => Wire::ChildQuotaExceeded,
@@ -427,6 +431,7 @@ mod tests {
         Reason::ParentOverrideForbidden,
         Reason::NotADescendant,
         Reason::TrustEscalation,
+        Reason::ScopeEscalation,
         Reason::DepthExceeded,
         Reason::TreeQuotaExceeded,
         Reason::ChildQuotaExceeded,

@@ -4,6 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use troupe_proto::scope::WriteScope;
 use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
@@ -87,6 +88,8 @@ pub struct SessionRow {
     pub inbox_seq: i64,
     /// Its life span in its tree's trace; `None` when untraced.
     pub trace: Option<LifeSpan>,
+    /// What its agent may write (unscoped: the whole workspace).
+    pub write_scope: WriteScope,
 }
 
 impl SessionRow {
@@ -132,6 +135,8 @@ pub struct NewSession {
     pub notify_parent: bool,
     /// Its own budget (empty: none).
     pub budget: Budget,
+    /// What its agent may write (unscoped: the whole workspace).
+    pub write_scope: WriteScope,
 }
 
 /// A message to store in an inbox.

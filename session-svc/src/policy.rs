@@ -5,6 +5,7 @@
 //!   direct), and for lists and watches [`visible_workspace`] and
 //!   [`sees_only_sandboxed`], the filter the store applies;
 //! - trust: [`child_trust`] (inherit by default, never escalate);
+//! - write scopes: [`child_scope`] (inherit by default, only narrow);
 //! - quotas: [`admit_spawn`] (depth, tree, children, workspace, rate), [`admit_root`];
 //! - budgets ([`admit_charge`], [`admit_budget`], [`deadline`]): a model
 //!   call's reservation within every budget of its path, a child's budget
@@ -26,7 +27,10 @@ use crate::{
     agents::validate_slug,
     config::Limits,
     error::{QuotaLeft, Reason, SessionError},
-    model::{Account, Budget, Caller, EventKind, ExitReason, ProcessChange, SessionRow, Trust},
+    model::{
+        Account, Budget, Caller, EventKind, ExitReason, ProcessChange, SessionRow, Trust,
+        WriteScope,
+    },
 };
 
 /// Returns true if `caller` may see `target`: same workspace, and a
@@ -82,6 +86,18 @@ pub fn child_trust(parent: Trust, requested: Option<Trust>) -> Result<Trust, Ses
         )),
         (_, Some(level)) => Ok(level),
     }
+}
+
+/// A child's write scope: its parent's when it asks for none; else what it
+/// asks, every path of which must lie inside the parent's scope.
+pub fn child_scope(parent: &WriteScope, requested: WriteScope) -> Result<WriteScope, SessionError> {
+    if requested.is_unscoped() {
+        return Ok(parent.clone());
+    }
+    parent
+        .narrows_to(&requested)
+        .map_err(|why| SessionError::refused(Reason::ScopeEscalation, why))?;
+    Ok(requested)
 }
 
 /// What the store read, inside its transaction, about a spawn's parent.
@@ -499,6 +515,30 @@ mod tests {
         for _ in 0..100 {
             assert!(rate_check(0, 0, &l).is_ok());
         }
+    }
+
+    #[test]
+    fn write_scopes_are_inherited_and_only_narrow() {
+        let scope = |p: &[&str]| WriteScope::parse(p).unwrap();
+        let parent = scope(&["/workspace/src"]);
+        assert_eq!(
+            child_scope(&parent, WriteScope::unscoped()).ok(),
+            Some(parent.clone())
+        );
+        let narrow = scope(&["/workspace/src/a"]);
+        assert_eq!(child_scope(&parent, narrow.clone()).ok(), Some(narrow));
+        assert_eq!(
+            child_scope(&parent, scope(&["/workspace"]))
+                .err()
+                .map(|e| e.reason()),
+            Some(Reason::ScopeEscalation)
+        );
+        let unscoped = WriteScope::unscoped();
+        assert!(
+            child_scope(&unscoped, WriteScope::unscoped())
+                .unwrap()
+                .is_unscoped()
+        );
     }
 
     #[test]

@@ -224,27 +224,40 @@ impl TestServer {
         &self,
         session_id: &str,
     ) -> (Vec<String>, std::collections::BTreeMap<String, String>) {
-        use sqlx::Connection;
-        const SQL: &str = "SELECT agent_command FROM sessions WHERE session_id = $1";
+        let text = self.stored_column(session_id, "agent_command").await;
+        serde_json::from_str::<troupe_session_svc::agents::Launch>(&text)
+            .expect("a JSON argv, or an argv and its env")
+            .into_parts()
+    }
+
+    /// The write scope a session's row keeps (empty: the whole workspace).
+    pub async fn stored_scope(&self, session_id: &str) -> Vec<String> {
+        let text = self.stored_column(session_id, "writable_paths").await;
+        serde_json::from_str(&text).expect("a JSON array of paths")
+    }
+
+    /// A text column of a session's row, read on a connection of the test's own.
+    async fn stored_column(&self, session_id: &str, column: &str) -> String {
+        use sqlx::{AssertSqlSafe, Connection};
+        let sql = format!("SELECT {column} FROM sessions WHERE session_id = $1");
+        let sql = AssertSqlSafe(sql.as_str());
         let url = self.config.database_url();
         let text: String = if postgres::is_postgres(&url) {
             let mut db = sqlx::PgConnection::connect(&url).await.expect("connect");
-            sqlx::query_scalar(SQL)
+            sqlx::query_scalar(sql)
                 .bind(session_id)
                 .fetch_one(&mut db)
                 .await
         } else {
             let url = url.replace("mode=rwc", "mode=ro");
             let mut db = sqlx::SqliteConnection::connect(&url).await.expect("open");
-            sqlx::query_scalar(SQL)
+            sqlx::query_scalar(sql)
                 .bind(session_id)
                 .fetch_one(&mut db)
                 .await
         }
         .expect("the session's row");
-        serde_json::from_str::<troupe_session_svc::agents::Launch>(&text)
-            .expect("a JSON argv, or an argv and its env")
-            .into_parts()
+        text
     }
 
     /// A client carrying `token` (or none).
@@ -273,6 +286,7 @@ impl TestServer {
                 initial_message: "start".to_owned(),
                 request_id: String::new(),
                 budget: None,
+                writable_paths: Vec::new(),
             })
             .await
             .expect("create root")

@@ -71,6 +71,7 @@ fn new_session(id: &str, budget: Budget) -> NewSession {
         initial_message: None,
         notify_parent: false,
         budget,
+        write_scope: Default::default(),
     }
 }
 

@@ -46,6 +46,7 @@ async fn running(store: &SqliteStore, id: &str) {
         initial_message: None,
         notify_parent: false,
         budget: Default::default(),
+        write_scope: Default::default(),
     };
     let audit = AuditRecord {
         caller: Principal::Operator,

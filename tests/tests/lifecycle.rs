@@ -182,6 +182,7 @@ async fn a_root_create_retried_after_a_restart_is_the_same_root() {
         initial_message: "go".into(),
         request_id: "root-1".into(),
         budget: None,
+        writable_paths: Vec::new(),
     };
     let first = server
         .operator()

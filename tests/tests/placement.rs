@@ -41,6 +41,7 @@ async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
         initial_message: None,
         notify_parent: false,
         budget: Default::default(),
+        write_scope: Default::default(),
     };
     store
         .create_root(new, None, audit(id), &|_| Ok(QuotaLeft::default()))

@@ -153,6 +153,7 @@ fn root(id: &str) -> NewSession {
         initial_message: None,
         notify_parent: false,
         budget: Default::default(),
+        write_scope: Default::default(),
     }
 }
 

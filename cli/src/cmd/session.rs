@@ -33,6 +33,7 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
             initial_message: args.message.clone(),
             request_id: request_id(args.request_id.as_deref()),
             budget: budget(args)?,
+            writable_paths: args.writable.clone(),
         };
         let r = ctx
             .call(&request, |mut c, m| async move {
@@ -78,6 +79,7 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
         parent_session_id: parent.clone(),
         mode: 0,
         budget: budget(args)?,
+        writable_paths: args.writable.clone(),
     };
     let r = ctx
         .call(

@@ -57,6 +57,12 @@ pub struct CreateSessionArgs {
     /// child and its subtree end (end reason "budget").
     #[serde(default)]
     pub budget_wall_secs: Option<Whole>,
+    /// Optional: the directories under /workspace the child may write, e.g.
+    /// ["/workspace/src"]; the kernel refuses its writes anywhere else (its $HOME and
+    /// $TMPDIR stay writable, reading stays open). Each must lie inside this session's
+    /// own write scope. Omit it to give the child this session's scope.
+    #[serde(default)]
+    pub writable_paths: Option<Vec<String>>,
 }
 
 /// An amount of USD as the agent wrote it, a decimal string or a number;

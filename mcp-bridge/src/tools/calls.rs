@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 use troupe_proto::{
     failover,
+    scope::WriteScope,
     session::{self as pb, ExecutionMode, TrustLevel},
     status::is_ended,
     trust,
@@ -109,6 +110,9 @@ impl Bridge {
         };
         let mode = args.mode.map_or(ExecutionMode::Unspecified, Into::into);
         let budget = args.budget()?;
+        let writable_paths = args.writable_paths.unwrap_or_default();
+        WriteScope::parse(&writable_paths)
+            .map_err(|why| ToolFailure::invalid("writable_paths", why))?;
         let session = self.session(extensions).await?;
         // Its own request id: repeated on another endpoint, it is replayed there.
         let request = pb::CreateSessionRequest {
@@ -119,6 +123,7 @@ impl Bridge {
             mode: mode as i32,
             request_id: failover::fresh_request_id(),
             budget,
+            writable_paths,
             ..Default::default()
         };
         let response = session

@@ -10,7 +10,7 @@ use super::{
 use crate::{
     docker::{is_container_gone, is_unreachable},
     layout, log,
-    request::{environment, validate},
+    request::{environment, validate, write_scope},
 };
 
 impl Runner {
@@ -101,6 +101,9 @@ impl Runner {
         ];
         if spec.timeout_ms > 0 {
             cmd.extend(["--timeout-ms".into(), spec.timeout_ms.to_string()]);
+        }
+        for path in write_scope(spec)?.paths() {
+            cmd.extend(["--writable".into(), path.to_string()]);
         }
         cmd.push("--".into());
         cmd.extend(spec.command.iter().cloned());

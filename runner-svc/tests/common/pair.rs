@@ -127,6 +127,7 @@ impl Pair {
                 initial_message: message.into(),
                 request_id: String::new(),
                 budget: None,
+                writable_paths: Vec::new(),
             })
             .await
             .expect("create root")

@@ -129,6 +129,7 @@ impl<S: Store> Driver<S> {
                 .trace
                 .map(|life| life.traceparent())
                 .unwrap_or_default(),
+            writable_paths: session.write_scope.to_strings(),
             ..Default::default()
         };
         // Whether this start's frames were queued: a start that finds the

@@ -10,7 +10,7 @@ use super::{
 use crate::{
     agents,
     error::{Reason, SessionError},
-    model::{Budget, Caller, Cost, NewMessage, NewSession, Trust},
+    model::{Budget, Caller, Cost, NewMessage, NewSession, Trust, WriteScope},
     policy,
     store::{Created, Store},
 };
@@ -72,6 +72,20 @@ fn budget(given: Option<&pb::Budget>) -> Result<Budget, SessionError> {
     })
 }
 
+/// Reads a create's `writable_paths` (malformed: `INVALID_ARGUMENT`).
+fn write_scope(given: &[String]) -> Result<WriteScope, SessionError> {
+    WriteScope::parse(given).map_err(|why| SessionError::invalid("writable_paths", why))
+}
+
+/// How a create's audit entry names a scope: nothing when unscoped.
+fn scope_note(scope: &WriteScope) -> String {
+    if scope.is_unscoped() {
+        String::new()
+    } else {
+        format!(" writable {scope}")
+    }
+}
+
 /// A budget as a create's request-id payload spells it.
 fn budget_key(b: &Budget) -> String {
     let n = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
@@ -123,6 +137,8 @@ fn new_session(
         }),
         notify_parent,
         budget,
+        // Set by the caller, once checked.
+        write_scope: WriteScope::unscoped(),
     }
 }
 
@@ -136,6 +152,7 @@ pub async fn root<S: Store>(
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = Trust::from_proto(level).unwrap_or(Trust::Sandboxed);
     let budget = budget(req.budget.as_ref())?;
+    let scope = write_scope(&req.writable_paths)?;
     let spec = spec(
         inner,
         &req.workspace_id,
@@ -144,35 +161,41 @@ pub async fn root<S: Store>(
         &req.initial_message,
     )
     .await?;
+    let budget_key = budget_key(&budget);
+    let scope_key = scope.to_strings().join(":");
+    let mut payload = vec![
+        &req.workspace_id,
+        trust.as_str(),
+        &req.title,
+        &req.agent_name,
+        &req.initial_message,
+        budget_key.as_str(),
+    ];
+    // Unscoped creates keep the payload they had before scopes.
+    if !scope.is_unscoped() {
+        payload.push(&scope_key);
+    }
     let idem = idempotency(
         caller,
         "create_root_session",
         &req.request_id,
-        &[
-            &req.workspace_id,
-            trust.as_str(),
-            &req.title,
-            &req.agent_name,
-            &req.initial_message,
-            &budget_key(&budget),
-        ],
+        &payload,
         inner.request_id_retention,
     )?;
-    let new = new_session(
-        caller,
-        &req.workspace_id,
-        &req.agent_name,
-        trust,
-        spec,
-        false,
-        budget,
-    );
-    let audit = allowed(
-        caller,
-        "create_root_session",
-        &new.session_id,
-        String::new(),
-    );
+    let audit_note = scope_note(&scope).trim_start().to_owned();
+    let new = NewSession {
+        write_scope: scope,
+        ..new_session(
+            caller,
+            &req.workspace_id,
+            &req.agent_name,
+            trust,
+            spec,
+            false,
+            budget,
+        )
+    };
+    let audit = allowed(caller, "create_root_session", &new.session_id, audit_note);
     let limits = inner.limits;
     let created = inner
         .store
@@ -227,6 +250,7 @@ pub async fn child<S: Store>(
     let level = pb::TrustLevel::try_from(req.trust_level)
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = policy::child_trust(parent.trust, Trust::from_proto(level))?;
+    let scope = policy::child_scope(&parent.write_scope, write_scope(&req.writable_paths)?)?;
     let budget = budget(req.budget.as_ref())?;
     let mode = pb::ExecutionMode::try_from(req.mode)
         .map_err(|_| SessionError::invalid("mode", "unknown execution mode"))?;
@@ -250,36 +274,46 @@ pub async fn child<S: Store>(
         &req.initial_message,
     )
     .await?;
+    let budget_key = budget_key(&budget);
+    let scope_key = scope.to_strings().join(":");
+    let mut payload = vec![
+        &parent.session_id,
+        trust.as_str(),
+        &req.title,
+        &req.agent_name,
+        &req.initial_message,
+        mode.as_str_name(),
+        budget_key.as_str(),
+    ];
+    // Unscoped creates keep the payload they had before scopes.
+    if !scope.is_unscoped() {
+        payload.push(&scope_key);
+    }
     let idem = idempotency(
         caller,
         "create_session",
         &req.request_id,
-        &[
-            &parent.session_id,
-            trust.as_str(),
-            &req.title,
-            &req.agent_name,
-            &req.initial_message,
-            mode.as_str_name(),
-            &budget_key(&budget),
-        ],
+        &payload,
         inner.request_id_retention,
     )?;
     let callback = mode == pb::ExecutionMode::Callback;
-    let new = new_session(
-        caller,
-        &parent.workspace_id,
-        &req.agent_name,
-        trust,
-        spec,
-        callback,
-        budget,
-    );
+    let new = NewSession {
+        write_scope: scope,
+        ..new_session(
+            caller,
+            &parent.workspace_id,
+            &req.agent_name,
+            trust,
+            spec,
+            callback,
+            budget,
+        )
+    };
     let audit = allowed(
         caller,
         "create_session",
         &parent.session_id,
-        format!("created {}", new.session_id),
+        format!("created {}{}", new.session_id, scope_note(&new.write_scope)),
     );
     let limits = inner.limits;
     let created = inner

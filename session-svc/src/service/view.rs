@@ -64,6 +64,7 @@ pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
         budget: None,
         deadline: None,
         usage: None,
+        writable_paths: row.write_scope.to_strings(),
     }
 }
 

@@ -30,6 +30,7 @@ mod sqlx_error;
 use std::{future::Future, sync::Arc};
 
 use tokio::sync::watch;
+use troupe_proto::scope::WriteScope;
 
 pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
 pub use lease::{
@@ -56,6 +57,17 @@ use crate::{
 
 /// Parses a value's stored text (`what` names it for the log): an unknown
 /// text is a storage error, never a panic.
+/// A write scope as the `writable_paths` column keeps it: a JSON array.
+pub(crate) fn scope_text(scope: &WriteScope) -> String {
+    serde_json::to_string(&scope.to_strings()).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Reads the `writable_paths` column back.
+pub(crate) fn parse_scope(text: &str) -> Option<WriteScope> {
+    let paths: Vec<String> = serde_json::from_str(text).ok()?;
+    WriteScope::parse(&paths).ok()
+}
+
 pub(crate) fn parse_stored<T>(
     what: &str,
     text: &str,

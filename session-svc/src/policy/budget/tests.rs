@@ -64,6 +64,7 @@ fn admit_charge_on(path: &[Account], worst: &Charge) -> Result<(), SessionError>
         spawn_tat_ms: 0,
         inbox_seq: 0,
         trace: None,
+        write_scope: Default::default(),
     };
     admit_charge(&row, path, worst, 1_000)
 }

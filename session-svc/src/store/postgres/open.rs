@@ -16,7 +16,7 @@ use super::{POOL_SIZE, PgStore, wake};
 use crate::{
     error::SessionError,
     model::{Principal, SessionRow, Trust},
-    store::{OutputBudget, parse_stored},
+    store::{OutputBudget, parse_scope, parse_stored},
 };
 
 /// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
@@ -24,7 +24,7 @@ macro_rules! session_columns {
     () => {
         "row_id, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
          depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
-         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, children"
+         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths, children"
     };
 }
 pub(super) use session_columns;
@@ -156,6 +156,7 @@ pub(super) struct RawSession {
     inbox_seq: i64,
     traceparent: Option<String>,
     spawn_span_id: Option<String>,
+    writable_paths: String,
     pub(super) children: i32,
 }
 
@@ -187,6 +188,7 @@ impl RawSession {
                 (Some(traceparent), Some(spawn)) => LifeSpan::parse(traceparent, spawn),
                 _ => None,
             },
+            write_scope: parse_stored("write scope", &self.writable_paths, parse_scope)?,
         })
     }
 }

@@ -271,6 +271,7 @@ mod tests {
             spawn_tat_ms: 0,
             inbox_seq: 0,
             trace: None,
+            write_scope: Default::default(),
         }
     }
 

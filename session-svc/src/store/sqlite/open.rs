@@ -26,7 +26,7 @@ use super::{
 use crate::{
     error::SessionError,
     model::{Principal, SessionRow, Trust},
-    store::parse_stored,
+    store::{parse_scope, parse_stored},
 };
 
 impl SqliteStore {
@@ -168,6 +168,7 @@ pub(super) struct RawSession {
     inbox_seq: i64,
     traceparent: Option<String>,
     spawn_span_id: Option<String>,
+    writable_paths: String,
 }
 
 impl RawSession {
@@ -198,6 +199,7 @@ impl RawSession {
                 (Some(traceparent), Some(spawn)) => LifeSpan::parse(traceparent, spawn),
                 _ => None,
             },
+            write_scope: parse_stored("write scope", &self.writable_paths, parse_scope)?,
         })
     }
 }
