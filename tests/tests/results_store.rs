@@ -27,6 +27,7 @@ fn new_session(id: &str, notify_parent: bool) -> NewSession {
         initial_message: None,
         notify_parent,
         budget: Default::default(),
+        write_scope: Default::default(),
     }
 }
 

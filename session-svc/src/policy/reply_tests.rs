@@ -1,0 +1,59 @@
+//! Who a child may reply to: its own active parent, whatever the trust levels.
+
+use super::*;
+use crate::model::Principal;
+
+fn row(id: &str, parent: Option<&str>, trust: Trust, status: SessionStatus) -> SessionRow {
+    SessionRow {
+        session_id: id.to_owned(),
+        workspace_id: "ws".to_owned(),
+        parent_session_id: parent.map(str::to_owned),
+        parent_trust: parent.map(|_| Trust::Direct),
+        tree_id: "t".to_owned(),
+        depth: u32::from(parent.is_some()),
+        trust,
+        agent_name: "a".to_owned(),
+        agent_command: "[]".to_owned(),
+        title: id.to_owned(),
+        status,
+        created_by: Principal::Operator,
+        created_at_ms: 0,
+        ended_at_ms: None,
+        end_reason: None,
+        spawn_tat_ms: 0,
+        inbox_seq: 0,
+        trace: None,
+        write_scope: Default::default(),
+    }
+}
+
+/// A sandboxed child replies to its direct parent, and to no other
+/// session; never to one that has ended.
+#[test]
+fn a_child_replies_to_its_own_active_parent_only() {
+    use SessionStatus::{Completed, Running};
+    let child = row("c", Some("p"), Trust::Sandboxed, Running);
+    let cases = [
+        (row("p", None, Trust::Direct, Running), Ok(())),
+        (
+            row("q", None, Trust::Direct, Running),
+            Err("INVALID_ARGUMENT"),
+        ),
+        (
+            row("q", None, Trust::Sandboxed, Running),
+            Err("INVALID_ARGUMENT"),
+        ),
+        (
+            row("p", None, Trust::Direct, Completed),
+            Err("PARENT_NOT_RUNNING"),
+        ),
+    ];
+    for (target, expected) in cases {
+        let got = may_reply(&child, &target).map_err(|e| e.reason().as_str());
+        assert_eq!(
+            got, expected,
+            "to {} {:?}",
+            target.session_id, target.status
+        );
+    }
+}
