@@ -124,7 +124,7 @@ async fn every_unreadable_stdio_line_is_answered_and_the_session_goes_on() {
     peer.send(&request(3, "tools/list", json!({}))).await;
     let listed = peer.answer("tools/list").await;
     assert_eq!(listed["id"], 3, "{listed}");
-    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(7));
+    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(9));
     drop(peer);
     let _ = child.kill().await;
     server.stop().await;
