@@ -5,9 +5,9 @@ use troupe_proto::session as pb;
 use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency};
 use crate::{
     error::SessionError,
-    model::{Caller, NewMessage},
+    model::{Caller, Idempotency, NewMessage},
     policy,
-    store::Store,
+    store::{MessageCheck, Sent, Store},
 };
 
 pub async fn send<S: Store>(
@@ -29,38 +29,62 @@ pub async fn send<S: Store>(
         &[&req.session_id, &req.message],
         inner.request_id_retention,
     )?;
-    let message = NewMessage {
-        message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
-        sender: caller.principal(),
-        body: req.message.clone(),
-    };
-    let audit = allowed(
+    let (sent, delivery) = store_and_deliver(
+        inner,
         caller,
         "send_message",
         &req.session_id,
+        &req.message,
+        idem,
+        &|target| policy::may_message(caller, target),
+    )
+    .await?;
+    Ok(pb::SendMessageResponse {
+        message_id: sent.message_id,
+        session_id: req.session_id.clone(),
+        sequence: sent.sequence,
+        delivery: delivery as i32,
+    })
+}
+
+/// Stores `body` in `recipient`'s inbox if `check` allows it (audited as
+/// `action`), then delivers it at once when this replica owns the
+/// recipient's runner: the one path of every message.
+pub(super) async fn store_and_deliver<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    action: &'static str,
+    recipient: &str,
+    body: &str,
+    idem: Option<Idempotency>,
+    check: MessageCheck<'_>,
+) -> Result<(Sent, pb::DeliveryStatus), SessionError> {
+    let message = NewMessage {
+        message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+        sender: caller.principal(),
+        body: body.to_owned(),
+    };
+    let audit = allowed(
+        caller,
+        action,
+        recipient,
         format!("message {}", message.message_id),
     );
     let sent = inner
         .store
-        .send_message(&req.session_id, message, idem, audit, &|target| {
-            policy::may_message(caller, target)
-        })
+        .send_message(recipient, message, idem, audit, check)
         .await?;
     let delivered = match &inner.driver {
-        Some(driver) => driver.deliver(&req.session_id).await,
+        Some(driver) => driver.deliver(recipient).await,
         None => false,
     };
     if !delivered {
         crate::metrics::queued();
     }
-    Ok(pb::SendMessageResponse {
-        message_id: sent.message_id,
-        session_id: req.session_id.clone(),
-        sequence: sent.sequence,
-        delivery: if delivered {
-            pb::DeliveryStatus::Delivered
-        } else {
-            pb::DeliveryStatus::Queued
-        } as i32,
-    })
+    let delivery = if delivered {
+        pb::DeliveryStatus::Delivered
+    } else {
+        pb::DeliveryStatus::Queued
+    };
+    Ok((sent, delivery))
 }

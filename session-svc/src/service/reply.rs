@@ -3,10 +3,10 @@
 
 use troupe_proto::session as pb;
 
-use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency};
+use super::{Inner, MAX_MESSAGE_BYTES, check_len, idempotency, message};
 use crate::{
     error::{Reason, SessionError},
-    model::{Caller, NewMessage},
+    model::Caller,
     policy,
     store::Store,
 };
@@ -40,37 +40,19 @@ pub async fn send<S: Store>(
         &[&req.message],
         inner.request_id_retention,
     )?;
-    let message = NewMessage {
-        message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
-        sender: caller.principal(),
-        body: req.message.clone(),
-    };
-    let audit = allowed(
+    let (sent, delivery) = message::store_and_deliver(
+        inner,
         caller,
         "reply_to_parent",
         &parent,
-        format!("message {}", message.message_id),
-    );
-    let sent = inner
-        .store
-        .send_message(&parent, message, idem, audit, &|target| {
-            policy::may_reply(me, target)
-        })
-        .await?;
-    let delivered = match &inner.driver {
-        Some(driver) => driver.deliver(&parent).await,
-        None => false,
-    };
-    if !delivered {
-        crate::metrics::queued();
-    }
+        &req.message,
+        idem,
+        &|target| policy::may_reply(me, target),
+    )
+    .await?;
     Ok(pb::ReplyToParentResponse {
         message_id: sent.message_id,
         sequence: sent.sequence,
-        delivery: if delivered {
-            pb::DeliveryStatus::Delivered
-        } else {
-            pb::DeliveryStatus::Queued
-        } as i32,
+        delivery: delivery as i32,
     })
 }
