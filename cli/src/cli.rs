@@ -63,6 +63,18 @@ pub enum Command {
         #[command(subcommand)]
         command: AgentCommand,
     },
+    /// See the runners the session service drives (operator only).
+    Runner {
+        #[command(subcommand)]
+        command: RunnerCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunnerCommand {
+    /// List the runners: the embedded one (`--runner`) and every registered
+    /// one, live or lapsed, with their capacity and active sessions.
+    List,
 }
 
 #[derive(Debug, Subcommand)]

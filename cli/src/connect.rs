@@ -9,6 +9,7 @@ use tonic::{service::interceptor::InterceptedService, transport::Channel};
 use troupe_proto::{
     endpoint::Bearer,
     failover::{self, Endpoints},
+    fleet::fleet_service_client::FleetServiceClient,
     paths::{default_data_dir, operator_token_path},
     session::session_service_client::SessionServiceClient,
 };
@@ -17,6 +18,9 @@ use crate::cli::Global;
 
 /// The session service client the commands use.
 pub type Client = SessionServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// The fleet service client (`troupe runner`), on the same endpoints.
+pub type FleetClient = FleetServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// Where the bearer token came from, for hints when the server refuses it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,12 +105,23 @@ pub fn endpoint_urls(endpoints: &[String]) -> anyhow::Result<Vec<String>> {
 /// A client per endpoint of troupe-session, each connecting on first use:
 /// a call moves on from an endpoint it cannot reach ([`failover`]).
 pub fn connect(endpoints: &[String], token: &str) -> anyhow::Result<Endpoints<Client>> {
+    connect_with(endpoints, token, SessionServiceClient::with_interceptor)
+}
+
+/// As [`connect`], for the fleet service served beside the session service.
+pub fn connect_fleet(endpoints: &[String], token: &str) -> anyhow::Result<Endpoints<FleetClient>> {
+    connect_with(endpoints, token, FleetServiceClient::with_interceptor)
+}
+
+fn connect_with<C: Clone>(
+    endpoints: &[String],
+    token: &str,
+    make: impl Fn(Channel, Bearer) -> C,
+) -> anyhow::Result<Endpoints<C>> {
     let bearer = Bearer::new(Some(token))?;
     let urls = endpoint_urls(endpoints)?;
-    Endpoints::new(&urls, |channel| {
-        SessionServiceClient::with_interceptor(channel, bearer.clone())
-    })
-    .map_err(|e| anyhow::anyhow!("invalid endpoint: {e:#}"))
+    Endpoints::new(&urls, |channel| make(channel, bearer.clone()))
+        .map_err(|e| anyhow::anyhow!("invalid endpoint: {e:#}"))
 }
 
 #[cfg(test)]

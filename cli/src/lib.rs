@@ -1,6 +1,7 @@
 //! `troupe`, the operator's command line for Troupe's session service: create
 //! spawn trees and child sessions, list, inspect, message, watch and end them,
-//! read the audit log, manage the agent definitions kept in the database.
+//! read the audit log, manage the agent definitions kept in the database,
+//! list the runners.
 //! Text output by default, JSON with `--json`.
 //!
 //! - [`cli`]: the command line (clap derive), flags with `TROUPE_*` variables.
@@ -27,7 +28,7 @@ pub mod tree;
 use std::process::ExitCode;
 
 use cli::{Cli, Command};
-use connect::Client;
+use connect::{Client, FleetClient};
 use error::{Reported, Setting};
 use tonic::{Response, Status};
 use troupe_proto::failover::Endpoints;
@@ -35,6 +36,8 @@ use troupe_proto::failover::Endpoints;
 /// What every command runs with.
 pub struct Ctx {
     pub endpoints: Endpoints<Client>,
+    /// The fleet service on the same endpoints (`troupe runner`).
+    pub fleet: Endpoints<FleetClient>,
     pub json: bool,
     pub setting: Setting,
 }
@@ -51,6 +54,16 @@ impl Ctx {
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
         self.endpoints.call(message, rpc).await
+    }
+
+    /// As [`Ctx::call`], on the fleet service.
+    pub async fn call_fleet<M, R, F, Fut>(&self, message: &M, rpc: F) -> Result<R, Status>
+    where
+        M: Clone,
+        F: Fn(FleetClient, M) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
+        self.fleet.call(message, rpc).await
     }
 }
 
@@ -77,8 +90,10 @@ async fn execute(cli: &Cli, setting: &mut Setting) -> anyhow::Result<()> {
     let (token, origin) = connect::resolve_token(&cli.global)?;
     setting.token_origin = Some(origin);
     let endpoints = connect::connect(&cli.global.endpoint, &token)?;
+    let fleet = connect::connect_fleet(&cli.global.endpoint, &token)?;
     let mut ctx = Ctx {
         endpoints,
+        fleet,
         json: cli.global.json,
         setting: std::mem::take(setting),
     };
@@ -86,6 +101,7 @@ async fn execute(cli: &Cli, setting: &mut Setting) -> anyhow::Result<()> {
         Command::Session { command } => cmd::session(&mut ctx, command).await,
         Command::Audit(args) => cmd::audit::run(&mut ctx, args).await,
         Command::Agent { command } => cmd::agent::run(&mut ctx, command).await,
+        Command::Runner { command } => cmd::runner::run(&mut ctx, command).await,
     };
     *setting = ctx.setting;
     result

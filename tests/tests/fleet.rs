@@ -1,11 +1,14 @@
 //! `RegisterRunner` (troupe.fleet.v1) on a real server: the operator's
 //! token only, every bad field INVALID_ARGUMENT naming it, the embedded
 //! runner's name not for taking, refusals audited; a good registration
-//! renews without a new generation.
+//! renews without a new generation. `ListRunners`: the operator's only, by
+//! name, a runner whose lease lapsed shown as no longer live.
 
 use tonic::{Code, Status};
 use troupe_proto::{
-    fleet::{RegisterRunnerRequest, fleet_service_client::FleetServiceClient},
+    fleet::{
+        ListRunnersRequest, RegisterRunnerRequest, Runner, fleet_service_client::FleetServiceClient,
+    },
     session::{ListAuditRequest, TrustLevel},
 };
 use troupe_tests::{Bearer, OPERATOR_TOKEN, TestServer, reason};
@@ -125,5 +128,86 @@ async fn bad_registrations_are_invalid_arguments_naming_the_field() {
             Some(field),
             "{req:?}: {refused:?}"
         );
+    }
+}
+
+async fn list(server: &TestServer, token: &str) -> Result<Vec<Runner>, Status> {
+    let channel = troupe_proto::endpoint::connect(&format!("http://{}", server.addr))
+        .await
+        .expect("connect");
+    let mut client =
+        FleetServiceClient::with_interceptor(channel, Bearer::new(Some(token)).unwrap());
+    client
+        .list_runners(ListRunnersRequest {})
+        .await
+        .map(|r| r.into_inner().runners)
+}
+
+#[tokio::test]
+async fn runners_are_listed_to_the_operator_only_live_then_lapsed() {
+    let server = TestServer::start().await;
+    let (_, _, agent_token) = server.root("ws", TrustLevel::Direct).await;
+    let refused = list(&server, &agent_token)
+        .await
+        .expect_err("an agent listed the runners");
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert_eq!(reason(&refused), "OPERATOR_ONLY");
+
+    let mut short = request("r-short", "http://127.0.0.1:7402", 2);
+    short.lease_ttl_ms = 500;
+    register(&server, OPERATOR_TOKEN, short).await.unwrap();
+    register(
+        &server,
+        OPERATOR_TOKEN,
+        request("r-long", "http://127.0.0.1:7401", 8),
+    )
+    .await
+    .unwrap();
+    let named = |runners: &[Runner], name: &str| {
+        runners
+            .iter()
+            .find(|r| r.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} not listed: {runners:?}"))
+    };
+    let runners = list(&server, OPERATOR_TOKEN).await.unwrap();
+    let long = named(&runners, "r-long");
+    assert_eq!(
+        (
+            long.endpoint.as_str(),
+            long.capacity,
+            long.active,
+            long.live,
+            long.embedded
+        ),
+        ("http://127.0.0.1:7401", 8, 0, true, false),
+        "{long:?}"
+    );
+    assert!(named(&runners, "r-short").live);
+    let names: Vec<&str> = runners.iter().map(|r| r.name.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "listed by name");
+
+    // The short lease lapses (the other is renewed); the list says so.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        register(
+            &server,
+            OPERATOR_TOKEN,
+            request("r-long", "http://127.0.0.1:7401", 8),
+        )
+        .await
+        .unwrap();
+        let runners = list(&server, OPERATOR_TOKEN).await.unwrap();
+        if !named(&runners, "r-short").live {
+            assert!(named(&runners, "r-long").live, "{runners:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "r-short never lapsed: {runners:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

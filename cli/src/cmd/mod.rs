@@ -1,9 +1,10 @@
 //! The commands: `session` subcommands in [`session`] (create, list, get,
 //! terminate, token, send), [`tree`] and [`watch`]; the audit log in [`audit`];
-//! agent definitions in [`agent`].
+//! agent definitions in [`agent`]; runners in [`runner`].
 
 pub mod agent;
 pub mod audit;
+pub mod runner;
 pub mod session;
 pub mod tree;
 pub mod watch;

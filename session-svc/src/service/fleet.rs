@@ -1,6 +1,6 @@
-//! `troupe.fleet.v1.FleetService`: `RegisterRunner`, operator only. A
-//! runner registers (and renews its lease) about every second, so only
-//! refusals are audited.
+//! `troupe.fleet.v1.FleetService`: `RegisterRunner` and `ListRunners`,
+//! operator only. A runner registers (and renews its lease) about every
+//! second, so only refusals are audited.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use troupe_proto::fleet::{self as pb, fleet_service_server::FleetService};
 use super::{Inner, Service, require_operator};
 use crate::{
     error::SessionError,
-    model::{Caller, RunnerName, RunnerSpec, STATIC_RUNNER},
+    model::{Caller, RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER},
     store::Store,
 };
 
@@ -96,8 +96,44 @@ async fn register<S: Store>(
     })
 }
 
+async fn list<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+) -> Result<pb::ListRunnersResponse, SessionError> {
+    require_operator(caller)?;
+    let mut rows = inner.store.runners().await?;
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(pb::ListRunnersResponse {
+        runners: rows.iter().map(runner_view).collect(),
+    })
+}
+
+fn runner_view(row: &RunnerRow) -> pb::Runner {
+    pb::Runner {
+        name: row.name.to_string(),
+        endpoint: row.endpoint.clone(),
+        capacity: row.capacity,
+        active: row.active,
+        live: row.live,
+        embedded: row.is_static,
+        generation: row.generation.max(0) as u64,
+    }
+}
+
 #[tonic::async_trait]
 impl<S: Store> FleetService for Service<S> {
+    #[tracing::instrument(name = "list_runners", skip_all)]
+    async fn list_runners(
+        &self,
+        request: Request<pb::ListRunnersRequest>,
+    ) -> Result<Response<pb::ListRunnersResponse>, Status> {
+        let caller = self.authenticate(&request, "list_runners").await?;
+        let result = list(&self.inner, &caller).await;
+        self.audit_outcome(&caller, "list_runners", "", &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
     #[tracing::instrument(name = "register_runner", skip_all, fields(runner = %request.get_ref().name))]
     async fn register_runner(
         &self,
