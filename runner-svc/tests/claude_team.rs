@@ -9,7 +9,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{pair::Pair, *};
+use common::{
+    claude::{PRICE, claude_agent},
+    pair::Pair,
+    *,
+};
 use serde_json::json;
 use troupe_proto::session as pb;
 use troupe_tests::upstream::{Turn, Upstream, Usage};
@@ -18,9 +22,6 @@ const KEY: &str = "sk-ant-team-provider-key-not-in-containers";
 const MODEL: &str = "claude-team-test";
 const COORDINATOR: &str = "COORDINATE-7f3e";
 const WORKER: &str = "WORK-9c1a";
-
-/// $3/M input, $15/M output, $0.30/M cache read, $3.75/M cache write.
-const PRICE: [u64; 4] = [3_000_000, 15_000_000, 300_000, 3_750_000];
 
 fn usage(input: u64, output: u64, read: u64, write: u64) -> Usage {
     Usage {
@@ -53,40 +54,6 @@ fn tokens(u: &[Usage]) -> [u64; 4] {
     })
 }
 
-/// The example agent definition, with the model variables Claude Code
-/// reads set to the configured model.
-fn claude_agent() -> String {
-    let example = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/agents/claude.md"),
-    )
-    .expect("examples/agents/claude.md");
-    example.replacen(
-        "\ndescription:",
-        &format!(
-            "\nenv:\n  ANTHROPIC_MODEL: {MODEL}\n  ANTHROPIC_SMALL_FAST_MODEL: {MODEL}\n  \
-             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: 1\ndescription:"
-        ),
-        1,
-    )
-}
-
-fn gateway_config(dir: &std::path::Path, upstream: &str) -> std::path::PathBuf {
-    let key = dir.join("key");
-    std::fs::write(&key, KEY).unwrap();
-    let file = dir.join("gateway.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {upstream}\n    \
-             key_file: {}\n    models:\n      {MODEL}: {{ input: \"3\", output: \"15\", \
-             cache_read: \"0.30\", cache_write: \"3.75\" }}\n",
-            key.display()
-        ),
-    )
-    .unwrap();
-    file
-}
-
 async fn own_and_tree(pair: &Pair, id: &str) -> pb::SessionUsage {
     pair.get(id).await.session.unwrap().usage.unwrap()
 }
@@ -104,7 +71,7 @@ async fn a_claude_code_team_is_metered_to_the_token_and_the_cent() {
     };
     let upstream = Upstream::tcp(vec![]).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = gateway_config(dir.path(), &upstream.base_url());
+    let config = claude::gateway_config(dir.path(), &upstream.base_url(), KEY, MODEL);
     let pair = Pair::start_on(
         move |r| r.image = image,
         move |c| c.gateway_config = Some(config),
@@ -112,7 +79,7 @@ async fn a_claude_code_team_is_metered_to_the_token_and_the_cent() {
     .await;
     let ws = pair.runner.workspace("team");
     pair.server
-        .write_agent_text(Some(&ws), "claude", &claude_agent());
+        .write_agent_text(Some(&ws), "claude", &claude_agent(MODEL, &[]));
 
     let coordinator = [
         usage(1_500, 40, 0, 900),
@@ -229,7 +196,7 @@ async fn a_runaway_claude_code_spawner_stops_exactly_at_its_budget() {
     };
     let upstream = Upstream::tcp(vec![]).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = gateway_config(dir.path(), &upstream.base_url());
+    let config = claude::gateway_config(dir.path(), &upstream.base_url(), KEY, MODEL);
     let pair = Pair::start_on(
         move |r| r.image = image,
         move |c| c.gateway_config = Some(config),
@@ -237,7 +204,7 @@ async fn a_runaway_claude_code_spawner_stops_exactly_at_its_budget() {
     .await;
     let ws = pair.runner.workspace("runaway");
     pair.server
-        .write_agent_text(Some(&ws), "claude", &claude_agent());
+        .write_agent_text(Some(&ws), "claude", &claude_agent(MODEL, &[]));
     pair.agent(&ws, "sleeper", "cat");
     let turns = (0..8)
         .map(|i| {

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod claude;
 pub mod pair;
 pub mod private_engine;
 pub mod replicas;

@@ -1,0 +1,49 @@
+//! The real Claude Code as a Troupe agent behind the model gateway: the
+//! example agent definition with the model variables set, and a gateway
+//! configuration whose one provider is the scripted upstream.
+
+use std::path::{Path, PathBuf};
+
+/// $3/M input, $15/M output, $0.30/M cache read, $3.75/M cache write, in
+/// pico-dollars per token.
+pub const PRICE: [u64; 4] = [3_000_000, 15_000_000, 300_000, 3_750_000];
+
+/// `examples/agents/claude.md`, with the model variables Claude Code reads
+/// set to `model` and each of `env` added to its `env`.
+pub fn claude_agent(model: &str, env: &[(&str, &str)]) -> String {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/agents/claude.md"),
+    )
+    .expect("examples/agents/claude.md");
+    let extra: String = env
+        .iter()
+        .map(|(name, value)| format!("  {name}: \"{value}\"\n"))
+        .collect();
+    example.replacen(
+        "\ndescription:",
+        &format!(
+            "\nenv:\n  ANTHROPIC_MODEL: {model}\n  ANTHROPIC_SMALL_FAST_MODEL: {model}\n  \
+             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: 1\n{extra}description:"
+        ),
+        1,
+    )
+}
+
+/// Writes `key` and a gateway configuration to `dir`: one Anthropic
+/// provider, `scripted`, at `upstream`, pricing `model` at [`PRICE`].
+pub fn gateway_config(dir: &Path, upstream: &str, key: &str, model: &str) -> PathBuf {
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, key).unwrap();
+    let file = dir.join("gateway.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {upstream}\n    \
+             key_file: {}\n    models:\n      {model}: {{ input: \"3\", output: \"15\", \
+             cache_read: \"0.30\", cache_write: \"3.75\" }}\n",
+            key_file.display()
+        ),
+    )
+    .unwrap();
+    file
+}
