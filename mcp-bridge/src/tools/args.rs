@@ -36,8 +36,9 @@ pub struct CreateSessionArgs {
     pub trust_level: Option<String>,
     /// Optional: how the call returns. "async" (default): at once, follow up with
     /// get_session or wait_for_session. "sync": when the child has ended, with its
-    /// result (status, exit_code, output_tail). "callback": at once, and when the child
-    /// ends this session receives a message saying so.
+    /// result (status, exit_code, output_tail, and finished: the outcome and result it
+    /// gave with finish). "callback": at once, and when the child ends this session
+    /// receives a message saying so, with that outcome and result.
     #[serde(default)]
     pub mode: Option<Mode>,
     /// Optional: the most the child and its whole subtree may spend on model calls, in
