@@ -169,7 +169,8 @@ fn finished(f: &pb::Finished) -> Value {
     })
 }
 
-fn outcome_str(outcome: pb::Outcome) -> &'static str {
+/// A finished session's outcome, as its JSON form spells it.
+pub fn outcome_str(outcome: pb::Outcome) -> &'static str {
     match outcome {
         pb::Outcome::Success => "success",
         pb::Outcome::Failure => "failure",

@@ -211,6 +211,17 @@ pub async fn get(ctx: &mut Ctx, args: &GetArgs) -> anyhow::Result<()> {
         if let Some(code) = result.exit_code {
             text.push_str(&format!("{:<11} {code}\n", "exit code"));
         }
+        if let Some(finished) = &result.finished {
+            text.push_str(&format!(
+                "{:<11} {}\nresult:\n",
+                "outcome",
+                render::outcome_str(finished.outcome())
+            ));
+            text.push_str(&safe::block(&finished.result));
+            if !finished.result.ends_with('\n') {
+                text.push('\n');
+            }
+        }
         if !result.output_tail.is_empty() {
             text.push_str("output (latest):\n");
             text.push_str(&safe::block(&result.output_tail));
