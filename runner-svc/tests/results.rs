@@ -2,7 +2,8 @@
 //! run by the real runner, finishes its task with FinishSession (its own
 //! token, naming no session) and talks to its parent with ReplyToParent.
 //! The parent gets the result from a SYNC create, in the CALLBACK notice and
-//! from GetSession; the child's process is stopped after the grace.
+//! from GetSession; the child's process is stopped after the grace, and its
+//! exit then sends no second notice.
 
 mod common;
 
@@ -252,4 +253,75 @@ async fn a_root_cannot_reply_and_the_operator_cannot_finish() {
         .await
         .unwrap_err();
     assert_eq!(reason(&refused), "SESSION_ONLY", "{refused:?}");
+}
+
+/// The stopped process's exit, after the grace, sends no second notice:
+/// once the exit is recorded, a message sent to the parent afterwards is
+/// echoed with exactly one notice of the child before it.
+#[tokio::test]
+async fn the_stopped_processs_exit_sends_no_second_notice() {
+    let pair = Pair::start_with(|c| c.finish_grace_ms = 200).await;
+    let ws = pair.runner.workspace("one-notice");
+    agents(&pair, &ws);
+    let root = pair.root(&ws, "parent", "start").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+    let mut as_root = pair.server.act_as(&root.session_id).await;
+    let child = as_root
+        .create_session(sandboxed_child(ExecutionMode::Callback))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    pair.wait_status(&child.session_id, SessionStatus::Running)
+        .await;
+    pair.server
+        .act_as(&child.session_id)
+        .await
+        .finish_session(FinishSessionRequest {
+            result: "done".into(),
+            outcome: Outcome::Success as i32,
+        })
+        .await
+        .unwrap();
+    pair.notice_of(&root.session_id, &child.session_id).await;
+    // The grace runs out: the process is stopped and its exit recorded.
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while pair
+        .get(&child.session_id)
+        .await
+        .result
+        .and_then(|r| r.exit_code)
+        .is_none()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never stopped");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pair.server
+        .operator()
+        .await
+        .send_message(troupe_tests::message(&root.session_id, "after-the-exit"))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while !lines_from(&pair, &root.session_id, "operator")
+        .await
+        .iter()
+        .any(|l| l["message"] == "after-the-exit")
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never delivered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let notices: Vec<_> = lines_from(&pair, &root.session_id, "troupe")
+        .await
+        .into_iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&child.session_id)
+        })
+        .collect();
+    assert_eq!(notices.len(), 1, "{notices:#?}");
 }
