@@ -325,3 +325,81 @@ async fn the_stopped_processs_exit_sends_no_second_notice() {
         .collect();
     assert_eq!(notices.len(), 1, "{notices:#?}");
 }
+
+/// The state of `exec_id` as the runner reports it.
+async fn exec_state(pair: &Pair, exec_id: &str) -> troupe_proto::runner::ExecState {
+    pair.runner
+        .client()
+        .await
+        .list_execs(troupe_proto::runner::ListExecsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .execs
+        .into_iter()
+        .find(|e| e.exec_id == exec_id)
+        .unwrap_or_else(|| panic!("the runner does not know {exec_id}"))
+        .state()
+}
+
+/// A new owner (here the service restarted on its data) keeps a finished
+/// session's process for the rest of its grace, while it stops an exec no
+/// session knows at once; the process is stopped once the grace is over.
+#[tokio::test]
+async fn a_new_owner_keeps_the_finish_grace() {
+    use troupe_proto::runner::ExecState;
+    let mut pair = Pair::start_with(|c| c.finish_grace_ms = 20_000).await;
+    let ws = pair.runner.workspace("grace-takeover");
+    agents(&pair, &ws);
+    let root = pair.root(&ws, "parent", "start").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+    let child = pair
+        .server
+        .act_as(&root.session_id)
+        .await
+        .create_session(sandboxed_child(ExecutionMode::Async))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    pair.wait_status(&child.session_id, SessionStatus::Running)
+        .await;
+    pair.server
+        .act_as(&child.session_id)
+        .await
+        .finish_session(FinishSessionRequest {
+            result: "done".into(),
+            outcome: Outcome::Success as i32,
+        })
+        .await
+        .unwrap();
+
+    pair.server.stop_for_restart().await;
+    pair.runner.sh(&ws, "sess_stray_grace", "sleep 1006").await;
+    pair.server.start_again().await;
+    // The new owner's reconcile has run once the stray exec is stopped.
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while exec_state(&pair, "sess_stray_grace").await != ExecState::Exited {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stray kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        exec_state(&pair, &child.session_id).await,
+        ExecState::Running,
+        "the finished child was stopped before its grace was over"
+    );
+    // Its grace over, the process is stopped.
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while exec_state(&pair, &child.session_id).await != ExecState::Exited {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never stopped after its grace"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -303,6 +303,9 @@ pub struct ProcessRow {
     pub callback_due: bool,
     /// The runner it was placed on (`None`: never placed).
     pub runner: Option<RunnerName>,
+    /// When a session that finished its task has its process stopped (Unix
+    /// ms): the finish's grace runs until then.
+    pub stop_after_ms: Option<i64>,
 }
 
 /// A message a session received, without its body.

@@ -1,7 +1,8 @@
 //! The pass per runner (at each term's start, and when the runner registers
 //! anew): what to do with each active session placed on it, given what the
 //! runner reports of its exec, and with each exec the runner runs for a
-//! session that is no longer active.
+//! session that is no longer active (stopped, unless the session finished
+//! its task and its grace is not over).
 
 use std::{collections::HashSet, sync::Arc};
 
@@ -12,7 +13,7 @@ use troupe_proto::{
 
 use super::{Driver, Job, Term, system_audit};
 use crate::{
-    model::{Failure, ProcessRow, RunnerName},
+    model::{Failure, ProcessRow, RunnerName, now_ms},
     store::Store,
 };
 
@@ -59,6 +60,11 @@ pub(super) fn orphans(execs: &[rpb::ExecInfo], active_ids: &HashSet<&str>) -> Ve
         })
         .map(|e| e.exec_id.clone())
         .collect()
+}
+
+/// Whether a process is within the grace its session's finish gave it.
+pub(super) fn in_finish_grace(process: &ProcessRow, now_ms: i64) -> bool {
+    process.exit_code.is_none() && process.stop_after_ms.is_some_and(|at| at > now_ms)
 }
 
 impl<S: Store> Driver<S> {
@@ -108,7 +114,17 @@ impl<S: Store> Driver<S> {
                 }
             }
         }
-        let orphans = orphans(&execs, &active_ids);
+        let mut orphans = orphans(&execs, &active_ids);
+        // A session that finished its task keeps its process for the
+        // finish's grace: the store's work stops it once that is over.
+        let mut in_grace = HashSet::new();
+        for id in &orphans {
+            let process = self.store.process(id).await?;
+            if process.is_some_and(|p| in_finish_grace(&p, now_ms())) {
+                in_grace.insert(id.clone());
+            }
+        }
+        orphans.retain(|id| !in_grace.contains(id));
         for id in &orphans {
             let audit = system_audit(
                 "reconcile",
@@ -213,5 +229,18 @@ mod tests {
         let all = HashSet::from(["sess_active", "sess_ended", "sess_exited", "sess_gone"]);
         assert!(orphans(&execs, &all).is_empty());
         assert!(orphans(&[], &active).is_empty());
+    }
+
+    #[test]
+    fn a_finished_process_is_kept_until_its_grace_is_over() {
+        let finished = |stop_after_ms, exit_code| ProcessRow {
+            stop_after_ms,
+            exit_code,
+            ..ProcessRow::default()
+        };
+        assert!(in_finish_grace(&finished(Some(2_000), None), 1_000));
+        assert!(!in_finish_grace(&finished(Some(2_000), None), 2_000));
+        assert!(!in_finish_grace(&finished(Some(2_000), Some(0)), 1_000));
+        assert!(!in_finish_grace(&finished(None, None), 1_000));
     }
 }

@@ -144,7 +144,7 @@ impl PgStore {
     ) -> Result<Option<ProcessRow>, SessionError> {
         let row = sqlx::query(
             "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent, \
-             callback_due, runner \
+             callback_due, runner, stop_after_ms \
              FROM processes WHERE session_id = $1",
         )
         .bind(session_id)
@@ -162,6 +162,7 @@ impl PgStore {
                 delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
                 notify_parent: row.try_get("notify_parent")?,
                 callback_due: row.try_get("callback_due")?,
+                stop_after_ms: row.try_get("stop_after_ms")?,
                 runner: row
                     .try_get::<Option<String>, _>("runner")?
                     .map(crate::model::RunnerName::stored),

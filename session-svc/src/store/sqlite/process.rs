@@ -138,7 +138,7 @@ impl SqliteStore {
     ) -> Result<Option<ProcessRow>, SessionError> {
         let row = sqlx::query(
             "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent, \
-             callback_due, runner \
+             callback_due, runner, stop_after_ms \
              FROM processes WHERE session_id = ?",
         )
         .bind(session_id)
@@ -156,6 +156,7 @@ impl SqliteStore {
                 delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
                 notify_parent: row.try_get("notify_parent")?,
                 callback_due: row.try_get("callback_due")?,
+                stop_after_ms: row.try_get("stop_after_ms")?,
                 runner: row
                     .try_get::<Option<String>, _>("runner")?
                     .map(crate::model::RunnerName::stored),
