@@ -22,6 +22,7 @@
 mod accounts;
 mod agent_rows;
 mod lease;
+mod parent_end;
 mod postgres;
 mod shared;
 mod sqlite;
@@ -474,8 +475,9 @@ pub trait Store: Send + Sync + Clone + 'static {
         session_id: &str,
     ) -> impl Future<Output = Result<Option<Account>, SessionError>> + Send;
 
-    /// Returns the active sessions whose own wall-clock budget ran out by
-    /// `now_ms`, shallowest first.
+    /// Returns the active sessions whose deadline (their own wall-clock
+    /// budget's, or an ancestor's: an orphan's still holds after its
+    /// budgeted parent ended) passed by `now_ms`, shallowest first.
     fn over_deadline(
         &self,
         now_ms: i64,

@@ -283,8 +283,9 @@ async fn insert_session(
     let raw: RawSession = sqlx::query_as(concat!(
         "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
          tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-         created_at_ms, traceparent, spawn_span_id, notify_parent, writable_paths) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16) \
+         created_at_ms, traceparent, spawn_span_id, notify_parent, writable_paths, on_parent_end) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, \
+           $17) \
          RETURNING ",
         session_columns!()
     ))
@@ -304,6 +305,7 @@ async fn insert_session(
     .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
     .bind(new.notify_parent)
     .bind(crate::store::scope_text(&new.write_scope))
+    .bind(new.on_parent_end.as_str())
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query(
