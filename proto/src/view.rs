@@ -9,8 +9,7 @@ use prost_types::Timestamp;
 use serde_json::{Map, Value, json};
 
 use crate::{
-    money,
-    session as pb,
+    money, session as pb,
     status::{parent_end_str, status_str},
     trust,
 };

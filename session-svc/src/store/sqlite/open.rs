@@ -202,7 +202,11 @@ impl RawSession {
                 _ => None,
             },
             write_scope: parse_stored("write scope", &self.writable_paths, parse_scope)?,
-            on_parent_end: parse_stored("parent-end policy", &self.on_parent_end, ParentEnd::parse)?,
+            on_parent_end: parse_stored(
+                "parent-end policy",
+                &self.on_parent_end,
+                ParentEnd::parse,
+            )?,
             orphaned: self.orphaned,
         })
     }
