@@ -89,6 +89,8 @@ pub fn notice_reason(end_reason: Option<&str>) -> &'static str {
     match end_reason {
         Some(Finish::END_REASON) => Finish::END_REASON,
         Some("cascade") => "cascade",
+        // A failed exit's reason, as `process_step` words it.
+        Some(r) if r.starts_with("exit code ") => ExitReason::Exited.as_str(),
         Some(r) => ExitReason::parse(r).map_or("manual", ExitReason::as_str),
         None => "manual",
     }
@@ -158,6 +160,7 @@ mod tests {
         assert_eq!(notice_reason(Some("finished")), "finished");
         assert_eq!(notice_reason(Some("cascade")), "cascade");
         assert_eq!(notice_reason(Some("exited")), "exited");
+        assert_eq!(notice_reason(Some("exit code 3")), "exited");
         assert_eq!(notice_reason(Some("the secret is 42")), "manual");
         assert_eq!(notice_reason(None), "manual");
     }
