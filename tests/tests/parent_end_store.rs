@@ -172,7 +172,10 @@ async fn assert_applied<S: Store>(store: &S, status: SessionStatus, reason: &str
     let (kind, detail) = events_of(store, "t").await.pop().unwrap();
     assert_eq!(kind, EventKind::Terminated);
     assert_eq!(detail["reason"], "cascade");
-    assert_eq!(detail["parent_ended"], troupe_proto::status::status_str(status));
+    assert_eq!(
+        detail["parent_ended"],
+        troupe_proto::status::status_str(status)
+    );
     let (_, detail) = events_of(store, "tt").await.pop().unwrap();
     assert_eq!(detail["parent_ended"], "terminated");
     for (id, orphan) in [
@@ -379,7 +382,12 @@ async fn a_parents_end_applies_its_childrens_policies_on_sqlite() {
 #[tokio::test]
 async fn a_parents_end_applies_its_childrens_policies_on_postgres() {
     on_exit(troupe_tests::stores::postgres().await).await;
-    on_failure(troupe_tests::stores::postgres().await, Failure::Lost, "lost").await;
+    on_failure(
+        troupe_tests::stores::postgres().await,
+        Failure::Lost,
+        "lost",
+    )
+    .await;
     on_failure(
         troupe_tests::stores::postgres().await,
         Failure::RunnerLost,
