@@ -159,7 +159,10 @@ async fn a_parents_exit_terminates_abandons_and_notifies_its_children_by_policy(
     // The notified read how their parent ended, from Troupe, once.
     let (line, notice) = parent_ended_line(&pair, &n.session_id).await;
     assert_eq!(line["sender"], "troupe", "{line}");
-    assert!(!line.to_string().contains(&p_id), "the parent is not named: {line}");
+    assert!(
+        !line.to_string().contains(&p_id),
+        "the parent is not named: {line}"
+    );
     assert_eq!(
         notice,
         json!({"reason": "exited", "status": "completed",
