@@ -16,6 +16,10 @@
 //!   principals) are parsed once as it reads them ([`parse_stored`]);
 //! - what a process change does to a session is
 //!   [`crate::policy::process_step`]'s to decide, the backend's to apply;
+//! - what a session's end does to its children (their parent-end policies)
+//!   is [`crate::policy::parent_end`]'s to decide, and every write that
+//!   ends a session (termination, finish, exit, failure) applies it in its
+//!   own transaction (`parent_end`: what both backends write alike);
 //! - how it keeps its reads fast (SQLite: the in-memory ledger of sessions,
 //!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
