@@ -23,8 +23,8 @@ use troupe_proto::{agent::stdin::ParentEnded, session::SessionStatus};
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, Budget, EventFilter, EventKind, ExitReason, Failure, Finish, NewSession,
-        Outcome, ParentEnd, Principal, ProcessChange, ProcessExit, Trust, now_ms,
+        AuditRecord, Budget, Charge, Cost, EventFilter, EventKind, ExitReason, Failure, Finish,
+        NewSession, Outcome, ParentEnd, Principal, ProcessChange, ProcessExit, Trust, now_ms,
     },
     policy::{self, Admission, SpawnContext},
     store::{EventPage, Fence, Holder, Store},
@@ -70,7 +70,7 @@ fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
 
 /// Makes `children` (`(parent, id, policy)`, in order) under a root `r`,
 /// each started, those named in `budgeted` with a minute's wall-clock
-/// budget; returns the lease's fence.
+/// budget and one model call; returns the lease's fence.
 async fn tree<S: Store>(
     store: &S,
     children: &[(&str, &str, ParentEnd)],
@@ -94,6 +94,7 @@ async fn tree<S: Store>(
     for (parent, id, policy) in children {
         let budget = Budget {
             wall_ms: budgeted.contains(id).then_some(60_000),
+            calls: budgeted.contains(id).then_some(1),
             ..Default::default()
         };
         store
@@ -316,9 +317,10 @@ async fn on_finish<S: Store>(store: S) {
     assert_applied(&store, SessionStatus::Completed, "finished").await;
 }
 
-/// A wall-clock budget holds for orphans: `p` (with a budget) exits, its
-/// abandoned child lives on until `p`'s deadline, then ends (`budget`); a
-/// subtree whose deadline passes ends whole, `abandon` children too.
+/// Budgets hold for orphans: `p` (with a budget) exits; its abandoned
+/// child's model calls still count against `p`'s budget, and it lives on
+/// until `p`'s deadline, then ends (`budget`); a subtree whose deadline
+/// passes ends whole, `abandon` children too.
 async fn on_budget<S: Store>(store: S) {
     let fence = tree(
         &store,
@@ -342,6 +344,21 @@ async fn on_budget<S: Store>(store: S) {
         .expect("exit");
     let a = store.get_session("a").await.unwrap().unwrap();
     assert!(a.is_active() && a.orphaned);
+    let one_call = Charge {
+        cost: Cost(0),
+        tokens: 0,
+        calls: 1,
+    };
+    let admit = |session: &_, path: &[_]| policy::admit_charge(session, path, &one_call, now_ms());
+    store
+        .reserve("a", one_call, &admit)
+        .await
+        .expect("p's one call");
+    let refused = store
+        .reserve("a", one_call, &admit)
+        .await
+        .expect_err("p's budget is spent");
+    assert_eq!(refused.reason().as_str(), "BUDGET_EXCEEDED", "{refused}");
     // Not before the deadline...
     assert!(store.over_deadline(now_ms()).await.unwrap().is_empty());
     // ...after it, the orphan is due: its deadline is its parent's.
@@ -399,12 +416,12 @@ async fn a_parents_end_applies_its_childrens_policies_on_postgres() {
 }
 
 #[tokio::test]
-async fn wall_clock_budgets_hold_for_orphans_on_sqlite() {
+async fn budgets_hold_for_orphans_on_sqlite() {
     let (_d, store) = troupe_tests::stores::sqlite().await;
     on_budget(store).await;
 }
 
 #[tokio::test]
-async fn wall_clock_budgets_hold_for_orphans_on_postgres() {
+async fn budgets_hold_for_orphans_on_postgres() {
     on_budget(troupe_tests::stores::postgres().await).await;
 }
