@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use troupe_proto::session::TrustLevel;
+use troupe_proto::session::{ParentEndPolicy, TrustLevel};
 
 /// `troupe`: operate Troupe's session service (spawn trees of AI agents).
 #[derive(Debug, Parser)]
@@ -203,6 +203,24 @@ pub struct CreateArgs {
     /// Default: the parent's scope for a child, the whole workspace for a root.
     #[arg(long = "writable", value_name = "PATH", value_parser = parse_writable)]
     pub writable: Vec<String>,
+    /// What happens to a child when its parent ends, however it ends:
+    /// terminate (it ends too), abandon (it keeps running, orphaned; its
+    /// budgets and deadline still hold) or notify (as abandon, and it is sent
+    /// a parent_ended message). A root has no parent: it takes none.
+    #[arg(
+        long,
+        value_name = "POLICY",
+        env = "TROUPE_ON_PARENT_END",
+        default_value = "terminate",
+        value_parser = parse_parent_end
+    )]
+    pub on_parent_end: ParentEndPolicy,
+}
+
+/// Parses a parent-end policy (`terminate`, `abandon`, `notify`).
+fn parse_parent_end(text: &str) -> Result<ParentEndPolicy, String> {
+    troupe_proto::status::parse_parent_end(text)
+        .ok_or_else(|| format!("{text:?} is not a policy: use terminate, abandon or notify"))
 }
 
 /// Checks and normalises a writable path.

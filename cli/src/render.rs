@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use troupe_proto::{
     money,
     session::{self as pb, DeliveryStatus, session_event::Detail},
-    status::{kind_str, status_str},
+    status::{kind_str, parent_end_str, status_str},
     trust,
     view::{self, quota, text, timestamp},
 };
@@ -50,6 +50,17 @@ pub fn session(s: &pb::Session) -> Value {
     Value::Object(fields)
 }
 
+/// Returns a session's status as text: `running`, or `running (orphaned)`
+/// for a session whose parent ended while it stayed active.
+pub fn status_text(s: &pb::Session) -> String {
+    let status = status_str(s.status());
+    if s.orphaned {
+        format!("{status} (orphaned)")
+    } else {
+        status.to_owned()
+    }
+}
+
 /// Returns a session as `key  value` lines, for text output; every value is
 /// one terminal-safe line.
 pub fn session_text(s: &pb::Session) -> String {
@@ -62,7 +73,8 @@ pub fn session_text(s: &pb::Session) -> String {
         ("trust", trust::as_str(s.trust_level())),
         ("agent", or_dash(&s.agent_name)),
         ("title", or_dash(&s.title)),
-        ("status", status_str(s.status())),
+        ("status", &status_text(s)),
+        ("parent end", parent_end_str(s.on_parent_end())),
         ("created by", or_dash(&s.created_by)),
         ("created at", &time(s.created_at.as_ref())),
         ("ended at", &time(s.ended_at.as_ref())),
@@ -233,6 +245,11 @@ fn event_detail(detail: Option<&Detail>) -> Value {
         Some(Detail::Terminated(t)) => json!({
             "reason": text(&t.reason),
             "terminated_by": text(&t.terminated_by),
+            "parent_ended": text(&t.parent_ended),
+        }),
+        Some(Detail::Orphaned(o)) => json!({
+            "policy": o.policy,
+            "parent_status": o.parent_status,
         }),
         Some(Detail::Output(o)) => json!({
             "stream": o.stream,
@@ -267,9 +284,20 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
             "message={} inbox_sequence={} bytes={}",
             m.message_id, m.inbox_sequence, m.bytes
         ),
-        Some(Detail::Terminated(t)) => {
+        Some(Detail::Terminated(t)) if t.parent_ended.is_empty() => {
             format!("reason={} by={}", word(&t.reason), word(&t.terminated_by))
         }
+        Some(Detail::Terminated(t)) => format!(
+            "reason={} by={} parent_ended={}",
+            word(&t.reason),
+            word(&t.terminated_by),
+            word(&t.parent_ended)
+        ),
+        Some(Detail::Orphaned(o)) => format!(
+            "policy={} parent_status={}",
+            word(&o.policy),
+            word(&o.parent_status)
+        ),
         Some(Detail::Output(o)) => {
             format!("{}={}", o.stream, word(&String::from_utf8_lossy(&o.data)))
         }

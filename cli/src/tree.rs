@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use troupe_proto::{money, session::Session, status::status_str, trust};
+use troupe_proto::{money, session::Session, trust};
 
 /// A session and its children, in creation order.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,7 +48,7 @@ pub fn line(s: &Session) -> String {
     let mut out = format!(
         "{}  {}  {}  {}",
         s.session_id,
-        status_str(s.status()),
+        crate::render::status_text(s),
         trust::as_str(s.trust_level()),
         if s.agent_name.is_empty() {
             "-"

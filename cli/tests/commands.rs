@@ -429,3 +429,89 @@ async fn write_scopes_are_given_and_only_narrow() {
     );
     server.stop().await;
 }
+
+/// `session create --on-parent-end POLICY` gives a child its policy (an
+/// unknown one is refused before any call); when its parent is terminated,
+/// `session list` and `session tree` show the abandoned and notified
+/// children running on as orphans, and `session get` their policy.
+#[tokio::test(flavor = "multi_thread")]
+async fn parent_end_policies_are_given_and_orphans_shown() {
+    let server = TestServer::start().await;
+    let data = tempfile::tempdir().expect("dir");
+    let cli = || troupe(&server, data.path());
+    let text = |line: &str| {
+        let mut command = Command::new(TROUPE);
+        command
+            .env("TROUPE_ENDPOINT", format!("http://{}", server.addr))
+            .env("TROUPE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+            .env("TROUPE_DATA_DIR", data.path())
+            .env_remove("TROUPE_ON_PARENT_END")
+            .args(line.split_whitespace());
+        command
+    };
+    let id = |created: &Value| {
+        created["session"]["session_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let root = id(&ok(args(
+        cli(),
+        "session create --workspace alpha --agent worker",
+    ))
+    .await);
+    let mid = id(&ok(args(
+        cli(),
+        &format!("session create --parent {root} --agent worker"),
+    ))
+    .await);
+    let mut kids = Vec::new();
+    for policy in ["terminate", "abandon", "notify"] {
+        let created = ok(args(
+            cli(),
+            &format!("session create --parent {mid} --agent worker --on-parent-end {policy}"),
+        ))
+        .await;
+        assert_eq!(created["session"]["on_parent_end"], policy, "{created}");
+        assert_eq!(created["session"]["orphaned"], false);
+        kids.push(id(&created));
+    }
+    let refused = run(args(
+        cli(),
+        &format!("session create --parent {mid} --agent worker --on-parent-end orphan"),
+    ))
+    .await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--on-parent-end"), "{stderr}");
+    let shown = run(text(&format!("session get {}", kids[1]))).await;
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("parent end  abandon\n"), "{shown}");
+
+    ok(args(cli(), &format!("session terminate {mid}"))).await;
+    let listed = ok(args(cli(), "session list --workspace alpha")).await;
+    let orphans: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["orphaned"] == true)
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(orphans.len(), 2, "{listed}");
+    assert!(orphans.contains(&kids[1].as_str()) && orphans.contains(&kids[2].as_str()));
+    let table = run(text("session list --workspace alpha")).await;
+    let table = String::from_utf8_lossy(&table.stdout);
+    for orphan in &kids[1..] {
+        let row = table.lines().find(|l| l.contains(orphan.as_str())).unwrap();
+        assert!(row.contains("pending (orphaned)"), "{table}");
+    }
+    assert!(
+        !table.contains(&kids[0]),
+        "the terminated child is listed: {table}"
+    );
+    let tree = run(text(&format!("session tree {root}"))).await;
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    let line = tree.lines().find(|l| l.contains(&kids[2])).unwrap();
+    assert!(line.contains("(orphaned)"), "{tree}");
+    server.stop().await;
+}

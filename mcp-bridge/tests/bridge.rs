@@ -54,6 +54,7 @@ async fn tools_list_shows_nine_tools_with_schemas() {
         "budget_calls",
         "budget_wall_secs",
         "writable_paths",
+        "on_parent_end",
     ] {
         let property = &schema["properties"][field];
         assert!(
@@ -69,7 +70,16 @@ async fn tools_list_shows_nine_tools_with_schemas() {
         "{create}"
     );
     let schema_text = schema.to_string();
-    for word in ["async", "sync", "callback", "sandboxed", "direct"] {
+    for word in [
+        "async",
+        "sync",
+        "callback",
+        "sandboxed",
+        "direct",
+        "terminate",
+        "abandon",
+        "notify",
+    ] {
         assert!(
             schema_text.contains(word),
             "{word} missing from {schema_text}"

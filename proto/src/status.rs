@@ -1,7 +1,7 @@
 //! Text forms of session statuses and event kinds, as the CLI and the
 //! database spell them.
 
-use crate::session::{EventKind, SessionStatus};
+use crate::session::{EventKind, ParentEndPolicy, SessionStatus};
 
 /// Returns the lowercase name of a status (`pending`, `running`, ...).
 pub fn status_str(status: SessionStatus) -> &'static str {
@@ -49,6 +49,7 @@ pub fn kind_str(kind: EventKind) -> &'static str {
         EventKind::Terminated => "terminated",
         EventKind::OutputTruncated => "output_truncated",
         EventKind::Usage => "usage",
+        EventKind::Orphaned => "orphaned",
     }
 }
 
@@ -65,6 +66,27 @@ pub fn parse_kind(text: &str) -> Option<EventKind> {
         "terminated" => EventKind::Terminated,
         "output_truncated" => EventKind::OutputTruncated,
         "usage" => EventKind::Usage,
+        "orphaned" => EventKind::Orphaned,
+        _ => return None,
+    })
+}
+
+/// Returns the name of a parent-end policy (`terminate`, `abandon`,
+/// `notify`); unspecified is `terminate`, its default.
+pub fn parent_end_str(policy: ParentEndPolicy) -> &'static str {
+    match policy {
+        ParentEndPolicy::Unspecified | ParentEndPolicy::Terminate => "terminate",
+        ParentEndPolicy::Abandon => "abandon",
+        ParentEndPolicy::Notify => "notify",
+    }
+}
+
+/// Parses the name of a parent-end policy.
+pub fn parse_parent_end(text: &str) -> Option<ParentEndPolicy> {
+    Some(match text {
+        "terminate" => ParentEndPolicy::Terminate,
+        "abandon" => ParentEndPolicy::Abandon,
+        "notify" => ParentEndPolicy::Notify,
         _ => return None,
     })
 }
@@ -95,8 +117,22 @@ mod tests {
             EventKind::Terminated,
             EventKind::OutputTruncated,
             EventKind::Usage,
+            EventKind::Orphaned,
         ] {
             assert_eq!(parse_kind(kind_str(k)), Some(k));
         }
+    }
+
+    #[test]
+    fn parent_end_names_round_trip() {
+        for p in [
+            ParentEndPolicy::Terminate,
+            ParentEndPolicy::Abandon,
+            ParentEndPolicy::Notify,
+        ] {
+            assert_eq!(parse_parent_end(parent_end_str(p)), Some(p));
+        }
+        assert_eq!(parent_end_str(ParentEndPolicy::Unspecified), "terminate");
+        assert_eq!(parse_parent_end("orphan"), None);
     }
 }

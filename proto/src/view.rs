@@ -8,7 +8,11 @@
 use prost_types::Timestamp;
 use serde_json::{Map, Value, json};
 
-use crate::{money, session as pb, status::status_str, trust};
+use crate::{
+    money, session as pb,
+    status::{parent_end_str, status_str},
+    trust,
+};
 
 /// Returns `s`, or `null` when it is empty.
 pub fn text(s: &str) -> Value {
@@ -45,6 +49,11 @@ pub fn session(s: &pb::Session) -> Map<String, Value> {
         ("deadline", timestamp(s.deadline.as_ref())),
         ("usage", s.usage.as_ref().map_or(Value::Null, usage)),
         ("writable_paths", json!(s.writable_paths)),
+        (
+            "on_parent_end",
+            Value::from(parent_end_str(s.on_parent_end())),
+        ),
+        ("orphaned", Value::from(s.orphaned)),
     ];
     fields
         .into_iter()
@@ -131,6 +140,15 @@ mod tests {
         assert_eq!(session(&pb::Session::default())["exit_code"], Value::Null);
         assert_eq!(session(&pb::Session::default())["budget"], Value::Null);
         assert_eq!(session(&pb::Session::default())["usage"], Value::Null);
+        assert_eq!(v["on_parent_end"], "terminate");
+        assert_eq!(v["orphaned"], false);
+        let orphan = pb::Session {
+            on_parent_end: pb::ParentEndPolicy::Notify as i32,
+            orphaned: true,
+            ..Default::default()
+        };
+        assert_eq!(session(&orphan)["on_parent_end"], "notify");
+        assert_eq!(session(&orphan)["orphaned"], true);
     }
 
     #[test]

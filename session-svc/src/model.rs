@@ -22,7 +22,7 @@ pub use budget::{
 pub use finish::{Finish, Outcome};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
-pub use values::{EventKind, ExitReason, Principal};
+pub use values::{EventKind, ExitReason, ParentEnd, Principal};
 
 /// A session's trust level. Only ever narrows from parent to child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +90,10 @@ pub struct SessionRow {
     pub trace: Option<LifeSpan>,
     /// What its agent may write (unscoped: the whole workspace).
     pub write_scope: WriteScope,
+    /// What happens to it when its parent ends.
+    pub on_parent_end: ParentEnd,
+    /// Its parent ended while it stayed active.
+    pub orphaned: bool,
 }
 
 impl SessionRow {
@@ -137,6 +141,8 @@ pub struct NewSession {
     pub budget: Budget,
     /// What its agent may write (unscoped: the whole workspace).
     pub write_scope: WriteScope,
+    /// What happens to it when its parent ends.
+    pub on_parent_end: ParentEnd,
 }
 
 /// A message to store in an inbox.

@@ -13,13 +13,17 @@
 //! - messaging, progress and termination: [`may_message`],
 //!   [`may_report_progress`], [`may_finish`], [`may_reply`], [`may_terminate`];
 //! - the process state machine: [`process_step`], what a runner's report
-//!   (or a failure, as an exit) does to its session.
+//!   (or a failure, as an exit) does to its session;
+//! - a session's end and its children: [`parent_end`] (each child's
+//!   parent-end policy, recursively), [`notice_reason`].
 
 mod budget;
+mod parent_end;
 
 use std::time::Duration;
 
 pub use budget::{admit_budget, admit_charge, deadline, left as budget_left};
+pub use parent_end::{Member, ParentEnded, notice_reason, parent_end};
 
 use troupe_proto::{session::SessionStatus, status::is_ended};
 

@@ -72,6 +72,7 @@ fn new_session(id: &str, budget: Budget) -> NewSession {
         notify_parent: false,
         budget,
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     }
 }
 

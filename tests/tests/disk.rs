@@ -47,6 +47,7 @@ async fn running(store: &SqliteStore, id: &str) {
         notify_parent: false,
         budget: Default::default(),
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     };
     let audit = AuditRecord {
         caller: Principal::Operator,

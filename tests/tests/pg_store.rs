@@ -34,6 +34,7 @@ fn new_session(id: &str, initial: Option<&str>) -> NewSession {
         notify_parent: id == "a1",
         budget: Default::default(),
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     }
 }
 

@@ -42,6 +42,7 @@ async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
         notify_parent: false,
         budget: Default::default(),
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     };
     store
         .create_root(new, None, audit(id), &|_| Ok(QuotaLeft::default()))

@@ -154,6 +154,7 @@ fn root(id: &str) -> NewSession {
         notify_parent: false,
         budget: Default::default(),
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     }
 }
 

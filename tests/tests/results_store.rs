@@ -28,6 +28,7 @@ fn new_session(id: &str, notify_parent: bool) -> NewSession {
         notify_parent,
         budget: Default::default(),
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     }
 }
 

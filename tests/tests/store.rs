@@ -43,6 +43,7 @@ fn new_session(id: &str, initial_message: bool) -> NewSession {
         notify_parent: false,
         budget: Default::default(),
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     }
 }
 

@@ -11,7 +11,6 @@ use troupe_proto::{
         IssueSessionTokenRequest, ListWorkspaceSessionsRequest, QuotaInfo, SendMessageRequest,
         Session, TerminateSessionRequest, TrustLevel,
     },
-    status::status_str,
     trust,
 };
 
@@ -80,6 +79,7 @@ pub async fn create(ctx: &mut Ctx, args: &CreateArgs) -> anyhow::Result<()> {
         mode: 0,
         budget: budget(args)?,
         writable_paths: args.writable.clone(),
+        on_parent_end: args.on_parent_end as i32,
     };
     let r = ctx
         .call(
@@ -169,7 +169,7 @@ pub async fn list(ctx: &mut Ctx, args: &ListArgs) -> anyhow::Result<()> {
         .map(|s| {
             vec![
                 s.session_id.clone(),
-                status_str(s.status()).to_owned(),
+                render::status_text(s),
                 trust::as_str(s.trust_level()).to_owned(),
                 s.depth.to_string(),
                 render::or_dash(&s.agent_name).to_owned(),

@@ -173,6 +173,7 @@ mod tests {
             detail: Some(Detail::Terminated(Terminated {
                 reason: "cascade".into(),
                 terminated_by: "operator".into(),
+                ..Default::default()
             })),
             ..Default::default()
         };

@@ -172,6 +172,9 @@ impl Agent {
             if let Some(trust_level) = &spawn.trust_level {
                 arguments["trust_level"] = json!(trust_level);
             }
+            if let Some(policy) = &spawn.on_parent_end {
+                arguments["on_parent_end"] = json!(policy);
+            }
             match self.call("create_session", arguments).await? {
                 Answer::Done(value) => {
                     let session = &value["session"];

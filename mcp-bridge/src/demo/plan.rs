@@ -60,6 +60,9 @@ pub struct Spawn {
     /// Passed to `create_session` as is.
     #[serde(default)]
     pub trust_level: Option<String>,
+    /// Passed to `create_session` as is: `terminate`, `abandon` or `notify`.
+    #[serde(default)]
+    pub on_parent_end: Option<String>,
 }
 
 /// How `create_session` returns; callback children are what `collect` waits for.
@@ -170,13 +173,15 @@ mod tests {
     #[test]
     fn object_plan_with_defaults() {
         let plan = Plan::parse(
-            r#"{"spawn": [{"agent": "worker", "message": {"say": "hi"}},
+            r#"{"spawn": [{"agent": "worker", "message": {"say": "hi"}, "on_parent_end": "notify"},
                           {"agent": "b", "title": "B", "mode": "sync", "message": "go"}],
                 "send": [{"to": "children", "message": "m"}, {"to": "sess_1", "message": "n"}],
                 "collect": true, "exit": 3}"#,
         )
         .unwrap();
         assert_eq!(plan.spawn[0].mode, Mode::Callback);
+        assert_eq!(plan.spawn[0].on_parent_end.as_deref(), Some("notify"));
+        assert_eq!(plan.spawn[1].on_parent_end, None);
         assert_eq!(plan.spawn[0].title(), "worker");
         assert_eq!(plan.spawn[0].initial_message(), r#"{"say":"hi"}"#);
         assert_eq!(plan.spawn[1].mode, Mode::Sync);

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use troupe_proto::{
     money::{self, PICO_PER_USD},
-    session::{Budget, ExecutionMode, Outcome},
+    session::{Budget, ExecutionMode, Outcome, ParentEndPolicy},
 };
 
 use crate::failure::ToolFailure;
@@ -64,6 +64,13 @@ pub struct CreateSessionArgs {
     /// own write scope. Omit it to give the child this session's scope.
     #[serde(default)]
     pub writable_paths: Option<Vec<String>>,
+    /// Optional: what happens to the child when this session ends, however it ends
+    /// (exits, fails, finishes, is terminated or lost). "terminate" (default): the
+    /// child is terminated too. "abandon": the child keeps running, orphaned (its
+    /// budgets and deadline still hold). "notify": as "abandon", and the child receives
+    /// a message from "troupe" {"type":"parent_ended","status":..,"reason":..}.
+    #[serde(default)]
+    pub on_parent_end: Option<OnParentEnd>,
 }
 
 /// An amount of USD as the agent wrote it, a decimal string or a number;
@@ -203,6 +210,26 @@ impl From<Mode> for ExecutionMode {
     }
 }
 
+/// What happens to a child when its parent ends.
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum OnParentEnd {
+    Terminate,
+    Abandon,
+    Notify,
+}
+
+impl From<OnParentEnd> for ParentEndPolicy {
+    fn from(policy: OnParentEnd) -> Self {
+        match policy {
+            OnParentEnd::Terminate => ParentEndPolicy::Terminate,
+            OnParentEnd::Abandon => ParentEndPolicy::Abandon,
+            OnParentEnd::Notify => ParentEndPolicy::Notify,
+        }
+    }
+}
+
 /// Arguments of `send_message`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SendMessageArgs {
@@ -322,6 +349,24 @@ mod tests {
         .unwrap();
         assert_eq!(args.mode, Some(Mode::Sync));
         assert_eq!(ExecutionMode::from(Mode::Callback), ExecutionMode::Callback);
+    }
+
+    #[test]
+    fn parent_end_words() {
+        let args = |policy: &str| {
+            serde_json::from_value::<CreateSessionArgs>(json!({
+                "title": "t", "agent_name": "a", "initial_message": "m", "on_parent_end": policy
+            }))
+        };
+        assert_eq!(
+            args("notify").unwrap().on_parent_end,
+            Some(OnParentEnd::Notify)
+        );
+        assert_eq!(
+            ParentEndPolicy::from(OnParentEnd::Abandon),
+            ParentEndPolicy::Abandon
+        );
+        assert!(args("orphan").is_err());
     }
 
     fn budget(extra: Value) -> Result<Option<Budget>, ToolFailure> {

@@ -17,7 +17,7 @@ use tracing::Instrument;
 use troupe_proto::{
     failover,
     scope::WriteScope,
-    session::{self as pb, ExecutionMode, TrustLevel},
+    session::{self as pb, ExecutionMode, ParentEndPolicy, TrustLevel},
     status::is_ended,
     trust,
 };
@@ -124,6 +124,9 @@ impl Bridge {
             request_id: failover::fresh_request_id(),
             budget,
             writable_paths,
+            on_parent_end: args
+                .on_parent_end
+                .map_or(ParentEndPolicy::Unspecified, Into::into) as i32,
             ..Default::default()
         };
         let response = session

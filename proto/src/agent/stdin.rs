@@ -118,6 +118,42 @@ impl SessionEnded {
     }
 }
 
+/// The `type` of a [`ParentEnded`] notice: always `parent_ended`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ParentEndedType {
+    #[default]
+    #[serde(rename = "parent_ended")]
+    ParentEnded,
+}
+
+/// The end of a session's parent, told to a child whose policy is `notify`
+/// as the text of a message from [`TROUPE_SENDER`]:
+/// `{"reason":..,"status":..,"type":"parent_ended"}`. It names no session:
+/// a child that may see its parent has its id in its environment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentEnded {
+    /// Why the parent ended, in Troupe's words: `finished` (it finished
+    /// its task), an exit reason (`exited`, `runner_lost`, `lost`, ...),
+    /// `cascade` (its own parent ended) or `manual` (it was terminated).
+    pub reason: String,
+    /// The parent's status, as text: `completed`, `failed` or `terminated`.
+    pub status: String,
+    #[serde(rename = "type")]
+    pub kind: ParentEndedType,
+}
+
+impl ParentEnded {
+    /// Reads a notice from a message's text; `None` if it is not one.
+    pub fn parse(text: &str) -> Option<ParentEnded> {
+        serde_json::from_str(text).ok()
+    }
+
+    /// The notice as the text of a message.
+    pub fn to_text(&self) -> String {
+        serde_json::to_string(self).expect("a notice serializes")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +227,20 @@ mod tests {
         assert_eq!(from_session.ended(), None);
         let not_a_notice = MessageLine::new(4, "m", TROUPE_SENDER, r#"{"type":"message"}"#);
         assert_eq!(not_a_notice.ended(), None);
+    }
+
+    #[test]
+    fn a_parent_ended_notice_has_the_documented_shape_and_round_trips() {
+        let notice = ParentEnded {
+            reason: "exited".to_owned(),
+            status: "failed".to_owned(),
+            kind: ParentEndedType::ParentEnded,
+        };
+        assert_eq!(
+            notice.to_text(),
+            "{\"reason\":\"exited\",\"status\":\"failed\",\"type\":\"parent_ended\"}"
+        );
+        assert_eq!(ParentEnded::parse(&notice.to_text()), Some(notice));
+        assert_eq!(ParentEnded::parse("{\"type\":\"session_ended\"}"), None);
     }
 }

@@ -24,10 +24,12 @@ pub enum EventKind {
     Completed,
     Failed,
     Terminated,
+    /// Its parent ended and it stays active (policy `abandon` or `notify`).
+    Orphaned,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::Created,
         EventKind::Started,
         EventKind::Message,
@@ -38,6 +40,7 @@ impl EventKind {
         EventKind::Completed,
         EventKind::Failed,
         EventKind::Terminated,
+        EventKind::Orphaned,
     ];
 
     pub fn to_proto(self) -> pb::EventKind {
@@ -52,6 +55,7 @@ impl EventKind {
             EventKind::Completed => pb::EventKind::Completed,
             EventKind::Failed => pb::EventKind::Failed,
             EventKind::Terminated => pb::EventKind::Terminated,
+            EventKind::Orphaned => pb::EventKind::Orphaned,
         }
     }
 
@@ -148,6 +152,51 @@ impl fmt::Display for ExitReason {
     }
 }
 
+/// What happens to a session when its parent ends, however it ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ParentEnd {
+    /// It is terminated with its parent (end reason `cascade`).
+    #[default]
+    Terminate,
+    /// It keeps running, orphaned, its subtree with it.
+    Abandon,
+    /// As `Abandon`, and it is sent a `parent_ended` message.
+    Notify,
+}
+
+impl ParentEnd {
+    pub const ALL: [ParentEnd; 3] = [ParentEnd::Terminate, ParentEnd::Abandon, ParentEnd::Notify];
+
+    /// Maps the wire enum; unspecified is the default, `Terminate`.
+    pub fn from_proto(policy: pb::ParentEndPolicy) -> ParentEnd {
+        match policy {
+            pb::ParentEndPolicy::Unspecified | pb::ParentEndPolicy::Terminate => {
+                ParentEnd::Terminate
+            }
+            pb::ParentEndPolicy::Abandon => ParentEnd::Abandon,
+            pb::ParentEndPolicy::Notify => ParentEnd::Notify,
+        }
+    }
+
+    pub fn to_proto(self) -> pb::ParentEndPolicy {
+        match self {
+            ParentEnd::Terminate => pb::ParentEndPolicy::Terminate,
+            ParentEnd::Abandon => pb::ParentEndPolicy::Abandon,
+            ParentEnd::Notify => pb::ParentEndPolicy::Notify,
+        }
+    }
+
+    /// The stored form (`terminate`, `abandon`, `notify`).
+    pub fn as_str(self) -> &'static str {
+        troupe_proto::status::parent_end_str(self.to_proto())
+    }
+
+    /// Parses the stored form.
+    pub fn parse(text: &str) -> Option<ParentEnd> {
+        troupe_proto::status::parse_parent_end(text).map(ParentEnd::from_proto)
+    }
+}
+
 /// Who did something: created a session, sent a message, terminated, made
 /// a call the audit log records. Stored as `operator`, `session:<id>`,
 /// `troupe` or `anonymous`.
@@ -220,6 +269,19 @@ mod tests {
         }
         assert_eq!(ExitReason::parse("Exited"), None);
         assert_eq!(ExitReason::parse(""), None);
+    }
+
+    #[test]
+    fn parent_end_policies_read_back_and_unspecified_is_terminate() {
+        for policy in ParentEnd::ALL {
+            assert_eq!(ParentEnd::parse(policy.as_str()), Some(policy));
+            assert_eq!(ParentEnd::from_proto(policy.to_proto()), policy);
+        }
+        assert_eq!(
+            ParentEnd::from_proto(pb::ParentEndPolicy::Unspecified),
+            ParentEnd::Terminate
+        );
+        assert_eq!(ParentEnd::parse("Abandon"), None);
     }
 
     #[test]

@@ -24,6 +24,8 @@ fn row(id: &str, parent: Option<&str>, trust: Trust, status: SessionStatus) -> S
         inbox_seq: 0,
         trace: None,
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
+        orphaned: false,
     }
 }
 

@@ -10,7 +10,7 @@ use super::{
 use crate::{
     agents,
     error::{Reason, SessionError},
-    model::{Budget, Caller, Cost, NewMessage, NewSession, Trust, WriteScope},
+    model::{Budget, Caller, Cost, NewMessage, NewSession, ParentEnd, Trust, WriteScope},
     policy,
     store::{Created, Store},
 };
@@ -139,6 +139,7 @@ fn new_session(
         budget,
         // Set by the caller, once checked.
         write_scope: WriteScope::unscoped(),
+        on_parent_end: ParentEnd::Terminate,
     }
 }
 
@@ -252,6 +253,14 @@ pub async fn child<S: Store>(
     let trust = policy::child_trust(parent.trust, Trust::from_proto(level))?;
     let scope = policy::child_scope(&parent.write_scope, write_scope(&req.writable_paths)?)?;
     let budget = budget(req.budget.as_ref())?;
+    let on_parent_end = pb::ParentEndPolicy::try_from(req.on_parent_end)
+        .map(ParentEnd::from_proto)
+        .map_err(|_| {
+            SessionError::invalid(
+                "on_parent_end",
+                "unknown parent-end policy (terminate, abandon or notify)",
+            )
+        })?;
     let mode = pb::ExecutionMode::try_from(req.mode)
         .map_err(|_| SessionError::invalid("mode", "unknown execution mode"))?;
     if mode == pb::ExecutionMode::Sync {
@@ -289,6 +298,10 @@ pub async fn child<S: Store>(
     if !scope.is_unscoped() {
         payload.push(&scope_key);
     }
+    // So do creates with the default parent-end policy.
+    if on_parent_end != ParentEnd::Terminate {
+        payload.push(on_parent_end.as_str());
+    }
     let idem = idempotency(
         caller,
         "create_session",
@@ -299,6 +312,7 @@ pub async fn child<S: Store>(
     let callback = mode == pb::ExecutionMode::Callback;
     let new = NewSession {
         write_scope: scope,
+        on_parent_end,
         ..new_session(
             caller,
             &parent.workspace_id,
@@ -313,7 +327,12 @@ pub async fn child<S: Store>(
         caller,
         "create_session",
         &parent.session_id,
-        format!("created {}{}", new.session_id, scope_note(&new.write_scope)),
+        format!(
+            "created {}{}{}",
+            new.session_id,
+            scope_note(&new.write_scope),
+            parent_end_note(on_parent_end)
+        ),
     );
     let limits = inner.limits;
     let created = inner
@@ -403,6 +422,14 @@ async fn resolve<S: Store>(
                 })?;
             Ok((session, quota))
         }
+    }
+}
+
+/// The audit note of a parent-end policy other than the default.
+fn parent_end_note(policy: ParentEnd) -> String {
+    match policy {
+        ParentEnd::Terminate => String::new(),
+        other => format!(" on_parent_end {}", other.as_str()),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `TerminateSession`: ends a session and its whole subtree.
+//! `TerminateSession`: ends a session; its children apply their parent-end policies.
 
 use troupe_proto::session as pb;
 

@@ -65,6 +65,8 @@ pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
         deadline: None,
         usage: None,
         writable_paths: row.write_scope.to_strings(),
+        on_parent_end: row.on_parent_end.to_proto() as i32,
+        orphaned: row.orphaned,
     }
 }
 
@@ -174,8 +176,13 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
             Some(Detail::Terminated(pb::Terminated {
                 reason: text("reason"),
                 terminated_by: by,
+                parent_ended: text("parent_ended"),
             }))
         }
+        EventKind::Orphaned => Some(Detail::Orphaned(pb::Orphaned {
+            policy: text("policy"),
+            parent_status: text("parent_status"),
+        })),
         EventKind::Output => Some(Detail::Output(pb::Output {
             stream: text("stream"),
             data: {

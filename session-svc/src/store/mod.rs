@@ -16,12 +16,17 @@
 //!   principals) are parsed once as it reads them ([`parse_stored`]);
 //! - what a process change does to a session is
 //!   [`crate::policy::process_step`]'s to decide, the backend's to apply;
+//! - what a session's end does to its children (their parent-end policies)
+//!   is [`crate::policy::parent_end`]'s to decide, and every write that
+//!   ends a session (termination, finish, exit, failure) applies it in its
+//!   own transaction (`parent_end`: what both backends write alike);
 //! - how it keeps its reads fast (SQLite: the in-memory ledger of sessions,
 //!   its own) and what upkeep it needs ([`Store::maintain`]) are its own.
 
 mod accounts;
 mod agent_rows;
 mod lease;
+mod parent_end;
 mod postgres;
 mod shared;
 mod sqlite;
@@ -474,8 +479,9 @@ pub trait Store: Send + Sync + Clone + 'static {
         session_id: &str,
     ) -> impl Future<Output = Result<Option<Account>, SessionError>> + Send;
 
-    /// Returns the active sessions whose own wall-clock budget ran out by
-    /// `now_ms`, shallowest first.
+    /// Returns the active sessions whose deadline (their own wall-clock
+    /// budget's, or an ancestor's: an orphan's still holds after its
+    /// budgeted parent ended) passed by `now_ms`, shallowest first.
     fn over_deadline(
         &self,
         now_ms: i64,

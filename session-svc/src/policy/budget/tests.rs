@@ -65,6 +65,8 @@ fn admit_charge_on(path: &[Account], worst: &Charge) -> Result<(), SessionError>
         inbox_seq: 0,
         trace: None,
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
+        orphaned: false,
     };
     admit_charge(&row, path, worst, 1_000)
 }

@@ -304,7 +304,7 @@ impl PgStore {
     ) -> Result<Vec<String>, SessionError> {
         Ok(sqlx::query_scalar(
             "SELECT a.session_id FROM accounts a JOIN sessions s ON s.session_id = a.session_id \
-             WHERE a.wall_ms IS NOT NULL AND a.deadline_ms <= $1 \
+             WHERE a.deadline_ms IS NOT NULL AND a.deadline_ms <= $1 \
                AND s.status IN ('pending', 'running') \
              ORDER BY a.depth",
         )

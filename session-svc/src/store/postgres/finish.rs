@@ -8,7 +8,7 @@ use troupe_proto::session::SessionStatus;
 use super::{
     PgStore,
     events::{self, NewEvent},
-    locks,
+    locks, parent_end,
 };
 use crate::{
     error::SessionError,
@@ -31,7 +31,6 @@ impl PgStore {
         locks::place_of(&mut tx, session_id).await?;
         let (row, _) = locks::session(&mut tx, session_id).await?;
         check(&row)?;
-        let subtree = locks::active_subtree(&mut tx, session_id).await?;
         let status = finish.outcome.status();
         let mut ended = locks::end_sessions(
             &mut tx,
@@ -58,22 +57,15 @@ impl PgStore {
         .bind(stop_after_ms)
         .execute(&mut *tx)
         .await?;
-        let below: Vec<String> = subtree
-            .iter()
-            .filter(|id| *id != session_id)
-            .cloned()
-            .collect();
-        let mut cascaded = locks::end_sessions(
-            &mut tx,
-            &below,
-            SessionStatus::Terminated,
-            session_id,
-            "cascade",
-            "cascade",
-        )
-        .await?;
-        cascaded.sort_by_key(|r| below.iter().position(|id| *id == r.session_id));
-        let terminated: Vec<String> = cascaded.iter().map(|r| r.session_id.clone()).collect();
+        let by = Principal::Session(session_id.to_owned());
+        let reached = match ended.first() {
+            Some(own) => Some(parent_end::apply(&mut tx, own, &by).await?),
+            None => None,
+        };
+        let terminated = reached
+            .as_ref()
+            .map(|r| r.applied.terminated.clone())
+            .unwrap_or_default();
         let mut audit = audit.clone();
         audit.detail =
             json!({"outcome": finish.outcome.as_str(), "result_bytes": finish.result.len(),
@@ -84,21 +76,17 @@ impl PgStore {
             SessionStatus::Completed => EventKind::Completed,
             _ => EventKind::Failed,
         };
-        let by = Principal::Session(session_id.to_owned()).to_string();
         let mut new_events = vec![NewEvent::new(
             session_id,
             kind,
             status,
             finish.event_detail(),
         )];
-        new_events.extend(terminated.iter().map(|id| {
-            NewEvent::new(
-                id,
-                EventKind::Terminated,
-                SessionStatus::Terminated,
-                json!({"reason": "cascade", "terminated_by": by}),
-            )
-        }));
+        let mut cascaded = Vec::new();
+        if let Some(reached) = reached {
+            new_events.extend(reached.events);
+            cascaded = reached.rows;
+        }
         events::write(&mut tx, &new_events, true).await?;
         tx.commit().await?;
         ended.append(&mut cascaded);

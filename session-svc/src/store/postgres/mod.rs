@@ -29,6 +29,7 @@ mod lease;
 mod locks;
 mod open;
 mod output;
+mod parent_end;
 mod process;
 mod reads;
 mod runners;

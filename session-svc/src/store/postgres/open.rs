@@ -15,7 +15,7 @@ use troupe_telemetry::LifeSpan;
 use super::{POOL_SIZE, PgStore, wake};
 use crate::{
     error::SessionError,
-    model::{Principal, SessionRow, Trust},
+    model::{ParentEnd, Principal, SessionRow, Trust},
     store::{OutputBudget, parse_scope, parse_stored},
 };
 
@@ -24,7 +24,7 @@ macro_rules! session_columns {
     () => {
         "row_id, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
          depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
-         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths, children"
+         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths, on_parent_end, orphaned, children"
     };
 }
 pub(super) use session_columns;
@@ -157,6 +157,8 @@ pub(super) struct RawSession {
     traceparent: Option<String>,
     spawn_span_id: Option<String>,
     writable_paths: String,
+    on_parent_end: String,
+    orphaned: bool,
     pub(super) children: i32,
 }
 
@@ -189,6 +191,12 @@ impl RawSession {
                 _ => None,
             },
             write_scope: parse_stored("write scope", &self.writable_paths, parse_scope)?,
+            on_parent_end: parse_stored(
+                "parent-end policy",
+                &self.on_parent_end,
+                ParentEnd::parse,
+            )?,
+            orphaned: self.orphaned,
         })
     }
 }

@@ -11,7 +11,7 @@ use super::{
     events::{self, NewEvent},
     lease, locks,
     open::{RawSession, session_columns},
-    output,
+    output, parent_end,
 };
 use crate::{
     error::SessionError,
@@ -106,11 +106,18 @@ impl PgStore {
             (None, _) => None,
         };
         let ended = step.end_reason.is_some() && changed.is_some();
+        // Its end reaches its children by their policies.
+        let mut below = Vec::new();
+        if let (true, Some(own)) = (ended, &changed) {
+            below = parent_end::apply(&mut tx, own, &Principal::Troupe)
+                .await?
+                .events;
+        }
         match (step.event, change) {
             // Nothing to write, but watchers look (an exit code that landed
             // after the session ended).
             (None, _) => {
-                events::write(&mut tx, &[], false).await?;
+                events::write(&mut tx, &below, ended).await?;
             }
             (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
                 output::record(
@@ -131,7 +138,8 @@ impl PgStore {
                     status,
                     event_detail(change, runner_seq, gap_from),
                 );
-                events::write(&mut tx, &[event], ended).await?;
+                below.insert(0, event);
+                events::write(&mut tx, &below, ended).await?;
             }
         }
         tx.commit().await?;
@@ -313,8 +321,19 @@ impl PgStore {
         }
         events::insert_audit(&mut tx, audit).await?;
         if let (true, Some(kind), Some(status)) = (ended, step.event, step.status) {
-            let event = NewEvent::new(session_id, kind, status, event_detail(&exit, 0, 0));
-            events::write(&mut tx, &[event], true).await?;
+            let own = locks::session(&mut tx, session_id).await?.0;
+            let mut new_events = vec![NewEvent::new(
+                session_id,
+                kind,
+                status,
+                event_detail(&exit, 0, 0),
+            )];
+            new_events.extend(
+                parent_end::apply(&mut tx, &own, &Principal::Troupe)
+                    .await?
+                    .events,
+            );
+            events::write(&mut tx, &new_events, true).await?;
         }
         tx.commit().await?;
         Ok(ended)

@@ -12,6 +12,7 @@ use super::{
     events::{self, NewEvent},
     locks,
     open::{RawSession, session_columns},
+    parent_end,
 };
 use crate::{
     error::SessionError,
@@ -211,7 +212,13 @@ impl PgStore {
         .fetch_all(&mut *tx)
         .await?;
         check(&row, &ancestors)?;
-        let subtree = locks::active_subtree(&mut tx, target).await?;
+        // An active target's end reaches its children by their policies; an
+        // ended one's active subtree (its orphans) is ended whole.
+        let subtree = if row.is_active() {
+            vec![target.to_owned()]
+        } else {
+            locks::active_subtree(&mut tx, target).await?
+        };
         let mut ended = locks::end_sessions(
             &mut tx,
             &subtree,
@@ -222,11 +229,7 @@ impl PgStore {
         )
         .await?;
         ended.sort_by_key(|r| subtree.iter().position(|id| *id == r.session_id));
-        let ids: Vec<String> = ended.iter().map(|r| r.session_id.clone()).collect();
-        let mut audit = audit.clone();
-        audit.detail = json!({"terminated": ids}).to_string();
-        events::insert_audit(&mut tx, &audit).await?;
-        let terminated: Vec<NewEvent> = ended
+        let mut new_events: Vec<NewEvent> = ended
             .iter()
             .map(|r| {
                 let why = if r.session_id == target {
@@ -242,7 +245,16 @@ impl PgStore {
                 )
             })
             .collect();
-        events::write(&mut tx, &terminated, !ids.is_empty()).await?;
+        let mut ids: Vec<String> = ended.iter().map(|r| r.session_id.clone()).collect();
+        if let Some(own) = ended.iter().find(|r| r.session_id == target) {
+            let reached = parent_end::apply(&mut tx, own, terminated_by).await?;
+            ids.extend(reached.applied.terminated);
+            new_events.extend(reached.events);
+        }
+        let mut audit = audit.clone();
+        audit.detail = json!({"terminated": ids}).to_string();
+        events::insert_audit(&mut tx, &audit).await?;
+        events::write(&mut tx, &new_events, !ids.is_empty()).await?;
         tx.commit().await?;
         let row = ended
             .into_iter()
@@ -283,8 +295,9 @@ async fn insert_session(
     let raw: RawSession = sqlx::query_as(concat!(
         "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
          tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-         created_at_ms, traceparent, spawn_span_id, notify_parent, writable_paths) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16) \
+         created_at_ms, traceparent, spawn_span_id, notify_parent, writable_paths, on_parent_end) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, \
+           $17) \
          RETURNING ",
         session_columns!()
     ))
@@ -304,6 +317,7 @@ async fn insert_session(
     .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
     .bind(new.notify_parent)
     .bind(crate::store::scope_text(&new.write_scope))
+    .bind(new.on_parent_end.as_str())
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query(

@@ -250,7 +250,7 @@ impl SqliteStore {
     ) -> Result<Vec<String>, SessionError> {
         Ok(sqlx::query_scalar(
             "SELECT a.session_id FROM accounts a JOIN sessions s ON s.session_id = a.session_id \
-             WHERE a.wall_ms IS NOT NULL AND a.deadline_ms <= ? \
+             WHERE a.deadline_ms IS NOT NULL AND a.deadline_ms <= ? \
                AND s.status IN ('pending', 'running') \
              ORDER BY a.depth",
         )

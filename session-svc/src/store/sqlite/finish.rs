@@ -4,7 +4,7 @@
 use serde_json::json;
 use troupe_proto::session::SessionStatus;
 
-use super::{SqliteStore, write::Write};
+use super::{SqliteStore, parent_end, write::Write};
 use crate::{
     error::SessionError,
     model::{AuditRecord, EventKind, Finish, Principal, SessionRow},
@@ -29,16 +29,14 @@ impl SqliteStore {
             (row, ledger.active_subtree(session_id))
         };
         check(&row)?;
+        let members = self.members_below(session_id);
         w.unsettled = subtree.clone();
         let mut tx = Write::begin(&mut w.conn).await?;
         let status = finish.outcome.status();
         let mut ended = Vec::with_capacity(subtree.len());
-        if let Some(entry) = tx
+        let own = tx
             .end_session(session_id, status, Finish::END_REASON)
-            .await?
-        {
-            ended.push(entry);
-        }
+            .await?;
         sqlx::query("UPDATE sessions SET outcome = ?2, result = ?3 WHERE session_id = ?1")
             .bind(session_id)
             .bind(finish.outcome.as_str())
@@ -61,23 +59,13 @@ impl SqliteStore {
         .bind(stop_after_ms)
         .execute(tx.conn())
         .await?;
-        let by = Principal::Session(session_id.to_owned()).to_string();
+        let by = Principal::Session(session_id.to_owned());
         let mut terminated = Vec::new();
-        for id in subtree.iter().filter(|id| *id != session_id) {
-            if let Some(entry) = tx
-                .end_session(id, SessionStatus::Terminated, "cascade")
-                .await?
-            {
-                tx.event(
-                    id,
-                    EventKind::Terminated,
-                    SessionStatus::Terminated,
-                    json!({"reason": "cascade", "terminated_by": by}),
-                )
-                .await?;
-                terminated.push(id.clone());
-                ended.push(entry);
-            }
+        if let Some(entry) = own {
+            let (below, applied) = parent_end::apply(&mut tx, &entry.1, &members, &by).await?;
+            terminated = applied.terminated;
+            ended.push(entry);
+            ended.extend(below);
         }
         let mut audit = audit;
         audit.detail =

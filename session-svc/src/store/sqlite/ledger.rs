@@ -272,6 +272,8 @@ mod tests {
             inbox_seq: 0,
             trace: None,
             write_scope: Default::default(),
+            on_parent_end: Default::default(),
+            orphaned: false,
         }
     }
 

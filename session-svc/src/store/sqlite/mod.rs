@@ -31,6 +31,7 @@ mod lease;
 mod ledger;
 mod open;
 mod output;
+mod parent_end;
 mod process;
 mod reads;
 mod runners;

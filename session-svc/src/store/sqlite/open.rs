@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{Principal, SessionRow, Trust},
+    model::{ParentEnd, Principal, SessionRow, Trust},
     store::{parse_scope, parse_stored},
 };
 
@@ -169,6 +169,8 @@ pub(super) struct RawSession {
     traceparent: Option<String>,
     spawn_span_id: Option<String>,
     writable_paths: String,
+    on_parent_end: String,
+    orphaned: bool,
 }
 
 impl RawSession {
@@ -200,6 +202,12 @@ impl RawSession {
                 _ => None,
             },
             write_scope: parse_stored("write scope", &self.writable_paths, parse_scope)?,
+            on_parent_end: parse_stored(
+                "parent-end policy",
+                &self.on_parent_end,
+                ParentEnd::parse,
+            )?,
+            orphaned: self.orphaned,
         })
     }
 }

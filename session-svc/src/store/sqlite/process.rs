@@ -7,7 +7,7 @@ use sqlx::Row;
 use troupe_proto::status::status_str;
 
 use super::{
-    SqliteStore,
+    SqliteStore, parent_end,
     write::{Write, entry_from_row, session_columns},
 };
 use crate::{
@@ -34,7 +34,14 @@ impl SqliteStore {
             .ledger()
             .get(session_id)
             .ok_or_else(|| SessionError::not_found(session_id))?;
-        w.unsettled = vec![session_id.to_owned()];
+        // An exit may end the session: its children's policies apply then.
+        let members = match change {
+            ProcessChange::Exited(_) if row.is_active() => self.members_below(session_id),
+            _ => Vec::new(),
+        };
+        w.unsettled = std::iter::once(session_id.to_owned())
+            .chain(members.iter().map(|m| m.session_id.clone()))
+            .collect();
         let mut tx = Write::begin(&mut w.conn).await?;
         super::lease::check(tx.conn(), fence).await?;
         // A gap's first event: the one after the last applied.
@@ -66,6 +73,7 @@ impl SqliteStore {
         let step = policy::process_step(row.status, &change);
         let status = step.status.unwrap_or(row.status);
         let mut changed = None;
+        let mut below = Vec::new();
         if let ProcessChange::Exited(exit) = &change {
             sqlx::query(
                 "UPDATE processes SET exit_code = ?, exit_reason = ?, \
@@ -118,13 +126,24 @@ impl SqliteStore {
                 .await?;
             }
         }
+        if let (Some((_, ended)), Some(_)) = (&changed, &step.end_reason) {
+            below = parent_end::apply(&mut tx, ended, &members, &Principal::Troupe)
+                .await?
+                .0;
+        }
         tx.commit().await?;
-        let row = match changed {
-            Some((rowid, row)) => {
-                self.ledger_mut().put(rowid, row.clone());
-                row
+        let row = {
+            let mut ledger = self.ledger_mut();
+            for (rowid, row) in below {
+                ledger.put(rowid, row);
             }
-            None => row,
+            match changed {
+                Some((rowid, row)) => {
+                    ledger.put(rowid, row.clone());
+                    row
+                }
+                None => row,
+            }
         };
         w.unsettled.clear();
         drop(w);
@@ -288,7 +307,10 @@ impl SqliteStore {
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
         let mut w = self.writer().await?;
-        w.unsettled = vec![session_id.to_owned()];
+        let members = self.members_below(session_id);
+        w.unsettled = std::iter::once(session_id.to_owned())
+            .chain(members.iter().map(|m| m.session_id.clone()))
+            .collect();
         // Under the writer lock the ledger is the database's state: the
         // step decides on the status the end would change.
         let step = self.ledger().get(session_id).map(|row| {
@@ -298,6 +320,7 @@ impl SqliteStore {
         let mut tx = Write::begin(&mut w.conn).await?;
         super::lease::check(tx.conn(), fence).await?;
         let mut ended = None;
+        let mut below = Vec::new();
         if let Some((step, exit)) = step
             && let (Some(status), Some(reason)) = (step.status, &step.end_reason)
         {
@@ -318,10 +341,18 @@ impl SqliteStore {
             }
         }
         tx.audit(&audit).await?;
+        if let Some((_, row)) = &ended {
+            below = parent_end::apply(&mut tx, row, &members, &Principal::Troupe)
+                .await?
+                .0;
+        }
         tx.commit().await?;
         let was_active = ended.is_some();
-        if let Some((rowid, row)) = ended {
-            self.ledger_mut().put(rowid, row);
+        {
+            let mut ledger = self.ledger_mut();
+            for (rowid, row) in below.into_iter().chain(ended) {
+                ledger.put(rowid, row);
+            }
         }
         w.unsettled.clear();
         drop(w);

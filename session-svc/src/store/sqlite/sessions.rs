@@ -7,7 +7,7 @@ use serde_json::json;
 use troupe_proto::session::SessionStatus;
 
 use super::{
-    SqliteStore, budgets,
+    SqliteStore, budgets, parent_end,
     write::Write,
     writer::{Begun, first_i64},
 };
@@ -188,23 +188,56 @@ impl SqliteStore {
             (row, ledger.ancestors(target), ledger.active_subtree(target))
         };
         check(&row, &ancestors)?;
+        // An active target's end reaches its children by their policies; an
+        // ended one's active subtree (its orphans) is ended whole.
+        let members = if row.is_active() {
+            self.members_below(target)
+        } else {
+            Vec::new()
+        };
         w.unsettled = subtree.clone();
         let mut tx = Write::begin(&mut w.conn).await?;
         let mut ended = Vec::with_capacity(subtree.len());
-        for id in &subtree {
-            let why = if id == target { reason } else { "cascade" };
-            if let Some(entry) = tx.end_session(id, SessionStatus::Terminated, why).await? {
+        let by = terminated_by.to_string();
+        if row.is_active() {
+            if let Some(entry) = tx
+                .end_session(target, SessionStatus::Terminated, reason)
+                .await?
+            {
                 tx.event(
-                    id,
+                    target,
                     EventKind::Terminated,
                     SessionStatus::Terminated,
-                    json!({"reason": why, "terminated_by": terminated_by.to_string()}),
+                    json!({"reason": reason, "terminated_by": by}),
                 )
                 .await?;
+                let (below, _) =
+                    parent_end::apply(&mut tx, &entry.1, &members, terminated_by).await?;
                 ended.push(entry);
+                ended.extend(below);
+            }
+        } else {
+            for id in subtree.iter().filter(|id| *id != target) {
+                if let Some(entry) = tx
+                    .end_session(id, SessionStatus::Terminated, "cascade")
+                    .await?
+                {
+                    tx.event(
+                        id,
+                        EventKind::Terminated,
+                        SessionStatus::Terminated,
+                        json!({"reason": "cascade", "terminated_by": by}),
+                    )
+                    .await?;
+                    ended.push(entry);
+                }
             }
         }
-        let ids: Vec<String> = ended.iter().map(|(_, r)| r.session_id.clone()).collect();
+        let ids: Vec<String> = ended
+            .iter()
+            .filter(|(_, r)| r.status == SessionStatus::Terminated)
+            .map(|(_, r)| r.session_id.clone())
+            .collect();
         let mut audit = audit;
         audit.detail = json!({"terminated": ids}).to_string();
         tx.audit(&audit).await?;

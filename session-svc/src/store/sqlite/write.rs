@@ -31,7 +31,7 @@ macro_rules! session_columns {
     () => {
         "rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
          depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
-         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths"
+         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths, on_parent_end, orphaned"
     };
 }
 pub(super) use session_columns;
@@ -133,8 +133,8 @@ impl Batch {
         self.statement(concat!(
             "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
              tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
-             created_at_ms, traceparent, spawn_span_id, notify_parent, writable_paths) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?) RETURNING ",
+             created_at_ms, traceparent, spawn_span_id, notify_parent, writable_paths, on_parent_end) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) RETURNING ",
             session_columns!()
         ))
         .bind(new.session_id.clone())
@@ -152,7 +152,8 @@ impl Batch {
         .bind(new.trace.map(|t| t.traceparent()))
         .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
         .bind(new.notify_parent)
-        .bind(crate::store::scope_text(&new.write_scope));
+        .bind(crate::store::scope_text(&new.write_scope))
+        .bind(new.on_parent_end.as_str());
         if let Some(message) = &new.initial_message {
             self.message(&new.session_id, message);
         }

@@ -1,0 +1,5 @@
+-- What happens to a session when its parent ends: 'terminate' (as every
+-- session made before), 'abandon' or 'notify'; and whether its parent ended
+-- while it stayed active (an orphan).
+ALTER TABLE sessions ADD COLUMN on_parent_end TEXT NOT NULL DEFAULT 'terminate';
+ALTER TABLE sessions ADD COLUMN orphaned BOOLEAN NOT NULL DEFAULT FALSE;

@@ -1,0 +1,167 @@
+//! What a session's end does to its children (their parent-end policies):
+//! the one rule every store applies, in the transaction that ends the
+//! session, whatever ended it (an exit, a failure, a lost runner, a finish,
+//! a termination).
+//!
+//! Each active child applies its own policy: `terminate` ends it (end
+//! reason `cascade`) and its own active children apply theirs in turn;
+//! `abandon` leaves it running, orphaned, with its whole subtree (which
+//! still has its parent, the orphan); `notify` is `abandon` and a
+//! `parent_ended` message in its inbox. A child that had ended already is
+//! passed over: its own end applied its children's policies then.
+//!
+//! Budgets are not a parent's end: a wall-clock budget that runs out ends
+//! every session under it (each of them is past its own deadline, which is
+//! never later than an ancestor's), orphans included; cost, token and call
+//! budgets and the quotas count orphans as before, through the parent
+//! links, which never change.
+
+use troupe_proto::session::SessionStatus;
+
+use crate::model::{ExitReason, Finish, ParentEnd, SessionRow};
+
+/// An active session below the one that ends, as the walk needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub session_id: String,
+    pub parent_session_id: Option<String>,
+    pub on_parent_end: ParentEnd,
+}
+
+impl Member {
+    pub fn of(row: &SessionRow) -> Member {
+        Member {
+            session_id: row.session_id.clone(),
+            parent_session_id: row.parent_session_id.clone(),
+            on_parent_end: row.on_parent_end,
+        }
+    }
+}
+
+/// What happens to one session because its parent ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParentEnded {
+    pub session_id: String,
+    /// Its parent: the ended session, or a child the walk terminated.
+    pub parent_session_id: String,
+    /// Its own policy: what happens to it.
+    pub policy: ParentEnd,
+    /// How its parent ended: the ended session's status for its children,
+    /// `Terminated` below a child that the walk terminated.
+    pub parent_status: SessionStatus,
+}
+
+/// The sessions a session's end reaches, level by level (each level in
+/// the order of `active`), from `active`, the active sessions below it (any
+/// of its descendants, in creation order; itself and sessions outside its
+/// subtree are ignored). `status` is how it ended.
+pub fn parent_end(ended: &str, status: SessionStatus, active: &[Member]) -> Vec<ParentEnded> {
+    let mut out = Vec::new();
+    let mut level = vec![(ended.to_owned(), status)];
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for (parent, parent_status) in &level {
+            for child in active
+                .iter()
+                .filter(|m| m.parent_session_id.as_deref() == Some(parent.as_str()))
+                .filter(|m| m.session_id != ended)
+            {
+                if child.on_parent_end == ParentEnd::Terminate {
+                    next.push((child.session_id.clone(), SessionStatus::Terminated));
+                }
+                out.push(ParentEnded {
+                    session_id: child.session_id.clone(),
+                    parent_session_id: parent.clone(),
+                    policy: child.on_parent_end,
+                    parent_status: *parent_status,
+                });
+            }
+        }
+        level = next;
+    }
+    out
+}
+
+/// The `reason` a `parent_ended` notice gives: the parent's end reason in
+/// Troupe's own words (`finished`, an exit reason, `cascade`), else
+/// `manual`: the text a terminating caller gave is never passed on.
+pub fn notice_reason(end_reason: Option<&str>) -> &'static str {
+    match end_reason {
+        Some(Finish::END_REASON) => Finish::END_REASON,
+        Some("cascade") => "cascade",
+        // A failed exit's reason, as `process_step` words it.
+        Some(r) if r.starts_with("exit code ") => ExitReason::Exited.as_str(),
+        Some(r) => ExitReason::parse(r).map_or("manual", ExitReason::as_str),
+        None => "manual",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use SessionStatus::{Completed, Failed, Terminated};
+
+    fn m(id: &str, parent: &str, policy: ParentEnd) -> Member {
+        Member {
+            session_id: id.to_owned(),
+            parent_session_id: Some(parent.to_owned()),
+            on_parent_end: policy,
+        }
+    }
+
+    fn reached(plan: &[ParentEnded]) -> Vec<(&str, ParentEnd, SessionStatus)> {
+        plan.iter()
+            .map(|p| (p.session_id.as_str(), p.policy, p.parent_status))
+            .collect()
+    }
+
+    #[test]
+    fn terminate_goes_down_abandon_and_notify_stop_the_walk() {
+        use ParentEnd::{Abandon, Notify, Terminate};
+        let active = [
+            m("p", "root", Terminate),
+            m("t", "p", Terminate),
+            m("a", "p", Abandon),
+            m("n", "p", Notify),
+            m("tt", "t", Terminate),
+            m("ta", "t", Abandon),
+            m("at", "a", Terminate),
+            m("nt", "n", Terminate),
+            m("tta", "tt", Notify),
+        ];
+        let plan = parent_end("p", Failed, &active);
+        assert_eq!(
+            reached(&plan),
+            vec![
+                ("t", Terminate, Failed),
+                ("a", Abandon, Failed),
+                ("n", Notify, Failed),
+                ("tt", Terminate, Terminated),
+                ("ta", Abandon, Terminated),
+                ("tta", Notify, Terminated),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_child_that_ended_already_is_passed_over_with_its_subtree() {
+        use ParentEnd::Terminate;
+        // "gone" ended before: it is not among the active, and its child
+        // (an orphan of an earlier end) is not reached through it.
+        let active = [m("x", "gone", Terminate), m("y", "p", Terminate)];
+        let plan = parent_end("p", Completed, &active);
+        assert_eq!(reached(&plan), vec![("y", Terminate, Completed)]);
+        assert!(parent_end("leaf", Completed, &active).is_empty());
+    }
+
+    #[test]
+    fn a_terminating_callers_text_is_never_the_notices_reason() {
+        assert_eq!(notice_reason(Some("runner_lost")), "runner_lost");
+        assert_eq!(notice_reason(Some("finished")), "finished");
+        assert_eq!(notice_reason(Some("cascade")), "cascade");
+        assert_eq!(notice_reason(Some("exited")), "exited");
+        assert_eq!(notice_reason(Some("exit code 3")), "exited");
+        assert_eq!(notice_reason(Some("the secret is 42")), "manual");
+        assert_eq!(notice_reason(None), "manual");
+    }
+}
