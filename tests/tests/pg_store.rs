@@ -131,6 +131,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
                 },
                 None,
                 audit("send", to),
+                None,
                 &|_| Ok(()),
             )
             .await

@@ -46,10 +46,10 @@ pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 use crate::{
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, EventRow, Failure, Finish,
-        Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken,
-        Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec,
-        SessionRow, StoredAgent, Trust,
+        Account, AgentScope, Audience, AuditRecord, AuditRow, Charge, EventFilter, EventRow,
+        Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall,
+        NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
+        Reach, ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,
     policy::{Admission, SpawnContext},
@@ -87,6 +87,32 @@ pub type SpawnCheck<'a> = &'a (dyn Fn(&SpawnContext<'_>) -> Result<Admission, Se
 pub type RootCheck<'a> = &'a (dyn Fn(u32) -> Result<QuotaLeft, SessionError> + Sync);
 /// Checks a message given its recipient.
 pub type MessageCheck<'a> = &'a (dyn Fn(&SessionRow) -> Result<(), SessionError> + Sync);
+/// Counts messages against their sender's rate: given its rate state and
+/// how many messages, returns its new state, or refuses them all.
+pub type RateCheck<'a> = &'a (dyn Fn(i64, usize) -> Result<i64, SessionError> + Sync);
+/// Plans a message to many given its candidate recipients, as the store
+/// resolved them inside the write's transaction: each to reach, once.
+pub type FanOutCheck<'a> =
+    &'a (dyn Fn(&[SessionRow]) -> Result<Vec<(String, Reach)>, SessionError> + Sync);
+/// Checks the sessions to add to a group given their rows and how many
+/// members the group would hold after.
+pub type MembersCheck<'a> = &'a (dyn Fn(&[SessionRow], usize) -> Result<(), SessionError> + Sync);
+
+/// Whose message rate a write counts against, and the rule.
+#[derive(Clone, Copy)]
+pub struct Throttle<'a> {
+    pub sender: &'a str,
+    pub check: RateCheck<'a>,
+}
+
+/// A message to many, as a [`Store::fan_out`] stores it.
+#[derive(Clone, Debug)]
+pub struct FanOut {
+    pub audience: Audience,
+    pub sender: Principal,
+    pub body: String,
+}
+
 /// Checks a termination given its target and the target's ancestors, nearest first.
 pub type TerminateCheck<'a> =
     &'a (dyn Fn(&SessionRow, &[String]) -> Result<(), SessionError> + Sync);
@@ -156,15 +182,67 @@ pub trait Store: Send + Sync + Clone + 'static {
         check: SpawnCheck<'_>,
     ) -> impl Future<Output = Result<Created, SessionError>> + Send;
 
-    /// Appends a message to `recipient`'s inbox if `check` allows it.
+    /// Appends a message to `recipient`'s inbox if `check` allows it and,
+    /// with a `throttle`, its sender's rate does (the rate state updated in
+    /// the same transaction).
     fn send_message(
         &self,
         recipient: &str,
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
         check: MessageCheck<'_>,
     ) -> impl Future<Output = Result<Sent, SessionError>> + Send;
+
+    /// Stores one message to many in one transaction: resolves the
+    /// audience's candidates (their rows), lets `check` plan who gets it,
+    /// counts those against the throttle's rate, and appends a message
+    /// (its own id, the recipient's next inbox sequence, its event) to each
+    /// inbox, with `audit` (its detail: who got what). A group audience's
+    /// poster must be a member, else GROUP_NOT_FOUND. With a request id, a
+    /// retry replays the whole answer.
+    fn fan_out(
+        &self,
+        out: &FanOut,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
+        check: FanOutCheck<'_>,
+    ) -> impl Future<Output = Result<FannedOut, SessionError>> + Send;
+
+    /// Creates the group `name` of `workspace_id` with `creator` as its
+    /// first member, with `audit`; the creator's own group of that name is
+    /// returned as it is (nothing written), another's is GROUP_EXISTS.
+    fn create_group(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        creator: &str,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
+
+    /// Adds `members` to the group `name` of `workspace_id` if `adder` is a
+    /// member (else GROUP_NOT_FOUND) and `check` allows them all, in one
+    /// transaction (members already in stay, once), with `audit`. Returns
+    /// the group after.
+    fn add_group_members(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        adder: &str,
+        members: &[String],
+        audit: AuditRecord,
+        check: MembersCheck<'_>,
+    ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
+
+    /// Returns the groups of `workspace_id`, by name: every one, or only
+    /// those `member` is a member of.
+    fn groups(
+        &self,
+        workspace_id: &str,
+        member: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<GroupRow>, SessionError>> + Send;
 
     /// Ends `target` and every active descendant if `check` allows it.
     /// Returns the ids it ended (target first) and the target's new row.
