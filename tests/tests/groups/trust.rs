@@ -1,124 +1,10 @@
-//! Broadcasts and named groups through the service, on either backend
-//! (`TROUPE_TEST_BACKEND`): who a message to many reaches (the trust matrix
-//! of sender and recipient, workspaces never crossed, each recipient once),
-//! ended recipients reported, the fan-out cap and the message rate refusing
-//! before anything is stored, a request id replaying the whole answer, and
-//! a sandboxed member's view of its groups.
-
-use std::collections::BTreeMap;
+//! Who a broadcast or a group post reaches, and who sees whom in a group.
 
 use tonic::Code;
-use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_tests::{Client, TestServer, child, create_child, message, reason, terminate};
+use troupe_proto::session as pb;
+use troupe_tests::{reason, terminate};
 
-/// Sessions of the matrix: the senders are roots of `alpha`; every other
-/// session is a root too, but `child`, a sandboxed child of `direct`.
-struct World {
-    server: TestServer,
-    ids: BTreeMap<&'static str, String>,
-    clients: BTreeMap<&'static str, Client>,
-}
-
-impl World {
-    async fn start(adjust: impl FnOnce(&mut troupe_session_svc::Config)) -> World {
-        let server = TestServer::start_with(adjust).await;
-        let mut ids = BTreeMap::new();
-        let mut clients = BTreeMap::new();
-        for (name, ws, trust) in [
-            ("direct", "alpha", TrustLevel::Direct),
-            ("sandboxed", "alpha", TrustLevel::Sandboxed),
-            ("direct2", "alpha", TrustLevel::Direct),
-            ("sandboxed2", "alpha", TrustLevel::Sandboxed),
-            ("beta_direct", "beta", TrustLevel::Direct),
-            ("beta_sandboxed", "beta", TrustLevel::Sandboxed),
-        ] {
-            let (session, client, _) = server.root(ws, trust).await;
-            ids.insert(name, session.session_id);
-            clients.insert(name, client);
-        }
-        let mut direct = clients["direct"].clone();
-        let kid = create_child(
-            &mut direct,
-            pb::CreateSessionRequest {
-                trust_level: TrustLevel::Sandboxed as i32,
-                ..child("child")
-            },
-        )
-        .await;
-        clients.insert("child", server.act_as(&kid.session_id).await);
-        ids.insert("child", kid.session_id);
-        World {
-            server,
-            ids,
-            clients,
-        }
-    }
-
-    fn client(&self, name: &str) -> Client {
-        self.clients[name].clone()
-    }
-
-    fn name_of(&self, id: &str) -> &'static str {
-        self.ids
-            .iter()
-            .find(|(_, v)| *v == id)
-            .map(|(k, _)| *k)
-            .unwrap_or_else(|| panic!("unknown session {id}"))
-    }
-
-    /// Every session's inbox count.
-    async fn inboxes(&self) -> BTreeMap<&'static str, u64> {
-        let mut out = BTreeMap::new();
-        for (name, id) in &self.ids {
-            out.insert(*name, self.server.get(id).await.inbox_count);
-        }
-        out
-    }
-
-    /// The sessions whose inbox grew since `before`, each by exactly one.
-    async fn grown_once(&self, before: &BTreeMap<&'static str, u64>) -> Vec<&'static str> {
-        let after = self.inboxes().await;
-        let mut grown = Vec::new();
-        for (name, n) in after {
-            match n - before[name] {
-                0 => {}
-                1 => grown.push(name),
-                more => panic!("{name} received {more} messages"),
-            }
-        }
-        grown
-    }
-
-    /// The names of the recipients an answer lists with `outcome`.
-    fn names(&self, recipients: &[pb::Recipient], outcome: pb::RecipientOutcome) -> Vec<&str> {
-        let mut names: Vec<&str> = recipients
-            .iter()
-            .filter(|r| r.outcome == outcome as i32)
-            .map(|r| self.name_of(&r.session_id))
-            .collect();
-        names.sort_unstable();
-        names
-    }
-}
-
-fn broadcast(text: &str, scope: pb::BroadcastScope) -> pb::BroadcastRequest {
-    pb::BroadcastRequest {
-        message: text.to_owned(),
-        scope: scope as i32,
-        ..Default::default()
-    }
-}
-
-fn post(group: &str, text: &str) -> pb::PostToGroupRequest {
-    pb::PostToGroupRequest {
-        group: group.to_owned(),
-        message: text.to_owned(),
-        request_id: String::new(),
-    }
-}
-
-const DELIVERED: pb::RecipientOutcome = pb::RecipientOutcome::Delivered;
-const ENDED: pb::RecipientOutcome = pb::RecipientOutcome::Ended;
+use super::{DELIVERED, ENDED, World, broadcast, post};
 
 #[tokio::test]
 async fn broadcast_reaches_exactly_the_sessions_the_sender_may_message_once_each() {
@@ -302,6 +188,14 @@ async fn members_are_added_only_if_the_adder_may_message_them() {
         .await
         .expect_err("not a member");
     assert_eq!(reason(&not_member), "GROUP_NOT_FOUND");
+    let before = w.inboxes().await;
+    let not_member = w
+        .client("direct")
+        .post_to_group(post("low", "let me in"))
+        .await
+        .expect_err("a non-member posts");
+    assert_eq!(reason(&not_member), "GROUP_NOT_FOUND");
+    assert!(w.grown_once(&before).await.is_empty());
     let taken = w
         .client("direct")
         .create_group(pb::CreateGroupRequest {
@@ -378,164 +272,6 @@ async fn ended_members_are_reported_and_the_rest_still_receive() {
         ended.message_id.is_empty() && ended.sequence == 0,
         "{ended:?}"
     );
-}
-
-#[tokio::test]
-async fn fan_out_over_the_cap_is_refused_before_anything_is_stored() {
-    let w = World::start(|c| c.messaging.max_fan_out = 3).await;
-    let before = w.inboxes().await;
-    let refused = w
-        .client("direct")
-        .broadcast(broadcast("too many", pb::BroadcastScope::Workspace))
-        .await
-        .expect_err("four recipients, cap three");
-    assert_eq!(
-        (refused.code(), reason(&refused).as_str()),
-        (Code::ResourceExhausted, "FAN_OUT_EXCEEDED"),
-        "{refused:?}"
-    );
-    assert!(w.grown_once(&before).await.is_empty());
-    // Three are fine; a group grows to the cap plus its poster, no more.
-    w.client("sandboxed")
-        .broadcast(broadcast("two", pb::BroadcastScope::Workspace))
-        .await
-        .expect("within the cap");
-    let mut direct = w.client("direct");
-    direct
-        .create_group(pb::CreateGroupRequest {
-            name: "big".to_owned(),
-        })
-        .await
-        .expect("create");
-    let add = |names: &[&str]| pb::AddGroupMembersRequest {
-        group: "big".to_owned(),
-        session_ids: names.iter().map(|n| w.ids[n].clone()).collect(),
-    };
-    direct
-        .add_group_members(add(&["sandboxed", "direct2", "sandboxed2"]))
-        .await
-        .expect("cap plus the poster");
-    let full = direct
-        .add_group_members(add(&["child"]))
-        .await
-        .expect_err("past the cap");
-    assert_eq!(reason(&full), "FAN_OUT_EXCEEDED");
-}
-
-#[tokio::test]
-async fn every_message_counts_against_one_rate_and_a_refused_broadcast_stores_nothing() {
-    // One message every two seconds, three at once.
-    let w = World::start(|c| {
-        c.messaging.message_rate_per_sec = 0.5;
-        c.messaging.message_burst = 3;
-    })
-    .await;
-    // A reply to the parent counts, then a broadcast counts each recipient
-    // (the child reaches sandboxed and sandboxed2): three in all.
-    let mut kid = w.client("child");
-    kid.reply_to_parent(pb::ReplyToParentRequest {
-        message: "one".to_owned(),
-        request_id: String::new(),
-    })
-    .await
-    .expect("first of three");
-    let before = w.inboxes().await;
-    kid.broadcast(broadcast("two more", pb::BroadcastScope::Workspace))
-        .await
-        .expect("second and third");
-    assert_eq!(w.grown_once(&before).await, ["sandboxed", "sandboxed2"]);
-    let limited = kid
-        .send_message(message(w.ids["sandboxed"].clone(), "fourth"))
-        .await
-        .expect_err("past the burst");
-    assert_eq!(
-        (limited.code(), reason(&limited).as_str()),
-        (Code::ResourceExhausted, "RATE_LIMITED"),
-        "{limited:?}"
-    );
-
-    // Another sender's rate is its own: a message, then a broadcast to two
-    // that would need four in all is refused whole, nothing stored.
-    let mut sandboxed = w.client("sandboxed");
-    sandboxed
-        .send_message(message(w.ids["sandboxed2"].clone(), "one"))
-        .await
-        .expect("its own first");
-    sandboxed
-        .send_message(message(w.ids["sandboxed2"].clone(), "two"))
-        .await
-        .expect("its own second");
-    let before = w.inboxes().await;
-    let refused = sandboxed
-        .broadcast(broadcast("to two", pb::BroadcastScope::Workspace))
-        .await
-        .expect_err("two recipients, one left");
-    assert_eq!(reason(&refused), "RATE_LIMITED", "{refused:?}");
-    assert!(w.grown_once(&before).await.is_empty(), "nothing stored");
-
-    // More recipients than the burst are never allowed at once.
-    let whole = w
-        .client("direct")
-        .broadcast(broadcast("four", pb::BroadcastScope::Workspace))
-        .await
-        .expect_err("four recipients, burst three");
-    assert_eq!(reason(&whole), "RATE_LIMITED", "{whole:?}");
-}
-
-#[tokio::test]
-async fn a_retried_broadcast_replays_its_answer_and_stores_nothing_more() {
-    let w = World::start(|_| {}).await;
-    let request = pb::BroadcastRequest {
-        request_id: "once".to_owned(),
-        ..broadcast("exactly once", pb::BroadcastScope::Workspace)
-    };
-    let mut direct = w.client("direct");
-    let before = w.inboxes().await;
-    let first = direct
-        .broadcast(request.clone())
-        .await
-        .expect("first")
-        .into_inner();
-    let second = direct
-        .broadcast(request.clone())
-        .await
-        .expect("retry")
-        .into_inner();
-    assert_eq!(first, second, "the retry answers the first call's answer");
-    assert_eq!(w.grown_once(&before).await.len(), 4, "each recipient once");
-    let conflict = direct
-        .broadcast(pb::BroadcastRequest {
-            message: "something else".to_owned(),
-            ..request
-        })
-        .await
-        .expect_err("same id, other message");
-    assert_eq!(reason(&conflict), "IDEMPOTENCY_CONFLICT");
-
-    // One allowed audit entry, naming each recipient and its message.
-    let entries = w
-        .server
-        .operator()
-        .await
-        .list_audit(pb::ListAuditRequest {
-            session_id: w.ids["direct"].clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("audit")
-        .into_inner()
-        .entries;
-    let broadcasts: Vec<_> = entries
-        .iter()
-        .filter(|e| e.action == "broadcast" && e.allowed)
-        .collect();
-    assert_eq!(broadcasts.len(), 1, "{entries:?}");
-    for r in &first.recipients {
-        assert!(
-            broadcasts[0].detail.contains(&r.message_id),
-            "{broadcasts:?}"
-        );
-    }
 }
 
 #[tokio::test]
