@@ -123,29 +123,6 @@ pub fn terminated(r: &pb::TerminateSessionResponse) -> Value {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn session_uses_words_and_nulls() {
-        let s = pb::Session {
-            session_id: "sess_1".into(),
-            status: pb::SessionStatus::Completed as i32,
-            trust_level: pb::TrustLevel::Sandboxed as i32,
-            exit_code: Some(0),
-            ..Default::default()
-        };
-        let v = session(&s);
-        assert_eq!(v["status"], "completed");
-        assert_eq!(v["ended"], true);
-        assert_eq!(v["exit_code"], 0);
-        assert_eq!(v["trust_level"], "sandboxed");
-        assert_eq!(v["parent_session_id"], Value::Null);
-        assert_eq!(result(None), Value::Null);
-    }
-}
-
 /// What each recipient of a broadcast or a group post got.
 pub fn fanned_out(recipients: &[pb::Recipient]) -> Value {
     let entries: Vec<Value> = recipients
@@ -185,4 +162,27 @@ pub fn group(g: &pb::Group) -> Value {
         "workspace_id": g.workspace_id,
         "member_ids": g.member_ids,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_uses_words_and_nulls() {
+        let s = pb::Session {
+            session_id: "sess_1".into(),
+            status: pb::SessionStatus::Completed as i32,
+            trust_level: pb::TrustLevel::Sandboxed as i32,
+            exit_code: Some(0),
+            ..Default::default()
+        };
+        let v = session(&s);
+        assert_eq!(v["status"], "completed");
+        assert_eq!(v["ended"], true);
+        assert_eq!(v["exit_code"], 0);
+        assert_eq!(v["trust_level"], "sandboxed");
+        assert_eq!(v["parent_session_id"], Value::Null);
+        assert_eq!(result(None), Value::Null);
+    }
 }
