@@ -141,10 +141,10 @@ async fn broadcasts_and_posts_reach_exactly_the_allowed_agents_once() {
     assert_eq!(reached(&called("high", "broadcast")), everyone_but_high);
     // The sandboxed sender reaches the sandboxed listener only, and sees no
     // direct member of its group.
-    assert_eq!(reached(&called("low", "broadcast")), [sandboxed.clone()]);
+    assert_eq!(reached(&called("low", "broadcast")), [sandboxed.as_str()]);
     assert_eq!(
         reached(&called("low", "post_to_group")),
-        [sandboxed.clone()]
+        [sandboxed.as_str()]
     );
     let groups = called("low", "list_groups");
     let seen = sorted(
