@@ -63,6 +63,38 @@ pub enum Command {
         #[command(subcommand)]
         command: AgentCommand,
     },
+    /// Message many sessions at once, and see the groups sessions keep.
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// List a workspace's groups, each with its members.
+    List(GroupListArgs),
+    /// Store one message in the inbox of every active session of a
+    /// workspace, and show what each recipient got.
+    Broadcast(BroadcastArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GroupListArgs {
+    #[arg(long, value_name = "W")]
+    pub workspace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BroadcastArgs {
+    #[arg(long, value_name = "W")]
+    pub workspace: String,
+    #[arg(long)]
+    pub message: String,
+    /// Makes the call safe to retry: the same id and message give the same
+    /// answer, and each message is stored once. Default: a fresh id.
+    #[arg(long, value_name = "ID")]
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -86,6 +86,7 @@ async fn execute(cli: &Cli, setting: &mut Setting) -> anyhow::Result<()> {
         Command::Session { command } => cmd::session(&mut ctx, command).await,
         Command::Audit(args) => cmd::audit::run(&mut ctx, args).await,
         Command::Agent { command } => cmd::agent::run(&mut ctx, command).await,
+        Command::Group { command } => cmd::group::run(&mut ctx, command).await,
     };
     *setting = ctx.setting;
     result

@@ -1,9 +1,10 @@
 //! The commands: `session` subcommands in [`session`] (create, list, get,
 //! terminate, token, send), [`tree`] and [`watch`]; the audit log in [`audit`];
-//! agent definitions in [`agent`].
+//! agent definitions in [`agent`]; broadcasts and groups in [`group`].
 
 pub mod agent;
 pub mod audit;
+pub mod group;
 pub mod session;
 pub mod tree;
 pub mod watch;
