@@ -345,3 +345,55 @@ async fn the_operator_broadcasts_to_a_named_workspace_but_keeps_out_of_groups() 
         "workspaces never cross"
     );
 }
+
+#[tokio::test]
+async fn each_recipient_of_a_broadcast_has_one_message_event_on_the_watch_stream() {
+    use pb::session_event::Detail;
+    let w = World::start(|_| {}).await;
+    let mut operator = w.server.operator().await;
+    let mut stream = operator
+        .watch_sessions(pb::WatchSessionsRequest {
+            workspace_id: "alpha".to_owned(),
+            live_only: true,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let answer = w
+        .client("sandboxed")
+        .broadcast(broadcast("watched", pb::BroadcastScope::Workspace))
+        .await
+        .expect("broadcast")
+        .into_inner();
+    let mut expected: Vec<(String, String, u64)> = answer
+        .recipients
+        .iter()
+        .map(|r| (r.session_id.clone(), r.message_id.clone(), r.sequence))
+        .collect();
+    expected.sort();
+    let mut seen = Vec::new();
+    while seen.len() < expected.len() {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+            .await
+            .expect("the message events within 10 s")
+            .expect("stream")
+            .expect("an event");
+        if let Some(Detail::Message(m)) = event.detail {
+            seen.push((event.session_id, m.message_id, m.inbox_sequence));
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, expected, "one message event per recipient");
+    // And no more: a marker message comes next, not a second copy.
+    operator
+        .send_message(troupe_tests::message(w.ids["direct"].clone(), "marker"))
+        .await
+        .expect("marker");
+    let next = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+        .await
+        .expect("the marker's event")
+        .expect("stream")
+        .expect("an event");
+    assert_eq!(next.session_id, w.ids["direct"], "{next:?}");
+}
