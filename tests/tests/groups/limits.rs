@@ -222,3 +222,57 @@ async fn concurrent_messages_of_one_session_never_pass_its_burst() {
         r.stop().await;
     }
 }
+
+#[tokio::test]
+async fn concurrent_additions_never_grow_a_group_past_its_size() {
+    // A group holds the fan-out limit (2) plus its poster: three.
+    let w = World::start(|c| c.messaging.max_fan_out = 2).await;
+    let replica = match troupe_tests::postgres::Backend::from_env() {
+        troupe_tests::postgres::Backend::Postgres => Some(w.server.replica().await),
+        troupe_tests::postgres::Backend::Sqlite => None,
+    };
+    let mut creator = w.client("direct");
+    creator
+        .create_group(pb::CreateGroupRequest {
+            name: "tight".to_owned(),
+        })
+        .await
+        .expect("create");
+    let token = w.server.token_for(&w.ids["direct"]).await;
+    let other = match &replica {
+        Some(r) => r.client(Some(&token)).await,
+        None => creator.clone(),
+    };
+    let adds = ["sandboxed", "direct2", "sandboxed2", "child"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut client = if i % 2 == 0 {
+                creator.clone()
+            } else {
+                other.clone()
+            };
+            let request = pb::AddGroupMembersRequest {
+                group: "tight".to_owned(),
+                session_ids: vec![w.ids[name].clone()],
+            };
+            async move { client.add_group_members(request).await }
+        });
+    let results = futures::future::join_all(adds).await;
+    let added = results.iter().filter(|r| r.is_ok()).count();
+    for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(reason(refused), "FAN_OUT_EXCEEDED", "{refused:?}");
+    }
+    assert_eq!(added, 2, "{results:?}");
+    let group = creator
+        .list_groups(pb::ListGroupsRequest::default())
+        .await
+        .expect("list")
+        .into_inner()
+        .groups
+        .remove(0);
+    assert_eq!(group.member_ids.len(), 3, "{group:?}");
+    if let Some(r) = replica {
+        r.stop().await;
+    }
+}
