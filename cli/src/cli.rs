@@ -68,6 +68,11 @@ pub enum Command {
         #[command(subcommand)]
         command: RunnerCommand,
     },
+    /// Message many sessions at once, and see the groups sessions keep.
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -75,6 +80,36 @@ pub enum RunnerCommand {
     /// List the runners: the embedded one (`--runner`) and every registered
     /// one, live or lapsed, with their capacity and active sessions.
     List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// List a workspace's groups, each with its members.
+    List(GroupListArgs),
+    /// Store one message in the inbox of every active session of a
+    /// workspace, and show what each recipient got.
+    Broadcast(BroadcastArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GroupListArgs {
+    /// The workspace whose groups to list.
+    #[arg(long, value_name = "W")]
+    pub workspace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BroadcastArgs {
+    /// The workspace whose active sessions receive the message.
+    #[arg(long, value_name = "W")]
+    pub workspace: String,
+    /// The message, shown to each recipient as from the operator.
+    #[arg(long)]
+    pub message: String,
+    /// Makes the call safe to retry: the same id and message give the same
+    /// answer, and each message is stored once. Default: a fresh id.
+    #[arg(long, value_name = "ID")]
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -187,8 +187,12 @@ fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
         }
         Reason::RateLimited => {
             return Some(match retry_ms {
-                Some(ms) => format!("Sessions are being created too fast: retry in {ms} ms."),
-                None => "Sessions are being created too fast: retry in a moment.".to_owned(),
+                Some(ms) => format!(
+                    "This session is creating sessions or sending messages too fast: retry in {ms} ms."
+                ),
+                None => "This session is creating sessions or sending messages faster than \
+                         allowed (a broadcast counts each recipient): send to fewer at once."
+                    .to_owned(),
             });
         }
         Reason::TrustEscalation => {
@@ -203,6 +207,17 @@ fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
             "The calling session has ended: it can no longer create sessions."
         }
         Reason::SessionEnded => "That session has ended: it takes no more messages.",
+        Reason::FanOutExceeded => {
+            "One message may reach only so many sessions (the message says how many): \
+             broadcast to a narrower scope (children, subtree) or post to a smaller group."
+        }
+        Reason::GroupNotFound => {
+            "No group of that name that this session is a member of: list_groups shows \
+             this session's groups; create_group makes one."
+        }
+        Reason::GroupExists => {
+            "Another session's group has that name in this workspace: choose another name."
+        }
         Reason::SessionNotFound => {
             "No such session, or this session may not see it (the two answers are the same): \
              list_workspace_sessions shows the sessions this session may see."

@@ -1,7 +1,9 @@
 //! The tools. Names and arguments follow the seeds (`create_session`,
 //! `send_message`, `list_workspace_sessions`) plus `get_session`,
 //! `wait_for_session`, `terminate_session`, `report_progress`, and the two
-//! of a child towards its parent, `finish` and `reply_to_parent`. Each validates only what it
+//! of a child towards its parent, `finish` and `reply_to_parent`, and those of
+//! messages to many (`groups`): `broadcast`, `create_group`, `add_to_group`,
+//! `post_to_group`, `list_groups`. Each validates only what it
 //! must to build the request; the session service decides everything else.
 //! Results are pretty JSON text with the same value as structured content;
 //! failures are tool errors ([`crate::failure`]).
@@ -12,6 +14,7 @@
 
 mod args;
 mod calls;
+mod groups;
 mod own;
 
 use std::sync::Arc;
@@ -24,8 +27,9 @@ use rmcp::{
 };
 
 pub use args::{
-    CreateSessionArgs, DEFAULT_WAIT_SECS, FinishArgs, FinishOutcome, ListArgs, MAX_WAIT_SECS, Mode,
-    ProgressArgs, ReplyArgs, SendMessageArgs, SessionArgs, Usd, WaitArgs, Whole,
+    AddToGroupArgs, BroadcastArgs, CreateGroupArgs, CreateSessionArgs, DEFAULT_WAIT_SECS,
+    FinishArgs, FinishOutcome, ListArgs, MAX_WAIT_SECS, Mode, PostToGroupArgs, ProgressArgs,
+    ReplyArgs, Scope, SendMessageArgs, SessionArgs, Usd, WaitArgs, Whole,
 };
 
 use crate::{backend::Backend, caller::Identity};
@@ -35,7 +39,9 @@ Use create_session to start a child agent in this workspace, send_message to tal
 session, list_workspace_sessions to discover the team, get_session and wait_for_session to \
 follow a session, terminate_session to end one below you, report_progress to tell watchers \
 how far your own task has come, reply_to_parent to tell your parent something while you work, \
-and finish to end your own task with its result, which your parent receives. The session \
+and finish to end your own task with its result, which your parent receives. broadcast sends \
+one message to many sessions at once; create_group, add_to_group, post_to_group and list_groups \
+keep named groups to talk to. The session \
 service enforces every \
 rule (workspace, trust level, spawn limits); a refused call is a tool error saying which rule \
 refused it and what quota is left.";
@@ -269,6 +275,124 @@ parent (refused PARENT_NOT_RUNNING). Returns delivery: \"delivered\" or \"queued
             self.reply(&extensions, args),
         )
         .await
+    }
+
+    #[tool(
+        name = "broadcast",
+        description = "Send one message to many sessions at once: every active session of \
+this workspace this session may message (scope \"workspace\", the default), or only its own \
+descendants (\"subtree\") or direct children (\"children\"). Never this session itself. The \
+rule is send_message's for every recipient: a sandboxed session reaches only sandboxed \
+sessions (not even its direct parent: use reply_to_parent for that). Each recipient gets it \
+once. Every recipient counts against this session's message rate, and one message reaches at \
+most the service's fan-out limit (64 by default): past either, nothing is sent and the call \
+is refused (RATE_LIMITED, FAN_OUT_EXCEEDED). Returns each recipient and what it got: \
+\"delivered\" (message_id, sequence, delivery) or \"ended\".",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn broadcast(
+        &self,
+        extensions: Extensions,
+        Parameters(args): Parameters<BroadcastArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.traced(
+            "broadcast",
+            &extensions,
+            self.broadcast_to(&extensions, args),
+        )
+        .await
+    }
+
+    #[tool(
+        name = "create_group",
+        description = "Create a named group in this workspace, with this session as its first \
+member; add members with add_to_group and message them all with post_to_group. Names are \
+unique per workspace (another session's name is refused GROUP_EXISTS; creating your own again \
+returns it). Returns the group: name and the member ids this session may see.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn create_group(
+        &self,
+        extensions: Extensions,
+        Parameters(args): Parameters<CreateGroupArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.traced(
+            "create_group",
+            &extensions,
+            self.group_create(&extensions, args),
+        )
+        .await
+    }
+
+    #[tool(
+        name = "add_to_group",
+        description = "Add sessions to a group this session is a member of. Each must be a \
+session this session may message (a sandboxed session adds only sandboxed ones); if one is \
+not, none is added. Members already in stay. Returns the group.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn add_to_group(
+        &self,
+        extensions: Extensions,
+        Parameters(args): Parameters<AddToGroupArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.traced(
+            "add_to_group",
+            &extensions,
+            self.group_add(&extensions, args),
+        )
+        .await
+    }
+
+    #[tool(
+        name = "post_to_group",
+        description = "Send one message to the other members of a group this session is a \
+member of: each member this session may message gets it once (a member it may not see neither \
+gets it nor is named). Limits and answer as broadcast's.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn post_to_group(
+        &self,
+        extensions: Extensions,
+        Parameters(args): Parameters<PostToGroupArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.traced(
+            "post_to_group",
+            &extensions,
+            self.group_post(&extensions, args),
+        )
+        .await
+    }
+
+    #[tool(
+        name = "list_groups",
+        description = "List the groups this session is a member of, each with the members this \
+session may see.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_groups(&self, extensions: Extensions) -> Result<CallToolResult, ErrorData> {
+        self.traced("list_groups", &extensions, self.group_list(&extensions))
+            .await
     }
 }
 

@@ -123,6 +123,47 @@ pub fn terminated(r: &pb::TerminateSessionResponse) -> Value {
     })
 }
 
+/// What each recipient of a broadcast or a group post got.
+pub fn fanned_out(recipients: &[pb::Recipient]) -> Value {
+    let entries: Vec<Value> = recipients
+        .iter()
+        .map(|r| match r.outcome() {
+            pb::RecipientOutcome::Delivered => {
+                let (delivery, _) = delivery(r.delivery());
+                json!({
+                    "session_id": r.session_id,
+                    "outcome": "delivered",
+                    "message_id": r.message_id,
+                    "sequence": r.sequence,
+                    "delivery": delivery,
+                })
+            }
+            _ => json!({
+                "session_id": r.session_id,
+                "outcome": "ended",
+                "note": "it has ended and takes no messages",
+            }),
+        })
+        .collect();
+    let delivered = recipients
+        .iter()
+        .filter(|r| r.outcome() == pb::RecipientOutcome::Delivered)
+        .count();
+    json!({
+        "delivered": delivered,
+        "recipients": entries,
+    })
+}
+
+/// A group, with the members the caller may see.
+pub fn group(g: &pb::Group) -> Value {
+    json!({
+        "name": g.name,
+        "workspace_id": g.workspace_id,
+        "member_ids": g.member_ids,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use troupe_proto::session::TrustLevel;
 use troupe_tests::{TestServer, get, terminate};
 
 #[tokio::test]
-async fn tools_list_shows_nine_tools_with_schemas() {
+async fn tools_list_shows_every_tool_with_its_schema() {
     let server = TestServer::start().await;
     let (_, _, token) = server.root("ws", TrustLevel::Direct).await;
     let mut connection = stdio(&unix_endpoint(&server), &token, vec![]);
@@ -119,6 +119,21 @@ async fn tools_list_shows_nine_tools_with_schemas() {
         tool("reply_to_parent")["inputSchema"]["required"],
         json!(["message"])
     );
+    let broadcast = tool("broadcast");
+    assert_eq!(broadcast["inputSchema"]["required"], json!(["message"]));
+    let scope = broadcast["inputSchema"]["properties"]["scope"].to_string();
+    for word in ["workspace", "subtree", "children"] {
+        assert!(scope.contains(word), "{word} missing from {scope}");
+    }
+    assert_eq!(
+        tool("post_to_group")["inputSchema"]["required"],
+        json!(["group", "message"])
+    );
+    assert_eq!(
+        tool("add_to_group")["inputSchema"]["required"],
+        json!(["group", "session_ids"])
+    );
+    assert_eq!(tool("list_groups")["annotations"]["readOnlyHint"], true);
 }
 
 #[tokio::test]

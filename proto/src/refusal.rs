@@ -44,6 +44,13 @@ pub enum Reason {
     /// A budget on the session's path is spent, or a child asked more than
     /// is left (`budget_*` and `*_remaining` metadata).
     BudgetExceeded,
+    /// A broadcast or group post would reach more sessions than one message
+    /// may, or a group would grow past that.
+    FanOutExceeded,
+    /// No group of that name that the caller is a member of.
+    GroupNotFound,
+    /// Another session's group has that name in the workspace.
+    GroupExists,
     /// The MCP bridge's own: the `X-Agent-Session-Id` hint names a session
     /// other than the token's.
     SessionHintMismatch,
@@ -82,6 +89,9 @@ impl Reason {
         Reason::Internal,
         Reason::RunnerLost,
         Reason::BudgetExceeded,
+        Reason::FanOutExceeded,
+        Reason::GroupNotFound,
+        Reason::GroupExists,
         Reason::SessionHintMismatch,
     ];
 
@@ -116,6 +126,9 @@ impl Reason {
             "INTERNAL" => Reason::Internal,
             "RUNNER_LOST" => Reason::RunnerLost,
             "BUDGET_EXCEEDED" => Reason::BudgetExceeded,
+            "FAN_OUT_EXCEEDED" => Reason::FanOutExceeded,
+            "GROUP_NOT_FOUND" => Reason::GroupNotFound,
+            "GROUP_EXISTS" => Reason::GroupExists,
             "SESSION_HINT_MISMATCH" => Reason::SessionHintMismatch,
             other => Reason::Unknown(other.to_owned()),
         }
@@ -152,6 +165,9 @@ impl Reason {
             Reason::Internal => "INTERNAL",
             Reason::RunnerLost => "RUNNER_LOST",
             Reason::BudgetExceeded => "BUDGET_EXCEEDED",
+            Reason::FanOutExceeded => "FAN_OUT_EXCEEDED",
+            Reason::GroupNotFound => "GROUP_NOT_FOUND",
+            Reason::GroupExists => "GROUP_EXISTS",
             Reason::SessionHintMismatch => "SESSION_HINT_MISMATCH",
             Reason::Unknown(wire) => wire,
         }

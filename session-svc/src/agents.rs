@@ -364,6 +364,11 @@ mod tests {
             "report_progress",
             "reply_to_parent",
             "finish",
+            "broadcast",
+            "create_group",
+            "add_to_group",
+            "post_to_group",
+            "list_groups",
         ];
         assert_eq!(allowed, tools.map(|t| format!("mcp__troupe__{t}")));
         let prompt = value("--append-system-prompt");

@@ -119,6 +119,41 @@ pub struct Config {
     pub gateway_config: Option<PathBuf>,
     #[command(flatten)]
     pub limits: Limits,
+    #[command(flatten)]
+    pub messaging: MessageLimits,
+}
+
+/// Limits of messages: every message a session stores in another's inbox
+/// (`SendMessage`, `ReplyToParent`, and each recipient of a `Broadcast` or a
+/// `PostToGroup`) counts against its rate; one broadcast or post reaches at
+/// most `max_fan_out` sessions.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct MessageLimits {
+    /// Sustained messages per second one session may send; each recipient of
+    /// a broadcast or a group post counts as one. 0 disables the limit.
+    #[arg(long, env = "TROUPE_MESSAGE_RATE", default_value_t = 10.0)]
+    pub message_rate_per_sec: f64,
+    /// Messages one session may send in a burst above the sustained rate: a
+    /// broadcast or a group post to more recipients than this is refused.
+    #[arg(long, env = "TROUPE_MESSAGE_BURST", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub message_burst: u32,
+    /// Most sessions one broadcast or group post may reach (a group holds at
+    /// most this many members besides its poster); more is refused before
+    /// anything is stored.
+    #[arg(long, env = "TROUPE_MAX_FAN_OUT", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_fan_out: u32,
+}
+
+impl Default for MessageLimits {
+    fn default() -> Self {
+        MessageLimits {
+            message_rate_per_sec: 10.0,
+            message_burst: 100,
+            max_fan_out: 64,
+        }
+    }
 }
 
 /// Spawn limits (Pinocchio's `NestedSpawnConfig`, Parachute's spawn-bomb guards).

@@ -45,6 +45,13 @@ pub enum Reason {
     /// A budget on the session's path is spent (or too small for what was
     /// asked); the metadata says what is left.
     BudgetExceeded,
+    /// A broadcast or group post would reach more sessions than one message
+    /// may, or a group would grow past that.
+    FanOutExceeded,
+    /// No group of that name that the caller is a member of.
+    GroupNotFound,
+    /// Another session's group has that name in the workspace.
+    GroupExists,
 }
 
 impl Reason {
@@ -79,6 +86,9 @@ impl Reason {
             Reason::Internal => "INTERNAL",
             Reason::RunnerLost => "RUNNER_LOST",
             Reason::BudgetExceeded => "BUDGET_EXCEEDED",
+            Reason::FanOutExceeded => "FAN_OUT_EXCEEDED",
+            Reason::GroupNotFound => "GROUP_NOT_FOUND",
+            Reason::GroupExists => "GROUP_EXISTS",
         }
     }
 
@@ -99,15 +109,17 @@ impl Reason {
             | Reason::ChildQuotaExceeded
             | Reason::WorkspaceQuotaExceeded
             | Reason::RateLimited
-            | Reason::BudgetExceeded => Code::ResourceExhausted,
+            | Reason::BudgetExceeded
+            | Reason::FanOutExceeded => Code::ResourceExhausted,
             Reason::ParentNotRunning | Reason::SessionEnded | Reason::AgentInvalid => {
                 Code::FailedPrecondition
             }
-            Reason::SessionNotFound | Reason::WorkspaceNotFound | Reason::AgentNotFound => {
-                Code::NotFound
-            }
+            Reason::SessionNotFound
+            | Reason::WorkspaceNotFound
+            | Reason::AgentNotFound
+            | Reason::GroupNotFound => Code::NotFound,
             Reason::InvalidArgument => Code::InvalidArgument,
-            Reason::IdempotencyConflict => Code::AlreadyExists,
+            Reason::IdempotencyConflict | Reason::GroupExists => Code::AlreadyExists,
             Reason::CursorExpired => Code::OutOfRange,
             Reason::Unavailable | Reason::RunnerLost => Code::Unavailable,
             Reason::Internal => Code::Internal,
@@ -418,6 +430,9 @@ mod tests {
             Reason::Internal => Wire::Internal,
             Reason::RunnerLost => Wire::RunnerLost,
             Reason::BudgetExceeded => Wire::BudgetExceeded,
+            Reason::FanOutExceeded => Wire::FanOutExceeded,
+            Reason::GroupNotFound => Wire::GroupNotFound,
+            Reason::GroupExists => Wire::GroupExists,
         }
     }
 
@@ -450,6 +465,9 @@ mod tests {
         Reason::Internal,
         Reason::RunnerLost,
         Reason::BudgetExceeded,
+        Reason::FanOutExceeded,
+        Reason::GroupNotFound,
+        Reason::GroupExists,
     ];
 
     #[test]

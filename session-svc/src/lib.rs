@@ -46,7 +46,7 @@ use troupe_proto::{
     session::session_service_server::SessionServiceServer,
 };
 
-pub use config::{Config, Limits};
+pub use config::{Config, Limits, MessageLimits};
 
 use crate::{
     auth::Tokens,
@@ -145,6 +145,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         store: store.clone(),
         tokens,
         limits: config.limits,
+        messaging: config.messaging,
         workspaces_dir: config.workspaces_dir(),
         shutdown: cancel.clone(),
         driver: Some(driver),

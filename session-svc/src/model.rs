@@ -10,6 +10,7 @@ use troupe_telemetry::LifeSpan;
 
 mod budget;
 mod finish;
+mod groups;
 mod shared;
 mod values;
 
@@ -20,6 +21,7 @@ pub use budget::{
     PRICE_DECIMALS, Price, Reservation, TokenUsage,
 };
 pub use finish::{Finish, Outcome};
+pub use groups::{Audience, FannedOut, GroupName, GroupRow, Reach, Reached, new_message_id};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
 pub use values::{EventKind, ExitReason, ParentEnd, Principal};

@@ -12,6 +12,8 @@
 //!   that only narrows, nothing created under a spent budget;
 //! - messaging, progress and termination: [`may_message`],
 //!   [`may_report_progress`], [`may_finish`], [`may_reply`], [`may_terminate`];
+//! - messages to many ([`reach`], [`plan_fan_out`], [`admit_group_size`])
+//!   and the message rate ([`admit_messages`]);
 //! - the process state machine: [`process_step`], what a runner's report
 //!   (or a failure, as an exit) does to its session;
 //! - a session's end and its children: [`parent_end`] (each child's
@@ -19,11 +21,13 @@
 
 mod budget;
 mod parent_end;
+mod messaging;
 
 use std::time::Duration;
 
 pub use budget::{admit_budget, admit_charge, deadline, left as budget_left};
 pub use parent_end::{Member, ParentEnded, notice_reason, parent_end};
+pub use messaging::{admit_group_size, admit_messages, plan_fan_out, reach};
 
 use troupe_proto::{session::SessionStatus, status::is_ended};
 

@@ -17,6 +17,8 @@ pub fn unlimited(config: &mut troupe_session_svc::Config) {
     config.limits.max_tree_sessions = u32::MAX;
     config.limits.max_active_per_workspace = u32::MAX;
     config.limits.spawn_rate_per_sec = 0.0;
+    config.messaging.message_rate_per_sec = 0.0;
+    config.messaging.max_fan_out = u32::MAX;
 }
 
 /// A gRPC call that does no work (a health check), on a connection of its

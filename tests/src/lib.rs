@@ -57,7 +57,8 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts a server with default limits, except an unlimited spawn rate.
+    /// Starts a server with default limits, except unlimited spawn and
+    /// message rates.
     pub async fn start() -> TestServer {
         TestServer::start_with(|_| {}).await
     }
@@ -87,6 +88,7 @@ impl TestServer {
             spawn_rate_per_sec: 0.0,
             ..Limits::default()
         };
+        config.messaging.message_rate_per_sec = 0.0;
         adjust(&mut config);
         let mut server = TestServer {
             addr: "127.0.0.1:0".parse().expect("addr"),

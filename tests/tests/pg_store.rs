@@ -132,6 +132,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
                 },
                 None,
                 audit("send", to),
+                None,
                 &|_| Ok(()),
             )
             .await

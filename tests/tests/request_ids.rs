@@ -175,7 +175,7 @@ async fn send<S: Store>(store: &S, id: &str, idem: Option<Idempotency>) -> (u64,
         body: id.to_owned(),
     };
     let sent = store
-        .send_message("p", message, idem, audit("send", "p"), &|_| Ok(()))
+        .send_message("p", message, idem, audit("send", "p"), None, &|_| Ok(()))
         .await
         .expect("send");
     (sent.sequence, sent.replayed)
@@ -189,11 +189,18 @@ async fn send<S: Store>(store: &S, id: &str, idem: Option<Idempotency>) -> (u64,
 async fn pruned_in_batches_under_the_fence<S: Store>(store: &S) {
     const NEVER: i64 = i64::MIN;
     create_root(store, "p", None).await;
+    // Every action that carries a caller's request id is pruned alike.
+    let actions = [
+        "send_message",
+        "reply_to_parent",
+        "broadcast",
+        "post_to_group",
+    ];
     for i in 0..20 {
         send(
             store,
             &format!("old{i}"),
-            key("send_message", &format!("old{i}"), NEVER),
+            key(actions[i % actions.len()], &format!("old{i}"), NEVER),
         )
         .await;
     }
@@ -229,7 +236,7 @@ async fn pruned_in_batches_under_the_fence<S: Store>(store: &S) {
     }
     assert_eq!(batches, [8, 8, 5], "21 records past the cutoff, 8 a batch");
 
-    let (seq, replayed) = send(store, "again", key("send_message", "old3", NEVER)).await;
+    let (seq, replayed) = send(store, "again", key("send_message", "old4", NEVER)).await;
     assert!(!replayed, "a pruned request id is a new call");
     assert_eq!(seq, 23, "after 22 sends");
     assert!(matches!(

@@ -1,9 +1,11 @@
 //! The commands: `session` subcommands in [`session`] (create, list, get,
 //! terminate, token, send), [`tree`] and [`watch`]; the audit log in [`audit`];
-//! agent definitions in [`agent`]; runners in [`runner`].
+//! agent definitions in [`agent`]; runners in [`runner`]; broadcasts and
+//! groups in [`group`].
 
 pub mod agent;
 pub mod audit;
+pub mod group;
 pub mod runner;
 pub mod session;
 pub mod tree;

@@ -8,7 +8,8 @@
 //! The steps, each optional, in this order: `say`, `spawn` (create_session
 //! for each entry), `list` (list_workspace_sessions), `send` (send_message
 //! to `parent`, `children` or a session id), `wait_messages` (N messages
-//! from sessions or the operator), `collect` (the `session_ended` notice of
+//! from sessions or the operator), `calls` (any tools, by name, with their
+//! arguments as given), `collect` (the `session_ended` notice of
 //! every callback-mode child, within `collect_timeout_s`), `reply` (a
 //! message to the parent), `exit` (the exit code).
 //!
@@ -139,6 +140,17 @@ impl Agent {
             }
         }
         self.wait_messages(plan.wait_messages).await?;
+        for call in &plan.calls {
+            match self.call(&call.tool, call.arguments.clone()).await? {
+                Answer::Done(value) => {
+                    emit("called", json!({ "tool": call.tool, "result": value }));
+                }
+                Answer::Refused { reason, text } => emit(
+                    "refused",
+                    json!({ "tool": call.tool, "reason": reason, "text": text }),
+                ),
+            }
+        }
         if plan.collect {
             self.collect(&plan).await?;
         }
@@ -153,7 +165,7 @@ impl Agent {
 
     /// Calls a tool, starting the bridge on the first call: a plan that
     /// only talks needs no session service.
-    async fn call(&mut self, name: &'static str, arguments: Value) -> Result<Answer, Stop> {
+    async fn call(&mut self, name: &str, arguments: Value) -> Result<Answer, Stop> {
         if self.tools.is_none() {
             self.tools = Some(Tools::start().await?);
         }

@@ -28,6 +28,10 @@ pub struct Plan {
     /// How many messages from sessions or the operator to wait for.
     #[serde(default)]
     pub wait_messages: u32,
+    /// Tools to call after the wait, in order, each with its arguments as
+    /// given (a `called` or `refused` event each).
+    #[serde(default)]
+    pub calls: Vec<Call>,
     /// Waits for the end of every callback-mode child.
     #[serde(default)]
     pub collect: bool,
@@ -84,6 +88,19 @@ impl Mode {
             Mode::Callback => "callback",
         }
     }
+}
+
+/// One tool call, as an agent's model would make it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Call {
+    pub tool: String,
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
 }
 
 /// One message to send.

@@ -50,8 +50,8 @@ impl Tools {
     /// Calls `name` with `arguments` (an object). A protocol error (bad
     /// arguments) is a refusal like any other; only a bridge that is gone is
     /// an `Err`.
-    pub async fn call(&self, name: &'static str, arguments: Value) -> Result<Answer, String> {
-        let mut params = CallToolRequestParams::new(name);
+    pub async fn call(&self, name: &str, arguments: Value) -> Result<Answer, String> {
+        let mut params = CallToolRequestParams::new(name.to_owned());
         if let Value::Object(arguments) = arguments {
             params = params.with_arguments(arguments);
         }

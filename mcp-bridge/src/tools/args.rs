@@ -434,3 +434,61 @@ mod tests {
         }
     }
 }
+
+/// Arguments of `broadcast`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct BroadcastArgs {
+    /// The message text; every recipient gets it once.
+    pub message: String,
+    /// Optional: who gets it. "workspace" (default): every active session of this
+    /// workspace this session may message. "subtree": this session's active
+    /// descendants. "children": its active direct children.
+    #[serde(default)]
+    pub scope: Option<Scope>,
+}
+
+/// Who a broadcast goes to.
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum Scope {
+    Workspace,
+    Subtree,
+    Children,
+}
+
+impl From<Scope> for troupe_proto::session::BroadcastScope {
+    fn from(scope: Scope) -> Self {
+        match scope {
+            Scope::Workspace => Self::Workspace,
+            Scope::Subtree => Self::Subtree,
+            Scope::Children => Self::Children,
+        }
+    }
+}
+
+/// Arguments of `create_group`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CreateGroupArgs {
+    /// The group's name, unique in this workspace: letters, digits, '-' and '_', e.g.
+    /// "reviewers".
+    pub name: String,
+}
+
+/// Arguments of `add_to_group`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AddToGroupArgs {
+    /// The group's name (one this session is a member of).
+    pub group: String,
+    /// The session ids (`sess_...`) to add: sessions this session may message.
+    pub session_ids: Vec<String>,
+}
+
+/// Arguments of `post_to_group`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PostToGroupArgs {
+    /// The group's name (one this session is a member of).
+    pub group: String,
+    /// The message text; every other member this session may message gets it once.
+    pub message: String,
+}

@@ -16,7 +16,7 @@ use troupe_tests::{TestServer, get};
 
 pub const BRIDGE: &str = env!("CARGO_BIN_EXE_troupe-mcp");
 pub const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
-pub const TOOLS: [&str; 9] = [
+pub const TOOLS: [&str; 14] = [
     "create_session",
     "send_message",
     "list_workspace_sessions",
@@ -26,6 +26,11 @@ pub const TOOLS: [&str; 9] = [
     "report_progress",
     "finish",
     "reply_to_parent",
+    "broadcast",
+    "create_group",
+    "add_to_group",
+    "post_to_group",
+    "list_groups",
 ];
 
 pub fn require_python_mcp() {

@@ -7,8 +7,20 @@ use crate::{
     error::SessionError,
     model::{Caller, Idempotency, NewMessage},
     policy,
-    store::{MessageCheck, Sent, Store},
+    store::{MessageCheck, RateCheck, Sent, Store, Throttle},
 };
+
+/// The message rate a session's messages count against; the operator's
+/// count against none.
+pub(super) fn throttle<'a>(caller: &'a Caller, rate: RateCheck<'a>) -> Option<Throttle<'a>> {
+    match caller {
+        Caller::Session(me) => Some(Throttle {
+            sender: &me.session_id,
+            check: rate,
+        }),
+        Caller::Operator => None,
+    }
+}
 
 pub async fn send<S: Store>(
     inner: &Inner<S>,
@@ -60,7 +72,7 @@ pub(super) async fn store_and_deliver<S: Store>(
     check: MessageCheck<'_>,
 ) -> Result<(Sent, pb::DeliveryStatus), SessionError> {
     let message = NewMessage {
-        message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+        message_id: crate::model::new_message_id(),
         sender: caller.principal(),
         body: body.to_owned(),
     };
@@ -70,9 +82,19 @@ pub(super) async fn store_and_deliver<S: Store>(
         recipient,
         format!("message {}", message.message_id),
     );
+    let rate = |tat: i64, count: usize| {
+        policy::admit_messages(tat, count, crate::model::now_ms(), &inner.messaging)
+    };
     let sent = inner
         .store
-        .send_message(recipient, message, idem, audit, check)
+        .send_message(
+            recipient,
+            message,
+            idem,
+            audit,
+            throttle(caller, &rate),
+            check,
+        )
         .await?;
     let delivered = match &inner.driver {
         Some(driver) => driver.deliver(recipient).await,

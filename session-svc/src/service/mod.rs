@@ -5,10 +5,12 @@
 
 mod agents;
 mod audit;
+mod checks;
 mod create;
 mod finish;
 mod fleet;
 mod get;
+mod groups;
 pub(crate) mod identity;
 mod list;
 mod message;
@@ -23,12 +25,12 @@ mod watch;
 use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};
 
 use futures::Stream;
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use troupe_proto::session::{self as pb, session_service_server::SessionService};
 use troupe_telemetry::{self as telemetry, LifeSpan};
 
+use checks::{allowed, check_len, idempotency, require_operator};
 pub use finish::Finishing;
 use identity::{Lapse, identify, identify_finishing};
 pub use spans::makes_own_span;
@@ -36,11 +38,11 @@ use spans::{caller_span, spawn_span, spawning};
 
 use crate::{
     auth::{Tokens, bearer},
-    config::Limits,
+    config::{Limits, MessageLimits},
     driver::Driver,
-    error::{Reason, SessionError},
+    error::SessionError,
     metrics,
-    model::{AuditRecord, Caller, Idempotency, Principal},
+    model::{AuditRecord, Caller, Principal},
     store::Store,
 };
 
@@ -54,6 +56,8 @@ pub struct Inner<S> {
     pub store: S,
     pub tokens: Arc<Tokens>,
     pub limits: Limits,
+    /// The message rate and the fan-out limit.
+    pub messaging: MessageLimits,
     pub workspaces_dir: PathBuf,
     /// Cancelled at shutdown; ends open watch streams.
     pub shutdown: CancellationToken,
@@ -237,66 +241,6 @@ impl<S: Store> Service<S> {
     }
 }
 
-/// Builds the idempotency key of a call, or none without a request id; an
-/// earlier call's record older than `retention` no longer counts.
-fn idempotency(
-    caller: &Caller,
-    action: &'static str,
-    request_id: &str,
-    payload: &[&str],
-    retention: std::time::Duration,
-) -> Result<Option<Idempotency>, SessionError> {
-    if request_id.is_empty() {
-        return Ok(None);
-    }
-    check_len("request_id", request_id, MAX_SHORT_TEXT)?;
-    let mut hash = Sha256::new();
-    for part in payload {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part.as_bytes());
-    }
-    Ok(Some(Idempotency {
-        caller: caller.principal(),
-        action,
-        request_id: request_id.to_owned(),
-        payload_hash: hex::encode(hash.finalize()),
-        window_start_ms: crate::model::now_ms()
-            .saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)),
-    }))
-}
-
-fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), SessionError> {
-    if value.len() > max {
-        return Err(SessionError::invalid(
-            field,
-            format!("{} bytes is over the limit of {max}", value.len()),
-        ));
-    }
-    Ok(())
-}
-
-/// An allowed decision made inside a store transaction.
-fn allowed(caller: &Caller, action: &'static str, target: &str, detail: String) -> AuditRecord {
-    AuditRecord {
-        caller: caller.principal(),
-        action,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail,
-    }
-}
-
-fn require_operator(caller: &Caller) -> Result<(), SessionError> {
-    match caller {
-        Caller::Operator => Ok(()),
-        Caller::Session(_) => Err(SessionError::refused(
-            Reason::OperatorOnly,
-            "this call needs the operator token",
-        )),
-    }
-}
-
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send + Sync>>;
 
 #[tonic::async_trait]
@@ -475,6 +419,71 @@ impl<S: Store> SessionService for Service<S> {
             Caller::Operator => String::new(),
         };
         self.audit_outcome(&caller, "reply_to_parent", &target, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "broadcast", skip_all)]
+    async fn broadcast(
+        &self,
+        request: Request<pb::BroadcastRequest>,
+    ) -> Result<Response<pb::BroadcastResponse>, Status> {
+        let caller = self.authenticate(&request, "broadcast").await?;
+        let req = request.into_inner();
+        let result = groups::broadcast(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "broadcast", &req.workspace_id, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "group", skip_all)]
+    async fn create_group(
+        &self,
+        request: Request<pb::CreateGroupRequest>,
+    ) -> Result<Response<pb::CreateGroupResponse>, Status> {
+        let caller = self.authenticate(&request, "create_group").await?;
+        let req = request.into_inner();
+        let result = groups::create(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "create_group", &req.name, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "group", skip_all)]
+    async fn add_group_members(
+        &self,
+        request: Request<pb::AddGroupMembersRequest>,
+    ) -> Result<Response<pb::AddGroupMembersResponse>, Status> {
+        let caller = self.authenticate(&request, "add_group_members").await?;
+        let req = request.into_inner();
+        let result = groups::add(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "add_group_members", &req.group, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "post", skip_all)]
+    async fn post_to_group(
+        &self,
+        request: Request<pb::PostToGroupRequest>,
+    ) -> Result<Response<pb::PostToGroupResponse>, Status> {
+        let caller = self.authenticate(&request, "post_to_group").await?;
+        let req = request.into_inner();
+        let result = groups::post(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "post_to_group", &req.group, &result, false)
+            .await;
+        Ok(Response::new(result?))
+    }
+
+    #[tracing::instrument(name = "group", skip_all)]
+    async fn list_groups(
+        &self,
+        request: Request<pb::ListGroupsRequest>,
+    ) -> Result<Response<pb::ListGroupsResponse>, Status> {
+        let caller = self.authenticate(&request, "list_groups").await?;
+        let req = request.into_inner();
+        let result = groups::list(&self.inner, &caller, &req).await;
+        self.audit_outcome(&caller, "list_groups", &req.workspace_id, &result, false)
             .await;
         Ok(Response::new(result?))
     }

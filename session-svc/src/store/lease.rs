@@ -87,11 +87,13 @@ pub struct DriverWork {
 /// The actions whose request-id records are pruned past their retention:
 /// the calls that carry a caller's request id. The callback guard is one
 /// row per child session (whose rows are kept too), not per call.
-pub(crate) const PRUNED_ACTIONS: [&str; 4] = [
+pub(crate) const PRUNED_ACTIONS: [&str; 6] = [
     "create_root_session",
     "create_session",
     "send_message",
     "reply_to_parent",
+    "broadcast",
+    "post_to_group",
 ];
 
 /// How many request-id records one pruning transaction deletes at most.

@@ -31,6 +31,7 @@ mod postgres;
 mod shared;
 mod sqlite;
 mod sqlx_error;
+mod writes;
 
 use std::{future::Future, sync::Arc};
 
@@ -47,17 +48,20 @@ pub use postgres::{
     PgStore, is_postgres_url, redacted_url,
 };
 pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
+pub use writes::{
+    ChargeCheck, Created, EventPage, FanOut, FanOutCheck, Maintenance, MembersCheck, MessageCheck,
+    RateCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,
+};
 
 use crate::{
-    error::{QuotaLeft, SessionError, StorageKind},
+    error::{SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, EventRow, Failure, Finish,
-        Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken,
-        Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec,
-        SessionRow, StoredAgent, Trust,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
+        Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage,
+        NewSession, OperatorToken, Principal, ProcessChange, ProcessRow, ReceivedMessage,
+        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,
-    policy::{Admission, SpawnContext},
 };
 
 /// Parses a value's stored text (`what` names it for the log): an unknown
@@ -86,60 +90,6 @@ pub(crate) fn parse_stored<T>(
     })
 }
 
-/// Checks a spawn inside the store's transaction.
-pub type SpawnCheck<'a> = &'a (dyn Fn(&SpawnContext<'_>) -> Result<Admission, SessionError> + Sync);
-/// Checks a new root given the workspace's active session count.
-pub type RootCheck<'a> = &'a (dyn Fn(u32) -> Result<QuotaLeft, SessionError> + Sync);
-/// Checks a message given its recipient.
-pub type MessageCheck<'a> = &'a (dyn Fn(&SessionRow) -> Result<(), SessionError> + Sync);
-/// Checks a termination given its target and the target's ancestors, nearest first.
-pub type TerminateCheck<'a> =
-    &'a (dyn Fn(&SessionRow, &[String]) -> Result<(), SessionError> + Sync);
-
-/// Checks a model call's reservation given its session and the accounts of
-/// the session's path, root first (the session's last).
-pub type ChargeCheck<'a> = &'a (dyn Fn(&SessionRow, &[Account]) -> Result<(), SessionError> + Sync);
-
-/// What a create did.
-#[derive(Clone, Debug)]
-pub enum Created {
-    /// A new session, and the quota left after it.
-    New {
-        session: Box<SessionRow>,
-        quota: QuotaLeft,
-    },
-    /// An earlier call with the same request id created this session.
-    Replayed {
-        session_id: String,
-        quota: QuotaLeft,
-    },
-}
-
-/// What a send did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sent {
-    pub message_id: String,
-    pub sequence: u64,
-    pub replayed: bool,
-}
-
-/// What one round of [`Store::maintain`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Maintenance {
-    /// Database pages returned to the file system.
-    pub pages_returned: u64,
-}
-
-/// A page of events, and whether the cursor asked for was already pruned.
-#[derive(Clone, Debug)]
-pub enum EventPage {
-    Events(Vec<EventRow>),
-    /// Events after the cursor were pruned; the oldest kept follows this id.
-    Expired {
-        pruned_through: i64,
-    },
-}
-
 /// The ledger's storage.
 pub trait Store: Send + Sync + Clone + 'static {
     /// Inserts a root session (a new tree whose id is the session id's tree).
@@ -161,15 +111,67 @@ pub trait Store: Send + Sync + Clone + 'static {
         check: SpawnCheck<'_>,
     ) -> impl Future<Output = Result<Created, SessionError>> + Send;
 
-    /// Appends a message to `recipient`'s inbox if `check` allows it.
+    /// Appends a message to `recipient`'s inbox if `check` allows it and,
+    /// with a `throttle`, its sender's rate does (the rate state updated in
+    /// the same transaction).
     fn send_message(
         &self,
         recipient: &str,
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
         check: MessageCheck<'_>,
     ) -> impl Future<Output = Result<Sent, SessionError>> + Send;
+
+    /// Stores one message to many in one transaction: resolves the
+    /// audience's candidates (their rows), lets `check` plan who gets it,
+    /// counts those against the throttle's rate, and appends a message
+    /// (its own id, the recipient's next inbox sequence, its event) to each
+    /// inbox, with `audit` (its detail: who got what). A group audience's
+    /// poster must be a member, else GROUP_NOT_FOUND. With a request id, a
+    /// retry replays the whole answer.
+    fn fan_out(
+        &self,
+        out: &FanOut,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
+        check: FanOutCheck<'_>,
+    ) -> impl Future<Output = Result<FannedOut, SessionError>> + Send;
+
+    /// Creates the group `name` of `workspace_id` with `creator` as its
+    /// first member, with `audit`; the creator's own group of that name is
+    /// returned as it is (nothing written), another's is GROUP_EXISTS.
+    fn create_group(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        creator: &str,
+        audit: AuditRecord,
+    ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
+
+    /// Adds `members` to the group `name` of `workspace_id` if `adder` is a
+    /// member (else GROUP_NOT_FOUND) and `check` allows them all, in one
+    /// transaction (members already in stay, once), with `audit`. Returns
+    /// the group after.
+    fn add_group_members(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        adder: &str,
+        members: &[String],
+        audit: AuditRecord,
+        check: MembersCheck<'_>,
+    ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
+
+    /// Returns the groups of `workspace_id`, by name: every one, or only
+    /// those `member` is a member of.
+    fn groups(
+        &self,
+        workspace_id: &str,
+        member: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<GroupRow>, SessionError>> + Send;
 
     /// Ends `target` and every active descendant if `check` allows it.
     /// Returns the ids it ended (target first) and the target's new row.

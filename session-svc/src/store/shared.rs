@@ -7,7 +7,7 @@ use serde_json::json;
 use super::{Created, Sent};
 use crate::{
     error::{QuotaLeft, SessionError},
-    model::ProcessChange,
+    model::{FannedOut, ProcessChange, Reached},
 };
 
 /// The quota left, as a create's idempotency record stores it.
@@ -63,6 +63,46 @@ pub(crate) fn replayed_sent(result: &serde_json::Value) -> Result<Sent, SessionE
             .ok_or_else(bad_record)?
             .to_owned(),
         sequence: result["sequence"].as_u64().ok_or_else(bad_record)?,
+        replayed: true,
+    })
+}
+
+/// What a message to many stores under its request id, and as its audit
+/// entry's detail: each recipient and what it got.
+pub(crate) fn fan_out_record(reached: &[Reached]) -> serde_json::Value {
+    let entries: Vec<serde_json::Value> = reached
+        .iter()
+        .map(|r| match r {
+            Reached::Delivered {
+                session_id,
+                message_id,
+                sequence,
+            } => json!({"session_id": session_id, "message_id": message_id, "sequence": sequence}),
+            Reached::Ended { session_id } => json!({"session_id": session_id, "ended": true}),
+        })
+        .collect();
+    json!({ "recipients": entries })
+}
+
+/// A message to many's answer replayed from its idempotency record.
+pub(crate) fn replayed_fan_out(result: &serde_json::Value) -> Result<FannedOut, SessionError> {
+    let entries = result["recipients"].as_array().ok_or_else(bad_record)?;
+    let reached = entries
+        .iter()
+        .map(|e| {
+            let session_id = e["session_id"].as_str().ok_or_else(bad_record)?.to_owned();
+            if e["ended"].as_bool() == Some(true) {
+                return Ok(Reached::Ended { session_id });
+            }
+            Ok(Reached::Delivered {
+                session_id,
+                message_id: e["message_id"].as_str().ok_or_else(bad_record)?.to_owned(),
+                sequence: e["sequence"].as_u64().ok_or_else(bad_record)?,
+            })
+        })
+        .collect::<Result<Vec<_>, SessionError>>()?;
+    Ok(FannedOut {
+        reached,
         replayed: true,
     })
 }

@@ -15,6 +15,11 @@
 //! meet another session's process event in a deadlock, which PostgreSQL
 //! breaks and `retrying!` runs again.
 //!
+//! A message's sender's `message_rates` row (its rate state) is locked
+//! before any session row, and only by messages: a send or a fan-out
+//! (`groups`) takes it, then its recipients' rows, those of a fan-out in
+//! id order.
+//!
 //! Budgets' `accounts` rows stand apart (see `budgets`): reservations and
 //! settlements lock them root-down (by depth), before any session row, and
 //! no transaction holding a session row locks one (creates read them

@@ -21,10 +21,13 @@
 //! pruning events), `reads`, `wake`, and `agents` (the operator token and
 //! agent definitions, which the replicas share).
 
+#[macro_use]
+mod retry;
 mod agents;
 mod budgets;
 mod events;
 mod finish;
+mod groups;
 mod lease;
 mod locks;
 mod open;
@@ -42,30 +45,29 @@ pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 
 use std::{sync::Arc, time::Duration};
 
+use self::retry::{RETRIES, pause, retryable};
+
 use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::watch;
 
 use super::{
-    ChargeCheck, Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck,
-    OutputBudget, RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER, RootCheck, Sent, SpawnCheck,
-    Store, TerminateCheck,
+    ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
+    Maintenance, MembersCheck, MessageCheck, OutputBudget, RESERVATION_RELEASE_BATCH,
+    RESERVATION_STALE_AFTER, RootCheck, Sent, SpawnCheck, Store, TerminateCheck, Throttle,
 };
 use crate::{
-    error::{SessionError, StorageKind},
+    error::SessionError,
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Finish,
-        Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken,
-        Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec,
-        SessionRow, StoredAgent, Trust, now_ms,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
+        Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage,
+        NewSession, OperatorToken, Principal, ProcessChange, ProcessRow, ReceivedMessage,
+        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust, now_ms,
     },
     placement::Place,
 };
 
 /// Connections each replica keeps to the database.
 pub const POOL_SIZE: u32 = 10;
-/// Times a transaction that lost a deadlock or a serialization check is
-/// run again before its error is returned.
-const RETRIES: u32 = 5;
 
 /// The PostgreSQL store.
 #[derive(Clone, Debug)]
@@ -132,41 +134,6 @@ impl PgStore {
     }
 }
 
-/// Whether an error is a lost deadlock (40P01) or serialization check
-/// (40001), which `sqlx_error` classifies as a conflict: the transaction
-/// was rolled back and may simply run again.
-fn retryable(error: &SessionError) -> bool {
-    matches!(error, SessionError::Storage(e) if e.kind == StorageKind::Conflict)
-}
-
-/// Runs `$attempt` (an expression making one whole transaction's future)
-/// until it does not fail with a [`retryable`] error, at most [`RETRIES`]
-/// more times, with a short, growing pause between attempts.
-macro_rules! retrying {
-    ($attempt:expr) => {{
-        let mut tries = 0u32;
-        loop {
-            match $attempt.await {
-                Err(e) if retryable(&e) && tries < RETRIES => {
-                    tries += 1;
-                    pause(tries, &e).await;
-                }
-                result => break result,
-            }
-        }
-    }};
-}
-
-/// The pause before running a transaction again.
-async fn pause(tries: u32, error: &SessionError) {
-    tracing::debug!(error = %error, tries, "transaction lost a lock conflict; running it again");
-    let jitter = u64::from(rand::random::<u8>() % 10);
-    tokio::time::sleep(std::time::Duration::from_millis(
-        u64::from(tries) * 5 + jitter,
-    ))
-    .await;
-}
-
 impl Store for PgStore {
     async fn create_root(
         &self,
@@ -204,14 +171,66 @@ impl Store for PgStore {
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
-        let sent =
-            retrying!(self.send_message_once(recipient, &message, idem.as_ref(), &audit, check))?;
+        let sent = retrying!(self.send_message_once(
+            recipient,
+            &message,
+            idem.as_ref(),
+            &audit,
+            throttle,
+            check
+        ))?;
         if !sent.replayed {
             self.published(false);
         }
         Ok(sent)
+    }
+
+    async fn fan_out(
+        &self,
+        out: &FanOut,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
+        check: FanOutCheck<'_>,
+    ) -> Result<FannedOut, SessionError> {
+        let done = retrying!(self.fan_out_once(out, idem.as_ref(), &audit, throttle, check))?;
+        if !done.replayed {
+            self.published(false);
+        }
+        Ok(done)
+    }
+
+    async fn create_group(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        creator: &str,
+        audit: AuditRecord,
+    ) -> Result<GroupRow, SessionError> {
+        retrying!(self.create_group_once(workspace_id, name, creator, &audit))
+    }
+
+    async fn add_group_members(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        adder: &str,
+        members: &[String],
+        audit: AuditRecord,
+        check: MembersCheck<'_>,
+    ) -> Result<GroupRow, SessionError> {
+        retrying!(self.add_group_members_once(workspace_id, name, adder, members, &audit, check))
+    }
+
+    async fn groups(
+        &self,
+        workspace_id: &str,
+        member: Option<&str>,
+    ) -> Result<Vec<GroupRow>, SessionError> {
+        self.groups_impl(workspace_id, member).await
     }
 
     async fn terminate(

@@ -10,7 +10,7 @@ use troupe_proto::session::SessionStatus;
 use super::{
     PgStore, budgets,
     events::{self, NewEvent},
-    locks,
+    groups, locks,
     open::{RawSession, session_columns},
     parent_end,
 };
@@ -21,7 +21,7 @@ use crate::{
     },
     policy::{self, SpawnContext},
     store::{
-        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,
         accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
@@ -153,6 +153,7 @@ impl PgStore {
         message: &NewMessage,
         idem: Option<&Idempotency>,
         audit: &AuditRecord,
+        throttle: Option<Throttle<'_>>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
         let mut tx = self.begin().await?;
@@ -161,8 +162,17 @@ impl PgStore {
         {
             return replayed_sent(&result);
         }
+        // The sender's rate row before any session row (see `locks`).
+        let tat = match throttle {
+            Some(t) => Some(groups::lock_tat(&mut tx, t.sender).await?),
+            None => None,
+        };
         let (target, _) = locks::session(&mut tx, recipient).await?;
         check(&target)?;
+        if let (Some(t), Some(tat)) = (throttle, tat) {
+            let new_tat = (t.check)(tat, 1)?;
+            groups::set_tat(&mut tx, t.sender, new_tat).await?;
+        }
         let sequence = insert_message(&mut tx, recipient, message).await?;
         events::remember(
             &mut tx,

@@ -27,6 +27,7 @@
 mod agents;
 mod budgets;
 mod finish;
+mod groups;
 mod lease;
 mod ledger;
 mod open;
@@ -54,15 +55,17 @@ use self::{
     write::{Write, insert_audit, rollback},
 };
 use super::{
-    ChargeCheck, Created, DriverWork, EventPage, Fence, Holder, Lease, Maintenance, MessageCheck,
-    RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
+    Maintenance, MembersCheck, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    Throttle,
 };
 use crate::{
     error::SessionError,
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, Finish,
-        Idempotency, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken, Principal,
-        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust, now_ms,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
+        Finish, GroupName, GroupRow, Idempotency, ModelCall, NewAgent, NewMessage, NewSession,
+        OperatorToken, Principal, Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent,
+        Trust, now_ms,
     },
     placement::Place,
 };
@@ -187,10 +190,54 @@ impl Store for SqliteStore {
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
-        self.send_message_impl(recipient, message, idem, audit, check)
+        self.send_message_impl(recipient, message, idem, audit, throttle, check)
             .await
+    }
+
+    async fn fan_out(
+        &self,
+        out: &FanOut,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
+        check: FanOutCheck<'_>,
+    ) -> Result<FannedOut, SessionError> {
+        self.fan_out_impl(out, idem, audit, throttle, check).await
+    }
+
+    async fn create_group(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        creator: &str,
+        audit: AuditRecord,
+    ) -> Result<GroupRow, SessionError> {
+        self.create_group_impl(workspace_id, name, creator, audit)
+            .await
+    }
+
+    async fn add_group_members(
+        &self,
+        workspace_id: &str,
+        name: &GroupName,
+        adder: &str,
+        members: &[String],
+        audit: AuditRecord,
+        check: MembersCheck<'_>,
+    ) -> Result<GroupRow, SessionError> {
+        self.add_group_members_impl(workspace_id, name, adder, members, audit, check)
+            .await
+    }
+
+    async fn groups(
+        &self,
+        workspace_id: &str,
+        member: Option<&str>,
+    ) -> Result<Vec<GroupRow>, SessionError> {
+        self.groups_impl(workspace_id, member).await
     }
 
     async fn terminate(

@@ -7,7 +7,7 @@ use serde_json::json;
 use troupe_proto::session::SessionStatus;
 
 use super::{
-    SqliteStore, budgets, parent_end,
+    SqliteStore, budgets, groups, parent_end,
     write::Write,
     writer::{Begun, first_i64},
 };
@@ -18,7 +18,7 @@ use crate::{
     },
     policy::{self, SpawnContext},
     store::{
-        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,
         accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
@@ -128,6 +128,7 @@ impl SqliteStore {
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
+        throttle: Option<Throttle<'_>>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
         let mut w = self.writer().await?;
@@ -144,6 +145,15 @@ impl SqliteStore {
         let target = w.or_abandon(target).await?;
         let checked = check(&target);
         w.or_abandon(checked).await?;
+        if let Some(throttle) = throttle {
+            let tat = groups::message_tat(&mut w.conn, throttle.sender).await;
+            let tat = w.or_abandon(tat).await?;
+            let admitted = (throttle.check)(tat, 1);
+            let new_tat = w.or_abandon(admitted).await?;
+            if new_tat != tat {
+                batch.set_message_tat(throttle.sender, new_tat);
+            }
+        }
         // The sequence the message will get: the ledger holds the committed
         // inbox_seq and nothing else writes it.
         let sequence = target.inbox_seq as u64 + 1;

@@ -202,6 +202,16 @@ impl Batch {
             .bind(session_id.to_owned())
     }
 
+    /// Sets a session's message rate state.
+    pub fn set_message_tat(&mut self, session_id: &str, tat_ms: i64) -> &mut Batch {
+        self.statement(
+            "INSERT INTO message_rates (session_id, tat_ms) VALUES (?, ?) \
+             ON CONFLICT (session_id) DO UPDATE SET tat_ms = excluded.tat_ms",
+        )
+        .bind(session_id.to_owned())
+        .bind(tat_ms)
+    }
+
     pub fn audit(&mut self, record: &AuditRecord) -> &mut Batch {
         self.statement(INSERT_AUDIT)
             .bind(now_ms())
@@ -340,16 +350,18 @@ impl<'c> Write<'c> {
         before_ms: i64,
         limit: u32,
     ) -> Result<u64, SessionError> {
-        let [a, b, c, d] = PRUNED_ACTIONS;
+        let [a, b, c, d, e, f] = PRUNED_ACTIONS;
         let done = sqlx::query(
             "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency \
-               WHERE created_at_ms < ?1 AND action IN (?2, ?3, ?4, ?5) LIMIT ?6)",
+               WHERE created_at_ms < ?1 AND action IN (?2, ?3, ?4, ?5, ?6, ?7) LIMIT ?8)",
         )
         .bind(before_ms)
         .bind(a)
         .bind(b)
         .bind(c)
         .bind(d)
+        .bind(e)
+        .bind(f)
         .bind(i64::from(limit))
         .execute(&mut *self.tx)
         .await?;

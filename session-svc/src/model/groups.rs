@@ -1,0 +1,103 @@
+//! Broadcasts and named groups: who a message to many goes to
+//! ([`Audience`]), what each candidate recipient is to its sender
+//! ([`Reach`]), what each got ([`Reached`]), and a group as stored
+//! ([`GroupRow`]).
+
+use super::SessionRow;
+
+/// A new message's id (`msg_<uuid v7>`).
+pub fn new_message_id() -> String {
+    format!("msg_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// A group's name: a slug, unique in its workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupName(String);
+
+impl GroupName {
+    /// Parses a name (`field` names it in the refusal).
+    pub fn parse(field: &'static str, name: &str) -> Result<GroupName, crate::error::SessionError> {
+        crate::agents::validate_slug(field, name)?;
+        Ok(GroupName(name.to_owned()))
+    }
+
+    /// A name as the store read it back (validated when it was stored).
+    pub fn stored(name: String) -> GroupName {
+        GroupName(name)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The candidate recipients of a message to many, resolved by the store
+/// inside the write's transaction.
+#[derive(Clone, Debug)]
+pub enum Audience {
+    /// The active sessions of a workspace.
+    Workspace(String),
+    /// The active descendants of a session (not the session itself).
+    Subtree(String),
+    /// The active children of a session.
+    Children(String),
+    /// The members of a group but its poster, who must be a member (else
+    /// the group is not found).
+    Group {
+        workspace_id: String,
+        name: GroupName,
+        poster: String,
+    },
+}
+
+/// What a candidate recipient is to the sender ([`crate::policy::reach`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// It gets the message.
+    Deliver,
+    /// The sender sees it, but it has ended: reported, nothing stored.
+    Ended,
+    /// The sender may not see it (or it is the sender): neither a recipient
+    /// nor named in the answer.
+    Hidden,
+}
+
+/// What one recipient got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reached {
+    Delivered {
+        session_id: String,
+        message_id: String,
+        sequence: u64,
+    },
+    Ended {
+        session_id: String,
+    },
+}
+
+impl Reached {
+    pub fn session_id(&self) -> &str {
+        match self {
+            Reached::Delivered { session_id, .. } | Reached::Ended { session_id } => session_id,
+        }
+    }
+}
+
+/// What a message to many did: each recipient the sender sees, once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FannedOut {
+    pub reached: Vec<Reached>,
+    /// An earlier call with the same request id did it.
+    pub replayed: bool,
+}
+
+/// A group as stored, with its members' rows (oldest member first).
+#[derive(Clone, Debug)]
+pub struct GroupRow {
+    pub group_id: String,
+    pub workspace_id: String,
+    pub name: GroupName,
+    pub created_by: String,
+    pub created_at_ms: i64,
+    pub members: Vec<SessionRow>,
+}

@@ -1,0 +1,146 @@
+//! The rules of messages to many: who a broadcast or a group post reaches
+//! ([`reach`], [`plan_fan_out`]: `may_message` for every recipient), how
+//! many at once ([`plan_fan_out`], [`admit_group_size`]), and the message
+//! rate every message a session sends counts against ([`admit_messages`]).
+
+use std::time::Duration;
+
+use super::{can_see, may_message};
+use crate::{
+    config::MessageLimits,
+    error::{Reason, SessionError},
+    model::{Caller, Reach, SessionRow},
+};
+
+/// What `target` is to a message from `caller`: a recipient if `caller`
+/// may message it ([`may_message`], as for `SendMessage`), reported as
+/// ended if it sees it but it ended, else hidden. The caller itself is
+/// never its own recipient.
+pub fn reach(caller: &Caller, target: &SessionRow) -> Reach {
+    if let Caller::Session(me) = caller
+        && me.session_id == target.session_id
+    {
+        return Reach::Hidden;
+    }
+    match may_message(caller, target) {
+        Ok(()) => Reach::Deliver,
+        Err(_) if can_see(caller, target) => Reach::Ended,
+        Err(_) => Reach::Hidden,
+    }
+}
+
+/// Plans a message to many: each candidate once, in the order given, as
+/// [`reach`] says (hidden ones left out), refused if more than the
+/// fan-out limit would receive it.
+pub fn plan_fan_out(
+    caller: &Caller,
+    candidates: &[SessionRow],
+    limits: &MessageLimits,
+) -> Result<Vec<(String, Reach)>, SessionError> {
+    let mut seen = std::collections::HashSet::new();
+    let plan: Vec<(String, Reach)> = candidates
+        .iter()
+        .filter(|row| seen.insert(row.session_id.as_str()))
+        .map(|row| (row.session_id.clone(), reach(caller, row)))
+        .filter(|(_, reach)| *reach != Reach::Hidden)
+        .collect();
+    let delivered = plan.iter().filter(|(_, r)| *r == Reach::Deliver).count();
+    if delivered > limits.max_fan_out as usize {
+        return Err(SessionError::refused(
+            Reason::FanOutExceeded,
+            format!(
+                "the message would reach {delivered} sessions; one message reaches at most {}",
+                limits.max_fan_out
+            ),
+        ));
+    }
+    Ok(plan)
+}
+
+/// Checks that a group would hold no more than the fan-out limit plus its
+/// poster once `members` are in it.
+pub fn admit_group_size(members: usize, limits: &MessageLimits) -> Result<(), SessionError> {
+    let most = limits.max_fan_out as usize + 1;
+    if members > most {
+        return Err(SessionError::refused(
+            Reason::FanOutExceeded,
+            format!("a group holds at most {most} members; this would make it {members}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The message rate, as the generic cell rate algorithm: `count` messages
+/// sent at `now_ms` by a session whose rate state is `tat_ms`. Returns the
+/// new state, or refuses (RATE_LIMITED, with how long to wait) without
+/// sending any: a broadcast counts each recipient, all of them or none. A
+/// rate of zero or less disables the limit.
+pub fn admit_messages(
+    tat_ms: i64,
+    count: usize,
+    now_ms: i64,
+    limits: &MessageLimits,
+) -> Result<i64, SessionError> {
+    if count == 0 || limits.message_rate_per_sec <= 0.0 {
+        return Ok(tat_ms);
+    }
+    let burst = limits.message_burst.max(1);
+    let rate = format!("{} per second, burst {burst}", limits.message_rate_per_sec);
+    if count > burst as usize {
+        return Err(SessionError::refused(
+            Reason::RateLimited,
+            format!("{count} messages at once are more than the message rate allows ({rate})"),
+        ));
+    }
+    let interval = (1000.0 / limits.message_rate_per_sec).ceil() as i64;
+    let count = count as i64;
+    let tat = tat_ms
+        .max(now_ms)
+        .saturating_add(interval.saturating_mul(count));
+    let allowed = now_ms.saturating_add(interval.saturating_mul(i64::from(burst)));
+    if tat <= allowed {
+        return Ok(tat);
+    }
+    let wait = Duration::from_millis((tat - allowed) as u64);
+    Err(SessionError::Refused {
+        reason: Reason::RateLimited,
+        message: format!(
+            "message rate exceeded ({rate}): retry in {} ms",
+            wait.as_millis()
+        ),
+        quota: None,
+        retry_after: Some(wait),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(rate: f64, burst: u32) -> MessageLimits {
+        MessageLimits {
+            message_rate_per_sec: rate,
+            message_burst: burst,
+            max_fan_out: 64,
+        }
+    }
+
+    #[test]
+    fn messages_fill_the_burst_then_wait_per_message() {
+        let l = limits(10.0, 5);
+        let tat = admit_messages(0, 5, 1_000, &l).expect("a full burst at once");
+        assert_eq!(tat, 1_500);
+        let refused = admit_messages(tat, 1, 1_000, &l).expect_err("past the burst");
+        assert_eq!(refused.reason(), Reason::RateLimited);
+        assert!(
+            admit_messages(tat, 1, 1_100, &l).is_ok(),
+            "one interval later"
+        );
+    }
+
+    #[test]
+    fn more_at_once_than_the_burst_is_refused_and_zero_rate_is_unlimited() {
+        assert!(admit_messages(0, 6, 1_000, &limits(10.0, 5)).is_err());
+        assert_eq!(admit_messages(7, 1_000, 1_000, &limits(0.0, 1)).unwrap(), 7);
+    }
+}

@@ -1,0 +1,298 @@
+//! `Broadcast`, `CreateGroup`, `AddGroupMembers`, `PostToGroup`,
+//! `ListGroups`: one message to many, and the named groups it may go to.
+//! Who gets a message is `policy::plan_fan_out`'s to decide (SendMessage's
+//! rule for every recipient), inside the store's transaction; each
+//! recipient's message is then delivered as SendMessage's is.
+
+use troupe_proto::session as pb;
+
+use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency, message::throttle, view};
+use crate::{
+    error::{Reason, SessionError},
+    model::{Audience, Caller, FannedOut, GroupName, GroupRow, Idempotency, Reached, SessionRow},
+    policy,
+    store::{FanOut, Store},
+};
+
+pub async fn broadcast<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::BroadcastRequest,
+) -> Result<pb::BroadcastResponse, SessionError> {
+    let scope = pb::BroadcastScope::try_from(req.scope)
+        .map_err(|_| SessionError::invalid("scope", format!("unknown scope {}", req.scope)))?;
+    let audience = match (caller, scope) {
+        (Caller::Operator, pb::BroadcastScope::Unspecified | pb::BroadcastScope::Workspace) => {
+            Audience::Workspace(policy::visible_workspace(caller, &req.workspace_id)?)
+        }
+        (Caller::Operator, _) => {
+            return Err(SessionError::invalid(
+                "scope",
+                "the operator has no subtree: it broadcasts to a workspace (workspace_id)",
+            ));
+        }
+        (Caller::Session(_), pb::BroadcastScope::Unspecified | pb::BroadcastScope::Workspace) => {
+            Audience::Workspace(policy::visible_workspace(caller, &req.workspace_id)?)
+        }
+        (Caller::Session(me), pb::BroadcastScope::Subtree) => {
+            Audience::Subtree(me.session_id.clone())
+        }
+        (Caller::Session(me), pb::BroadcastScope::Children) => {
+            Audience::Children(me.session_id.clone())
+        }
+    };
+    let idem = message_checks(
+        caller,
+        "broadcast",
+        &req.message,
+        &req.request_id,
+        inner,
+        &[&req.scope.to_string(), &req.workspace_id],
+    )?;
+    let target = match &audience {
+        Audience::Workspace(ws) => ws.clone(),
+        Audience::Subtree(id) | Audience::Children(id) => id.clone(),
+        Audience::Group { .. } => String::new(),
+    };
+    let recipients = fan_out(
+        inner,
+        caller,
+        "broadcast",
+        &target,
+        audience,
+        &req.message,
+        idem,
+    )
+    .await?;
+    Ok(pb::BroadcastResponse { recipients })
+}
+
+pub async fn post<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::PostToGroupRequest,
+) -> Result<pb::PostToGroupResponse, SessionError> {
+    let me = session_only(caller)?;
+    let name = GroupName::parse("group", &req.group)?;
+    let idem = message_checks(
+        caller,
+        "post_to_group",
+        &req.message,
+        &req.request_id,
+        inner,
+        &[&req.group],
+    )?;
+    let audience = Audience::Group {
+        workspace_id: me.workspace_id.clone(),
+        name,
+        poster: me.session_id.clone(),
+    };
+    let recipients = fan_out(
+        inner,
+        caller,
+        "post_to_group",
+        &req.group,
+        audience,
+        &req.message,
+        idem,
+    )
+    .await?;
+    Ok(pb::PostToGroupResponse { recipients })
+}
+
+pub async fn create<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::CreateGroupRequest,
+) -> Result<pb::CreateGroupResponse, SessionError> {
+    let me = session_only(caller)?;
+    let name = GroupName::parse("name", &req.name)?;
+    let audit = allowed(caller, "create_group", &req.name, String::new());
+    let group = inner
+        .store
+        .create_group(&me.workspace_id, &name, &me.session_id, audit)
+        .await?;
+    Ok(pb::CreateGroupResponse {
+        group: Some(group_view(caller, &group)),
+    })
+}
+
+pub async fn add<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::AddGroupMembersRequest,
+) -> Result<pb::AddGroupMembersResponse, SessionError> {
+    let me = session_only(caller)?;
+    let name = GroupName::parse("group", &req.group)?;
+    if req.session_ids.is_empty() {
+        return Err(SessionError::invalid(
+            "session_ids",
+            "name at least one session",
+        ));
+    }
+    if req.session_ids.len() > inner.messaging.max_fan_out as usize {
+        return Err(SessionError::invalid(
+            "session_ids",
+            format!("at most {} at once", inner.messaging.max_fan_out),
+        ));
+    }
+    for id in &req.session_ids {
+        check_len("session_ids", id, super::MAX_SHORT_TEXT)?;
+    }
+    let audit = allowed(
+        caller,
+        "add_group_members",
+        &req.group,
+        serde_json::json!({ "added": req.session_ids }).to_string(),
+    );
+    let limits = inner.messaging;
+    let check = |rows: &[SessionRow], members: usize| {
+        for row in rows {
+            policy::may_message(caller, row)?;
+        }
+        policy::admit_group_size(members, &limits)
+    };
+    let group = inner
+        .store
+        .add_group_members(
+            &me.workspace_id,
+            &name,
+            &me.session_id,
+            &req.session_ids,
+            audit,
+            &check,
+        )
+        .await?;
+    Ok(pb::AddGroupMembersResponse {
+        group: Some(group_view(caller, &group)),
+    })
+}
+
+pub async fn list<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    req: &pb::ListGroupsRequest,
+) -> Result<pb::ListGroupsResponse, SessionError> {
+    let workspace_id = policy::visible_workspace(caller, &req.workspace_id)?;
+    let member = match caller {
+        Caller::Session(me) => Some(me.session_id.as_str()),
+        Caller::Operator => None,
+    };
+    let groups = inner.store.groups(&workspace_id, member).await?;
+    Ok(pb::ListGroupsResponse {
+        groups: groups.iter().map(|g| group_view(caller, g)).collect(),
+    })
+}
+
+/// A group as `viewer` may see it: only the members it may see.
+fn group_view(viewer: &Caller, group: &GroupRow) -> pb::Group {
+    pb::Group {
+        name: group.name.as_str().to_owned(),
+        workspace_id: group.workspace_id.clone(),
+        member_ids: group
+            .members
+            .iter()
+            .filter(|m| policy::can_see(viewer, m))
+            .map(|m| m.session_id.clone())
+            .collect(),
+        created_at: Some(view::timestamp(group.created_at_ms)),
+    }
+}
+
+fn session_only(caller: &Caller) -> Result<&SessionRow, SessionError> {
+    match caller {
+        Caller::Session(me) => Ok(me),
+        Caller::Operator => Err(SessionError::refused(
+            Reason::SessionOnly,
+            "groups are sessions': call with a session's token",
+        )),
+    }
+}
+
+/// The message's own checks, and the call's request id.
+fn message_checks<S>(
+    caller: &Caller,
+    action: &'static str,
+    message: &str,
+    request_id: &str,
+    inner: &Inner<S>,
+    payload: &[&str],
+) -> Result<Option<Idempotency>, SessionError> {
+    if message.is_empty() {
+        return Err(SessionError::invalid("message", "must not be empty"));
+    }
+    check_len("message", message, MAX_MESSAGE_BYTES)?;
+    let mut parts = vec![message];
+    parts.extend_from_slice(payload);
+    idempotency(
+        caller,
+        action,
+        request_id,
+        &parts,
+        inner.request_id_retention,
+    )
+}
+
+/// Stores the message for every recipient `plan_fan_out` allows, in one
+/// transaction, then delivers each at once where this replica owns its
+/// runner. Returns each recipient the caller may see, once.
+async fn fan_out<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+    action: &'static str,
+    target: &str,
+    audience: Audience,
+    body: &str,
+    idem: Option<Idempotency>,
+) -> Result<Vec<pb::Recipient>, SessionError> {
+    let out = FanOut {
+        audience,
+        sender: caller.principal(),
+        body: body.to_owned(),
+    };
+    let limits = inner.messaging;
+    let plan = |rows: &[SessionRow]| policy::plan_fan_out(caller, rows, &limits);
+    let rate = |tat: i64, count: usize| {
+        policy::admit_messages(tat, count, crate::model::now_ms(), &limits)
+    };
+    let audit = allowed(caller, action, target, String::new());
+    let FannedOut { reached, .. } = inner
+        .store
+        .fan_out(&out, idem, audit, throttle(caller, &rate), &plan)
+        .await?;
+    let mut recipients = Vec::with_capacity(reached.len());
+    for r in reached {
+        recipients.push(match r {
+            Reached::Delivered {
+                session_id,
+                message_id,
+                sequence,
+            } => {
+                let delivered = match &inner.driver {
+                    Some(driver) => driver.deliver(&session_id).await,
+                    None => false,
+                };
+                if !delivered {
+                    crate::metrics::queued();
+                }
+                pb::Recipient {
+                    session_id,
+                    outcome: pb::RecipientOutcome::Delivered as i32,
+                    message_id,
+                    sequence,
+                    delivery: if delivered {
+                        pb::DeliveryStatus::Delivered
+                    } else {
+                        pb::DeliveryStatus::Queued
+                    } as i32,
+                }
+            }
+            Reached::Ended { session_id } => pb::Recipient {
+                session_id,
+                outcome: pb::RecipientOutcome::Ended as i32,
+                ..Default::default()
+            },
+        });
+    }
+    Ok(recipients)
+}

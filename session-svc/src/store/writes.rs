@@ -1,0 +1,89 @@
+//! What the store's writes take and return: the rules they run inside
+//! their transaction (as closures), whose rate a message counts against,
+//! and what a write did.
+
+use crate::{
+    error::{QuotaLeft, SessionError},
+    model::{Account, Audience, EventRow, Principal, Reach, SessionRow},
+    policy::{Admission, SpawnContext},
+};
+
+/// Checks a spawn inside the store's transaction.
+pub type SpawnCheck<'a> = &'a (dyn Fn(&SpawnContext<'_>) -> Result<Admission, SessionError> + Sync);
+/// Checks a new root given the workspace's active session count.
+pub type RootCheck<'a> = &'a (dyn Fn(u32) -> Result<QuotaLeft, SessionError> + Sync);
+/// Checks a message given its recipient.
+pub type MessageCheck<'a> = &'a (dyn Fn(&SessionRow) -> Result<(), SessionError> + Sync);
+/// Counts messages against their sender's rate: given its rate state and
+/// how many messages, returns its new state, or refuses them all.
+pub type RateCheck<'a> = &'a (dyn Fn(i64, usize) -> Result<i64, SessionError> + Sync);
+/// Plans a message to many given its candidate recipients, as the store
+/// resolved them inside the write's transaction: each to reach, once.
+pub type FanOutCheck<'a> =
+    &'a (dyn Fn(&[SessionRow]) -> Result<Vec<(String, Reach)>, SessionError> + Sync);
+/// Checks the sessions to add to a group given their rows and how many
+/// members the group would hold after.
+pub type MembersCheck<'a> = &'a (dyn Fn(&[SessionRow], usize) -> Result<(), SessionError> + Sync);
+
+/// Whose message rate a write counts against, and the rule.
+#[derive(Clone, Copy)]
+pub struct Throttle<'a> {
+    pub sender: &'a str,
+    pub check: RateCheck<'a>,
+}
+
+/// A message to many, as a [`Store::fan_out`] stores it.
+#[derive(Clone, Debug)]
+pub struct FanOut {
+    pub audience: Audience,
+    pub sender: Principal,
+    pub body: String,
+}
+
+/// Checks a termination given its target and the target's ancestors, nearest first.
+pub type TerminateCheck<'a> =
+    &'a (dyn Fn(&SessionRow, &[String]) -> Result<(), SessionError> + Sync);
+
+/// Checks a model call's reservation given its session and the accounts of
+/// the session's path, root first (the session's last).
+pub type ChargeCheck<'a> = &'a (dyn Fn(&SessionRow, &[Account]) -> Result<(), SessionError> + Sync);
+
+/// What a create did.
+#[derive(Clone, Debug)]
+pub enum Created {
+    /// A new session, and the quota left after it.
+    New {
+        session: Box<SessionRow>,
+        quota: QuotaLeft,
+    },
+    /// An earlier call with the same request id created this session.
+    Replayed {
+        session_id: String,
+        quota: QuotaLeft,
+    },
+}
+
+/// What a send did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub message_id: String,
+    pub sequence: u64,
+    pub replayed: bool,
+}
+
+/// What one round of [`Store::maintain`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Maintenance {
+    /// Database pages returned to the file system.
+    pub pages_returned: u64,
+}
+
+/// A page of events, and whether the cursor asked for was already pruned.
+#[derive(Clone, Debug)]
+pub enum EventPage {
+    Events(Vec<EventRow>),
+    /// Events after the cursor were pruned; the oldest kept follows this id.
+    Expired {
+        pruned_through: i64,
+    },
+}
