@@ -119,6 +119,8 @@ pub struct Config {
     pub gateway_config: Option<PathBuf>,
     #[command(flatten)]
     pub limits: Limits,
+    #[command(flatten)]
+    pub console: crate::console::ConsoleArgs,
 }
 
 /// Spawn limits (Pinocchio's `NestedSpawnConfig`, Parachute's spawn-bomb guards).

@@ -15,6 +15,8 @@
 //! - [`owner`]: the lease of the background work, and the work its holder runs.
 //! - [`gateway`]: the model gateway's HTTP routes (Anthropic, OpenAI),
 //!   metered against the budgets.
+//! - [`console`]: the web console (`--console-listen`): live spawn trees,
+//!   sessions' output, messages and terminations, in a browser.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
 //! - [`model`], [`error`]: shared records and the error table.
 //!
@@ -23,6 +25,7 @@
 pub mod agents;
 pub mod auth;
 pub mod config;
+pub mod console;
 pub mod driver;
 pub mod error;
 pub mod gateway;
@@ -70,8 +73,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // A bad gateway configuration refuses the start before anything else.
+    // A bad gateway or console configuration refuses the start before anything else.
     let gateway = config.gateway()?;
+    console::Settings::from_args(&config.console)?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let url = config.database_url();
@@ -175,6 +179,22 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         .add_service(reflection_v1alpha)
         .add_service(SessionServiceServer::new(service.clone()))
         .add_service(FleetServiceServer::new(service.clone()));
+    let console = match config.console.console_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} for the console"))?;
+            tracing::info!(addr = %listener.local_addr()?, "console listening");
+            let settings = console::Settings::from_args(&config.console)?;
+            let router = console::router(console::Console::new(service.clone(), settings));
+            Some(console::serve(
+                router,
+                listener,
+                cancel.clone().cancelled_owned(),
+            ))
+        }
+        None => None,
+    };
     let gateway = gateway::Gateway::new(service.shared(), gateway).router();
     let routes = tonic::service::Routes::from(routes.routes().into_axum_router().merge(gateway));
 
@@ -219,8 +239,14 @@ async fn serve_with_store<S: Store + Clone + 'static>(
                     None => Ok(()),
                 }
             };
-            let (tcp, unix) = tokio::join!(tcp, unix);
-            tcp.context("grpc server failed").and(unix)
+            let console = async {
+                match console {
+                    Some(server) => server.await.context("console server failed"),
+                    None => Ok(()),
+                }
+            };
+            let (tcp, unix, console) = tokio::join!(tcp, unix, console);
+            tcp.context("grpc server failed").and(unix).and(console)
         })
         .await;
     stop.abort();

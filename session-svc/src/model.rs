@@ -9,6 +9,7 @@ use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
 mod budget;
+mod console;
 mod finish;
 mod shared;
 mod values;
@@ -19,6 +20,7 @@ pub use budget::{
     Account, Budget, BudgetLeft, CallOutcome, Charge, Cost, Dimension, ModelCall, OwnUsage,
     PRICE_DECIMALS, Price, Reservation, TokenUsage,
 };
+pub use console::{ConsoleSession, ConsoleSessionId, CsrfToken, MessageRecord};
 pub use finish::{Finish, Outcome};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};

@@ -21,6 +21,7 @@
 
 mod accounts;
 mod agent_rows;
+mod console_rows;
 mod lease;
 mod postgres;
 mod shared;
@@ -33,6 +34,7 @@ use tokio::sync::watch;
 use troupe_proto::scope::WriteScope;
 
 pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
+pub(crate) use console_rows::MessageColumns;
 pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
     REQUEST_ID_PRUNE_BATCH,
@@ -46,10 +48,10 @@ pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 use crate::{
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, EventRow, Failure, Finish,
-        Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession, OperatorToken,
-        Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation, RunnerRow, RunnerSpec,
-        SessionRow, StoredAgent, Trust,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, ConsoleSession, EventFilter, EventRow,
+        Failure, Finish, Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage, NewSession,
+        OperatorToken, Principal, ProcessChange, ProcessRow, ReceivedMessage, Reservation,
+        RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,
     policy::{Admission, SpawnContext},
@@ -557,4 +559,32 @@ pub trait Store: Send + Sync + Clone + 'static {
         workspace_id: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
+
+    /// Stores a console sign-in, and removes the sign-ins that have expired.
+    fn create_console_session(
+        &self,
+        session: &ConsoleSession,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Returns the console sign-in whose id hashes to `id_hash`, unless it
+    /// expired before `now_ms`.
+    fn console_session(
+        &self,
+        id_hash: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Option<ConsoleSession>, SessionError>> + Send;
+
+    /// Removes a console sign-in (signing out); returns whether there was one.
+    fn delete_console_session(
+        &self,
+        id_hash: &str,
+    ) -> impl Future<Output = Result<bool, SessionError>> + Send;
+
+    /// Returns the newest `limit` messages `session_id` received or sent,
+    /// oldest first, bodies included.
+    fn session_messages(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<crate::model::MessageRecord>, SessionError>> + Send;
 }
