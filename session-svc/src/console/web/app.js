@@ -4,7 +4,7 @@
 // kept nowhere (not in storage, the URL or the page).
 
 import { ApiError, get, post, setCsrf, enc } from './api.js';
-import { el, fill, link } from './dom.js';
+import { ENDED as ENDS, el, fill, isActive, link } from './dom.js';
 import { follow, onLiveState } from './live.js';
 import { sessionView } from './session.js';
 import { TreeModel, TreeView, tickElapsed } from './tree.js';
@@ -68,18 +68,32 @@ function treeView(workspace, tree) {
     });
   };
   const params = tree ? `?tree=${enc(tree)}` : '';
-  get(`/api/workspaces/${enc(workspace)}/sessions${params}`).then((snapshot) => {
+  const snapshotUrl = `/api/workspaces/${enc(workspace)}/sessions${params}`;
+  // Refusals are audit entries, not events: reread while the tree lives.
+  let rereading = false;
+  const rereadRefusals = (force) => {
+    if (rereading || !(force || [...model.nodes.values()].some(isActive))) return;
+    rereading = true;
+    get(snapshotUrl).then((snapshot) => {
+      model.refused = snapshot.refused || [];
+      render();
+    }).catch(() => {}).finally(() => { rereading = false; });
+  };
+  get(snapshotUrl).then((snapshot) => {
     model.load(snapshot);
     view.render();
     // From the oldest kept event: progress and inbox counts are rebuilt.
     stream = follow({ workspace, tree, output: false }, 0, (event) => {
       model.apply(event);
       render();
+      if (ENDS.has(event.kind)) rereadRefusals(true);
     }, (kind) => (kind === 'signed_out' ? signInView('Signed out.') : null));
   }).catch(fail);
   const timer = setInterval(() => tickElapsed(view.node), 1000);
+  const refusals = setInterval(() => rereadRefusals(false), 2000);
   return () => {
     clearInterval(timer);
+    clearInterval(refusals);
     if (stream) stream.close();
   };
 }

@@ -115,7 +115,8 @@ export function sessionView(main, id, onSignedOut) {
     refreshing = (async () => {
       try {
         const view = await get(`/api/sessions/${enc(id)}`);
-        const changed = !current || current.status !== view.session.status;
+        // The form stays as it is (and what is typed in it) while the session lives.
+        const changed = !current || isActive(current) !== isActive(view.session);
         current = view.session;
         renderHeader(current);
         if (changed) renderActions(current);
