@@ -7,9 +7,9 @@
 //! twice. One browser goes through the steps in turn; a failed step keeps
 //! a screenshot (`common/browser.rs`).
 
-mod common;
 #[path = "console/browser.rs"]
 mod browser;
+mod common;
 #[path = "console/http.rs"]
 mod http;
 
@@ -45,6 +45,7 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
     require_agent_tools();
     let console = free_addr();
     let mut pair = Pair::start_with(|c| c.console.console_listen = Some(console)).await;
+    troupe_tests::http::wait_listening(console).await;
     let base = format!("http://{console}");
     let ws = pair.runner.workspace("console");
     for name in ["coordinator", "specialist"] {
@@ -170,41 +171,117 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
             let json = ("content-type", "application/json");
             let body = r#"{"message":"forged"}"#;
             let plain = http::send(Method::GET, &format!("{base}/api/workspaces"), &[], "").await;
-            ensure!(plain.status == StatusCode::UNAUTHORIZED, "no cookie: {}", plain.status);
-            let forged = http::send(Method::POST, &url, &[json, ("x-troupe-csrf", "guess")], body).await;
-            ensure!(forged.status == StatusCode::UNAUTHORIZED, "no cookie: {}", forged.status);
+            ensure!(
+                plain.status == StatusCode::UNAUTHORIZED,
+                "no cookie: {}",
+                plain.status
+            );
+            let forged = http::send(
+                Method::POST,
+                &url,
+                &[json, ("x-troupe-csrf", "guess")],
+                body,
+            )
+            .await;
+            ensure!(
+                forged.status == StatusCode::UNAUTHORIZED,
+                "no cookie: {}",
+                forged.status
+            );
             // A sign-in of our own: the cookie, and its CSRF token.
-            let signed = http::send(Method::POST, &format!("{base}/api/sign-in"), &[json], &serde_json::json!({"token": OPERATOR_TOKEN}).to_string()).await;
-            ensure!(signed.status == StatusCode::OK, "sign-in: {}", signed.status);
+            let signed = http::send(
+                Method::POST,
+                &format!("{base}/api/sign-in"),
+                &[json],
+                &serde_json::json!({"token": OPERATOR_TOKEN}).to_string(),
+            )
+            .await;
+            ensure!(
+                signed.status == StatusCode::OK,
+                "sign-in: {}",
+                signed.status
+            );
             let set_cookie = signed.headers["set-cookie"].to_str()?.to_owned();
             for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
-                ensure!(set_cookie.contains(attribute), "cookie without {attribute}: {set_cookie}");
+                ensure!(
+                    set_cookie.contains(attribute),
+                    "cookie without {attribute}: {set_cookie}"
+                );
             }
             let cookie = set_cookie.split(';').next().unwrap_or_default().to_owned();
-            let csrf = signed.json()["csrf_token"].as_str().unwrap_or_default().to_owned();
+            let csrf = signed.json()["csrf_token"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             let cookie = ("cookie", cookie.as_str());
             for (what, headers) in [
                 ("no CSRF token", vec![json, cookie]),
-                ("a wrong CSRF token", vec![json, cookie, ("x-troupe-csrf", "wrong")]),
-                ("a form's content type", vec![("content-type", "text/plain"), cookie, ("x-troupe-csrf", csrf.as_str())]),
+                (
+                    "a wrong CSRF token",
+                    vec![json, cookie, ("x-troupe-csrf", "wrong")],
+                ),
+                (
+                    "a form's content type",
+                    vec![
+                        ("content-type", "text/plain"),
+                        cookie,
+                        ("x-troupe-csrf", csrf.as_str()),
+                    ],
+                ),
             ] {
                 let answer = http::send(Method::POST, &url, &headers, body).await;
-                ensure!(answer.status == StatusCode::FORBIDDEN, "{what}: {} {}", answer.status, answer.body);
+                ensure!(
+                    answer.status == StatusCode::FORBIDDEN,
+                    "{what}: {} {}",
+                    answer.status,
+                    answer.body
+                );
             }
             // A stream resumes after the Last-Event-ID it is given.
             let events = format!("{base}/api/events?session={talker}");
             let first = http::first_event_ids(&events, &[cookie], 2).await;
-            let resumed = http::first_event_ids(&events, &[cookie, ("last-event-id", &first[0].to_string())], 1).await;
-            ensure!(resumed == [first[1]], "resumed after {}: {resumed:?}, not {}", first[0], first[1]);
+            let resumed = http::first_event_ids(
+                &events,
+                &[cookie, ("last-event-id", &first[0].to_string())],
+                1,
+            )
+            .await;
+            ensure!(
+                resumed == [first[1]],
+                "resumed after {}: {resumed:?}, not {}",
+                first[0],
+                first[1]
+            );
             let unsigned = http::send(Method::GET, &events, &[], "").await;
-            ensure!(unsigned.status == StatusCode::UNAUTHORIZED, "events without a cookie: {}", unsigned.status);
+            ensure!(
+                unsigned.status == StatusCode::UNAUTHORIZED,
+                "events without a cookie: {}",
+                unsigned.status
+            );
             // The same request with the token is served: the refusals were the token's.
-            let served = http::send(Method::POST, &url, &[json, cookie, ("x-troupe-csrf", csrf.as_str())], body).await;
-            ensure!(served.status == StatusCode::OK, "with the token: {} {}", served.status, served.body);
-            ensure!(served.headers["cache-control"] == "no-store", "API answers are not cached");
+            let served = http::send(
+                Method::POST,
+                &url,
+                &[json, cookie, ("x-troupe-csrf", csrf.as_str())],
+                body,
+            )
+            .await;
+            ensure!(
+                served.status == StatusCode::OK,
+                "with the token: {} {}",
+                served.status,
+                served.body
+            );
+            ensure!(
+                served.headers["cache-control"] == "no-store",
+                "API answers are not cached"
+            );
             let page = http::send(Method::GET, &format!("{base}/"), &[], "").await;
             let csp = page.headers["content-security-policy"].to_str()?;
-            ensure!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "CSP: {csp}");
+            ensure!(
+                csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+                "CSP: {csp}"
+            );
             Ok(())
         })
         .await;

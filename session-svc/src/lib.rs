@@ -75,7 +75,12 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // A bad gateway or console configuration refuses the start before anything else.
     let gateway = config.gateway()?;
-    console::Settings::from_args(&config.console)?;
+    // Bound first, like the gRPC listener: a browser's first request waits
+    // in the backlog until the console serves.
+    let console = match config.console.console_listen {
+        Some(addr) => Some(console::Listener::bind(addr, &config.console).await?),
+        None => None,
+    };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let url = config.database_url();
@@ -87,7 +92,7 @@ pub async fn serve(
         let operator =
             operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
         let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
-        return serve_with_store(config, gateway, store, tokens, listener, shutdown).await;
+        return serve_with_store(config, gateway, store, tokens, listener, console, shutdown).await;
     }
     anyhow::ensure!(
         url.starts_with("sqlite:"),
@@ -101,7 +106,7 @@ pub async fn serve(
     let operator =
         operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
-    serve_with_store(config, gateway, store, tokens, listener, shutdown).await
+    serve_with_store(config, gateway, store, tokens, listener, console, shutdown).await
 }
 
 async fn serve_with_store<S: Store + Clone + 'static>(
@@ -110,6 +115,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
     store: S,
     tokens: Tokens,
     listener: TcpListener,
+    console: Option<console::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
@@ -179,22 +185,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         .add_service(reflection_v1alpha)
         .add_service(SessionServiceServer::new(service.clone()))
         .add_service(FleetServiceServer::new(service.clone()));
-    let console = match config.console.console_listen {
-        Some(addr) => {
-            let listener = TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} for the console"))?;
-            tracing::info!(addr = %listener.local_addr()?, "console listening");
-            let settings = console::Settings::from_args(&config.console)?;
-            let router = console::router(console::Console::new(service.clone(), settings));
-            Some(console::serve(
-                router,
-                listener,
-                cancel.clone().cancelled_owned(),
-            ))
-        }
-        None => None,
-    };
+    let console = console.map(|console| console.serve(service.clone(), cancel.clone()));
     let gateway = gateway::Gateway::new(service.shared(), gateway).router();
     let routes = tonic::service::Routes::from(routes.routes().into_axum_router().merge(gateway));
 

@@ -127,7 +127,10 @@ impl Browser {
     }
 
     pub async fn goto(&self, url: &str) -> anyhow::Result<()> {
-        self.client.goto(url).await.with_context(|| format!("goto {url}"))
+        self.client
+            .goto(url)
+            .await
+            .with_context(|| format!("goto {url}"))
     }
 
     /// Types `text` into the element `css` names.
@@ -175,7 +178,11 @@ impl Browser {
     }
 
     /// Runs one step; if it fails, keeps a screenshot and fails the test.
-    pub async fn step(&self, name: &str, step: impl std::future::Future<Output = anyhow::Result<()>>) {
+    pub async fn step(
+        &self,
+        name: &str,
+        step: impl std::future::Future<Output = anyhow::Result<()>>,
+    ) {
         if let Err(e) = step.await {
             self.screenshot(name).await;
             panic!("step {name} failed: {e:#}");

@@ -1,5 +1,6 @@
 //! Plain HTTP/1.1 requests to the console, as a script or another site
-//! would make them: any method, any headers, no cookie unless given.
+//! would make them: any method, any headers, no cookie unless given; and
+//! the first events of a stream.
 
 use std::time::Duration;
 
@@ -10,42 +11,14 @@ use hyper_util::{
     rt::TokioExecutor,
 };
 
-pub struct Answer {
-    pub status: StatusCode,
-    pub headers: hyper::HeaderMap,
-    pub body: String,
-}
-
-impl Answer {
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-}
-
 /// Sends one request; panics if it takes over ten seconds.
-pub async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let mut request = Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let request = request
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .expect("a request");
-    let call = async {
-        let response = client.request(request).await.expect("the console answers");
-        let (parts, body) = response.into_parts();
-        let bytes = body.collect().await.expect("a whole body").to_bytes();
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body: String::from_utf8_lossy(&bytes).into_owned(),
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), call)
-        .await
-        .unwrap_or_else(|_| panic!("{url} took more than ten seconds"))
+pub async fn send(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> troupe_tests::http::Answer {
+    troupe_tests::http::send(method, url, headers, body, Duration::from_secs(10)).await
 }
 
 /// Opens an event stream and returns the ids of its first `n` events (`id:`
@@ -65,7 +38,9 @@ pub async fn first_event_ids(url: &str, headers: &[(&str, &str)], n: usize) -> V
         let mut text = String::new();
         let mut ids = Vec::new();
         while ids.len() < n {
-            let Some(frame) = body.frame().await else { break };
+            let Some(frame) = body.frame().await else {
+                break;
+            };
             if let Ok(data) = frame.expect("a frame").into_data() {
                 text.push_str(&String::from_utf8_lossy(&data));
             }

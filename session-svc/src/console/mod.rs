@@ -25,7 +25,14 @@ pub mod config;
 mod events;
 mod json;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{
+    future::{Future, IntoFuture},
+    net::SocketAddr,
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::Context;
 
 use axum::{
     Router,
@@ -34,6 +41,7 @@ use axum::{
     routing::{get, post},
 };
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 pub use config::{ConsoleArgs, TraceUrl};
 
@@ -132,17 +140,35 @@ pub fn router<S: Store>(console: Arc<Console<S>>) -> Router {
         .with_state(console)
 }
 
-/// Serves the console on `listener` until `stop` completes (the drain's
-/// token: open event streams end with the service's watches, then the
-/// server waits for what is still open).
-pub async fn serve(
-    router: Router,
+/// The console's listener, bound with its settings checked.
+pub struct Listener {
     listener: TcpListener,
-    stop: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await
+    settings: Settings,
+}
+
+impl Listener {
+    pub async fn bind(addr: SocketAddr, args: &ConsoleArgs) -> anyhow::Result<Listener> {
+        let settings = Settings::from_args(args)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} for the console"))?;
+        tracing::info!(addr = %listener.local_addr()?, "console listening");
+        Ok(Listener { listener, settings })
+    }
+
+    /// Serves the console through `service` until `stop` is cancelled (the
+    /// drain's token: open event streams end with the service's watches,
+    /// then the server waits for what is still open).
+    pub fn serve<S: Store>(
+        self,
+        service: Service<S>,
+        stop: CancellationToken,
+    ) -> impl Future<Output = std::io::Result<()>> + Send {
+        let router = router(Console::new(service, self.settings));
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .into_future()
+    }
 }
 
 /// Marks an API answer as never to be cached.

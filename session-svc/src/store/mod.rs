@@ -581,7 +581,8 @@ pub trait Store: Send + Sync + Clone + 'static {
     ) -> impl Future<Output = Result<bool, SessionError>> + Send;
 
     /// Returns the newest `limit` messages `session_id` received or sent,
-    /// oldest first, bodies included.
+    /// oldest first (by creation, then by message id: ids are time-ordered),
+    /// bodies included.
     fn session_messages(
         &self,
         session_id: &str,

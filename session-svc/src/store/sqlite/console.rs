@@ -74,7 +74,7 @@ impl SqliteStore {
         let rows: Vec<MessageColumns> = sqlx::query_as(
             "SELECT message_id, session_id, seq, sender, body, created_at_ms, delivered_at_ms \
              FROM messages WHERE session_id = ?1 OR sender = ?2 \
-             ORDER BY created_at_ms DESC, seq DESC LIMIT ?3",
+             ORDER BY created_at_ms DESC, message_id DESC LIMIT ?3",
         )
         .bind(session_id)
         .bind(Principal::Session(session_id.to_owned()).to_string())
