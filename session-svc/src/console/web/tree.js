@@ -117,15 +117,18 @@ export class TreeView {
     const open = this.toggled.has(node.session_id)
       ? this.toggled.get(node.session_id)
       : this.model.liveBelow(node);
+    // Only the operator's own clicks are kept (a `toggle` event also comes
+    // when a render opens a branch).
+    const summary = el('summary', {}, this.row(node));
     const details = el('details', { open },
-      el('summary', {}, this.row(node)),
+      summary,
       el('ul', {},
         children.map((c) => this.branch(c)),
         refused.map((r) => el('li', { class: 'refused' },
           el('span', { class: 'status status-refused', text: 'refused' }),
           el('span', { text: `spawn refused: ${r.reason}` }),
           el('span', { class: 'muted', text: r.detail })))));
-    details.addEventListener('toggle', () => this.toggled.set(node.session_id, details.open));
+    summary.addEventListener('click', () => this.toggled.set(node.session_id, !details.open));
     return el('li', {}, details);
   }
 
