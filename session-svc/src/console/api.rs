@@ -3,7 +3,10 @@
 //! serves whole (a workspace's sessions' usage, a session's messages with
 //! their bodies) read the store, as the operator may read everything.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+};
 
 use axum::{
     Json,
@@ -77,14 +80,12 @@ impl<S: Store> Console<S> {
         Ok(())
     }
 
-    /// The spawns the rules refused to the sessions in `parents`, newest
-    /// entries first if there are more than the scan reads.
-    async fn refused_spawns(
-        &self,
-        parents: &std::collections::HashSet<&str>,
-    ) -> Result<Vec<Value>, ApiError> {
+    /// The spawns the rules refused (audit entries of `create_session`,
+    /// refused) after audit entry `after_id`, and the last entry read: a
+    /// page asks again from there for the new ones alone.
+    async fn refused_spawns(&self, after_id: u64) -> Result<(Vec<Value>, u64), ApiError> {
         let mut refused = Vec::new();
-        let mut after_id = 0;
+        let mut after_id = after_id;
         let mut read = 0;
         while read < MAX_AUDIT_SCAN {
             let request = as_operator(
@@ -103,11 +104,10 @@ impl<S: Store> Console<S> {
                 entries
                     .iter()
                     .filter(|e| !e.allowed && e.action == "create_session")
-                    .filter(|e| parents.contains(e.target.as_str()))
                     .map(json::audit),
             );
         }
-        Ok(refused)
+        Ok((refused, after_id))
     }
 }
 
@@ -178,15 +178,37 @@ pub async fn tree<S: Store>(
         sessions.retain(|s| s.tree_id == tree);
     }
     console.with_usage(&mut sessions).await?;
-    let ids = sessions.iter().map(|s| s.session_id.as_str()).collect();
-    let refused = console.refused_spawns(&ids).await?;
+    let ids: HashSet<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
+    let (mut refused, audit_cursor) = console.refused_spawns(0).await?;
+    refused.retain(|r| r["target"].as_str().is_some_and(|t| ids.contains(t)));
     let trace = console.settings.trace_url.as_ref();
     Ok(ok(json!({
         "workspace_id": workspace,
         "cursor": cursor,
         "sessions": sessions.iter().map(|s| json::session(s, trace)).collect::<Vec<_>>(),
         "refused": refused,
+        "audit_cursor": audit_cursor,
     })))
+}
+
+#[derive(Deserialize)]
+pub struct RefusedQuery {
+    #[serde(default)]
+    after: u64,
+}
+
+/// `GET /api/refused?after=N`: spawns refused since audit entry `N` (a
+/// tree's page follows them with the `audit_cursor` it was given).
+pub async fn refused<S: Store>(
+    State(console): State<Arc<Console<S>>>,
+    Query(query): Query<RefusedQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    console.signed(&headers).await?;
+    let (refused, audit_cursor) = console.refused_spawns(query.after).await?;
+    Ok(ok(
+        json!({ "refused": refused, "audit_cursor": audit_cursor }),
+    ))
 }
 
 #[derive(Deserialize)]

@@ -130,6 +130,7 @@ pub fn router<S: Store>(console: Arc<Console<S>>) -> Router {
         .route("/api/workspaces", get(api::workspaces::<S>))
         .route("/api/workspaces/{workspace}/sessions", get(api::tree::<S>))
         .route("/api/agents", get(api::agents::<S>))
+        .route("/api/refused", get(api::refused::<S>))
         .route("/api/sessions", post(api::create_root::<S>))
         .route("/api/sessions/{id}", get(api::session::<S>))
         .route("/api/sessions/{id}/messages", post(api::send::<S>))

@@ -69,18 +69,24 @@ function treeView(workspace, tree) {
   };
   const params = tree ? `?tree=${enc(tree)}` : '';
   const snapshotUrl = `/api/workspaces/${enc(workspace)}/sessions${params}`;
-  // Refusals are audit entries, not events: reread while the tree lives.
+  // Refusals are audit entries, not events: the new ones are read while the
+  // tree lives (the tree view shows those of its own sessions).
   let rereading = false;
+  let auditCursor = null;
   const rereadRefusals = (force) => {
-    if (rereading || !(force || [...model.nodes.values()].some(isActive))) return;
+    if (rereading || auditCursor === null || !(force || [...model.nodes.values()].some(isActive))) return;
     rereading = true;
-    get(snapshotUrl).then((snapshot) => {
-      model.refused = snapshot.refused || [];
-      render();
+    get(`/api/refused?after=${auditCursor}`).then((answer) => {
+      auditCursor = answer.audit_cursor;
+      if (answer.refused.length) {
+        model.refused.push(...answer.refused);
+        render();
+      }
     }).catch(() => {}).finally(() => { rereading = false; });
   };
   get(snapshotUrl).then((snapshot) => {
     model.load(snapshot);
+    auditCursor = snapshot.audit_cursor;
     view.render();
     // From the oldest kept event: progress and inbox counts are rebuilt.
     stream = follow({ workspace, tree, output: false }, 0, (event) => {

@@ -110,8 +110,12 @@ export function sessionView(main, id, onSignedOut) {
   }
 
   let refreshing = null;
+  let again = false;
   async function refresh() {
-    if (refreshing) return;
+    if (refreshing) {
+      again = true; // once more when this one is done: it may predate the change
+      return;
+    }
     refreshing = (async () => {
       try {
         const view = await get(`/api/sessions/${enc(id)}`);
@@ -126,20 +130,45 @@ export function sessionView(main, id, onSignedOut) {
         else say(err.message, true);
       } finally {
         refreshing = null;
+        if (again) {
+          again = false;
+          refresh();
+        }
       }
     })();
   }
 
+  // Each refresh is a GetSession (audited as the CLI's is): on the
+  // session's own events at once, on its output at most every 2 s (a
+  // message read shows as delivered), and every 10 s for what changes with
+  // no event of its own (its children).
+  let lastRefresh = 0;
+  let pending = null;
+  const soon = () => {
+    if (pending) return;
+    pending = setTimeout(() => {
+      pending = null;
+      lastRefresh = Date.now();
+      refresh();
+    }, Math.max(0, 2000 - (Date.now() - lastRefresh)));
+  };
   refresh();
+  const ended = (kind) => (kind === 'signed_out' ? onSignedOut() : say('The event stream was refused; reload.', true));
   const stream = follow({ session: id }, 0, (event) => {
-    if (event.kind === 'output') pane.output(event.detail.stream, event.detail.text);
-    else if (event.kind === 'output_truncated') pane.truncated(event.detail);
-    else refresh();
-  }, (kind) => (kind === 'signed_out' ? onSignedOut() : say('The event stream was refused; reload.', true)));
-  // Children and messages of others change with no event of this session.
-  const timer = setInterval(() => { if (current && isActive(current)) refresh(); }, 3000);
+    if (event.kind === 'output') {
+      pane.output(event.detail.stream, event.detail.text);
+      soon();
+    } else if (event.kind === 'output_truncated') {
+      pane.truncated(event.detail);
+    } else {
+      lastRefresh = Date.now();
+      refresh();
+    }
+  }, ended);
+  const timer = setInterval(() => { if (current && isActive(current)) refresh(); }, 10000);
   return () => {
     clearInterval(timer);
+    clearTimeout(pending);
     stream.close();
   };
 }
