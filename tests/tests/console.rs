@@ -226,6 +226,64 @@ async fn the_cookie_and_the_csrf_token_gate_every_call_and_sign_out_ends_them() 
     assert_eq!(after.status, StatusCode::UNAUTHORIZED, "the sign-in ended");
 }
 
+#[tokio::test]
+async fn the_agents_a_workspace_could_run_are_offered_from_the_database_and_files() {
+    let (server, base) = console_server().await;
+    server.write_agent(Some("alpha"), "reviewer");
+    server.write_agent(None, "helper");
+    let (cookie, _) = sign_in(&base).await;
+    let answer = http::send(
+        Method::GET,
+        &format!("{base}/api/agents?workspace=alpha"),
+        &[("cookie", cookie.as_str())],
+        "",
+        LIMIT,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let names: Vec<(String, String)> = answer.json()["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["workspace_id"].as_str().unwrap().to_owned(),
+                a["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        names.contains(&("alpha".into(), "reviewer".into())),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(String::new(), "helper".into())),
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_trace_url_that_is_not_an_http_link_with_the_trace_id_stops_the_start() {
+    for url in [
+        "javascript:alert(1)//{trace_id}",
+        "http://jaeger:16686/trace/",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = troupe_session_svc::Config::with_data_dir(dir.path());
+        config.console.console_listen = Some(free_addr());
+        config.console.console_trace_url = Some(url.to_owned());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let served = tokio::time::timeout(
+            LIMIT,
+            troupe_session_svc::serve(config, listener, std::future::pending()),
+        )
+        .await
+        .expect("refused at once");
+        let err = served.expect_err(url).to_string();
+        assert!(err.contains("--console-trace-url"), "{err}");
+    }
+}
+
 /// Sign-ins as the store keeps them, on either backend: the hash of the
 /// id, never the id; none after its expiry; none after sign-out.
 async fn sign_in_contract(store: impl Store) {

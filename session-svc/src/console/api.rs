@@ -216,30 +216,61 @@ pub struct AgentsQuery {
     workspace: Option<String>,
 }
 
-/// `GET /api/agents[?workspace=WS]`: the agent definitions kept in the database.
+/// `GET /api/agents[?workspace=WS]`: the agent definitions kept in the
+/// database, and the names of the definition files a session of `WS`
+/// could run (`<workspaces>/WS/Agents/*.md`, `<workspaces>/Agents/*.md`).
 pub async fn agents<S: Store>(
     State(console): State<Arc<Console<S>>>,
     Query(query): Query<AgentsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     console.signed(&headers).await?;
+    let workspace = query.workspace.unwrap_or_default();
     let request = as_operator(
         console.operator_token(),
         pb::ListAgentsRequest {
-            workspace_id: query.workspace.unwrap_or_default(),
+            workspace_id: workspace.clone(),
         },
     )?;
-    let agents = console
+    let stored = console
         .service
         .list_agents(request)
         .await?
         .into_inner()
         .agents;
-    let agents: Vec<Value> = agents
+    let mut agents: Vec<Value> = stored
         .iter()
         .map(|a| json!({"workspace_id": a.workspace_id, "name": a.name, "description": a.description}))
         .collect();
+    let dir = &console.inner.workspaces_dir;
+    let mut dirs = vec![(String::new(), dir.join("Agents"))];
+    if troupe_proto::names::is_slug(&workspace) {
+        dirs.push((workspace.clone(), dir.join(&workspace).join("Agents")));
+    }
+    for (scope, dir) in dirs {
+        for name in agent_files(&dir) {
+            agents.push(json!({"workspace_id": scope, "name": name, "file": true}));
+        }
+    }
     Ok(ok(json!({ "agents": agents })))
+}
+
+/// The agent names of the `*.md` files in `dir` (slugs only: the names a
+/// create can give), sorted.
+fn agent_files(dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".md").map(str::to_owned)
+        })
+        .filter(|name| troupe_proto::names::is_slug(name))
+        .collect();
+    names.sort();
+    names
 }
 
 /// `GET /api/sessions/{id}`: a session, its children, output tail,

@@ -32,9 +32,16 @@ export async function workspacesView(main, navigate) {
   });
   fill(main, el('h1', { text: 'Workspaces' }), list, form);
 
-  get('/api/agents').then((answer) => {
-    fill(names, answer.agents.map((a) => el('option', { value: a.name, text: a.workspace_id ? `${a.name} (${a.workspace_id})` : a.name })));
-  }).catch(() => {});
+  // The agents a session of the workspace typed could run.
+  const suggest = () => {
+    get(`/api/agents?workspace=${enc(workspace.value.trim())}`).then((answer) => {
+      const seen = new Set();
+      fill(names, answer.agents.filter((a) => !seen.has(a.name) && seen.add(a.name))
+        .map((a) => el('option', { value: a.name, text: a.file ? `${a.name} (file)` : a.name })));
+    }).catch(() => {});
+  };
+  workspace.addEventListener('change', suggest);
+  suggest();
   const answer = await get('/api/workspaces');
   fill(list, answer.workspaces.length
     ? el('table', {},
