@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 use super::{Console, calls::ApiError, no_store};
 use crate::{
+    error::Reason,
     model::{
         AuditRecord, ConsoleSession, ConsoleSessionId, CsrfToken, OperatorToken, Principal, now_ms,
     },
@@ -66,7 +67,7 @@ pub async fn sign_in<S: Store>(
                 action: "console_sign_in",
                 target: String::new(),
                 allowed: false,
-                reason: "TOKEN_INVALID".to_owned(),
+                reason: Reason::TokenInvalid.as_str().to_owned(),
                 detail: "not the operator token".to_owned(),
             })
             .await;
