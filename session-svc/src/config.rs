@@ -121,6 +121,8 @@ pub struct Config {
     pub limits: Limits,
     #[command(flatten)]
     pub messaging: MessageLimits,
+    #[command(flatten)]
+    pub console: crate::console::ConsoleArgs,
 }
 
 /// Limits of messages: every message a session stores in another's inbox

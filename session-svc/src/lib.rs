@@ -15,6 +15,8 @@
 //! - [`owner`]: the lease of the background work, and the work its holder runs.
 //! - [`gateway`]: the model gateway's HTTP routes (Anthropic, OpenAI),
 //!   metered against the budgets.
+//! - [`console`]: the web console (`--console-listen`): live spawn trees,
+//!   sessions' output, messages and terminations, in a browser.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
 //! - [`model`], [`error`]: shared records and the error table.
 //!
@@ -23,6 +25,7 @@
 pub mod agents;
 pub mod auth;
 pub mod config;
+pub mod console;
 pub mod driver;
 pub mod error;
 pub mod gateway;
@@ -70,8 +73,14 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // A bad gateway configuration refuses the start before anything else.
+    // A bad gateway or console configuration refuses the start before anything else.
     let gateway = config.gateway()?;
+    // Bound first, like the gRPC listener: a browser's first request waits
+    // in the backlog until the console serves.
+    let console = match config.console.console_listen {
+        Some(addr) => Some(console::Listener::bind(addr, &config.console).await?),
+        None => None,
+    };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let url = config.database_url();
@@ -83,7 +92,7 @@ pub async fn serve(
         let operator =
             operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
         let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
-        return serve_with_store(config, gateway, store, tokens, listener, shutdown).await;
+        return serve_with_store(config, gateway, store, tokens, listener, console, shutdown).await;
     }
     anyhow::ensure!(
         url.starts_with("sqlite:"),
@@ -97,7 +106,7 @@ pub async fn serve(
     let operator =
         operator::settle(&store, config.operator_token.as_deref(), &config.data_dir).await?;
     let tokens = Tokens::load(&store, operator, config.token_ttl()).await?;
-    serve_with_store(config, gateway, store, tokens, listener, shutdown).await
+    serve_with_store(config, gateway, store, tokens, listener, console, shutdown).await
 }
 
 async fn serve_with_store<S: Store + Clone + 'static>(
@@ -106,6 +115,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
     store: S,
     tokens: Tokens,
     listener: TcpListener,
+    console: Option<console::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
@@ -176,6 +186,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         .add_service(reflection_v1alpha)
         .add_service(SessionServiceServer::new(service.clone()))
         .add_service(FleetServiceServer::new(service.clone()));
+    let console = console.map(|console| console.serve(service.clone(), cancel.clone()));
     let gateway = gateway::Gateway::new(service.shared(), gateway).router();
     let routes = tonic::service::Routes::from(routes.routes().into_axum_router().merge(gateway));
 
@@ -220,8 +231,14 @@ async fn serve_with_store<S: Store + Clone + 'static>(
                     None => Ok(()),
                 }
             };
-            let (tcp, unix) = tokio::join!(tcp, unix);
-            tcp.context("grpc server failed").and(unix)
+            let console = async {
+                match console {
+                    Some(server) => server.await.context("console server failed"),
+                    None => Ok(()),
+                }
+            };
+            let (tcp, unix, console) = tokio::join!(tcp, unix, console);
+            tcp.context("grpc server failed").and(unix).and(console)
         })
         .await;
     stop.abort();

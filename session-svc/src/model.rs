@@ -9,6 +9,7 @@ use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
 mod budget;
+mod console;
 mod finish;
 mod groups;
 mod shared;
@@ -20,6 +21,7 @@ pub use budget::{
     Account, Budget, BudgetLeft, CallOutcome, Charge, Cost, Dimension, ModelCall, OwnUsage,
     PRICE_DECIMALS, Price, Reservation, TokenUsage,
 };
+pub use console::{ConsoleSession, ConsoleSessionId, CsrfToken, MessageRecord};
 pub use finish::{Finish, Outcome};
 pub use groups::{Audience, FannedOut, GroupName, GroupRow, Reach, Reached, new_message_id};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};

@@ -90,3 +90,48 @@ pub async fn next_chunk(body: &mut Incoming) -> Option<Bytes> {
         }
     }
 }
+
+/// Sends `body` (as it is) to `url` with `method` and `headers`; the whole
+/// answer, within `limit`. For routes other than the gateway's: the web
+/// console's, whose requests carry cookies and any content type.
+pub async fn send(
+    method: hyper::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    limit: Duration,
+) -> Answer {
+    let mut builder = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .expect("a request");
+    let call = async {
+        let response = client().request(request).await.expect("the server answers");
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.expect("a whole body").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    };
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| panic!("{url} took more than {limit:?}"))
+}
+
+/// Waits until something accepts connections at `addr` (a server started
+/// in the background binds its listeners as it starts), within a minute.
+pub async fn wait_listening(addr: std::net::SocketAddr) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing listens on {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -107,6 +107,12 @@ impl TestServer {
     /// own port and data directory (its Unix socket). Panics on SQLite:
     /// replicas share a PostgreSQL database.
     pub async fn replica(&self) -> TestServer {
+        self.replica_with(|_| {}).await
+    }
+
+    /// As [`TestServer::replica`], after `adjust` has changed the replica's
+    /// configuration.
+    pub async fn replica_with(&self, adjust: impl FnOnce(&mut Config)) -> TestServer {
         let url = self.config.database_url();
         assert!(
             postgres::is_postgres(&url),
@@ -120,6 +126,7 @@ impl TestServer {
         if config.socket().is_some() {
             config.socket = None; // its own, in its data directory
         }
+        adjust(&mut config);
         let mut dirs = vec![Arc::new(dir)];
         dirs.extend(self.dirs.iter().cloned());
         let mut server = TestServer {

@@ -19,7 +19,7 @@ mod reply;
 mod spans;
 mod terminate;
 mod token;
-mod view;
+pub(crate) mod view;
 mod watch;
 
 use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};

@@ -25,6 +25,7 @@
 
 mod accounts;
 mod agent_rows;
+mod console_rows;
 mod lease;
 mod parent_end;
 mod postgres;
@@ -39,6 +40,7 @@ use tokio::sync::watch;
 use troupe_proto::scope::WriteScope;
 
 pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
+pub(crate) use console_rows::MessageColumns;
 pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
     REQUEST_ID_PRUNE_BATCH,
@@ -56,10 +58,10 @@ pub use writes::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
-        Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage,
-        NewSession, OperatorToken, Principal, ProcessChange, ProcessRow, ReceivedMessage,
-        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, ConsoleSession, EventFilter, EventRow,
+        Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall,
+        NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
+        ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,
 };
@@ -565,4 +567,33 @@ pub trait Store: Send + Sync + Clone + 'static {
         workspace_id: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
+
+    /// Stores a console sign-in, and removes the sign-ins that have expired.
+    fn create_console_session(
+        &self,
+        session: &ConsoleSession,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Returns the console sign-in whose id hashes to `id_hash`, unless it
+    /// expired before `now_ms`.
+    fn console_session(
+        &self,
+        id_hash: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Option<ConsoleSession>, SessionError>> + Send;
+
+    /// Removes a console sign-in (signing out); returns whether there was one.
+    fn delete_console_session(
+        &self,
+        id_hash: &str,
+    ) -> impl Future<Output = Result<bool, SessionError>> + Send;
+
+    /// Returns the newest `limit` messages `session_id` received or sent,
+    /// oldest first (by creation, then by message id: ids are time-ordered),
+    /// bodies included.
+    fn session_messages(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<crate::model::MessageRecord>, SessionError>> + Send;
 }

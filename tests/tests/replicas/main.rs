@@ -10,6 +10,7 @@
 //! `TROUPE_TEST_POSTGRES_URL` is the URL of a server where the tests may
 //! create databases (`source scripts/pg-env`); each test makes a fresh one.
 mod conflicts;
+mod console;
 mod events;
 mod shared;
 mod spawns;

@@ -25,6 +25,7 @@
 mod retry;
 mod agents;
 mod budgets;
+mod console;
 mod events;
 mod finish;
 mod groups;
@@ -592,5 +593,32 @@ impl Store for PgStore {
         name: &str,
     ) -> Result<Option<StoredAgent>, SessionError> {
         self.find_agent_impl(workspace_id, name).await
+    }
+
+    async fn create_console_session(
+        &self,
+        session: &crate::model::ConsoleSession,
+    ) -> Result<(), SessionError> {
+        self.create_console_session_impl(session).await
+    }
+
+    async fn console_session(
+        &self,
+        id_hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<crate::model::ConsoleSession>, SessionError> {
+        self.console_session_impl(id_hash, now_ms).await
+    }
+
+    async fn delete_console_session(&self, id_hash: &str) -> Result<bool, SessionError> {
+        self.delete_console_session_impl(id_hash).await
+    }
+
+    async fn session_messages(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<crate::model::MessageRecord>, SessionError> {
+        self.session_messages_impl(session_id, limit).await
     }
 }

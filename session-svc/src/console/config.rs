@@ -1,0 +1,94 @@
+//! The console's flags (`--console-*`), flattened into the service's.
+
+use std::{net::SocketAddr, time::Duration};
+
+use clap::Args;
+
+/// The web console: where it is served and how its sign-ins behave.
+#[derive(Clone, Debug, Args)]
+pub struct ConsoleArgs {
+    /// Address to serve the web console on, over HTTP (off unless set). Put
+    /// it behind a TLS-terminating proxy for anything but loopback, with
+    /// `--console-secure-cookie` (docs/operating.md, "Console").
+    #[arg(long, env = "TROUPE_CONSOLE_LISTEN")]
+    pub console_listen: Option<SocketAddr>,
+    /// Link from a session to its trace: a URL in which `{trace_id}` is
+    /// replaced, e.g. `http://jaeger:16686/trace/{trace_id}` (no link unless set).
+    #[arg(long, env = "TROUPE_CONSOLE_TRACE_URL")]
+    pub console_trace_url: Option<String>,
+    /// Marks the console's cookie `Secure`, so browsers send it over HTTPS
+    /// only: set it when the console is served through TLS.
+    #[arg(long, env = "TROUPE_CONSOLE_SECURE_COOKIE")]
+    pub console_secure_cookie: bool,
+    /// How long a console sign-in lasts, in seconds; then the operator
+    /// signs in again.
+    #[arg(long, env = "TROUPE_CONSOLE_SESSION_TTL_SECS", default_value_t = 12 * 3600,
+          value_parser = clap::value_parser!(u64).range(60..))]
+    pub console_session_ttl_secs: u64,
+}
+
+impl ConsoleArgs {
+    /// How long a sign-in lasts.
+    pub fn session_ttl(&self) -> Duration {
+        Duration::from_secs(self.console_session_ttl_secs)
+    }
+
+    /// Checks the trace URL template: it must name `{trace_id}` and be an
+    /// `http://` or `https://` URL (no `javascript:` link).
+    pub fn trace_url(&self) -> anyhow::Result<Option<TraceUrl>> {
+        let Some(template) = &self.console_trace_url else {
+            return Ok(None);
+        };
+        anyhow::ensure!(
+            template.starts_with("http://") || template.starts_with("https://"),
+            "--console-trace-url must be an http:// or https:// URL, not {template:?}"
+        );
+        anyhow::ensure!(
+            template.contains("{trace_id}"),
+            "--console-trace-url must contain {{trace_id}}: {template:?}"
+        );
+        Ok(Some(TraceUrl(template.clone())))
+    }
+}
+
+/// The operator's trace URL template (checked by [`ConsoleArgs::trace_url`]).
+#[derive(Clone, Debug)]
+pub struct TraceUrl(String);
+
+impl TraceUrl {
+    /// The link to trace `trace_id` (hex; anything else gives no link).
+    pub fn link(&self, trace_id: &str) -> Option<String> {
+        let hex = !trace_id.is_empty() && trace_id.bytes().all(|b| b.is_ascii_hexdigit());
+        hex.then(|| self.0.replace("{trace_id}", trace_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str) -> ConsoleArgs {
+        ConsoleArgs {
+            console_listen: None,
+            console_trace_url: Some(url.to_owned()),
+            console_secure_cookie: false,
+            console_session_ttl_secs: 3600,
+        }
+    }
+
+    #[test]
+    fn trace_url_templates_are_http_links_with_the_trace_id() {
+        let url = args("http://jaeger:16686/trace/{trace_id}")
+            .trace_url()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            url.link("4bf92f3577b34da6a3ce929d0e0e4736").as_deref(),
+            Some("http://jaeger:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        assert_eq!(url.link(""), None);
+        assert_eq!(url.link("<script>"), None);
+        assert!(args("javascript:alert(1)/{trace_id}").trace_url().is_err());
+        assert!(args("http://jaeger/trace").trace_url().is_err());
+    }
+}

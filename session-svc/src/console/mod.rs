@@ -1,0 +1,181 @@
+//! The web console: a live view of spawn trees for operators, served over
+//! HTTP on a listener of its own (`--console-listen`) by the session
+//! service, with its assets compiled in.
+//!
+//! - [`config`]: its flags.
+//! - [`auth`]: signing in with the operator token, the cookie, CSRF.
+//! - [`calls`]: acting through the service's own gRPC handlers, in process,
+//!   as the operator; refusals as HTTP answers.
+//! - [`api`]: the JSON API the page reads and acts through.
+//! - [`events`]: `WatchSessions` as Server-Sent Events.
+//! - [`json`]: sessions, events, messages and audit entries as the page reads them.
+//! - [`assets`]: the page (plain ES modules, no build step), and the
+//!   headers every answer carries (the Content-Security-Policy first).
+//!
+//! The console decides nothing: each action is the gRPC call the CLI would
+//! make, with the same rules, audit entries and events, and the console
+//! adds an audit entry of its own (`console_*`) naming the sign-in it came
+//! through.
+
+mod api;
+mod assets;
+mod auth;
+mod calls;
+pub mod config;
+mod events;
+mod json;
+
+use std::{
+    future::{Future, IntoFuture},
+    net::SocketAddr,
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::Context;
+
+use axum::{
+    Router,
+    http::{HeaderValue, header},
+    response::Response,
+    routing::{get, post},
+};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{ConsoleArgs, TraceUrl};
+
+use crate::{
+    model::{AuditRecord, Principal},
+    service::{Inner, Service},
+    store::Store,
+};
+
+/// What the console was configured with.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub ttl: Duration,
+    pub secure_cookie: bool,
+    pub trace_url: Option<TraceUrl>,
+}
+
+impl Settings {
+    pub fn from_args(args: &ConsoleArgs) -> anyhow::Result<Settings> {
+        Ok(Settings {
+            ttl: args.session_ttl(),
+            secure_cookie: args.console_secure_cookie,
+            trace_url: args.trace_url()?,
+        })
+    }
+}
+
+/// The console's state: the service it acts through.
+pub struct Console<S> {
+    service: Service<S>,
+    inner: Arc<Inner<S>>,
+    settings: Settings,
+}
+
+impl<S: Store> Console<S> {
+    pub fn new(service: Service<S>, settings: Settings) -> Arc<Self> {
+        Arc::new(Console {
+            inner: service.shared(),
+            service,
+            settings,
+        })
+    }
+
+    /// The operator token, which the console's calls carry.
+    fn operator_token(&self) -> &str {
+        self.inner.tokens.operator()
+    }
+
+    async fn audit(&self, record: AuditRecord) {
+        if let Err(e) = self.inner.store.append_audit(record).await {
+            tracing::error!(error = %e, "audit append failed");
+        }
+    }
+
+    /// The console's own audit entry of an action (`console_*`), beside the
+    /// one the service's handler wrote: which sign-in it came through.
+    async fn audit_console(
+        &self,
+        signed: &auth::Signed,
+        action: &'static str,
+        target: &str,
+        outcome: Result<(), &calls::ApiError>,
+    ) {
+        let (allowed, reason) = match outcome {
+            Ok(()) => (true, "OK".to_owned()),
+            Err(e) => (false, e.reason.clone().unwrap_or_else(|| e.code.to_owned())),
+        };
+        self.audit(AuditRecord {
+            caller: Principal::Operator,
+            action,
+            target: target.to_owned(),
+            allowed,
+            reason,
+            detail: format!("through the web console ({})", signed.label()),
+        })
+        .await;
+    }
+}
+
+/// The console's routes.
+pub fn router<S: Store>(console: Arc<Console<S>>) -> Router {
+    Router::new()
+        .route("/api/sign-in", post(auth::sign_in::<S>))
+        .route("/api/sign-out", post(auth::sign_out::<S>))
+        .route("/api/session", get(auth::session::<S>))
+        .route("/api/workspaces", get(api::workspaces::<S>))
+        .route("/api/workspaces/{workspace}/sessions", get(api::tree::<S>))
+        .route("/api/agents", get(api::agents::<S>))
+        .route("/api/refused", get(api::refused::<S>))
+        .route("/api/sessions", post(api::create_root::<S>))
+        .route("/api/sessions/{id}", get(api::session::<S>))
+        .route("/api/sessions/{id}/messages", post(api::send::<S>))
+        .route("/api/sessions/{id}/terminate", post(api::terminate::<S>))
+        .route("/api/events", get(events::stream::<S>))
+        .merge(assets::routes())
+        .layer(axum::middleware::map_response(assets::secure_headers))
+        .with_state(console)
+}
+
+/// The console's listener, bound with its settings checked.
+pub struct Listener {
+    listener: TcpListener,
+    settings: Settings,
+}
+
+impl Listener {
+    pub async fn bind(addr: SocketAddr, args: &ConsoleArgs) -> anyhow::Result<Listener> {
+        let settings = Settings::from_args(args)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} for the console"))?;
+        tracing::info!(addr = %listener.local_addr()?, "console listening");
+        Ok(Listener { listener, settings })
+    }
+
+    /// Serves the console through `service` until `stop` is cancelled (the
+    /// drain's token: open event streams end with the service's watches,
+    /// then the server waits for what is still open).
+    pub fn serve<S: Store>(
+        self,
+        service: Service<S>,
+        stop: CancellationToken,
+    ) -> impl Future<Output = std::io::Result<()>> + Send {
+        let router = router(Console::new(service, self.settings));
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .into_future()
+    }
+}
+
+/// Marks an API answer as never to be cached.
+fn no_store(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
