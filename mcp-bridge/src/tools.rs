@@ -362,8 +362,9 @@ not, none is added. Members already in stay. Returns the group.",
     #[tool(
         name = "post_to_group",
         description = "Send one message to the other members of a group this session is a \
-member of: each member this session may message gets it once (a member it may not see neither \
-gets it nor is named). Limits and answer as broadcast's.",
+member of: each member this session may message, and that may message it back, gets it once (a \
+sandboxed member never gets a direct session's post; a member it may not see neither gets it \
+nor is named). Limits and answer as broadcast's.",
         annotations(
             read_only_hint = false,
             destructive_hint = false,

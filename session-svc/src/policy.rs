@@ -20,14 +20,14 @@
 //!   parent-end policy, recursively), [`notice_reason`].
 
 mod budget;
-mod parent_end;
 mod messaging;
+mod parent_end;
 
 use std::time::Duration;
 
 pub use budget::{admit_budget, admit_charge, deadline, left as budget_left};
+pub use messaging::{admit_group_size, admit_messages, plan_fan_out, reach, reach_member};
 pub use parent_end::{Member, ParentEnded, notice_reason, parent_end};
-pub use messaging::{admit_group_size, admit_messages, plan_fan_out, reach};
 
 use troupe_proto::{session::SessionStatus, status::is_ended};
 

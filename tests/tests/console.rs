@@ -356,6 +356,7 @@ async fn messages_contract(store: impl Store) {
         notify_parent: false,
         budget: Default::default(),
         write_scope: Default::default(),
+        on_parent_end: Default::default(),
     };
     for id in ["sess_a", "sess_b"] {
         store
@@ -377,6 +378,7 @@ async fn messages_contract(store: impl Store) {
                     },
                     None,
                     note(to),
+                    None,
                     &|_| Ok(()),
                 )
                 .await

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use troupe_proto::{
     money::usd,
     session::{self as pb, session_event::Detail},
-    status::{kind_str, status_str},
+    status::{kind_str, parent_end_str, status_str},
     trust,
 };
 
@@ -38,6 +38,8 @@ pub fn session(s: &pb::Session, trace: Option<&TraceUrl>) -> Value {
         "trace_id": s.trace_id,
         "trace_url": trace.and_then(|t| t.link(&s.trace_id)),
         "writable_paths": s.writable_paths,
+        "on_parent_end": parent_end_str(s.on_parent_end()),
+        "orphaned": s.orphaned,
         "usage": s.usage.as_ref().map(usage),
     })
 }
@@ -66,7 +68,7 @@ pub fn event(e: &pb::SessionEvent) -> Value {
             json!({"message_id": m.message_id, "inbox_sequence": m.inbox_sequence, "bytes": m.bytes})
         }
         Some(Detail::Terminated(t)) => {
-            json!({"reason": t.reason, "terminated_by": t.terminated_by})
+            json!({"reason": t.reason, "terminated_by": t.terminated_by, "parent_ended": t.parent_ended})
         }
         Some(Detail::Output(o)) => {
             json!({"stream": o.stream, "text": String::from_utf8_lossy(&o.data)})
@@ -81,6 +83,9 @@ pub fn event(e: &pb::SessionEvent) -> Value {
             "by_runner": t.by_runner,
         }),
         Some(Detail::Usage(u)) => usage(u),
+        Some(Detail::Orphaned(o)) => {
+            json!({"policy": o.policy, "parent_status": o.parent_status})
+        }
         Some(Detail::Finished(f)) => json!({
             "outcome": pb::Outcome::try_from(f.outcome)
                 .map(|o| o.as_str_name().trim_start_matches("OUTCOME_").to_lowercase())

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{can_see, may_message};
+use super::{can_see, may_message, trust_sees};
 use crate::{
     config::MessageLimits,
     error::{Reason, SessionError},
@@ -29,13 +29,26 @@ pub fn reach(caller: &Caller, target: &SessionRow) -> Reach {
     }
 }
 
+/// What member `target` of a group is to a post from `caller`: as
+/// [`reach`] says, and further hidden unless the member may message the
+/// poster back. A sandboxed member never hears a direct poster in a group
+/// (nor learns from the post that it is a member), though a direct session
+/// may message it on its own.
+pub fn reach_member(caller: &Caller, target: &SessionRow) -> Reach {
+    match caller {
+        Caller::Session(poster) if !trust_sees(target.trust, poster.trust) => Reach::Hidden,
+        _ => reach(caller, target),
+    }
+}
+
 /// Plans a message to many: each candidate once, in the order given, as
-/// [`reach`] says (hidden ones left out), refused if more than the
-/// fan-out limit would receive it.
+/// `reach` says ([`reach`], or [`reach_member`] for a group post; hidden
+/// ones left out), refused if more than the fan-out limit would receive it.
 pub fn plan_fan_out(
     caller: &Caller,
     candidates: &[SessionRow],
     limits: &MessageLimits,
+    reach: fn(&Caller, &SessionRow) -> Reach,
 ) -> Result<Vec<(String, Reach)>, SessionError> {
     let mut seen = std::collections::HashSet::new();
     let plan: Vec<(String, Reach)> = candidates

@@ -251,7 +251,11 @@ async fn fan_out<S: Store>(
         body: body.to_owned(),
     };
     let limits = inner.messaging;
-    let plan = |rows: &[SessionRow]| policy::plan_fan_out(caller, rows, &limits);
+    let reach = match out.audience {
+        Audience::Group { .. } => policy::reach_member,
+        _ => policy::reach,
+    };
+    let plan = |rows: &[SessionRow]| policy::plan_fan_out(caller, rows, &limits, reach);
     let rate = |tat: i64, count: usize| {
         policy::admit_messages(tat, count, crate::model::now_ms(), &limits)
     };

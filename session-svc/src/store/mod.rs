@@ -58,9 +58,9 @@ pub use writes::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, ConsoleSession, EventFilter, EventRow,
-        Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall,
-        NewAgent, NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, ConsoleSession, EventFilter, Failure,
+        FannedOut, Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent,
+        NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
         ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,

@@ -138,8 +138,8 @@ export class TreeView {
     const roots = nodes
       .filter((n) => !known(n.parent_session_id))
       .sort((a, b) => (a.created_at_ms || 0) - (b.created_at_ms || 0));
-    const orphans = nodes.filter((n) => isActive(n) && known(n.parent_session_id)
-      && !isActive(this.model.nodes.get(n.parent_session_id)));
+    const orphans = nodes.filter((n) => isActive(n) && (n.orphaned || (known(n.parent_session_id)
+      && !isActive(this.model.nodes.get(n.parent_session_id)))));
     const live = roots.filter((r) => this.model.liveBelow(r));
     const ended = roots.filter((r) => !this.model.liveBelow(r));
     fill(this.node,
