@@ -54,6 +54,33 @@ async fn running_child(pair: &Pair, parent: &str) -> pb::Session {
     }
 }
 
+/// In a workspace of its own, a running root `parent` and its running
+/// sandboxed `worker` child, created in `mode`.
+async fn parent_and_running_child(
+    pair: &Pair,
+    workspace: &str,
+    mode: ExecutionMode,
+) -> (pb::Session, pb::Session) {
+    let ws = pair.runner.workspace(workspace);
+    agents(pair, &ws);
+    let root = pair.root(&ws, "parent", "start").await;
+    pair.wait_status(&root.session_id, SessionStatus::Running)
+        .await;
+    let child = pair
+        .server
+        .act_as(&root.session_id)
+        .await
+        .create_session(sandboxed_child(mode))
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    pair.wait_status(&child.session_id, SessionStatus::Running)
+        .await;
+    (root, child)
+}
+
 /// The lines of the parent's stdin (as it echoed them) sent by `sender`.
 async fn lines_from(pair: &Pair, parent: &str, sender: &str) -> Vec<serde_json::Value> {
     let tail = pair.get(parent).await.result.unwrap().output_tail;
@@ -186,21 +213,8 @@ async fn a_sandboxed_child_returns_its_result_to_its_direct_parent() {
 #[tokio::test]
 async fn the_callback_notice_carries_the_result_at_the_finish() {
     let pair = Pair::start_with(|c| c.finish_grace_ms = 600_000).await;
-    let ws = pair.runner.workspace("callbacks");
-    agents(&pair, &ws);
-    let root = pair.root(&ws, "parent", "start").await;
-    pair.wait_status(&root.session_id, SessionStatus::Running)
-        .await;
-    let mut as_root = pair.server.act_as(&root.session_id).await;
-    let second = as_root
-        .create_session(sandboxed_child(ExecutionMode::Callback))
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap();
-    pair.wait_status(&second.session_id, SessionStatus::Running)
-        .await;
+    let (root, second) =
+        parent_and_running_child(&pair, "callbacks", ExecutionMode::Callback).await;
     let mut as_second = pair.server.act_as(&second.session_id).await;
     as_second
         .finish_session(FinishSessionRequest {
@@ -261,21 +275,8 @@ async fn a_root_cannot_reply_and_the_operator_cannot_finish() {
 #[tokio::test]
 async fn the_stopped_processs_exit_sends_no_second_notice() {
     let pair = Pair::start_with(|c| c.finish_grace_ms = 200).await;
-    let ws = pair.runner.workspace("one-notice");
-    agents(&pair, &ws);
-    let root = pair.root(&ws, "parent", "start").await;
-    pair.wait_status(&root.session_id, SessionStatus::Running)
-        .await;
-    let mut as_root = pair.server.act_as(&root.session_id).await;
-    let child = as_root
-        .create_session(sandboxed_child(ExecutionMode::Callback))
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap();
-    pair.wait_status(&child.session_id, SessionStatus::Running)
-        .await;
+    let (root, child) =
+        parent_and_running_child(&pair, "one-notice", ExecutionMode::Callback).await;
     pair.server
         .act_as(&child.session_id)
         .await
@@ -349,23 +350,7 @@ async fn exec_state(pair: &Pair, exec_id: &str) -> troupe_proto::runner::ExecSta
 async fn a_new_owner_keeps_the_finish_grace() {
     use troupe_proto::runner::ExecState;
     let mut pair = Pair::start_with(|c| c.finish_grace_ms = 20_000).await;
-    let ws = pair.runner.workspace("grace-takeover");
-    agents(&pair, &ws);
-    let root = pair.root(&ws, "parent", "start").await;
-    pair.wait_status(&root.session_id, SessionStatus::Running)
-        .await;
-    let child = pair
-        .server
-        .act_as(&root.session_id)
-        .await
-        .create_session(sandboxed_child(ExecutionMode::Async))
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap();
-    pair.wait_status(&child.session_id, SessionStatus::Running)
-        .await;
+    let (_, child) = parent_and_running_child(&pair, "grace-takeover", ExecutionMode::Async).await;
     pair.server
         .act_as(&child.session_id)
         .await
@@ -377,7 +362,9 @@ async fn a_new_owner_keeps_the_finish_grace() {
         .unwrap();
 
     pair.server.stop_for_restart().await;
-    pair.runner.sh(&ws, "sess_stray_grace", "sleep 1006").await;
+    pair.runner
+        .sh(&child.workspace_id, "sess_stray_grace", "sleep 1006")
+        .await;
     pair.server.start_again().await;
     // The new owner's reconcile has run once the stray exec is stopped.
     let deadline = tokio::time::Instant::now() + MINUTE;
