@@ -21,31 +21,13 @@ const TTL: Duration = Duration::from_millis(300);
 
 fn new_session(id: &str, notify_parent: bool) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
-        trust: Trust::Direct,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
-        initial_message: None,
         notify_parent,
-        budget: Default::default(),
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
+        ..troupe_tests::stores::new_session(id, Trust::Direct)
     }
 }
 
 fn audit(action: &'static str, target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail: String::new(),
-    }
+    troupe_tests::stores::operator_audit(action, target)
 }
 
 fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {

@@ -32,31 +32,14 @@ use troupe_session_svc::{
 
 fn new_session(id: &str, on_parent_end: ParentEnd, budget: Budget) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
-        trust: Trust::Sandboxed,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
-        initial_message: None,
-        notify_parent: false,
-        budget,
-        write_scope: Default::default(),
         on_parent_end,
+        budget,
+        ..troupe_tests::stores::new_session(id, Trust::Sandboxed)
     }
 }
 
 fn audit(action: &'static str, target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail: String::new(),
-    }
+    troupe_tests::stores::operator_audit(action, target)
 }
 
 fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {

@@ -16,19 +16,8 @@ use troupe_session_svc::{
 
 fn new_session(id: &str, notify_parent: bool) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
-        trust: Trust::Sandboxed,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
-        initial_message: None,
         notify_parent,
-        budget: Default::default(),
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
+        ..troupe_tests::stores::new_session(id, Trust::Sandboxed)
     }
 }
 
