@@ -191,13 +191,20 @@ async fn a_sessions_scope_reaches_its_agent_and_its_childrens() {
         .into_inner()
         .session
         .unwrap();
-    let child = pair
-        .child(
-            &scoped.session_id,
-            "writer",
-            troupe_proto::session::ExecutionMode::Async,
-        )
+    // Abandoned when the root ends: the root's agent exits once it has
+    // written, maybe before its child has.
+    let child = op
+        .create_session(troupe_proto::session::CreateSessionRequest {
+            title: "writer".into(),
+            agent_name: "writer".into(),
+            initial_message: "go".into(),
+            parent_session_id: scoped.session_id.clone(),
+            on_parent_end: troupe_proto::session::ParentEndPolicy::Abandon as i32,
+            ..Default::default()
+        })
         .await
+        .expect("child")
+        .into_inner()
         .session
         .unwrap();
     let unscoped = op
