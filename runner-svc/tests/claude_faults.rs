@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    claude::{PRICE, claude_agent, gateway_config},
+    claude::{self, PRICE, Team},
     pair::Pair,
     *,
 };
@@ -69,20 +69,15 @@ async fn status(pair: &Pair, id: &str) -> pb::SessionStatus {
 /// the 500, and it is still running, waiting for its next message.
 #[tokio::test]
 async fn claude_code_rides_out_provider_faults_and_is_charged_what_was_reported() {
-    let Some(image) = tokio::task::spawn_blocking(claude_image).await.unwrap() else {
+    let upstream = Upstream::tcp(vec![]).await;
+    let Some(Team {
+        pair,
+        ws,
+        dir: _dir,
+    }) = claude::team(&upstream.base_url(), KEY, MODEL, "faults", &[]).await
+    else {
         return;
     };
-    let upstream = Upstream::tcp(vec![]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = gateway_config(dir.path(), &upstream.base_url(), KEY, MODEL);
-    let pair = Pair::start_on(
-        move |r| r.image = image,
-        move |c| c.gateway_config = Some(config),
-    )
-    .await;
-    let ws = pair.runner.workspace("faults");
-    pair.server
-        .write_agent_text(Some(&ws), "claude", &claude_agent(MODEL, &[]));
     let answer = Usage {
         input_tokens: 1_000,
         output_tokens: 20,
@@ -131,26 +126,25 @@ async fn claude_code_rides_out_provider_faults_and_is_charged_what_was_reported(
 /// key; nothing is charged or left reserved, and the agent keeps running.
 #[tokio::test]
 async fn claude_code_whose_provider_is_down_is_told_and_charged_nothing() {
-    let Some(image) = tokio::task::spawn_blocking(claude_image).await.unwrap() else {
-        return;
-    };
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let config = gateway_config(dir.path(), &format!("http://127.0.0.1:{port}"), KEY, MODEL);
-    let pair = Pair::start_on(
-        move |r| r.image = image,
-        move |c| c.gateway_config = Some(config),
+    let Some(Team {
+        pair,
+        ws,
+        dir: _dir,
+    }) = claude::team(
+        &format!("http://127.0.0.1:{port}"),
+        KEY,
+        MODEL,
+        "provider-down",
+        &[("CLAUDE_CODE_MAX_RETRIES", "1")],
     )
-    .await;
-    let ws = pair.runner.workspace("provider-down");
-    pair.server.write_agent_text(
-        Some(&ws),
-        "claude",
-        &claude_agent(MODEL, &[("CLAUDE_CODE_MAX_RETRIES", "1")]),
-    );
+    .await
+    else {
+        return;
+    };
     let root = pair.root(&ws, "claude", "say hello").await;
 
     let upstream = Upstream::tcp(vec![]).await; // for the failure message only

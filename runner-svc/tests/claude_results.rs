@@ -10,8 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    claude::{claude_agent, gateway_config},
-    pair::Pair,
+    claude::{self, Team},
     *,
 };
 use serde_json::{Value, json};
@@ -91,20 +90,15 @@ fn callback_result(blocks: &[Value]) -> Option<(String, String)> {
 
 #[tokio::test]
 async fn sandboxed_claude_code_workers_hand_their_results_to_a_direct_coordinator() {
-    let Some(image) = tokio::task::spawn_blocking(claude_image).await.unwrap() else {
+    let upstream = Upstream::tcp(vec![]).await;
+    let Some(Team {
+        pair,
+        ws,
+        dir: _dir,
+    }) = claude::team(&upstream.base_url(), KEY, MODEL, "results", &[]).await
+    else {
         return;
     };
-    let upstream = Upstream::tcp(vec![]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = gateway_config(dir.path(), &upstream.base_url(), KEY, MODEL);
-    let pair = Pair::start_on(
-        move |r| r.image = image,
-        move |c| c.gateway_config = Some(config),
-    )
-    .await;
-    let ws = pair.runner.workspace("results");
-    pair.server
-        .write_agent_text(Some(&ws), "claude", &claude_agent(MODEL, &[]));
     upstream.script(
         COORDINATOR,
         vec![

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    claude::{PRICE, claude_agent},
+    claude::{self, PRICE, Team},
     pair::Pair,
     *,
 };
@@ -66,20 +66,15 @@ async fn own_and_tree(pair: &Pair, id: &str) -> pb::SessionUsage {
 /// price table's cost to the pico-dollar.
 #[tokio::test]
 async fn a_claude_code_team_is_metered_to_the_token_and_the_cent() {
-    let Some(image) = tokio::task::spawn_blocking(claude_image).await.unwrap() else {
+    let upstream = Upstream::tcp(vec![]).await;
+    let Some(Team {
+        pair,
+        ws,
+        dir: _dir,
+    }) = claude::team(&upstream.base_url(), KEY, MODEL, "team", &[]).await
+    else {
         return;
     };
-    let upstream = Upstream::tcp(vec![]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = claude::gateway_config(dir.path(), &upstream.base_url(), KEY, MODEL);
-    let pair = Pair::start_on(
-        move |r| r.image = image,
-        move |c| c.gateway_config = Some(config),
-    )
-    .await;
-    let ws = pair.runner.workspace("team");
-    pair.server
-        .write_agent_text(Some(&ws), "claude", &claude_agent(MODEL, &[]));
 
     let coordinator = [
         usage(1_500, 40, 0, 900),
@@ -191,20 +186,15 @@ const RUNAWAY: &str = "SPAWN-FOREVER-51d2";
 /// refusals are audited.
 #[tokio::test]
 async fn a_runaway_claude_code_spawner_stops_exactly_at_its_budget() {
-    let Some(image) = tokio::task::spawn_blocking(claude_image).await.unwrap() else {
+    let upstream = Upstream::tcp(vec![]).await;
+    let Some(Team {
+        pair,
+        ws,
+        dir: _dir,
+    }) = claude::team(&upstream.base_url(), KEY, MODEL, "runaway", &[]).await
+    else {
         return;
     };
-    let upstream = Upstream::tcp(vec![]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = claude::gateway_config(dir.path(), &upstream.base_url(), KEY, MODEL);
-    let pair = Pair::start_on(
-        move |r| r.image = image,
-        move |c| c.gateway_config = Some(config),
-    )
-    .await;
-    let ws = pair.runner.workspace("runaway");
-    pair.server
-        .write_agent_text(Some(&ws), "claude", &claude_agent(MODEL, &[]));
     pair.agent(&ws, "sleeper", "cat");
     let turns = (0..8)
         .map(|i| {

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::pair::Pair;
+
 /// $3/M input, $15/M output, $0.30/M cache read, $3.75/M cache write, in
 /// pico-dollars per token.
 pub const PRICE: [u64; 4] = [3_000_000, 15_000_000, 300_000, 3_750_000];
@@ -46,4 +48,39 @@ pub fn gateway_config(dir: &Path, upstream: &str, key: &str, model: &str) -> Pat
     )
     .unwrap();
     file
+}
+
+/// A pair whose runner runs the Claude Code image and whose session
+/// service's gateway sends `model` to `upstream` with `key`, and a
+/// workspace whose `claude` agent is [`claude_agent`] with `env`.
+pub struct Team {
+    pub pair: Pair,
+    pub ws: String,
+    /// Holds the gateway's configuration and key file.
+    pub dir: tempfile::TempDir,
+}
+
+/// Starts a [`Team`]; `None` when the Claude Code image cannot be built
+/// (the npm registry is unreachable).
+pub async fn team(
+    upstream: &str,
+    key: &str,
+    model: &str,
+    workspace: &str,
+    env: &[(&str, &str)],
+) -> Option<Team> {
+    let image = tokio::task::spawn_blocking(super::claude_image)
+        .await
+        .unwrap()?;
+    let dir = tempfile::tempdir().unwrap();
+    let config = gateway_config(dir.path(), upstream, key, model);
+    let pair = Pair::start_on(
+        move |r| r.image = image,
+        move |c| c.gateway_config = Some(config),
+    )
+    .await;
+    let ws = pair.runner.workspace(workspace);
+    pair.server
+        .write_agent_text(Some(&ws), "claude", &claude_agent(model, env));
+    Some(Team { pair, ws, dir })
 }
