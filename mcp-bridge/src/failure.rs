@@ -204,7 +204,12 @@ fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
              (children inherit the caller's scope) or name directories inside it."
         }
         Reason::ParentNotRunning => {
-            "The calling session has ended: it can no longer create sessions."
+            "The session that would act has ended: an ended session creates no children \
+             and takes no reply."
+        }
+        Reason::NoParent => {
+            "This session is a root: it has no parent to reply to. Report the outcome with \
+             finish, or message a session by its id with send_message."
         }
         Reason::SessionEnded => "That session has ended: it takes no more messages.",
         Reason::FanOutExceeded => {

@@ -256,7 +256,7 @@ finishing twice is refused (SESSION_ENDED).",
 it), while the task goes on: a question, an intermediate finding, a status. It needs no \
 session id and works whatever the trust levels: it is the one message a sandboxed session may \
 send a direct parent. The parent receives it once, from this session. A root session has no \
-parent (refused PARENT_NOT_RUNNING). Returns delivery: \"delivered\" or \"queued\".",
+parent (refused NO_PARENT); a parent that has ended takes no reply (PARENT_NOT_RUNNING). Returns delivery: \"delivered\" or \"queued\".",
         annotations(
             read_only_hint = false,
             destructive_hint = false,

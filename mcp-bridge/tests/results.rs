@@ -88,7 +88,7 @@ async fn a_sandboxed_child_finishes_for_its_direct_parent_through_the_bridge() {
     assert_eq!(finished["session"]["end_reason"], "finished", "{finished}");
     refused(&child_calls[4], "SESSION_ENDED");
     // A root has no parent.
-    refused(&out[1]["results"][0], "PARENT_NOT_RUNNING");
+    refused(&out[1]["results"][0], "NO_PARENT");
 
     // The reply reached the parent once, and no one else.
     assert_eq!(inbox_count(&server, &root.session_id).await, before + 1);

@@ -252,7 +252,7 @@ async fn a_root_cannot_reply_and_the_operator_cannot_finish() {
         tonic::Code::FailedPrecondition,
         "{refused:?}"
     );
-    assert_eq!(reason(&refused), "PARENT_NOT_RUNNING");
+    assert_eq!(reason(&refused), "NO_PARENT");
     let mut operator = pair.server.operator().await;
     let refused = operator
         .finish_session(FinishSessionRequest::default())

@@ -29,6 +29,8 @@ pub enum Reason {
     WorkspaceQuotaExceeded,
     RateLimited,
     ParentNotRunning,
+    /// A root session asked for its parent (`ReplyToParent`): it has none.
+    NoParent,
     SessionEnded,
     SessionNotFound,
     WorkspaceNotFound,
@@ -74,6 +76,7 @@ impl Reason {
             Reason::WorkspaceQuotaExceeded => "WORKSPACE_QUOTA_EXCEEDED",
             Reason::RateLimited => "RATE_LIMITED",
             Reason::ParentNotRunning => "PARENT_NOT_RUNNING",
+            Reason::NoParent => "NO_PARENT",
             Reason::SessionEnded => "SESSION_ENDED",
             Reason::SessionNotFound => "SESSION_NOT_FOUND",
             Reason::WorkspaceNotFound => "WORKSPACE_NOT_FOUND",
@@ -111,9 +114,10 @@ impl Reason {
             | Reason::RateLimited
             | Reason::BudgetExceeded
             | Reason::FanOutExceeded => Code::ResourceExhausted,
-            Reason::ParentNotRunning | Reason::SessionEnded | Reason::AgentInvalid => {
-                Code::FailedPrecondition
-            }
+            Reason::ParentNotRunning
+            | Reason::NoParent
+            | Reason::SessionEnded
+            | Reason::AgentInvalid => Code::FailedPrecondition,
             Reason::SessionNotFound
             | Reason::WorkspaceNotFound
             | Reason::AgentNotFound
@@ -418,6 +422,7 @@ mod tests {
             Reason::WorkspaceQuotaExceeded => Wire::WorkspaceQuotaExceeded,
             Reason::RateLimited => Wire::RateLimited,
             Reason::ParentNotRunning => Wire::ParentNotRunning,
+            Reason::NoParent => Wire::NoParent,
             Reason::SessionEnded => Wire::SessionEnded,
             Reason::SessionNotFound => Wire::SessionNotFound,
             Reason::WorkspaceNotFound => Wire::WorkspaceNotFound,
@@ -453,6 +458,7 @@ mod tests {
         Reason::WorkspaceQuotaExceeded,
         Reason::RateLimited,
         Reason::ParentNotRunning,
+        Reason::NoParent,
         Reason::SessionEnded,
         Reason::SessionNotFound,
         Reason::WorkspaceNotFound,

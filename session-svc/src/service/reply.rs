@@ -25,7 +25,7 @@ pub async fn send<S: Store>(
     // The parent is the caller's row's, never a name the caller gives.
     let Some(parent) = me.parent_session_id.clone() else {
         return Err(SessionError::refused(
-            Reason::ParentNotRunning,
+            Reason::NoParent,
             "a root session has no parent to reply to",
         ));
     };
