@@ -30,7 +30,7 @@ use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::{
     TestServer,
     bench::percentile,
-    upstream::{Turn, Upstream},
+    upstream::{Fault, Turn, Upstream},
 };
 
 /// The allocator the `troupe-session` binary runs on.
@@ -40,6 +40,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const TTFT_CALLS: usize = 2_000;
 const BIG_BYTES: usize = 64 << 20;
 const BIG_RUNS: usize = 5;
+/// A delta's text in the answer of many deltas: some words, as a model
+/// streams them (each event is then about 130 bytes).
+const DELTA_BYTES: usize = 24;
+/// The text of the answer of many deltas (some 350,000 events).
+const DELTAS_TEXT_BYTES: usize = 8 << 20;
+/// The upstream's paces, bytes per second, for an answer of many deltas
+/// with this much text (each is far above a model's own pace: a few KB/s).
+const PACES: [u64; 2] = [10_000_000, 100_000_000];
+const PACED_TEXT_BYTES: usize = 2 << 20;
 const TREE: usize = 10;
 const CALLERS: usize = 32;
 const LOAD: Duration = Duration::from_secs(10);
@@ -56,8 +65,17 @@ fn request(url: &str, key: &str, stream: bool) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-/// Sends a call; returns the time to its first body bytes and its bytes.
-async fn call(http: &Http, url: &str, key: &str, stream: bool) -> (Duration, usize) {
+/// What a call's answer took.
+struct Answer {
+    /// From sending to the first body bytes.
+    first: Duration,
+    /// From the first body bytes to the last.
+    rest: Duration,
+    bytes: usize,
+}
+
+/// Sends a call and reads its answer whole.
+async fn call(http: &Http, url: &str, key: &str, stream: bool) -> Answer {
     let start = Instant::now();
     let response = http
         .request(request(url, key, stream))
@@ -69,11 +87,16 @@ async fn call(http: &Http, url: &str, key: &str, stream: bool) -> (Duration, usi
     let mut bytes = 0;
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame.expect("body").into_data() {
-            first.get_or_insert_with(|| start.elapsed());
+            first.get_or_insert_with(Instant::now);
             bytes += data.len();
         }
     }
-    (first.unwrap_or_else(|| start.elapsed()), bytes)
+    let first = first.unwrap_or_else(Instant::now);
+    Answer {
+        first: first - start,
+        rest: first.elapsed(),
+        bytes,
+    }
 }
 
 /// The parts of the bench, as named on its command line.
@@ -164,8 +187,8 @@ async fn first_token(http: &Http, upstream: &Upstream, direct: &str, gateway: &s
     }
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for i in 0..TTFT_CALLS + TTFT_CALLS / 10 {
-        let (td, _) = call(http, direct, "sk-bench", true).await;
-        let (tg, _) = call(http, gateway, token, true).await;
+        let td = call(http, direct, "sk-bench", true).await.first;
+        let tg = call(http, gateway, token, true).await.first;
         if i >= TTFT_CALLS / 10 {
             d.push(td);
             g.push(tg);
@@ -193,30 +216,66 @@ async fn first_token(http: &Http, upstream: &Upstream, direct: &str, gateway: &s
     );
 }
 
-/// Streaming throughput: a 64 MiB answer, best of BIG_RUNS each way.
+/// Streaming throughput, direct and through the gateway, alternating, best
+/// of BIG_RUNS each way, in MiB/s of the stream's bytes (events and all):
+///
+/// - the relay's capacity, the upstream sending as fast as it can, timed
+///   from an answer's first bytes to its last (the upstream renders a whole
+///   answer before its first byte: that is not the relay's): one 64 MiB
+///   delta, and 8 MiB of text in deltas of a model's size;
+/// - at a provider's pace, the upstream streaming a smaller answer at a set
+///   rate, timed from sending the call to the answer's last byte: what an
+///   agent waits for the whole answer.
 async fn streaming(http: &Http, upstream: &Upstream, direct: &str, gateway: &str, token: &str) {
     let big = "x".repeat(BIG_BYTES);
-    let (mut best_d, mut best_g) = (0f64, 0f64);
-    for _ in 0..BIG_RUNS {
-        upstream.push(Turn::text(&big));
-        let start = Instant::now();
-        let (_, bytes) = call(http, direct, "sk-bench", true).await;
-        best_d = best_d.max(bytes as f64 / start.elapsed().as_secs_f64());
-        upstream.push(Turn::text(&big));
-        let start = Instant::now();
-        let (_, bytes) = call(http, gateway, token, true).await;
-        best_g = best_g.max(bytes as f64 / start.elapsed().as_secs_f64());
+    let deltas = |text_bytes: usize| Turn::deltas(&big[..DELTA_BYTES], text_bytes / DELTA_BYTES);
+    let mut shapes = vec![
+        ("one 64 MiB delta".to_owned(), Turn::text(&big), false),
+        (
+            "8 MiB of text in 24-byte deltas".to_owned(),
+            deltas(DELTAS_TEXT_BYTES),
+            false,
+        ),
+    ];
+    for rate in PACES {
+        let name = format!(
+            "2 MiB of text in 24-byte deltas, the upstream streaming at {} MB/s",
+            rate / 1_000_000
+        );
+        let turn = Turn {
+            fault: Some(Fault::Pace(rate)),
+            ..deltas(PACED_TEXT_BYTES)
+        };
+        shapes.push((name, turn, true));
     }
     let mib = |b: f64| b / (1 << 20) as f64;
     println!();
-    println!("| streaming 64 MiB | MiB/s |");
-    println!("|---|---|");
-    println!("| direct | {:.0} |", mib(best_d));
-    println!(
-        "| through the gateway | {:.0} ({:.2}x) |",
-        mib(best_g),
-        best_g / best_d
-    );
+    println!("| streaming | timed | direct, MiB/s | through the gateway, MiB/s | ratio |");
+    println!("|---|---|---|---|---|");
+    for (name, turn, paced) in shapes {
+        let rate = |a: Answer| {
+            let time = if paced { a.first + a.rest } else { a.rest };
+            a.bytes as f64 / time.as_secs_f64()
+        };
+        let (mut best_d, mut best_g) = (0f64, 0f64);
+        for _ in 0..BIG_RUNS {
+            upstream.push(turn.clone());
+            best_d = best_d.max(rate(call(http, direct, "sk-bench", true).await));
+            upstream.push(turn.clone());
+            best_g = best_g.max(rate(call(http, gateway, token, true).await));
+        }
+        let timed = if paced {
+            "call to last byte"
+        } else {
+            "first byte to last"
+        };
+        println!(
+            "| {name} | {timed} | {:.0} | {:.0} | {:.2}x |",
+            mib(best_d),
+            mib(best_g),
+            best_g / best_d
+        );
+    }
 }
 
 /// Calls per second with a whole tree calling at once.

@@ -74,6 +74,9 @@ pub struct Usage {
 #[derive(Clone, Debug)]
 pub enum Block {
     Text(String),
+    /// A text streamed as these `text_delta`s, one event each, as a model
+    /// streams its words (whole, their concatenation). Anthropic's only.
+    Deltas(Vec<String>),
     /// A call of tool `name` (`mcp__troupe__create_session`, ...) with `input`.
     ToolUse {
         id: String,
@@ -100,6 +103,10 @@ pub enum Fault {
     /// The whole answer, each event this long after the one before: a slow
     /// provider that never stalls.
     Drip(Duration),
+    /// Not a misbehaviour: the turn's own answer, streamed at this many
+    /// bytes per second, as a provider streams at its model's pace.
+    /// Anthropic's only.
+    Pace(u64),
 }
 
 /// One scripted answer.
@@ -125,6 +132,14 @@ impl Turn {
                 ..Usage::default()
             },
             fault: None,
+        }
+    }
+
+    /// A text answer streamed in `count` deltas of `piece` each.
+    pub fn deltas(piece: &str, count: usize) -> Turn {
+        Turn {
+            blocks: vec![Block::Deltas(vec![piece.to_owned(); count])],
+            ..Turn::text("")
         }
     }
 
@@ -445,8 +460,19 @@ async fn answer(
                     "the scripted upstream has no turn left",
                 ),
                 Some(Turn {
-                    fault: Some(fault), ..
-                }) => faulty(&fault, &model),
+                    fault: Some(fault),
+                    blocks,
+                    stop_reason,
+                    usage,
+                }) => {
+                    let turn = Turn {
+                        blocks,
+                        stop_reason,
+                        usage,
+                        fault: None,
+                    };
+                    faulty(&fault, &turn, &model)
+                }
                 Some(turn) if stream => Response::builder()
                     .status(StatusCode::OK)
                     .header(header::CONTENT_TYPE, "text/event-stream")

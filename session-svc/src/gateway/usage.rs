@@ -13,6 +13,17 @@ use crate::model::TokenUsage;
 /// passed on unread (no usage is that long).
 const MAX_EVENT_BYTES: usize = 4 << 20;
 
+/// The Anthropic events that carry no usage, stop reason, end or error, by
+/// the name their `event:` line gives them: passed on unparsed. The bulk of
+/// a long answer is `content_block_delta`s. An event with any other name, or
+/// none, is parsed.
+const UNMETERED_EVENTS: [&[u8]; 4] = [
+    b"content_block_delta",
+    b"content_block_start",
+    b"content_block_stop",
+    b"ping",
+];
+
 /// What the provider has said so far of a call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reported {
@@ -200,6 +211,11 @@ impl Meter {
     }
 
     fn event(&mut self, event: &[u8]) {
+        if self.api == Api::Anthropic
+            && event_name(event).is_some_and(|name| UNMETERED_EVENTS.contains(&name))
+        {
+            return;
+        }
         let text = String::from_utf8_lossy(event);
         let data: Vec<&str> = text
             .lines()
@@ -281,6 +297,25 @@ enum End {
     In(usize),
 }
 
+/// The name an event's `event:` line gives it, if that line comes before
+/// its data (as providers send it); only the lines before the data are read.
+fn event_name(event: &[u8]) -> Option<&[u8]> {
+    let mut rest = event;
+    loop {
+        let (line, next) = match memchr::memchr(b'\n', rest) {
+            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+            None => (rest, None),
+        };
+        if let Some(name) = line.strip_prefix(b"event:") {
+            return Some(name.trim_ascii());
+        }
+        if line.starts_with(b"data:") {
+            return None;
+        }
+        rest = next?;
+    }
+}
+
 /// Where the first event in `buffer` ends (a blank line: `\n\n` or
 /// `\r\n\r\n`), and its separator's length.
 fn event_end(buffer: &[u8]) -> Option<(usize, usize)> {
@@ -327,6 +362,29 @@ mod tests {
         );
         assert_eq!(r.finish_reasons, ["tool_use"]);
         assert!(r.complete);
+    }
+
+    #[test]
+    fn events_are_read_by_their_name_and_unnamed_ones_are_parsed() {
+        // A content delta carries no usage: by its name, it is not read,
+        // whatever its data says. Named otherwise, or unnamed, it is.
+        let stream = concat!(
+            "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n",
+            ": a comment\nevent: message_delta\ndata: {\"type\":\"message_delta\",",
+            "\"usage\":{\"output_tokens\":7}}\n\n",
+            "event: content_block_delta\r\n",
+            "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":999}}\r\n\r\n",
+            "data: {\"type\":\"message_stop\"}\nevent: ping\n\n",
+        );
+        let mut meter = Meter::new(Api::Anthropic);
+        meter.feed(stream.as_bytes());
+        assert_eq!(meter.reported.tokens.input, 5);
+        assert_eq!(meter.reported.tokens.output, 7);
+        // An event whose name comes after its data is read by its data.
+        assert!(meter.reported.complete);
+        assert_eq!(event_name(b"event:  ping \r\ndata: x"), Some(&b"ping"[..]));
+        assert_eq!(event_name(b"data: x\nevent: ping"), None);
+        assert_eq!(event_name(b"id: 1"), None);
     }
 
     #[test]

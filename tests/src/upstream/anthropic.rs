@@ -13,8 +13,11 @@ use serde_json::{Value, json};
 
 use super::{Block, Fault, Turn, Usage, json_response};
 
-/// The answer of a [`Fault`].
-pub(super) fn faulty(fault: &Fault, model: &str) -> Response {
+/// Bytes a paced answer sends at a time.
+const PACE_PIECE: usize = 16 << 10;
+
+/// The answer of a [`Fault`] given in place of `turn`'s.
+pub(super) fn faulty(fault: &Fault, turn: &Turn, model: &str) -> Response {
     let start = || {
         let whole = sse(&Turn::text("cut"), model);
         // message_start, and the first block's start.
@@ -54,6 +57,24 @@ pub(super) fn faulty(fault: &Fault, model: &str) -> Response {
             });
             events(Body::from_stream(first.chain(broken)))
         }
+        Fault::Pace(rate) => {
+            let whole = bytes::Bytes::from(sse(turn, model));
+            let per_byte = Duration::from_secs(1).as_secs_f64() / *rate as f64;
+            let start = tokio::time::Instant::now();
+            let pieces = futures::stream::unfold(0, move |sent| {
+                let whole = whole.clone();
+                async move {
+                    if sent >= whole.len() {
+                        return None;
+                    }
+                    let due = start + Duration::from_secs_f64(sent as f64 * per_byte);
+                    tokio::time::sleep_until(due).await;
+                    let end = (sent + PACE_PIECE).min(whole.len());
+                    Some((Ok::<_, std::io::Error>(whole.slice(sent..end)), end))
+                }
+            });
+            events(Body::from_stream(pieces))
+        }
         Fault::Drip(gap) => {
             let whole = sse(&Turn::text("slow"), model);
             let pieces: Vec<String> = whole.split_inclusive("\n\n").map(str::to_owned).collect();
@@ -90,6 +111,7 @@ fn usage_json(usage: &Usage) -> Value {
 fn block_json(block: &Block) -> Value {
     match block {
         Block::Text(text) => json!({"type": "text", "text": text}),
+        Block::Deltas(pieces) => json!({"type": "text", "text": pieces.concat()}),
         Block::ToolUse { id, name, input } => {
             json!({"type": "tool_use", "id": id, "name": name, "input": input})
         }
@@ -129,24 +151,26 @@ pub(super) fn sse(turn: &Turn, model: &str) -> String {
         }}),
     );
     for (index, block) in turn.blocks.iter().enumerate() {
-        let (start, delta) = match block {
-            Block::Text(text) => (
-                json!({"type": "text", "text": ""}),
-                json!({"type": "text_delta", "text": text}),
-            ),
+        let text_start = || json!({"type": "text", "text": ""});
+        let text_delta = |text: &str| json!({"type": "text_delta", "text": text});
+        let (start, deltas) = match block {
+            Block::Text(text) => (text_start(), vec![text_delta(text)]),
+            Block::Deltas(pieces) => (text_start(), pieces.iter().map(|p| text_delta(p)).collect()),
             Block::ToolUse { id, name, input } => (
                 json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                json!({"type": "input_json_delta", "partial_json": input.to_string()}),
+                vec![json!({"type": "input_json_delta", "partial_json": input.to_string()})],
             ),
         };
         event(
             "content_block_start",
             json!({"type": "content_block_start", "index": index, "content_block": start}),
         );
-        event(
-            "content_block_delta",
-            json!({"type": "content_block_delta", "index": index, "delta": delta}),
-        );
+        for delta in deltas {
+            event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            );
+        }
         event(
             "content_block_stop",
             json!({"type": "content_block_stop", "index": index}),

@@ -25,7 +25,8 @@ fn turn_text(turn: &Turn) -> String {
     turn.blocks
         .iter()
         .filter_map(|b| match b {
-            Block::Text(t) => Some(t.as_str()),
+            Block::Text(t) => Some(t.clone()),
+            Block::Deltas(pieces) => Some(pieces.concat()),
             Block::ToolUse { .. } => None,
         })
         .collect()
