@@ -167,6 +167,7 @@ pub fn got(r: &pb::GetSessionResponse) -> Value {
         "session": opt_session(r.session.as_ref()),
         "children": r.children.iter().map(session).collect::<Vec<_>>(),
         "inbox_count": r.inbox_count,
+        "unread_count": r.unread_count,
         "exit_code": r.result.as_ref().and_then(|x| x.exit_code),
         "output_tail": r.result.as_ref().map(|x| x.output_tail.as_str()),
         "finished": r.result.as_ref().and_then(|x| x.finished.as_ref()).map(finished),
@@ -271,6 +272,7 @@ fn event_detail(detail: Option<&Detail>) -> Value {
         }),
         Some(Detail::Usage(u)) => view::usage(u),
         Some(Detail::Finished(f)) => finished(f),
+        Some(Detail::Delivered(d)) => json!({"through_sequence": d.through_sequence}),
     }
 }
 
@@ -336,6 +338,7 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
             outcome_str(f.outcome()),
             word(&f.result)
         ),
+        Some(Detail::Delivered(d)) => format!("through_sequence={}", d.through_sequence),
     }
 }
 
