@@ -1,7 +1,8 @@
 //! The web console in a real browser (headless Chromium through
 //! chromedriver), against a real session service driving a real runner and
 //! Docker: signing in, a team's tree growing live, a session's output
-//! streaming, a message delivered, a subtree terminated, agents' text
+//! streaming, a message delivered, a subtree terminated, a node's unread
+//! messages counted up and down live, agents' text
 //! shown as text, refusals without the cookie or the CSRF token, and a
 //! page that resumes after the service restarts without showing an event
 //! twice. One browser goes through the steps in turn; a failed step keeps
@@ -354,6 +355,49 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
                 let status = pair.get(id).await.session.unwrap().status();
                 ensure!(status == SessionStatus::Terminated, "{id} is {status:?}");
             }
+            Ok(())
+        })
+        .await;
+
+    // A session whose agent cannot start yet (its runner is down) keeps
+    // its messages unread: the tree's snapshot counts them, a new one adds
+    // to them live, and once the runner is back and the agent is handed
+    // them the count drops on the same page, with no reload.
+    browser
+        .step("unread_counts_live", async {
+            pair.runner.stop().await;
+            let root = pair.root(&ws, "holder", "hold").await;
+            let row = format!("document.querySelector('#tree [data-session-id=\"{}\"]')", root.session_id);
+            browser.goto(&format!("{base}/#/w/{ws}/t/{}", root.tree_id)).await?;
+            browser
+                .until("the initial message unread, from the snapshot", &format!(
+                    "const r = {row}; return r && r.querySelector('.inbox')?.textContent === '1 msg' \
+                     && r.querySelector('.unread')?.textContent === '1 unread'"))
+                .await?;
+            browser.js("window.__same_page = true; return true").await?;
+            pair.server
+                .operator()
+                .await
+                .send_message(troupe_proto::session::SendMessageRequest {
+                    session_id: root.session_id.clone(),
+                    message: "while you wait".to_owned(),
+                    request_id: String::new(),
+                })
+                .await?;
+            browser
+                .until("two unread, live", &format!(
+                    "const r = {row}; return r.querySelector('.inbox')?.textContent === '2 msg' \
+                     && r.querySelector('.unread')?.textContent === '2 unread'"))
+                .await?;
+            pair.runner.start_again().await;
+            browser
+                .until("none unread once delivered", &format!(
+                    "const r = {row}; return r.dataset.status === 'running' \
+                     && r.querySelector('.inbox')?.textContent === '2 msg' && r.querySelector('.unread') === null"))
+                .await?;
+            ensure!(browser.js("return window.__same_page === true").await? == true, "the page was reloaded");
+            let got = pair.get(&root.session_id).await;
+            ensure!((got.inbox_count, got.unread_count) == (2, 0), "inbox {} unread {}", got.inbox_count, got.unread_count);
             Ok(())
         })
         .await;
