@@ -439,4 +439,19 @@ mod tests {
         assert_eq!(v["ended_at"], Value::Null);
         assert_eq!(v["created_at"], "1970-01-01T00:00:00Z");
     }
+
+    #[test]
+    fn a_delivery_prints_its_sequence() {
+        let e = pb::SessionEvent {
+            kind: pb::EventKind::Delivered as i32,
+            detail: Some(Detail::Delivered(pb::Delivered {
+                through_sequence: 3,
+            })),
+            ..Default::default()
+        };
+        let v = event(&e);
+        assert_eq!(v["kind"], "delivered");
+        assert_eq!(v["detail"], json!({"through_sequence": 3}));
+        assert_eq!(event_detail_text(e.detail.as_ref()), "through_sequence=3");
+    }
 }
