@@ -6,7 +6,8 @@
 //! shown as text, refusals without the cookie or the CSRF token, and a
 //! page that resumes after the service restarts without showing an event
 //! twice. One browser goes through the steps in turn; a failed step keeps
-//! a screenshot (`common/browser.rs`).
+//! a screenshot (`common/browser.rs`). And, in a process that exports
+//! spans (so that sessions have trace ids), a session's trace link.
 
 #[path = "console/browser.rs"]
 mod browser;
@@ -21,7 +22,7 @@ use browser::Browser;
 use common::pair::*;
 use hyper::{Method, StatusCode};
 use troupe_proto::session::{ExecutionMode, SessionStatus};
-use troupe_tests::OPERATOR_TOKEN;
+use troupe_tests::{OPERATOR_TOKEN, otlp::exporting_test};
 
 /// What a payload would set if the page ever ran it.
 const XSS_TITLE: &str = "<img src=x onerror=\"window.__xss='title'\">";
@@ -412,4 +413,66 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
         })
         .await;
     browser.close().await;
+}
+
+/// Where the console links a session's trace.
+const TRACE_URL: &str = "http://127.0.0.1:16686/trace/{trace_id}";
+
+/// A session's page links its trace with `--console-trace-url`'s template.
+/// Its body runs in a process that exports spans (`exporting_test`): only
+/// there do sessions have a trace id.
+#[test]
+fn a_session_links_its_trace_in_a_real_browser() {
+    require_agent_tools();
+    exporting_test(
+        "a_session_links_its_trace_in_a_real_browser",
+        |_receiver| async move {
+            let _telemetry = troupe_telemetry::init("troupe-console-test", "warn", None).unwrap();
+            let console = free_addr();
+            let pair = Pair::start_with(|c| {
+                c.console.console_listen = Some(console);
+                c.console.console_trace_url = Some(TRACE_URL.to_owned());
+            })
+            .await;
+            troupe_tests::http::wait_listening(console).await;
+            let ws = pair.runner.workspace("console-trace");
+            pair.agent(&ws, "holder", "while read line; do :; done");
+            let root = pair.root(&ws, "holder", "hold").await;
+            let browser = Browser::start().await;
+            browser
+                .step("trace_link", async {
+                    let trace_id = pair
+                        .get(&root.session_id)
+                        .await
+                        .session
+                        .map(|s| s.trace_id)
+                        .unwrap_or_default();
+                    ensure!(
+                        trace_id.len() == 32,
+                        "the session has no trace id: {trace_id:?}"
+                    );
+                    browser.goto(&format!("http://{console}/")).await?;
+                    browser.type_into("#token", OPERATOR_TOKEN).await?;
+                    browser.click("#sign-in").await?;
+                    browser.wait_for("#workspaces").await?;
+                    browser
+                        .goto(&format!("http://{console}/#/s/{}", root.session_id))
+                        .await?;
+                    let link = browser.wait_for("#trace-link").await?;
+                    let href = link.attr("href").await?.unwrap_or_default();
+                    ensure!(
+                        href == TRACE_URL.replace("{trace_id}", &trace_id),
+                        "trace link {href}"
+                    );
+                    let rel = link.attr("rel").await?.unwrap_or_default();
+                    ensure!(
+                        rel.contains("noopener") && rel.contains("noreferrer"),
+                        "rel {rel}"
+                    );
+                    Ok(())
+                })
+                .await;
+            browser.close().await;
+        },
+    );
 }
