@@ -403,6 +403,28 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
         })
         .await;
 
+    // Events after the snapshot's cursor may repeat what it counted: the
+    // page's model (the module itself, in the page) counts each message
+    // once, whether it came in the snapshot or an event, or both.
+    browser
+        .step("snapshot_counts_are_not_counted_again", async {
+            let counts = browser
+                .js("return import('/tree.js').then(({ TreeModel, unread }) => { \
+                       const m = new TreeModel(); \
+                       m.load({ sessions: [{ session_id: 's', status: 'running', \
+                         inbox: { received: 2, delivered_through: 1, unread: 1 }, progress: null }], refused: [] }); \
+                       const ev = (kind, detail) => m.apply({ kind, session_id: 's', status: 'running', detail }); \
+                       const now = () => [m.nodes.get('s').received, unread(m.nodes.get('s'))]; \
+                       ev('message', { inbox_sequence: 2 }); ev('delivered', { through_sequence: 1 }); \
+                       const repeated = now(); \
+                       ev('message', { inbox_sequence: 3 }); const grown = now(); \
+                       ev('delivered', { through_sequence: 3 }); return [repeated, grown, now()]; })")
+                .await?;
+            ensure!(counts == serde_json::json!([[2, 1], [3, 2], [3, 0]]), "received, unread: {counts}");
+            Ok(())
+        })
+        .await;
+
     browser
         .step("sign_out", async {
             browser.click("#sign-out").await?;
