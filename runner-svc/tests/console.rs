@@ -143,6 +143,9 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
                 .until("the echo of the message", "return [...document.querySelectorAll('#output .line')].some(l => l.textContent.includes('got: ') && l.textContent.includes('hi agent'))")
                 .await?;
             browser
+                .until("none unread", "return document.querySelector('#inbox-counts')?.textContent === '2 received, 0 unread'")
+                .await?;
+            browser
                 .until("the message marked delivered", &format!(
                     "return [...document.querySelectorAll('#messages li.in')].some(m => m.querySelector('.body').textContent === {} && m.querySelector('.meta').textContent.includes('delivered'))",
                     serde_json::json!(XSS_MESSAGE)

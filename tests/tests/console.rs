@@ -434,6 +434,16 @@ async fn a_tree_snapshot_carries_inbox_progress_and_refused_spawns() {
     .await;
     assert_eq!(follow.status, StatusCode::OK, "{}", follow.body);
     assert_eq!(follow.json()["refused"], json!([]));
+    let unnamed = http::send(
+        Method::GET,
+        &format!("{base}/api/refused?after={after}"),
+        &[cookie],
+        "",
+        LIMIT,
+    )
+    .await;
+    assert_eq!(unnamed.status, StatusCode::BAD_REQUEST, "{}", unnamed.body);
+    assert_eq!(unnamed.json()["code"], "INVALID_ARGUMENT");
     let view = http::send(
         Method::GET,
         &format!("{base}/api/sessions/{id}"),

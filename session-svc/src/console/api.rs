@@ -195,7 +195,7 @@ pub async fn tree<S: Store>(
 
 #[derive(Deserialize)]
 pub struct RefusedQuery {
-    workspace: String,
+    workspace: Option<String>,
     #[serde(default)]
     after: u64,
 }
@@ -209,9 +209,11 @@ pub async fn refused<S: Store>(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     console.signed(&headers).await?;
-    let (refused, audit_cursor) = console
-        .refused_spawns(&query.workspace, query.after)
-        .await?;
+    let workspace = query
+        .workspace
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| ApiError::invalid("workspace: required (the tree's workspace)"))?;
+    let (refused, audit_cursor) = console.refused_spawns(&workspace, query.after).await?;
     Ok(ok(
         json!({ "refused": refused, "audit_cursor": audit_cursor }),
     ))
