@@ -3,6 +3,9 @@
 //! as a closure) inside the same transaction as the write, so concurrent
 //! calls cannot both pass a check that only one of them may pass.
 //!
+//! [`ConsoleStore`] (the web console's reads and sign-ins) is a part of
+//! every store.
+//!
 //! [`SqliteStore`] is the embedded default; [`PgStore`] keeps the ledger in
 //! PostgreSQL for several replicas on one database. The rules never see
 //! SQL, so each backend implements this trait without touching them
