@@ -167,6 +167,7 @@ pub fn got(r: &pb::GetSessionResponse) -> Value {
         "session": opt_session(r.session.as_ref()),
         "children": r.children.iter().map(session).collect::<Vec<_>>(),
         "inbox_count": r.inbox_count,
+        "unread_count": r.unread_count,
         "exit_code": r.result.as_ref().and_then(|x| x.exit_code),
         "output_tail": r.result.as_ref().map(|x| x.output_tail.as_str()),
         "finished": r.result.as_ref().and_then(|x| x.finished.as_ref()).map(finished),
@@ -271,6 +272,7 @@ fn event_detail(detail: Option<&Detail>) -> Value {
         }),
         Some(Detail::Usage(u)) => view::usage(u),
         Some(Detail::Finished(f)) => finished(f),
+        Some(Detail::Delivered(d)) => json!({"through_sequence": d.through_sequence}),
     }
 }
 
@@ -336,6 +338,7 @@ pub fn event_detail_text(detail: Option<&Detail>) -> String {
             outcome_str(f.outcome()),
             word(&f.result)
         ),
+        Some(Detail::Delivered(d)) => format!("through_sequence={}", d.through_sequence),
     }
 }
 
@@ -435,5 +438,20 @@ mod tests {
         assert_eq!(v["parent_session_id"], Value::Null);
         assert_eq!(v["ended_at"], Value::Null);
         assert_eq!(v["created_at"], "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn a_delivery_prints_its_sequence() {
+        let e = pb::SessionEvent {
+            kind: pb::EventKind::Delivered as i32,
+            detail: Some(Detail::Delivered(pb::Delivered {
+                through_sequence: 3,
+            })),
+            ..Default::default()
+        };
+        let v = event(&e);
+        assert_eq!(v["kind"], "delivered");
+        assert_eq!(v["detail"], json!({"through_sequence": 3}));
+        assert_eq!(event_detail_text(e.detail.as_ref()), "through_sequence=3");
     }
 }

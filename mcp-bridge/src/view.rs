@@ -112,6 +112,7 @@ pub fn got(r: &pb::GetSessionResponse) -> Value {
         "result": result(r.result.as_ref()),
         "children": r.children.iter().map(session).collect::<Vec<_>>(),
         "inbox_count": r.inbox_count,
+        "unread_count": r.unread_count,
     })
 }
 

@@ -50,6 +50,7 @@ pub fn kind_str(kind: EventKind) -> &'static str {
         EventKind::OutputTruncated => "output_truncated",
         EventKind::Usage => "usage",
         EventKind::Orphaned => "orphaned",
+        EventKind::Delivered => "delivered",
     }
 }
 
@@ -67,6 +68,7 @@ pub fn parse_kind(text: &str) -> Option<EventKind> {
         "output_truncated" => EventKind::OutputTruncated,
         "usage" => EventKind::Usage,
         "orphaned" => EventKind::Orphaned,
+        "delivered" => EventKind::Delivered,
         _ => return None,
     })
 }
@@ -118,6 +120,7 @@ mod tests {
             EventKind::OutputTruncated,
             EventKind::Usage,
             EventKind::Orphaned,
+            EventKind::Delivered,
         ] {
             assert_eq!(parse_kind(kind_str(k)), Some(k));
         }

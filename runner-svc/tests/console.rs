@@ -1,11 +1,13 @@
 //! The web console in a real browser (headless Chromium through
 //! chromedriver), against a real session service driving a real runner and
 //! Docker: signing in, a team's tree growing live, a session's output
-//! streaming, a message delivered, a subtree terminated, agents' text
+//! streaming, a message delivered, a subtree terminated, a node's unread
+//! messages counted up and down live, agents' text
 //! shown as text, refusals without the cookie or the CSRF token, and a
 //! page that resumes after the service restarts without showing an event
 //! twice. One browser goes through the steps in turn; a failed step keeps
-//! a screenshot (`common/browser.rs`).
+//! a screenshot (`common/browser.rs`). And, in a process that exports
+//! spans (so that sessions have trace ids), a session's trace link.
 
 #[path = "console/browser.rs"]
 mod browser;
@@ -20,7 +22,7 @@ use browser::Browser;
 use common::pair::*;
 use hyper::{Method, StatusCode};
 use troupe_proto::session::{ExecutionMode, SessionStatus};
-use troupe_tests::OPERATOR_TOKEN;
+use troupe_tests::{OPERATOR_TOKEN, otlp::exporting_test};
 
 /// What a payload would set if the page ever ran it.
 const XSS_TITLE: &str = "<img src=x onerror=\"window.__xss='title'\">";
@@ -139,6 +141,9 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
             // The agent read it from its stdin and said so; the inbox says delivered.
             browser
                 .until("the echo of the message", "return [...document.querySelectorAll('#output .line')].some(l => l.textContent.includes('got: ') && l.textContent.includes('hi agent'))")
+                .await?;
+            browser
+                .until("none unread", "return document.querySelector('#inbox-counts')?.textContent === '2 received, 0 unread'")
                 .await?;
             browser
                 .until("the message marked delivered", &format!(
@@ -358,6 +363,71 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
         })
         .await;
 
+    // A session whose agent cannot start yet (its runner is down) keeps
+    // its messages unread: the tree's snapshot counts them, a new one adds
+    // to them live, and once the runner is back and the agent is handed
+    // them the count drops on the same page, with no reload.
+    browser
+        .step("unread_counts_live", async {
+            pair.runner.stop().await;
+            let root = pair.root(&ws, "holder", "hold").await;
+            let row = format!("document.querySelector('#tree [data-session-id=\"{}\"]')", root.session_id);
+            browser.goto(&format!("{base}/#/w/{ws}/t/{}", root.tree_id)).await?;
+            browser
+                .until("the initial message unread, from the snapshot", &format!(
+                    "const r = {row}; return r && r.querySelector('.inbox')?.textContent === '1 msg' \
+                     && r.querySelector('.unread')?.textContent === '1 unread'"))
+                .await?;
+            browser.js("window.__same_page = true; return true").await?;
+            pair.server
+                .operator()
+                .await
+                .send_message(troupe_proto::session::SendMessageRequest {
+                    session_id: root.session_id.clone(),
+                    message: "while you wait".to_owned(),
+                    request_id: String::new(),
+                })
+                .await?;
+            browser
+                .until("two unread, live", &format!(
+                    "const r = {row}; return r.querySelector('.inbox')?.textContent === '2 msg' \
+                     && r.querySelector('.unread')?.textContent === '2 unread'"))
+                .await?;
+            pair.runner.start_again().await;
+            browser
+                .until("none unread once delivered", &format!(
+                    "const r = {row}; return r.dataset.status === 'running' \
+                     && r.querySelector('.inbox')?.textContent === '2 msg' && r.querySelector('.unread') === null"))
+                .await?;
+            ensure!(browser.js("return window.__same_page === true").await? == true, "the page was reloaded");
+            let got = pair.get(&root.session_id).await;
+            ensure!((got.inbox_count, got.unread_count) == (2, 0), "inbox {} unread {}", got.inbox_count, got.unread_count);
+            Ok(())
+        })
+        .await;
+
+    // Events after the snapshot's cursor may repeat what it counted: the
+    // page's model (the module itself, in the page) counts each message
+    // once, whether it came in the snapshot or an event, or both.
+    browser
+        .step("snapshot_counts_are_not_counted_again", async {
+            let counts = browser
+                .js("return import('/tree.js').then(({ TreeModel, unread }) => { \
+                       const m = new TreeModel(); \
+                       m.load({ sessions: [{ session_id: 's', status: 'running', \
+                         inbox: { received: 2, delivered_through: 1, unread: 1 }, progress: null }], refused: [] }); \
+                       const ev = (kind, detail) => m.apply({ kind, session_id: 's', status: 'running', detail }); \
+                       const now = () => [m.nodes.get('s').received, unread(m.nodes.get('s'))]; \
+                       ev('message', { inbox_sequence: 2 }); ev('delivered', { through_sequence: 1 }); \
+                       const repeated = now(); \
+                       ev('message', { inbox_sequence: 3 }); const grown = now(); \
+                       ev('delivered', { through_sequence: 3 }); return [repeated, grown, now()]; })")
+                .await?;
+            ensure!(counts == serde_json::json!([[2, 1], [3, 2], [3, 0]]), "received, unread: {counts}");
+            Ok(())
+        })
+        .await;
+
     browser
         .step("sign_out", async {
             browser.click("#sign-out").await?;
@@ -368,4 +438,66 @@ async fn the_console_shows_a_team_live_and_acts_on_it_in_a_real_browser() {
         })
         .await;
     browser.close().await;
+}
+
+/// Where the console links a session's trace.
+const TRACE_URL: &str = "http://127.0.0.1:16686/trace/{trace_id}";
+
+/// A session's page links its trace with `--console-trace-url`'s template.
+/// Its body runs in a process that exports spans (`exporting_test`): only
+/// there do sessions have a trace id.
+#[test]
+fn a_session_links_its_trace_in_a_real_browser() {
+    require_agent_tools();
+    exporting_test(
+        "a_session_links_its_trace_in_a_real_browser",
+        |_receiver| async move {
+            let _telemetry = troupe_telemetry::init("troupe-console-test", "warn", None).unwrap();
+            let console = free_addr();
+            let pair = Pair::start_with(|c| {
+                c.console.console_listen = Some(console);
+                c.console.console_trace_url = Some(TRACE_URL.to_owned());
+            })
+            .await;
+            troupe_tests::http::wait_listening(console).await;
+            let ws = pair.runner.workspace("console-trace");
+            pair.agent(&ws, "holder", "while read line; do :; done");
+            let root = pair.root(&ws, "holder", "hold").await;
+            let browser = Browser::start().await;
+            browser
+                .step("trace_link", async {
+                    let trace_id = pair
+                        .get(&root.session_id)
+                        .await
+                        .session
+                        .map(|s| s.trace_id)
+                        .unwrap_or_default();
+                    ensure!(
+                        trace_id.len() == 32,
+                        "the session has no trace id: {trace_id:?}"
+                    );
+                    browser.goto(&format!("http://{console}/")).await?;
+                    browser.type_into("#token", OPERATOR_TOKEN).await?;
+                    browser.click("#sign-in").await?;
+                    browser.wait_for("#workspaces").await?;
+                    browser
+                        .goto(&format!("http://{console}/#/s/{}", root.session_id))
+                        .await?;
+                    let link = browser.wait_for("#trace-link").await?;
+                    let href = link.attr("href").await?.unwrap_or_default();
+                    ensure!(
+                        href == TRACE_URL.replace("{trace_id}", &trace_id),
+                        "trace link {href}"
+                    );
+                    let rel = link.attr("rel").await?.unwrap_or_default();
+                    ensure!(
+                        rel.contains("noopener") && rel.contains("noreferrer"),
+                        "rel {rel}"
+                    );
+                    Ok(())
+                })
+                .await;
+            browser.close().await;
+        },
+    );
 }

@@ -21,7 +21,9 @@ pub use budget::{
     Account, Budget, BudgetLeft, CallOutcome, Charge, Cost, Dimension, ModelCall, OwnUsage,
     PRICE_DECIMALS, Price, Reservation, TokenUsage,
 };
-pub use console::{ConsoleSession, ConsoleSessionId, CsrfToken, MessageRecord};
+pub use console::{
+    ConsoleSession, ConsoleSessionId, CsrfToken, MessageRecord, ProgressReport, SessionActivity,
+};
 pub use finish::{Finish, Outcome};
 pub use groups::{Audience, FannedOut, GroupName, GroupRow, Reach, Reached, new_message_id};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};

@@ -28,7 +28,15 @@ impl Answer {
 }
 
 fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+    client_from(None)
+}
+
+/// A client whose connections leave from `local` (any of 127.0.0.0/8 is
+/// this host's: a test's stand-in for another client's address).
+fn client_from(local: Option<std::net::IpAddr>) -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(local);
+    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 fn request(url: &str, headers: &[(&str, &str)], body: &serde_json::Value) -> Request<Full<Bytes>> {
@@ -101,6 +109,19 @@ pub async fn send(
     body: &str,
     limit: Duration,
 ) -> Answer {
+    send_from(None, method, url, headers, body, limit).await
+}
+
+/// [`send`], on a connection from the local address `local` (a loopback
+/// address other than 127.0.0.1 stands for another client).
+pub async fn send_from(
+    local: Option<std::net::IpAddr>,
+    method: hyper::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    limit: Duration,
+) -> Answer {
     let mut builder = Request::builder().method(method).uri(url);
     for (name, value) in headers {
         builder = builder.header(*name, *value);
@@ -109,7 +130,10 @@ pub async fn send(
         .body(Full::new(Bytes::from(body.to_owned())))
         .expect("a request");
     let call = async {
-        let response = client().request(request).await.expect("the server answers");
+        let response = client_from(local)
+            .request(request)
+            .await
+            .expect("the server answers");
         let (parts, body) = response.into_parts();
         let bytes = body.collect().await.expect("a whole body").to_bytes();
         Answer {

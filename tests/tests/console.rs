@@ -284,6 +284,177 @@ async fn a_trace_url_that_is_not_an_http_link_with_the_trace_id_stops_the_start(
     }
 }
 
+/// A sign-in from the loopback address `from` (one of 127.0.0.0/8: each
+/// stands for another client); its answer.
+async fn sign_in_from(base: &str, from: &str, token: &str) -> http::Answer {
+    http::send_from(
+        Some(from.parse().unwrap()),
+        Method::POST,
+        &format!("{base}/api/sign-in"),
+        &[JSON],
+        &json!({ "token": token }).to_string(),
+        LIMIT,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn failed_sign_ins_are_throttled_per_client_and_in_all() {
+    let addr = free_addr();
+    // The defaults per client (5 a minute), and 8 a minute in all.
+    let server = TestServer::start_with(|c| {
+        c.console.console_listen = Some(addr);
+        c.console.console_sign_in_global_failures_per_minute = 8;
+    })
+    .await;
+    http::wait_listening(addr).await;
+    let base = format!("http://{addr}");
+    let wrong = "not-the-operator-token-000";
+    for n in 0..5 {
+        let answer = sign_in_from(&base, "127.0.0.2", wrong).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "failure {n}");
+    }
+    // The sixth waits, the right token too: it is not even looked at.
+    for token in [wrong, OPERATOR_TOKEN] {
+        let answer = sign_in_from(&base, "127.0.0.2", token).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{}",
+            answer.body
+        );
+        let retry: u64 = answer.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=12).contains(&retry), "Retry-After: {retry}");
+        assert!(answer.headers.get("set-cookie").is_none());
+    }
+    // Another client signs in meanwhile; a right token costs nothing.
+    for _ in 0..6 {
+        let answer = sign_in_from(&base, "127.0.0.3", OPERATOR_TOKEN).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    // Failures from many clients reach the global bound: then everyone waits.
+    for n in 0..3 {
+        let answer = sign_in_from(&base, "127.0.0.4", wrong).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "failure {n}");
+    }
+    let flood = sign_in_from(&base, "127.0.0.5", OPERATOR_TOKEN).await;
+    assert_eq!(
+        flood.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        flood.body
+    );
+    // Only the failures that were looked at are audited.
+    let refusals = audit(&server)
+        .await
+        .into_iter()
+        .filter(|e| e.action == "console_sign_in" && !e.allowed)
+        .count();
+    assert_eq!(refusals, 8);
+}
+
+#[tokio::test]
+async fn a_tree_snapshot_carries_inbox_progress_and_refused_spawns() {
+    use troupe_proto::session::{ReportProgressRequest, SendMessageRequest, TrustLevel};
+    let (server, base) = console_server().await;
+    let (root, mut agent, _) = server.root("alpha", TrustLevel::Sandboxed).await;
+    let id = root.session_id.clone();
+    let mut operator = server.operator().await;
+    for n in 0..2 {
+        operator
+            .send_message(SendMessageRequest {
+                session_id: id.clone(),
+                message: format!("message {n}"),
+                request_id: String::new(),
+            })
+            .await
+            .unwrap();
+    }
+    agent
+        .report_progress(ReportProgressRequest {
+            progress: 40,
+            description: "half way".to_owned(),
+        })
+        .await
+        .unwrap();
+    let refused = troupe_proto::session::CreateSessionRequest {
+        agent_name: "nobody".to_owned(),
+        ..troupe_tests::child("refused")
+    };
+    agent
+        .create_session(refused)
+        .await
+        .expect_err("no such agent");
+
+    let (cookie, _) = sign_in(&base).await;
+    let cookie = ("cookie", cookie.as_str());
+    let snapshot = http::send(
+        Method::GET,
+        &format!("{base}/api/workspaces/alpha/sessions"),
+        &[cookie],
+        "",
+        LIMIT,
+    )
+    .await;
+    assert_eq!(snapshot.status, StatusCode::OK, "{}", snapshot.body);
+    let snapshot = snapshot.json();
+    let node = snapshot["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == id.as_str())
+        .expect("the root")
+        .clone();
+    // No runner here: the initial message and the two stay unread.
+    assert_eq!(
+        node["inbox"],
+        json!({"received": 3, "delivered_through": 0, "unread": 3})
+    );
+    assert_eq!(
+        node["progress"],
+        json!({"progress": 40, "description": "half way"})
+    );
+    assert!(snapshot["cursor"].as_u64().unwrap() > 0);
+    let refusals = snapshot["refused"].as_array().unwrap();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0]["target"], id.as_str());
+    // The page follows refusals from the cursor it was given: none new.
+    let after = snapshot["audit_cursor"].as_u64().unwrap();
+    let follow = http::send(
+        Method::GET,
+        &format!("{base}/api/refused?workspace=alpha&after={after}"),
+        &[cookie],
+        "",
+        LIMIT,
+    )
+    .await;
+    assert_eq!(follow.status, StatusCode::OK, "{}", follow.body);
+    assert_eq!(follow.json()["refused"], json!([]));
+    let unnamed = http::send(
+        Method::GET,
+        &format!("{base}/api/refused?after={after}"),
+        &[cookie],
+        "",
+        LIMIT,
+    )
+    .await;
+    assert_eq!(unnamed.status, StatusCode::BAD_REQUEST, "{}", unnamed.body);
+    assert_eq!(unnamed.json()["code"], "INVALID_ARGUMENT");
+    let view = http::send(
+        Method::GET,
+        &format!("{base}/api/sessions/{id}"),
+        &[cookie],
+        "",
+        LIMIT,
+    )
+    .await;
+    assert_eq!(view.json()["unread_count"], 3);
+}
+
 /// Sign-ins as the store keeps them, on either backend: the hash of the
 /// id, never the id; none after its expiry; none after sign-out.
 async fn sign_in_contract(store: impl Store) {

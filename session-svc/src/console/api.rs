@@ -4,7 +4,7 @@
 //! their bodies) read the store, as the operator may read everything.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
 
@@ -23,12 +23,12 @@ use super::{
     calls::{ApiError, as_operator},
     json, no_store,
 };
-use crate::{service::view, store::Store};
+use crate::{model::SessionActivity, service::view, store::Store};
 
 /// Pages of sessions a tree view reads at most (of the list RPC's largest page).
 const MAX_LIST_PAGES: usize = 10;
-/// Audit entries read at most to find a workspace's refused spawns.
-const MAX_AUDIT_SCAN: u32 = 50_000;
+/// Refused spawns a tree view is given at most (the newest).
+const MAX_REFUSED: u32 = 1_000;
 /// Messages and audit entries a session view shows.
 const SESSION_VIEW_ROWS: u32 = 500;
 
@@ -80,34 +80,23 @@ impl<S: Store> Console<S> {
         Ok(())
     }
 
-    /// The spawns the rules refused (audit entries of `create_session`,
-    /// refused) after audit entry `after_id`, and the last entry read: a
-    /// page asks again from there for the new ones alone.
-    async fn refused_spawns(&self, after_id: u64) -> Result<(Vec<Value>, u64), ApiError> {
-        let mut refused = Vec::new();
-        let mut after_id = after_id;
-        let mut read = 0;
-        while read < MAX_AUDIT_SCAN {
-            let request = as_operator(
-                self.operator_token(),
-                pb::ListAuditRequest {
-                    session_id: String::new(),
-                    after_id,
-                    limit: 10_000,
-                },
-            )?;
-            let entries = self.service.list_audit(request).await?.into_inner().entries;
-            let Some(last) = entries.last() else { break };
-            after_id = last.id;
-            read += entries.len() as u32;
-            refused.extend(
-                entries
-                    .iter()
-                    .filter(|e| !e.allowed && e.action == "create_session")
-                    .map(json::audit),
-            );
-        }
-        Ok((refused, after_id))
+    /// The spawns the rules refused to sessions of `workspace` after audit
+    /// entry `after_id` (at most [`MAX_REFUSED`], newest kept), oldest
+    /// first, and the audit entry to ask again after.
+    async fn refused_spawns(
+        &self,
+        workspace: &str,
+        after_id: u64,
+    ) -> Result<(Vec<Value>, u64), ApiError> {
+        let after_id = i64::try_from(after_id).unwrap_or(i64::MAX);
+        let (mut rows, newest) = self
+            .inner
+            .store
+            .refused_spawns(workspace, after_id, MAX_REFUSED)
+            .await?;
+        rows.reverse();
+        let cursor = u64::try_from(newest.max(after_id)).unwrap_or_default();
+        Ok((rows.iter().map(json::audit_row).collect(), cursor))
     }
 }
 
@@ -162,7 +151,8 @@ pub struct TreeQuery {
 }
 
 /// `GET /api/workspaces/{workspace}/sessions[?tree=ID]`: the sessions (with
-/// usage), the spawns refused to them, and the cursor to follow events from.
+/// usage, inbox and last progress), the spawns refused to them, and the
+/// cursors to follow events and refusals from.
 pub async fn tree<S: Store>(
     State(console): State<Arc<Console<S>>>,
     Path(workspace): Path<String>,
@@ -171,21 +161,33 @@ pub async fn tree<S: Store>(
 ) -> Result<Response, ApiError> {
     console.signed(&headers).await?;
     // Read before the sessions: events after it may repeat what the list
-    // shows, never miss anything.
+    // shows, never miss anything (the page applies a repeat idempotently).
     let cursor = console.inner.store.newest_event().await?;
     let mut sessions = console.workspace_sessions(&workspace).await?;
     if let Some(tree) = query.tree.as_deref().filter(|t| !t.is_empty()) {
         sessions.retain(|s| s.tree_id == tree);
     }
     console.with_usage(&mut sessions).await?;
+    let activity: HashMap<String, SessionActivity> = console
+        .inner
+        .store
+        .workspace_activity(&workspace)
+        .await?
+        .into_iter()
+        .map(|a| (a.session_id.clone(), a))
+        .collect();
     let ids: HashSet<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
-    let (mut refused, audit_cursor) = console.refused_spawns(0).await?;
+    let (mut refused, audit_cursor) = console.refused_spawns(&workspace, 0).await?;
     refused.retain(|r| r["target"].as_str().is_some_and(|t| ids.contains(t)));
     let trace = console.settings.trace_url.as_ref();
+    let sessions: Vec<Value> = sessions
+        .iter()
+        .map(|s| json::tree_node(s, trace, activity.get(&s.session_id)))
+        .collect();
     Ok(ok(json!({
         "workspace_id": workspace,
         "cursor": cursor,
-        "sessions": sessions.iter().map(|s| json::session(s, trace)).collect::<Vec<_>>(),
+        "sessions": sessions,
         "refused": refused,
         "audit_cursor": audit_cursor,
     })))
@@ -193,19 +195,25 @@ pub async fn tree<S: Store>(
 
 #[derive(Deserialize)]
 pub struct RefusedQuery {
+    workspace: Option<String>,
     #[serde(default)]
     after: u64,
 }
 
-/// `GET /api/refused?after=N`: spawns refused since audit entry `N` (a
-/// tree's page follows them with the `audit_cursor` it was given).
+/// `GET /api/refused?workspace=WS&after=N`: spawns refused to sessions of
+/// `WS` since audit entry `N` (a tree's page follows them with the
+/// `audit_cursor` it was given).
 pub async fn refused<S: Store>(
     State(console): State<Arc<Console<S>>>,
     Query(query): Query<RefusedQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     console.signed(&headers).await?;
-    let (refused, audit_cursor) = console.refused_spawns(query.after).await?;
+    let workspace = query
+        .workspace
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| ApiError::invalid("workspace: required (the tree's workspace)"))?;
+    let (refused, audit_cursor) = console.refused_spawns(&workspace, query.after).await?;
     Ok(ok(
         json!({ "refused": refused, "audit_cursor": audit_cursor }),
     ))
@@ -313,6 +321,7 @@ pub async fn session<S: Store>(
         "session": got.session.as_ref().map(|s| json::session(s, trace)),
         "children": got.children.iter().map(|s| json::session(s, trace)).collect::<Vec<_>>(),
         "inbox_count": got.inbox_count,
+        "unread_count": got.unread_count,
         "output_tail": result.output_tail,
         "messages": messages.iter().map(json::message).collect::<Vec<_>>(),
         "audit": audit.iter().map(json::audit).collect::<Vec<_>>(),

@@ -9,12 +9,12 @@
 //! request. Every POST must also be `application/json`, which no
 //! cross-site form can send.
 
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
-    Json,
-    extract::State,
-    http::{HeaderMap, HeaderValue, header},
+    Extension, Json,
+    extract::{ConnectInfo, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
@@ -51,13 +51,23 @@ impl Signed {
 }
 
 /// `POST /api/sign-in {"token"}`: a console session for the operator token.
+/// Failed sign-ins are bounded ([`super::throttle`]): past the bound, 429
+/// with `Retry-After`, before the token is compared.
 pub async fn sign_in<S: Store>(
     State(console): State<Arc<Console<S>>>,
+    connected: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Result<Json<SignIn>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
     let Json(body) = body.map_err(|e| ApiError::invalid(format!("bad sign-in body: {e}")))?;
+    // Served without the peers' addresses (a router mounted elsewhere),
+    // every client counts as one: the bound still holds.
+    let client = connected.map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0.0);
+    let admitted = console
+        .sign_ins
+        .admit(client.ip())
+        .map_err(|wait| throttled(client, wait))?;
     let presented = OperatorToken::new(&body.token);
     let expected = OperatorToken::new(console.inner.tokens.operator());
     if presented.is_none() || presented != expected {
@@ -73,6 +83,7 @@ pub async fn sign_in<S: Store>(
             .await;
         return Err(ApiError::unauthenticated("not the operator token"));
     }
+    console.sign_ins.succeeded(admitted);
     let id = ConsoleSessionId::generate();
     let created_at_ms = now_ms();
     let ttl_ms = i64::try_from(console.settings.ttl.as_millis()).unwrap_or(i64::MAX);
@@ -95,6 +106,19 @@ pub async fn sign_in<S: Store>(
     let mut response = no_store(Json(session_json(&console, &signed.session)).into_response());
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     Ok(response)
+}
+
+/// A sign-in refused by the throttle: 429, and when to try again (whole
+/// seconds, rounded up). Not audited, so a flood writes nothing.
+fn throttled(client: SocketAddr, wait: std::time::Duration) -> ApiError {
+    tracing::warn!(client = %client.ip(), "console sign-in throttled");
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "RESOURCE_EXHAUSTED",
+        format!("too many failed sign-ins; try again in {secs} s"),
+    )
+    .retry_after(secs.max(1))
 }
 
 /// `GET /api/session`: the page's CSRF token and settings, for a signed-in browser.

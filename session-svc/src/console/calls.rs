@@ -29,6 +29,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub reason: Option<String>,
+    /// Seconds, for a `Retry-After` header.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -38,7 +40,14 @@ impl ApiError {
             code,
             message: message.into(),
             reason: None,
+            retry_after: None,
         }
+    }
+
+    /// Tells the client when to try again (`Retry-After`, seconds).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -66,6 +75,7 @@ impl From<Status> for ApiError {
             code: refusal.code,
             message: refusal.message,
             reason: refusal.reason.map(|r| r.as_str().to_owned()),
+            retry_after: None,
         }
     }
 }
@@ -87,6 +97,11 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
     }
 }

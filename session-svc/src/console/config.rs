@@ -25,6 +25,19 @@ pub struct ConsoleArgs {
     #[arg(long, env = "TROUPE_CONSOLE_SESSION_TTL_SECS", default_value_t = 12 * 3600,
           value_parser = clap::value_parser!(u64).range(60..))]
     pub console_session_ttl_secs: u64,
+    /// Failed sign-ins a client address may make per minute (that many at
+    /// once, then one per share of the minute); past it, sign-ins from it
+    /// are refused (429, with `Retry-After`) without a look at the token.
+    /// IPv6 clients count by their /64.
+    #[arg(long, env = "TROUPE_CONSOLE_SIGN_IN_FAILURES_PER_MINUTE", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub console_sign_in_failures_per_minute: u32,
+    /// Failed sign-ins all clients together may make per minute; past it,
+    /// every sign-in waits (a flood from many addresses), the operator's
+    /// too. The CLI and agents are not affected.
+    #[arg(long, env = "TROUPE_CONSOLE_SIGN_IN_GLOBAL_FAILURES_PER_MINUTE", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub console_sign_in_global_failures_per_minute: u32,
 }
 
 impl ConsoleArgs {
@@ -73,6 +86,8 @@ mod tests {
             console_trace_url: Some(url.to_owned()),
             console_secure_cookie: false,
             console_session_ttl_secs: 3600,
+            console_sign_in_failures_per_minute: 5,
+            console_sign_in_global_failures_per_minute: 60,
         }
     }
 

@@ -12,7 +12,7 @@ use troupe_proto::{
 };
 
 use super::TraceUrl;
-use crate::model::MessageRecord;
+use crate::model::{AuditRow, MessageRecord, SessionActivity};
 
 /// Milliseconds since the Unix epoch of a protobuf timestamp.
 pub fn ms(at: Option<&Timestamp>) -> Option<i64> {
@@ -42,6 +42,29 @@ pub fn session(s: &pb::Session, trace: Option<&TraceUrl>) -> Value {
         "orphaned": s.orphaned,
         "usage": s.usage.as_ref().map(usage),
     })
+}
+
+/// A session as a tree's snapshot gives it: with its inbox (`received`,
+/// `delivered_through`, `unread`) and last progress report, which the page
+/// then follows by events (`message`, `delivered`, `progress`).
+pub fn tree_node(
+    s: &pb::Session,
+    trace: Option<&TraceUrl>,
+    activity: Option<&SessionActivity>,
+) -> Value {
+    let mut node = session(s, trace);
+    let received = activity.map_or(0, |a| a.received);
+    let delivered = activity.map_or(0, |a| a.delivered_through);
+    node["inbox"] = json!({
+        "received": received,
+        "delivered_through": delivered,
+        "unread": activity.map_or(0, SessionActivity::unread),
+    });
+    node["progress"] = activity.and_then(|a| a.progress.as_ref()).map_or(
+        Value::Null,
+        |p| json!({"progress": p.progress, "description": p.description}),
+    );
+    node
 }
 
 /// Costs as USD text (pico-dollars overflow a JavaScript number).
@@ -83,6 +106,7 @@ pub fn event(e: &pb::SessionEvent) -> Value {
             "by_runner": t.by_runner,
         }),
         Some(Detail::Usage(u)) => usage(u),
+        Some(Detail::Delivered(d)) => json!({"through_sequence": d.through_sequence}),
         Some(Detail::Orphaned(o)) => {
             json!({"policy": o.policy, "parent_status": o.parent_status})
         }
@@ -125,6 +149,20 @@ pub fn audit(a: &pb::AuditEntry) -> Value {
     json!({
         "id": a.id,
         "at_ms": ms(a.at.as_ref()),
+        "caller": a.caller,
+        "action": a.action,
+        "target": a.target,
+        "allowed": a.allowed,
+        "reason": a.reason,
+        "detail": a.detail,
+    })
+}
+
+/// An audit entry the store read (as [`audit`] gives one the service listed).
+pub fn audit_row(a: &AuditRow) -> Value {
+    json!({
+        "id": a.id,
+        "at_ms": a.at_ms,
         "caller": a.caller,
         "action": a.action,
         "target": a.target,

@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: its flags.
 //! - [`auth`]: signing in with the operator token, the cookie, CSRF.
+//! - [`throttle`]: the bound on failed sign-ins, per client and in all.
 //! - [`calls`]: acting through the service's own gRPC handlers, in process,
 //!   as the operator; refusals as HTTP answers.
 //! - [`api`]: the JSON API the page reads and acts through.
@@ -24,6 +25,7 @@ mod calls;
 pub mod config;
 mod events;
 mod json;
+mod throttle;
 
 use std::{
     future::{Future, IntoFuture},
@@ -57,6 +59,8 @@ pub struct Settings {
     pub ttl: Duration,
     pub secure_cookie: bool,
     pub trace_url: Option<TraceUrl>,
+    /// Failed sign-ins per minute: a client's, everyone's.
+    pub sign_in_failures: (u32, u32),
 }
 
 impl Settings {
@@ -65,6 +69,10 @@ impl Settings {
             ttl: args.session_ttl(),
             secure_cookie: args.console_secure_cookie,
             trace_url: args.trace_url()?,
+            sign_in_failures: (
+                args.console_sign_in_failures_per_minute,
+                args.console_sign_in_global_failures_per_minute,
+            ),
         })
     }
 }
@@ -74,13 +82,16 @@ pub struct Console<S> {
     service: Service<S>,
     inner: Arc<Inner<S>>,
     settings: Settings,
+    sign_ins: throttle::SignInThrottle,
 }
 
 impl<S: Store> Console<S> {
     pub fn new(service: Service<S>, settings: Settings) -> Arc<Self> {
+        let (per_client, global) = settings.sign_in_failures;
         Arc::new(Console {
             inner: service.shared(),
             service,
+            sign_ins: throttle::SignInThrottle::new(per_client, global),
             settings,
         })
     }
@@ -166,7 +177,9 @@ impl Listener {
         stop: CancellationToken,
     ) -> impl Future<Output = std::io::Result<()>> + Send {
         let router = router(Console::new(service, self.settings));
-        axum::serve(self.listener, router)
+        // The client's address: sign-in failures are counted by it.
+        let app = router.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(self.listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())
             .into_future()
     }

@@ -106,6 +106,46 @@ pub struct MessageRecord {
     pub delivered_at_ms: Option<i64>,
 }
 
+/// A session's last progress report (`ReportProgress`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgressReport {
+    /// Percent done, 0 to 100.
+    pub progress: u32,
+    pub description: String,
+}
+
+impl ProgressReport {
+    /// The report of a progress event's stored detail (`{"progress",
+    /// "description"}`); `None` unless it holds a percentage.
+    pub fn from_detail(detail: &str) -> Option<ProgressReport> {
+        let value: serde_json::Value = serde_json::from_str(detail).ok()?;
+        Some(ProgressReport {
+            progress: u32::try_from(value["progress"].as_u64()?).ok()?,
+            description: value["description"].as_str().unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+/// What a tree's node shows of a session beyond its row: its inbox and its
+/// last progress report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionActivity {
+    pub session_id: String,
+    /// Messages stored in its inbox (its last inbox sequence).
+    pub received: u64,
+    /// Every inbox message up to this sequence was handed to its agent
+    /// (`Store::mark_delivered`, which also sets their `delivered_at_ms`).
+    pub delivered_through: u64,
+    pub progress: Option<ProgressReport>,
+}
+
+impl SessionActivity {
+    /// Messages received and not yet handed to its agent.
+    pub fn unread(&self) -> u64 {
+        self.received.saturating_sub(self.delivered_through)
+    }
+}
+
 fn random_text() -> String {
     let mut bytes = [0u8; SECRET_BYTES];
     rand::rng().fill_bytes(&mut bytes);

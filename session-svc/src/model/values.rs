@@ -26,10 +26,12 @@ pub enum EventKind {
     Terminated,
     /// Its parent ended and it stays active (policy `abandon` or `notify`).
     Orphaned,
+    /// Its inbox's messages up to a sequence were handed to its agent.
+    Delivered,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::Created,
         EventKind::Started,
         EventKind::Message,
@@ -41,6 +43,7 @@ impl EventKind {
         EventKind::Failed,
         EventKind::Terminated,
         EventKind::Orphaned,
+        EventKind::Delivered,
     ];
 
     pub fn to_proto(self) -> pb::EventKind {
@@ -56,6 +59,7 @@ impl EventKind {
             EventKind::Failed => pb::EventKind::Failed,
             EventKind::Terminated => pb::EventKind::Terminated,
             EventKind::Orphaned => pb::EventKind::Orphaned,
+            EventKind::Delivered => pb::EventKind::Delivered,
         }
     }
 

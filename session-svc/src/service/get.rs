@@ -36,5 +36,6 @@ pub async fn session<S: Store>(
             .map(|child| view::session(caller, child))
             .collect(),
         inbox_count: inner.store.inbox_count(&row.session_id).await?,
+        unread_count: inner.store.unread_count(&row.session_id).await?,
     })
 }

@@ -183,6 +183,9 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
             policy: text("policy"),
             parent_status: text("parent_status"),
         })),
+        EventKind::Delivered => Some(Detail::Delivered(pb::Delivered {
+            through_sequence: number("through_sequence"),
+        })),
         EventKind::Output => Some(Detail::Output(pb::Output {
             stream: text("stream"),
             data: {

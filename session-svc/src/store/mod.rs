@@ -3,6 +3,9 @@
 //! as a closure) inside the same transaction as the write, so concurrent
 //! calls cannot both pass a check that only one of them may pass.
 //!
+//! [`ConsoleStore`] (the web console's reads and sign-ins) is a part of
+//! every store.
+//!
 //! [`SqliteStore`] is the embedded default; [`PgStore`] keeps the ledger in
 //! PostgreSQL for several replicas on one database. The rules never see
 //! SQL, so each backend implements this trait without touching them
@@ -25,6 +28,7 @@
 
 mod accounts;
 mod agent_rows;
+mod console;
 mod console_rows;
 mod lease;
 mod parent_end;
@@ -40,7 +44,8 @@ use tokio::sync::watch;
 use troupe_proto::scope::WriteScope;
 
 pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
-pub(crate) use console_rows::MessageColumns;
+pub use console::ConsoleStore;
+pub(crate) use console_rows::{ActivityColumns, AuditColumns, MessageColumns, audit_row};
 pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
     REQUEST_ID_PRUNE_BATCH,
@@ -58,10 +63,10 @@ pub use writes::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, ConsoleSession, EventFilter, Failure,
-        FannedOut, Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent,
-        NewMessage, NewSession, OperatorToken, Principal, ProcessChange, ProcessRow,
-        ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
+        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
+        Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage,
+        NewSession, OperatorToken, Principal, ProcessChange, ProcessRow, ReceivedMessage,
+        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
     },
     placement::Place,
 };
@@ -93,7 +98,7 @@ pub(crate) fn parse_stored<T>(
 }
 
 /// The ledger's storage.
-pub trait Store: Send + Sync + Clone + 'static {
+pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
         &self,
@@ -222,6 +227,13 @@ pub trait Store: Send + Sync + Clone + 'static {
 
     /// Counts the messages in a session's inbox.
     fn inbox_count(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
+
+    /// Returns how many of a session's inbox messages its agent has not
+    /// been handed yet (`delivered_at_ms` unset).
+    fn unread_count(
         &self,
         session_id: &str,
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;
@@ -567,33 +579,4 @@ pub trait Store: Send + Sync + Clone + 'static {
         workspace_id: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
-
-    /// Stores a console sign-in, and removes the sign-ins that have expired.
-    fn create_console_session(
-        &self,
-        session: &ConsoleSession,
-    ) -> impl Future<Output = Result<(), SessionError>> + Send;
-
-    /// Returns the console sign-in whose id hashes to `id_hash`, unless it
-    /// expired before `now_ms`.
-    fn console_session(
-        &self,
-        id_hash: &str,
-        now_ms: i64,
-    ) -> impl Future<Output = Result<Option<ConsoleSession>, SessionError>> + Send;
-
-    /// Removes a console sign-in (signing out); returns whether there was one.
-    fn delete_console_session(
-        &self,
-        id_hash: &str,
-    ) -> impl Future<Output = Result<bool, SessionError>> + Send;
-
-    /// Returns the newest `limit` messages `session_id` received or sent,
-    /// oldest first (by creation, then by message id: ids are time-ordered),
-    /// bodies included.
-    fn session_messages(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> impl Future<Output = Result<Vec<crate::model::MessageRecord>, SessionError>> + Send;
 }

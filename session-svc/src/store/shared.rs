@@ -10,6 +10,12 @@ use crate::{
     model::{FannedOut, ProcessChange, Reached},
 };
 
+/// The detail of a delivery's event (`EventKind::Delivered`): the inbox's
+/// messages up to `through` are the agent's now.
+pub(crate) fn delivered_detail(through: u64) -> serde_json::Value {
+    json!({ "through_sequence": through })
+}
+
 /// The quota left, as a create's idempotency record stores it.
 pub(crate) fn quota_json(q: &QuotaLeft) -> serde_json::Value {
     json!([

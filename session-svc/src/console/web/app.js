@@ -76,7 +76,7 @@ function treeView(workspace, tree) {
   const rereadRefusals = (force) => {
     if (rereading || auditCursor === null || !(force || [...model.nodes.values()].some(isActive))) return;
     rereading = true;
-    get(`/api/refused?after=${auditCursor}`).then((answer) => {
+    get(`/api/refused?workspace=${enc(workspace)}&after=${auditCursor}`).then((answer) => {
       auditCursor = answer.audit_cursor;
       if (answer.refused.length) {
         model.refused.push(...answer.refused);
@@ -88,8 +88,8 @@ function treeView(workspace, tree) {
     model.load(snapshot);
     auditCursor = snapshot.audit_cursor;
     view.render();
-    // From the oldest kept event: progress and inbox counts are rebuilt.
-    stream = follow({ workspace, tree, output: false }, 0, (event) => {
+    // From the snapshot's cursor: it carries each node's progress and inbox.
+    stream = follow({ workspace, tree, output: false }, snapshot.cursor, (event) => {
       model.apply(event);
       render();
       if (ENDS.has(event.kind)) rereadRefusals(true);

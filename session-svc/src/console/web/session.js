@@ -94,7 +94,9 @@ export function sessionView(main, id, onSignedOut) {
   }
 
   function renderRest(view) {
-    fill(messages, view.messages.length
+    fill(messages,
+      el('p', { id: 'inbox-counts', class: 'muted', text: `${view.inbox_count} received, ${view.unread_count} unread` }),
+      view.messages.length
       ? el('ul', { class: 'messages' }, view.messages.map((m) => el('li', { class: m.to === id ? 'in' : 'out', dataset: { messageId: m.message_id } },
         el('div', { class: 'meta', text: m.to === id
           ? `from ${m.from} · ${when(m.created_at_ms)} · ${m.delivered_at_ms ? 'delivered' : 'unread'}`
@@ -139,9 +141,9 @@ export function sessionView(main, id, onSignedOut) {
   }
 
   // Each refresh is a GetSession (audited as the CLI's is): on the
-  // session's own events at once, on its output at most every 2 s (a
-  // message read shows as delivered), and every 10 s for what changes with
-  // no event of its own (its children).
+  // session's own events at once (after a `delivered` one its messages
+  // show as delivered), on its output at most every 2 s, and every 10 s
+  // for what changes with no event of its own (its children).
   let lastRefresh = 0;
   let pending = null;
   const soon = () => {

@@ -6,15 +6,27 @@
 
 import { el, fill, link, elapsed, isActive, statusBadge, usd } from './dom.js';
 
+/** Messages a node received that its agent has not been handed yet. */
+export function unread(node) {
+  return Math.max(0, (node.received || 0) - (node.delivered || 0));
+}
+
 export class TreeModel {
   constructor() {
     this.nodes = new Map();
     this.refused = [];
   }
 
+  /** The snapshot: each session with its inbox and last progress. */
   load(snapshot) {
     for (const session of snapshot.sessions) {
-      this.nodes.set(session.session_id, { progress: null, messages: 0, ...session });
+      const inbox = session.inbox || {};
+      this.nodes.set(session.session_id, {
+        ...session,
+        progress: session.progress || null,
+        received: inbox.received || 0,
+        delivered: inbox.delivered_through || 0,
+      });
     }
     this.refused = snapshot.refused || [];
   }
@@ -34,7 +46,8 @@ export class TreeModel {
         title: '',
         created_at_ms: event.at_ms,
         progress: null,
-        messages: 0,
+        received: 0,
+        delivered: 0,
         usage: null,
       };
       this.nodes.set(event.session_id, node);
@@ -42,7 +55,11 @@ export class TreeModel {
     return node;
   }
 
-  /** Applies one event (each once: live.js drops repeats). */
+  /**
+   * Applies one event. live.js drops repeats of the stream, and events the
+   * snapshot already counted (it may be newer than its cursor) change
+   * nothing: the inbox counts are high-water marks of sequences.
+   */
   apply(event) {
     const node = this.node(event);
     node.status = event.status;
@@ -57,7 +74,10 @@ export class TreeModel {
         node.progress = detail;
         break;
       case 'message':
-        node.messages += 1;
+        node.received = Math.max(node.received, detail.inbox_sequence || 0);
+        break;
+      case 'delivered':
+        node.delivered = Math.max(node.delivered, detail.through_sequence || 0);
         break;
       case 'usage':
         node.usage = detail;
@@ -105,7 +125,8 @@ export class TreeView {
       el('span', { class: 'depth', text: `depth ${node.depth}` }),
       el('span', { class: 'elapsed', dataset: { created: node.created_at_ms || '', ended: node.ended_at_ms || '' }, text: elapsed(node) }),
       progress,
-      node.messages ? el('span', { class: 'inbox', text: `${node.messages} msg` }) : null,
+      node.received ? el('span', { class: 'inbox', title: 'messages received', text: `${node.received} msg` }) : null,
+      unread(node) ? el('span', { class: 'unread', title: 'not yet handed to its agent', text: `${unread(node)} unread` }) : null,
       usage.own_cost_usd ? el('span', { class: 'cost', title: 'own cost / subtree total', text: `${usd(usage.own_cost_usd)} / ${usd(usage.subtree_cost_usd)}` }) : null,
       node.end_reason ? el('span', { class: 'muted', text: node.end_reason }) : null);
   }

@@ -4,15 +4,12 @@
 use super::PgStore;
 use crate::{
     error::SessionError,
-    model::{ConsoleSession, CsrfToken, MessageRecord, Principal},
-    store::MessageColumns,
+    model::{AuditRow, ConsoleSession, CsrfToken, MessageRecord, Principal, SessionActivity},
+    store::{ActivityColumns, AuditColumns, ConsoleStore, MessageColumns, audit_row},
 };
 
-impl PgStore {
-    pub(super) async fn create_console_session_impl(
-        &self,
-        session: &ConsoleSession,
-    ) -> Result<(), SessionError> {
+impl ConsoleStore for PgStore {
+    async fn create_console_session(&self, session: &ConsoleSession) -> Result<(), SessionError> {
         sqlx::query("DELETE FROM console_sessions WHERE expires_at_ms < $1")
             .bind(session.created_at_ms)
             .execute(&self.pool)
@@ -30,7 +27,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn console_session_impl(
+    async fn console_session(
         &self,
         id_hash: &str,
         now_ms: i64,
@@ -53,10 +50,7 @@ impl PgStore {
         ))
     }
 
-    pub(super) async fn delete_console_session_impl(
-        &self,
-        id_hash: &str,
-    ) -> Result<bool, SessionError> {
+    async fn delete_console_session(&self, id_hash: &str) -> Result<bool, SessionError> {
         let done = sqlx::query("DELETE FROM console_sessions WHERE id_hash = $1")
             .bind(id_hash)
             .execute(&self.pool)
@@ -64,7 +58,7 @@ impl PgStore {
         Ok(done.rows_affected() > 0)
     }
 
-    pub(super) async fn session_messages_impl(
+    async fn session_messages(
         &self,
         session_id: &str,
         limit: u32,
@@ -85,5 +79,50 @@ impl PgStore {
             .collect::<Result<Vec<_>, _>>()?;
         messages.reverse();
         Ok(messages)
+    }
+
+    async fn workspace_activity(
+        &self,
+        workspace_id: &str,
+    ) -> Result<Vec<SessionActivity>, SessionError> {
+        let rows: Vec<ActivityColumns> = sqlx::query_as(
+            "SELECT s.session_id, s.inbox_seq, COALESCE(p.delivered_seq, 0) AS delivered_seq, \
+             s.last_progress FROM sessions s LEFT JOIN processes p ON p.session_id = s.session_id \
+             WHERE s.workspace_id = $1",
+        )
+        .bind(workspace_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(ActivityColumns::into_activity)
+            .collect())
+    }
+
+    async fn refused_spawns(
+        &self,
+        workspace_id: &str,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<(Vec<AuditRow>, i64), SessionError> {
+        // The cursor first: an entry written between the two reads is read
+        // again from it, never missed.
+        let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM audit")
+            .fetch_one(&self.pool)
+            .await?;
+        // Partial index `audit_refused_spawns`: refused spawns are few.
+        let rows: Vec<AuditColumns> = sqlx::query_as(
+            "SELECT id, at_ms, caller, action, target, allowed, reason, detail FROM audit \
+             WHERE action = 'create_session' AND NOT allowed AND id > $1 AND id <= $2 \
+             AND target IN (SELECT session_id FROM sessions WHERE workspace_id = $3) \
+             ORDER BY id DESC LIMIT $4",
+        )
+        .bind(after_id)
+        .bind(newest)
+        .bind(workspace_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok((rows.into_iter().map(audit_row).collect(), newest))
     }
 }

@@ -276,6 +276,10 @@ impl Store for PgStore {
         self.inbox_count_impl(session_id).await
     }
 
+    async fn unread_count(&self, session_id: &str) -> Result<u64, SessionError> {
+        self.unread_count_impl(session_id).await
+    }
+
     async fn list_workspace(
         &self,
         workspace_id: &str,
@@ -473,7 +477,10 @@ impl Store for PgStore {
         session_id: &str,
         seq: u64,
     ) -> Result<(), SessionError> {
-        retrying!(self.mark_delivered_once(fence, session_id, seq))
+        if retrying!(self.mark_delivered_once(fence, session_id, seq))? {
+            self.published(false);
+        }
+        Ok(())
     }
 
     async fn active_sessions(&self) -> Result<Vec<SessionRow>, SessionError> {
@@ -593,32 +600,5 @@ impl Store for PgStore {
         name: &str,
     ) -> Result<Option<StoredAgent>, SessionError> {
         self.find_agent_impl(workspace_id, name).await
-    }
-
-    async fn create_console_session(
-        &self,
-        session: &crate::model::ConsoleSession,
-    ) -> Result<(), SessionError> {
-        self.create_console_session_impl(session).await
-    }
-
-    async fn console_session(
-        &self,
-        id_hash: &str,
-        now_ms: i64,
-    ) -> Result<Option<crate::model::ConsoleSession>, SessionError> {
-        self.console_session_impl(id_hash, now_ms).await
-    }
-
-    async fn delete_console_session(&self, id_hash: &str) -> Result<bool, SessionError> {
-        self.delete_console_session_impl(id_hash).await
-    }
-
-    async fn session_messages(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> Result<Vec<crate::model::MessageRecord>, SessionError> {
-        self.session_messages_impl(session_id, limit).await
     }
 }

@@ -20,7 +20,10 @@ use crate::{
         ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
     policy,
-    store::{Fence, MessageCheck, parse_stored, shared::event_detail},
+    store::{
+        Fence, MessageCheck, parse_stored,
+        shared::{delivered_detail, event_detail},
+    },
 };
 
 impl PgStore {
@@ -233,16 +236,20 @@ impl PgStore {
         fence: &Fence,
         session_id: &str,
         seq: u64,
-    ) -> Result<(), SessionError> {
+    ) -> Result<bool, SessionError> {
         let mut tx = self.begin().await?;
         lease::check(&mut tx, fence).await?;
-        sqlx::query(
+        // The session's row first, as every write that writes its events.
+        let (row, _) = locks::session(&mut tx, session_id).await?;
+        let advanced = sqlx::query(
             "UPDATE processes SET delivered_seq = $1 WHERE session_id = $2 AND delivered_seq < $1",
         )
         .bind(seq as i64)
         .bind(session_id)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected()
+            > 0;
         sqlx::query(
             "UPDATE messages SET delivered_at_ms = $1 \
              WHERE session_id = $2 AND seq <= $3 AND delivered_at_ms IS NULL",
@@ -252,8 +259,18 @@ impl PgStore {
         .bind(seq as i64)
         .execute(&mut *tx)
         .await?;
+        // One event per delivery that advanced, however many messages.
+        if advanced {
+            let event = NewEvent::new(
+                session_id,
+                EventKind::Delivered,
+                row.status,
+                delivered_detail(seq),
+            );
+            events::write(&mut tx, &[event], false).await?;
+        }
         tx.commit().await?;
-        Ok(())
+        Ok(advanced)
     }
 
     pub(super) async fn record_progress_once(
@@ -266,6 +283,11 @@ impl PgStore {
         let mut tx = self.begin().await?;
         let (row, _) = locks::session(&mut tx, session_id).await?;
         check(&row)?;
+        sqlx::query("UPDATE sessions SET last_progress = $2 WHERE session_id = $1")
+            .bind(session_id)
+            .bind(detail.to_string())
+            .execute(&mut *tx)
+            .await?;
         events::insert_audit(&mut tx, audit).await?;
         let event = NewEvent {
             session_id: session_id.to_owned(),

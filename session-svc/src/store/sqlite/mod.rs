@@ -281,6 +281,10 @@ impl Store for SqliteStore {
         self.inbox_count_impl(session_id).await
     }
 
+    async fn unread_count(&self, session_id: &str) -> Result<u64, SessionError> {
+        self.unread_count_impl(session_id).await
+    }
+
     async fn list_workspace(
         &self,
         workspace_id: &str,
@@ -590,32 +594,5 @@ impl Store for SqliteStore {
         name: &str,
     ) -> Result<Option<StoredAgent>, SessionError> {
         self.find_agent_impl(workspace_id, name).await
-    }
-
-    async fn create_console_session(
-        &self,
-        session: &crate::model::ConsoleSession,
-    ) -> Result<(), SessionError> {
-        self.create_console_session_impl(session).await
-    }
-
-    async fn console_session(
-        &self,
-        id_hash: &str,
-        now_ms: i64,
-    ) -> Result<Option<crate::model::ConsoleSession>, SessionError> {
-        self.console_session_impl(id_hash, now_ms).await
-    }
-
-    async fn delete_console_session(&self, id_hash: &str) -> Result<bool, SessionError> {
-        self.delete_console_session_impl(id_hash).await
-    }
-
-    async fn session_messages(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> Result<Vec<crate::model::MessageRecord>, SessionError> {
-        self.session_messages_impl(session_id, limit).await
     }
 }

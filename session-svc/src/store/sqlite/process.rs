@@ -17,7 +17,10 @@ use crate::{
         ProcessRow, ReceivedMessage, SessionRow, now_ms,
     },
     policy,
-    store::{Fence, MessageCheck, parse_stored, shared::event_detail},
+    store::{
+        Fence, MessageCheck, parse_stored,
+        shared::{delivered_detail, event_detail},
+    },
 };
 
 impl SqliteStore {
@@ -242,13 +245,15 @@ impl SqliteStore {
         let mut w = self.writer().await?;
         let mut tx = Write::begin(&mut w.conn).await?;
         super::lease::check(tx.conn(), fence).await?;
-        sqlx::query(
+        let advanced = sqlx::query(
             "UPDATE processes SET delivered_seq = ?1 WHERE session_id = ?2 AND delivered_seq < ?1",
         )
         .bind(seq as i64)
         .bind(session_id)
         .execute(tx.conn())
-        .await?;
+        .await?
+        .rows_affected()
+            > 0;
         sqlx::query(
             "UPDATE messages SET delivered_at_ms = ? \
              WHERE session_id = ? AND seq <= ? AND delivered_at_ms IS NULL",
@@ -258,7 +263,26 @@ impl SqliteStore {
         .bind(seq as i64)
         .execute(tx.conn())
         .await?;
-        tx.commit().await
+        // One event per delivery that advanced, however many messages.
+        if advanced {
+            sqlx::query(
+                "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
+                 SELECT session_id, event_seq + 1, ?2, status, ?3, ?4 FROM sessions \
+                 WHERE session_id = ?1",
+            )
+            .bind(session_id)
+            .bind(EventKind::Delivered.as_str())
+            .bind(now_ms())
+            .bind(delivered_detail(seq).to_string())
+            .execute(tx.conn())
+            .await?;
+        }
+        tx.commit().await?;
+        drop(w);
+        if advanced {
+            self.published();
+        }
+        Ok(())
     }
 
     pub(super) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
@@ -291,6 +315,11 @@ impl SqliteStore {
         .bind(detail.to_string())
         .fetch_one(tx.conn())
         .await?;
+        sqlx::query("UPDATE sessions SET last_progress = ?2 WHERE session_id = ?1")
+            .bind(session_id)
+            .bind(detail.to_string())
+            .execute(tx.conn())
+            .await?;
         tx.audit(&audit).await?;
         tx.commit().await?;
         drop(w);

@@ -20,6 +20,16 @@ impl SqliteStore {
         Ok(n as u64)
     }
 
+    pub(super) async fn unread_count_impl(&self, session_id: &str) -> Result<u64, SessionError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ? AND delivered_at_ms IS NULL",
+        )
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
+    }
+
     pub(super) async fn events_after_impl(
         &self,
         filter: &EventFilter,
