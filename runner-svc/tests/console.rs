@@ -5,10 +5,8 @@
 //! shown as text, refusals without the cookie or the CSRF token, and a
 //! page that resumes after the service restarts without showing an event
 //! twice. One browser goes through the steps in turn; a failed step keeps
-//! a screenshot (`common/browser.rs`).
+//! a screenshot (`troupe_tests::browser`).
 
-#[path = "console/browser.rs"]
-mod browser;
 mod common;
 #[path = "console/http.rs"]
 mod http;
@@ -16,11 +14,10 @@ mod http;
 use std::net::SocketAddr;
 
 use anyhow::ensure;
-use browser::Browser;
 use common::pair::*;
 use hyper::{Method, StatusCode};
 use troupe_proto::session::{ExecutionMode, SessionStatus};
-use troupe_tests::OPERATOR_TOKEN;
+use troupe_tests::{OPERATOR_TOKEN, browser::Browser};
 
 /// What a payload would set if the page ever ran it.
 const XSS_TITLE: &str = "<img src=x onerror=\"window.__xss='title'\">";
