@@ -25,9 +25,10 @@
 //! 4. **Cost**: the service's CPU (utime + stime, as % of one core) over
 //!    `BENCH_COST_SECS` (default 15) and its RSS, on the same data after a
 //!    restart: console off at rest and busy; console on at rest, busy with no
-//!    page, and busy with 10 pages (windows of one Chromium) watching.
+//!    page, and busy with 10 pages (a headless Chromium each) watching.
 //!
 //! Run: `cargo build --release -p troupe-session-svc && cargo bench -p troupe-tests --bench console`
+//! (`BENCH_SESSION_BIN` names another `troupe-session` to run instead).
 
 use std::{
     collections::HashMap,
@@ -90,8 +91,12 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// The release `troupe-session` beside this bench's binary.
+/// The release `troupe-session` beside this bench's binary, or the one
+/// `BENCH_SESSION_BIN` names (to compare two builds).
 fn binary() -> String {
+    if let Ok(path) = std::env::var("BENCH_SESSION_BIN") {
+        return path;
+    }
     let exe = std::env::current_exe().expect("the bench's path");
     let path: PathBuf = exe
         .parent()
@@ -365,9 +370,11 @@ async fn open(browser: &Browser, url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Shows the tree on a page of its own (signed in already).
-async fn open_tree(browser: &Browser, url: &str, rows: usize) -> anyhow::Result<()> {
+/// Signs in on a fresh page of the tree route and waits for every row.
+async fn show_tree(browser: &Browser, url: &str, rows: usize) -> anyhow::Result<()> {
     open(browser, url).await?;
+    browser.type_into("#token", OPERATOR_TOKEN).await?;
+    browser.click("#sign-in").await?;
     browser
         .until(
             "every row",
@@ -410,10 +417,16 @@ fn start(stopped: Stopped, console: Option<SocketAddr>) -> SessionProcess {
     stopped.start(&flags, &[])
 }
 
+/// The whole run at most: a browser command that never answers fails the
+/// bench instead of hanging it.
+const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
+
 #[tokio::main]
 async fn main() {
-    if let Err(e) = bench().await {
-        panic!("console bench failed: {e:#}");
+    match tokio::time::timeout(RUN_LIMIT, bench()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("console bench failed: {e:#}"),
+        Err(_) => panic!("console bench took over {RUN_LIMIT:?}: a browser command hung"),
     }
 }
 
@@ -456,15 +469,7 @@ async fn bench() -> anyhow::Result<()> {
     println!("\nrows: {}\nframe: {}", stats(to_rows), stats(to_frame));
 
     println!("\n## Event to DOM ({marks} marks, 10/s; background {busy_per_sec}/s)\n");
-    open(&browser, &url).await?;
-    browser.type_into("#token", OPERATOR_TOKEN).await?;
-    browser.click("#sign-in").await?;
-    browser
-        .until(
-            "every row",
-            &format!("return document.querySelectorAll('#tree .node-row').length >= {rows}"),
-        )
-        .await?;
+    show_tree(&browser, &url, rows).await?;
     let clients = tree.clients(&service).await;
     let busy = Busy::start(&tree, clients.clone(), busy_per_sec);
     // The page replays the kept events after its snapshot: let it catch up.
@@ -557,31 +562,25 @@ async fn bench() -> anyhow::Result<()> {
         busy.stop().await
     );
 
-    open(&browser, &url).await?;
-    browser.type_into("#token", OPERATOR_TOKEN).await?;
-    browser.click("#sign-in").await?;
-    browser.wait_for("#tree").await?;
-    let first = browser.client.window().await?;
-    let mut windows = Vec::new();
+    // Ten browsers (Chromium processes), each with a page signed in on its
+    // own: windows of one headless Chromium stalled WebDriver.
+    let mut pages = Vec::new();
     for _ in 0..PAGES {
-        let window = browser.client.new_window(false).await?.handle;
-        browser.client.switch_to_window(window.clone()).await?;
-        open_tree(&browser, &url, rows).await?;
-        windows.push(window);
+        let page = Browser::start().await;
+        show_tree(&page, &url, rows).await?;
+        pages.push(page);
     }
-    let visibility = js(&browser, "return document.visibilityState", Vec::new()).await?;
+    let visibility = js(&pages[0], "return document.visibilityState", Vec::new()).await?;
     let busy = Busy::start(&tree, tree.clients(&service).await, busy_per_sec);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (cpu, rss) = cost(&service, window).await;
     println!(
-        "| on | busy | {PAGES} windows of one Chromium ({visibility}) | {cpu:.2} | {rss:.1} | {:.1} |",
+        "| on | busy | {PAGES} (a headless Chromium each, {visibility}) | {cpu:.2} | {rss:.1} | {:.1} |",
         busy.stop().await
     );
-    for window in windows {
-        browser.client.switch_to_window(window).await?;
-        browser.client.close_window().await?;
+    for page in pages {
+        page.close().await;
     }
-    browser.client.switch_to_window(first).await?;
     ensure!(service.stop().await, "the service did not stop cleanly");
     browser.close().await;
     Ok(())
