@@ -6,11 +6,9 @@
 //! shown as text, refusals without the cookie or the CSRF token, and a
 //! page that resumes after the service restarts without showing an event
 //! twice. One browser goes through the steps in turn; a failed step keeps
-//! a screenshot (`common/browser.rs`). And, in a process that exports
+//! a screenshot (`troupe_tests::browser`). And, in a process that exports
 //! spans (so that sessions have trace ids), a session's trace link.
 
-#[path = "console/browser.rs"]
-mod browser;
 mod common;
 #[path = "console/http.rs"]
 mod http;
@@ -18,11 +16,10 @@ mod http;
 use std::net::SocketAddr;
 
 use anyhow::ensure;
-use browser::Browser;
 use common::pair::*;
 use hyper::{Method, StatusCode};
 use troupe_proto::session::{ExecutionMode, SessionStatus};
-use troupe_tests::{OPERATOR_TOKEN, otlp::exporting_test};
+use troupe_tests::{OPERATOR_TOKEN, browser::Browser, otlp::exporting_test};
 
 /// What a payload would set if the page ever ran it.
 const XSS_TITLE: &str = "<img src=x onerror=\"window.__xss='title'\">";

@@ -8,6 +8,7 @@
 //! - [`drain`]: what clients see of a server that stops.
 //! - [`flags_doc`]: docs/flags.md against the binaries' `--help`.
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
+//! - [`browser`]: a headless Chromium driven through chromedriver (the console's).
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
 //! - [`raw`]: calls made of hand-written wire bytes (fields that are not UTF-8).
@@ -17,6 +18,7 @@
 //!   PostgreSQL databases.
 
 pub mod bench;
+pub mod browser;
 pub mod drain;
 pub mod flags_doc;
 pub mod gateway;

@@ -110,6 +110,17 @@ impl SessionProcess {
         Duration::from_millis((ticks(11) + ticks(12)) * 1000 / ticks_per_sec)
     }
 
+    /// The process's resident memory (`VmRSS`), in KiB, read from `/proc`.
+    pub fn rss_kib(&self) -> u64 {
+        let pid = self.child.id().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The process's threads: the name of each (as the kernel keeps it, up
     /// to 15 bytes) and its nice value, read from `/proc`.
     pub fn threads(&self) -> Vec<(String, i32)> {

@@ -15,18 +15,45 @@ export class TreeModel {
   constructor() {
     this.nodes = new Map();
     this.refused = [];
+    // Indexes, so a render costs O(sessions): each parent's children (by
+    // parent id, '' for none), sorted again only after a change; the ids
+    // whose row changed since the view last took them; and whether each
+    // node has anything active at or under it (dropped at every change).
+    this.kids = new Map();
+    this.unsorted = new Set();
+    this.changed = new Set();
+    this.live = new Map();
+  }
+
+  add(node) {
+    this.nodes.set(node.session_id, node);
+    const parent = node.parent_session_id || '';
+    const kids = this.kids.get(parent);
+    if (kids) kids.push(node);
+    else this.kids.set(parent, [node]);
+    this.unsorted.add(parent);
+  }
+
+  touched(node) {
+    this.changed.add(node.session_id);
+    this.live.clear();
   }
 
   /** The snapshot: each session with its inbox and last progress. */
   load(snapshot) {
     for (const session of snapshot.sessions) {
       const inbox = session.inbox || {};
-      this.nodes.set(session.session_id, {
+      const fields = {
         ...session,
         progress: session.progress || null,
         received: inbox.received || 0,
         delivered: inbox.delivered_through || 0,
-      });
+      };
+      const known = this.nodes.get(session.session_id);
+      if (known) Object.assign(known, fields);
+      else this.add(fields);
+      this.unsorted.add(session.parent_session_id || '');
+      this.touched(this.nodes.get(session.session_id));
     }
     this.refused = snapshot.refused || [];
   }
@@ -50,7 +77,7 @@ export class TreeModel {
         delivered: 0,
         usage: null,
       };
-      this.nodes.set(event.session_id, node);
+      this.add(node);
     }
     return node;
   }
@@ -69,6 +96,7 @@ export class TreeModel {
         node.agent_name = detail.agent_name;
         node.title = detail.title;
         node.created_at_ms = event.at_ms;
+        this.unsorted.add(node.parent_session_id || '');
         break;
       case 'progress':
         node.progress = detail;
@@ -91,18 +119,51 @@ export class TreeModel {
       default:
         break;
     }
+    this.touched(node);
   }
 
+  /** The ids whose row changed since the last call. */
+  takeChanged() {
+    const changed = this.changed;
+    this.changed = new Set();
+    return changed;
+  }
+
+  /** A session's children, oldest first (the model's own array: read only). */
   children(id) {
-    return [...this.nodes.values()]
-      .filter((n) => n.parent_session_id === id)
-      .sort((a, b) => (a.created_at_ms || 0) - (b.created_at_ms || 0));
+    const key = id || '';
+    const kids = this.kids.get(key);
+    if (!kids) return [];
+    if (this.unsorted.delete(key)) kids.sort((a, b) => (a.created_at_ms || 0) - (b.created_at_ms || 0));
+    return kids;
   }
 
   /** Whether a node or anything under it is active. */
   liveBelow(node) {
-    return isActive(node) || this.children(node.session_id).some((c) => this.liveBelow(c));
+    let live = this.live.get(node.session_id);
+    if (live === undefined) {
+      live = isActive(node) || this.children(node.session_id).some((c) => this.liveBelow(c));
+      this.live.set(node.session_id, live);
+    }
+    return live;
   }
+}
+
+/** Whether `a` (an array, or an element's children) holds exactly `b`'s items, in order. */
+function same(a, b) {
+  return a.length === b.length && b.every((x, i) => a[i] === x);
+}
+
+/** Makes `parent`'s children exactly `nodes`, touching it only if they differ. */
+function keep(parent, nodes) {
+  if (!same(parent.children, nodes)) parent.replaceChildren(...nodes);
+}
+
+function refusedItem(r) {
+  return el('li', { class: 'refused' },
+    el('span', { class: 'status status-refused', text: 'refused' }),
+    el('span', { text: `spawn refused: ${r.reason}` }),
+    el('span', { class: 'muted', text: r.detail }));
 }
 
 export class TreeView {
@@ -110,6 +171,11 @@ export class TreeView {
     this.model = model;
     this.toggled = new Map(); // session id -> open, as the operator set it
     this.node = el('div', { id: 'tree', class: 'tree' });
+    // What is drawn, kept between renders: a render changes only the rows
+    // whose session changed and the lists whose members did.
+    this.items = new Map(); // session id -> { li, row, details, ul, refused, refusedItems }
+    this.orphanItems = new Map(); // session id -> li
+    this.sections = null;
   }
 
   row(node) {
@@ -131,29 +197,68 @@ export class TreeView {
       node.end_reason ? el('span', { class: 'muted', text: node.end_reason }) : null);
   }
 
-  branch(node) {
-    const children = this.model.children(node.session_id);
-    const refused = this.model.refused.filter((r) => r.target === node.session_id);
-    if (!children.length && !refused.length) return el('li', { class: 'leaf' }, this.row(node));
-    const open = this.toggled.has(node.session_id)
-      ? this.toggled.get(node.session_id)
-      : this.model.liveBelow(node);
+  /** A session's item in the tree: a leaf, or a branch with its list. */
+  item(node, branch) {
+    const row = this.row(node);
+    if (!branch) return { li: el('li', { class: 'leaf' }, row), row, details: null };
+    const id = node.session_id;
     // Only the operator's own clicks are kept (a `toggle` event also comes
     // when a render opens a branch).
-    const summary = el('summary', {}, this.row(node));
-    const details = el('details', { open },
-      summary,
-      el('ul', {},
-        children.map((c) => this.branch(c)),
-        refused.map((r) => el('li', { class: 'refused' },
-          el('span', { class: 'status status-refused', text: 'refused' }),
-          el('span', { text: `spawn refused: ${r.reason}` }),
-          el('span', { class: 'muted', text: r.detail })))));
-    summary.addEventListener('click', () => this.toggled.set(node.session_id, !details.open));
-    return el('li', {}, details);
+    const summary = el('summary', {}, row);
+    const ul = el('ul');
+    const details = el('details', {}, summary, ul);
+    summary.addEventListener('click', () => this.toggled.set(id, !details.open));
+    return { li: el('li', {}, details), row, details, ul, refused: null, refusedItems: [] };
+  }
+
+  branch(node, refusedBy, changed) {
+    const id = node.session_id;
+    const children = this.model.children(id);
+    const refused = refusedBy.get(id) || [];
+    const isBranch = children.length > 0 || refused.length > 0;
+    let item = this.items.get(id);
+    if (!item || (item.details !== null) !== isBranch) {
+      item = this.item(node, isBranch);
+      this.items.set(id, item);
+    } else if (changed.has(id)) {
+      const row = this.row(node);
+      item.row.replaceWith(row);
+      item.row = row;
+    }
+    if (!isBranch) return item.li;
+    const open = this.toggled.has(id) ? this.toggled.get(id) : this.model.liveBelow(node);
+    if (item.details.open !== open) item.details.open = open;
+    if (!item.refused || !same(item.refused, refused)) {
+      item.refused = refused;
+      item.refusedItems = refused.map(refusedItem);
+    }
+    keep(item.ul, [...children.map((c) => this.branch(c, refusedBy, changed)), ...item.refusedItems]);
+    return item.li;
+  }
+
+  /** The three sections, made once. */
+  drawnSections() {
+    if (!this.sections) {
+      const none = el('p', { class: 'muted', text: 'No active tree.' });
+      this.sections = {
+        activeTitle: el('h2'),
+        activeList: el('ul', { class: 'branches' }),
+        none,
+        orphansTitle: el('h2'),
+        orphansList: el('ul', { class: 'branches' }),
+        endedTitle: el('h2'),
+        endedList: el('ul', { class: 'branches' }),
+      };
+      const s = this.sections;
+      s.active = el('section', { id: 'active-trees' }, s.activeTitle);
+      s.orphans = el('section', { id: 'orphans' }, s.orphansTitle, s.orphansList);
+      s.ended = el('section', { id: 'ended-trees' }, s.endedTitle, s.endedList);
+    }
+    return this.sections;
   }
 
   render() {
+    const changed = this.model.takeChanged();
     const nodes = [...this.model.nodes.values()];
     const known = (id) => id && this.model.nodes.has(id);
     const roots = nodes
@@ -163,13 +268,31 @@ export class TreeView {
       && !isActive(this.model.nodes.get(n.parent_session_id)))));
     const live = roots.filter((r) => this.model.liveBelow(r));
     const ended = roots.filter((r) => !this.model.liveBelow(r));
-    fill(this.node,
-      el('section', { id: 'active-trees' }, el('h2', { text: `Active (${live.length})` }),
-        live.length ? el('ul', { class: 'branches' }, live.map((r) => this.branch(r))) : el('p', { class: 'muted', text: 'No active tree.' })),
-      orphans.length ? el('section', { id: 'orphans' }, el('h2', { text: `Orphans (${orphans.length})` }),
-        el('ul', { class: 'branches' }, orphans.map((o) => el('li', {}, this.row(o))))) : null,
-      el('section', { id: 'ended-trees' }, el('h2', { text: `Ended (${ended.length})` }),
-        el('ul', { class: 'branches' }, ended.map((r) => this.branch(r)))));
+    const refusedBy = new Map();
+    for (const r of this.model.refused) {
+      const list = refusedBy.get(r.target);
+      if (list) list.push(r);
+      else refusedBy.set(r.target, [r]);
+    }
+    const s = this.drawnSections();
+    const title = (h2, text) => {
+      if (h2.textContent !== text) h2.textContent = text;
+    };
+    title(s.activeTitle, `Active (${live.length})`);
+    keep(s.activeList, live.map((r) => this.branch(r, refusedBy, changed)));
+    keep(s.active, [s.activeTitle, live.length ? s.activeList : s.none]);
+    title(s.orphansTitle, `Orphans (${orphans.length})`);
+    keep(s.orphansList, orphans.map((o) => {
+      let li = this.orphanItems.get(o.session_id);
+      if (!li || changed.has(o.session_id)) {
+        li = el('li', {}, this.row(o));
+        this.orphanItems.set(o.session_id, li);
+      }
+      return li;
+    }));
+    title(s.endedTitle, `Ended (${ended.length})`);
+    keep(s.endedList, ended.map((r) => this.branch(r, refusedBy, changed)));
+    keep(this.node, [s.active, orphans.length ? s.orphans : null, s.ended].filter(Boolean));
   }
 }
 
@@ -178,6 +301,7 @@ export function tickElapsed(root) {
   for (const span of root.querySelectorAll('.elapsed[data-created]')) {
     const created = Number(span.dataset.created);
     if (!created || span.dataset.ended) continue;
-    span.textContent = elapsed({ created_at_ms: created });
+    const text = elapsed({ created_at_ms: created });
+    if (span.textContent !== text) span.textContent = text;
   }
 }

@@ -1,6 +1,7 @@
-//! A real browser for the console's tests: Debian's Chromium, headless,
-//! driven through `chromedriver` (WebDriver) by fantoccini. `scripts/test`
-//! installs both packages when they are missing.
+//! A real browser for the console's tests and bench: Debian's Chromium,
+//! headless, driven through `chromedriver` (WebDriver) by fantoccini.
+//! `scripts/test` installs both packages when they are missing; without
+//! them [`Browser::start`] panics at once, saying so.
 //!
 //! A failed step leaves a screenshot, `<target>/console-screenshots/<step>.png`.
 
@@ -51,7 +52,8 @@ fn free_port() -> u16 {
 
 impl Browser {
     /// Starts chromedriver on a free loopback port and a headless Chromium
-    /// through it, with a fresh profile.
+    /// through it, with a fresh profile; panics if either is missing or no
+    /// browser session opens within [`PAGE_WAIT`].
     pub async fn start() -> Browser {
         let port = free_port();
         let driver = Command::new("chromedriver")
