@@ -480,13 +480,21 @@ fn a_session_links_its_trace_in_a_real_browser() {
                     browser
                         .goto(&format!("http://{console}/#/s/{}", root.session_id))
                         .await?;
-                    let link = browser.wait_for("#trace-link").await?;
-                    let href = link.attr("href").await?.unwrap_or_default();
+                    // Read in one go: the page redraws the session's view
+                    // as its events come, replacing the link's element.
+                    let link = browser
+                        .until(
+                            "the trace link",
+                            "const a = document.querySelector('#trace-link'); \
+                             return a && [a.getAttribute('href'), a.getAttribute('rel')];",
+                        )
+                        .await?;
+                    let attr = |i: usize| link[i].as_str().unwrap_or_default().to_owned();
+                    let (href, rel) = (attr(0), attr(1));
                     ensure!(
                         href == TRACE_URL.replace("{trace_id}", &trace_id),
                         "trace link {href}"
                     );
-                    let rel = link.attr("rel").await?.unwrap_or_default();
                     ensure!(
                         rel.contains("noopener") && rel.contains("noreferrer"),
                         "rel {rel}"

@@ -60,6 +60,10 @@ impl Browser {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // A group of its own, with the Chromium it starts: dropping the
+            // browser (a test that panicked) kills them all, never leaving
+            // a Chromium behind.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver runs (apt-get install chromium-driver; scripts/test does)");
@@ -191,8 +195,18 @@ impl Browser {
         }
     }
 
-    pub async fn close(mut self) {
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill().await;
+    }
+}
+
+impl Drop for Browser {
+    /// Kills chromedriver's process group: the driver and every Chromium
+    /// process it started, however the test ended.
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            let group = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
