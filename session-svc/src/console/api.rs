@@ -96,7 +96,7 @@ impl<S: Store> Console<S> {
             .await?;
         rows.reverse();
         let cursor = u64::try_from(newest.max(after_id)).unwrap_or_default();
-        Ok((rows.iter().map(json::audit_row).collect(), cursor))
+        Ok((rows.into_iter().map(json::audit_row).collect(), cursor))
     }
 }
 

@@ -12,7 +12,10 @@ use troupe_proto::{
 };
 
 use super::TraceUrl;
-use crate::model::{AuditRow, MessageRecord, SessionActivity};
+use crate::{
+    model::{AuditRow, MessageRecord, SessionActivity},
+    service::view,
+};
 
 /// Milliseconds since the Unix epoch of a protobuf timestamp.
 pub fn ms(at: Option<&Timestamp>) -> Option<i64> {
@@ -158,16 +161,7 @@ pub fn audit(a: &pb::AuditEntry) -> Value {
     })
 }
 
-/// An audit entry the store read (as [`audit`] gives one the service listed).
-pub fn audit_row(a: &AuditRow) -> Value {
-    json!({
-        "id": a.id,
-        "at_ms": a.at_ms,
-        "caller": a.caller,
-        "action": a.action,
-        "target": a.target,
-        "allowed": a.allowed,
-        "reason": a.reason,
-        "detail": a.detail,
-    })
+/// An audit entry the store read, as [`audit`] gives one the service listed.
+pub fn audit_row(a: AuditRow) -> Value {
+    audit(&view::audit_entry(a))
 }

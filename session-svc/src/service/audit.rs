@@ -21,18 +21,6 @@ pub async fn list<S: Store>(
         .list_audit(session, req.after_id.min(i64::MAX as u64) as i64, limit)
         .await?;
     Ok(pb::ListAuditResponse {
-        entries: rows
-            .into_iter()
-            .map(|row| pb::AuditEntry {
-                id: row.id as u64,
-                at: Some(view::timestamp(row.at_ms)),
-                caller: row.caller,
-                action: row.action,
-                target: row.target,
-                allowed: row.allowed,
-                reason: row.reason,
-                detail: row.detail,
-            })
-            .collect(),
+        entries: rows.into_iter().map(view::audit_entry).collect(),
     })
 }

@@ -6,7 +6,10 @@ use troupe_proto::session::{self as pb, EventKind, session_event::Detail};
 
 use crate::{
     error::QuotaLeft,
-    model::{Account, Caller, EventRow, Finish, Outcome, Principal, ProcessRow, SessionRow, Trust},
+    model::{
+        Account, AuditRow, Caller, EventRow, Finish, Outcome, Principal, ProcessRow, SessionRow,
+        Trust,
+    },
     policy::trust_sees,
 };
 
@@ -29,6 +32,20 @@ pub fn timestamp(ms: i64) -> Timestamp {
     Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+/// An audit entry as `ListAudit` gives it.
+pub fn audit_entry(row: AuditRow) -> pb::AuditEntry {
+    pb::AuditEntry {
+        id: row.id as u64,
+        at: Some(timestamp(row.at_ms)),
+        caller: row.caller,
+        action: row.action,
+        target: row.target,
+        allowed: row.allowed,
+        reason: row.reason,
+        detail: row.detail,
     }
 }
 
