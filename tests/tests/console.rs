@@ -13,13 +13,13 @@ use serde_json::json;
 use troupe_proto::session::ListAuditRequest;
 use troupe_session_svc::{
     error::QuotaLeft,
-    model::{
-        AuditRecord, ConsoleSession, ConsoleSessionId, CsrfToken, NewMessage, NewSession,
-        Principal, Trust, now_ms,
-    },
+    model::{ConsoleSession, ConsoleSessionId, CsrfToken, NewMessage, Principal, Trust, now_ms},
     store::Store,
 };
-use troupe_tests::{OPERATOR_TOKEN, TestServer, http};
+use troupe_tests::{
+    OPERATOR_TOKEN, TestServer, http,
+    stores::{new_session, operator_audit},
+};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const JSON: (&str, &str) = ("content-type", "application/json");
@@ -501,37 +501,16 @@ async fn sign_in_contract(store: impl Store) {
     assert!(!store.delete_console_session(&id.hash()).await.unwrap());
 }
 
-fn note(target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action: "test",
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail: String::new(),
-    }
-}
-
 /// A session's messages, in and out, bodies included, oldest first.
 async fn messages_contract(store: impl Store) {
-    let session = |id: &str| NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
-        trust: Trust::Sandboxed,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
-        initial_message: None,
-        notify_parent: false,
-        budget: Default::default(),
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
-    };
     for id in ["sess_a", "sess_b"] {
         store
-            .create_root(session(id), None, note(id), &|_| Ok(QuotaLeft::default()))
+            .create_root(
+                new_session(id, Trust::Sandboxed),
+                None,
+                operator_audit("test", id),
+                &|_| Ok(QuotaLeft::default()),
+            )
             .await
             .unwrap();
     }
@@ -548,7 +527,7 @@ async fn messages_contract(store: impl Store) {
                         body: body.to_owned(),
                     },
                     None,
-                    note(to),
+                    operator_audit("test", to),
                     None,
                     &|_| Ok(()),
                 )
