@@ -20,11 +20,40 @@ use sqlx::PgConnection;
 
 use troupe_proto::{session::SessionStatus, status::status_str};
 
+use super::{PgStore, lease};
 use crate::{
     error::{Reason, SessionError},
     model::{AuditRecord, EventKind, Idempotency, now_ms},
-    store::lease::PRUNED_ACTIONS,
+    store::{Fence, lease::PRUNED_ACTIONS},
 };
+
+/// The background work's pruning, each pass one fenced transaction.
+impl PgStore {
+    pub(super) async fn prune_events_once(
+        &self,
+        fence: &Fence,
+        keep: u64,
+    ) -> Result<i64, SessionError> {
+        let mut tx = self.begin().await?;
+        lease::check(&mut tx, fence).await?;
+        let pruned = prune(&mut tx, keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    pub(super) async fn prune_request_ids_once(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut tx = self.begin().await?;
+        lease::check(&mut tx, fence).await?;
+        let pruned = prune_request_ids(&mut tx, before_ms, limit).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+}
 
 /// The advisory lock key that orders event ids by commit ("troupeev").
 pub const EVENTS_LOCK: i64 = 0x7472_6f75_7065_6576;

@@ -105,27 +105,6 @@ impl PgStore {
         }
     }
 
-    async fn prune_events_once(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
-        let mut tx = self.begin().await?;
-        lease::check(&mut tx, fence).await?;
-        let pruned = events::prune(&mut tx, keep).await?;
-        tx.commit().await?;
-        Ok(pruned)
-    }
-
-    async fn prune_request_ids_once(
-        &self,
-        fence: &Fence,
-        before_ms: i64,
-        limit: u32,
-    ) -> Result<u64, SessionError> {
-        let mut tx = self.begin().await?;
-        lease::check(&mut tx, fence).await?;
-        let pruned = events::prune_request_ids(&mut tx, before_ms, limit).await?;
-        tx.commit().await?;
-        Ok(pruned)
-    }
-
     /// Wakes the local watchers after a commit.
     fn published(&self, ended: bool) {
         self.events_written.send_modify(|n| *n = n.wrapping_add(1));
