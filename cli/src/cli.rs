@@ -115,7 +115,7 @@ pub struct BroadcastArgs {
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
     /// Store an agent definition (a Markdown file with YAML front matter, as
-    /// in an `Agents/` directory) under its file's name, replacing the one of
+    /// in the agents directory) under its file's name, replacing the one of
     /// that name. Sessions created afterwards use it; running ones keep
     /// their command.
     Apply(AgentApplyArgs),
@@ -197,7 +197,7 @@ pub struct CreateArgs {
     #[arg(long, required_unless_present = "parent")]
     pub workspace: Option<String>,
     /// Agent to run: its definition in the database (`troupe agent`), else
-    /// `<workspace>/Agents/<name>.md`, else `Agents/<name>.md`.
+    /// the service's `<agents-dir>/<workspace>/<name>.md`, else `<agents-dir>/<name>.md`.
     #[arg(long)]
     pub agent: String,
     #[arg(long, default_value = "")]

@@ -228,8 +228,9 @@ fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
              list_workspace_sessions shows the sessions this session may see."
         }
         Reason::AgentNotFound => {
-            "No agent definition by that name: agents are Agents/<name>.md files of the \
-             workspace (or shared by all workspaces)."
+            "No agent definition by that name: the operator defines agents (in the database or \
+             the agents directory, never in the workspace); the message may say where a file \
+             found elsewhere belongs."
         }
         Reason::AgentInvalid => {
             "The agent definition exists but is malformed; the message says why."

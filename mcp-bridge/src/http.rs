@@ -50,7 +50,11 @@ pub async fn serve(
     let cancel = CancellationToken::new();
     let app = router(args, cancel.child_token());
     let stopping = cancel.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let mut bounds = args.bounds.tcp();
+    troupe_listen::Descriptors::raise(troupe_listen::descriptors::DEFAULT_RESERVE)
+        .fit(&mut [("mcp", &mut bounds)]);
+    let listener = troupe_listen::BoundedTcp::new(listener, troupe_listen::Gate::new("mcp", bounds));
+    let server = troupe_listen::http::serve(listener, app, async move {
         shutdown.await;
         stopping.cancel();
     });

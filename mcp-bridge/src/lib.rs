@@ -104,6 +104,9 @@ pub struct HttpArgs {
     /// after this is closed.
     #[arg(long, env = "TROUPE_SHUTDOWN_DRAIN_MS", default_value_t = 5000)]
     pub shutdown_drain_ms: u64,
+    /// Connection bounds of the HTTP listener.
+    #[command(flatten)]
+    pub bounds: troupe_listen::ListenArgs,
 }
 
 impl Cli {

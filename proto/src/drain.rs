@@ -73,6 +73,22 @@ impl Drain {
         }
     }
 
+    /// Reports every service NOT_SERVING while the server still runs (its
+    /// database cannot be reached, say); [`Drain::serving`] undoes it.
+    /// After [`Drain::begin`], nothing is reported SERVING again by it.
+    pub async fn not_serving(&self) {
+        for name in &self.services {
+            self.health
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+    }
+
+    /// Whether the stop has begun.
+    pub fn stopping(&self) -> bool {
+        self.streams.is_cancelled()
+    }
+
     /// The gRPC health service, whose watches end with UNAVAILABLE once the
     /// drain begins, after delivering the NOT_SERVING it reported. Served
     /// with Troupe's codec: a request it cannot decode is `INVALID_ARGUMENT`.

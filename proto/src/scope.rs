@@ -1,12 +1,19 @@
 //! Write scopes: the directories under `/workspace` a session's agent may
 //! write, enforced in its container by Landlock (see the runner's `scope`
-//! module). An empty scope is no limit: the whole workspace, as for a
-//! session given none. A child's scope is never wider than its parent's.
+//! module). An empty scope is no limit: the whole workspace. A child's scope
+//! is never wider than its parent's. A sandboxed session given no scope
+//! writes only in [`SANDBOXED_AREA`], so that nothing a direct agent reads
+//! or runs elsewhere in the workspace was written by a sandboxed one.
 
 use std::fmt;
 
 /// Where every scope lies.
 pub const WORKSPACE: &str = "/workspace";
+/// Where a sandboxed session given no write scope writes: the workspace's
+/// area for sandboxed work, made by the runner in every workspace.
+pub const SANDBOXED_AREA: &str = "/workspace/sandboxed";
+/// The area's directory name, in the workspace's directory.
+pub const SANDBOXED_AREA_DIR: &str = "sandboxed";
 /// Most paths one scope may name.
 pub const MAX_PATHS: usize = 16;
 /// Longest path, in bytes.
@@ -83,6 +90,11 @@ impl WriteScope {
     /// The scope of no limit.
     pub fn unscoped() -> Self {
         Self::default()
+    }
+
+    /// The scope of a sandboxed session given none: [`SANDBOXED_AREA`].
+    pub fn sandboxed_area() -> Self {
+        Self(vec![WritablePath(SANDBOXED_AREA.to_owned())])
     }
 
     /// Parses a request's paths: each as [`WritablePath::parse`], at most

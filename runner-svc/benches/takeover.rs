@@ -310,7 +310,7 @@ impl Replica {
         let url = format!("{url}{sep}application_name={name}");
         let log = logs.join(format!("{name}.log"));
         let dir = tempfile::tempdir().unwrap();
-        let agents = dir.path().join("workspaces/Agents");
+        let agents = dir.path().join("data/agents");
         std::fs::create_dir_all(&agents).unwrap();
         let command = serde_json::to_string(&["sh", "-c", PRINTER]).unwrap();
         std::fs::write(

@@ -132,6 +132,9 @@ pub struct Config {
     pub container_prefix: String,
     #[command(flatten)]
     pub registration: Registration,
+    /// Connection bounds of the gRPC listener.
+    #[command(flatten)]
+    pub bounds: troupe_listen::ListenArgs,
 }
 
 /// A container name prefix: a slug of at most 32 bytes.

@@ -167,10 +167,17 @@ pub async fn serve(
     let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     tracing::info!(addr = %listener.local_addr()?, "runner listening");
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // Bounded as every listener; with TCP_NODELAY.
+    let mut bounds = config.bounds.tcp();
+    troupe_listen::Descriptors::raise(troupe_listen::descriptors::DEFAULT_RESERVE)
+        .fit(&mut [("grpc", &mut bounds)]);
+    let incoming =
+        troupe_listen::BoundedTcp::new(listener, troupe_listen::Gate::new("grpc", bounds))
+            .incoming();
     // The drain ends watch streams and followers; the execs themselves keep running.
     let server = tonic::transport::Server::builder()
         .trace_fn(troupe_telemetry::request_span)
+        .http2_keepalive_interval(Some(troupe_listen::http::HTTP2_KEEPALIVE))
         .add_service(drain.health_service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -1,5 +1,6 @@
 //! What a workspace container lets its agents share: `/workspace`, by
-//! design, and nothing else; and containers made otherwise (by an older
+//! design (a sandboxed agent given no scope writes only its sandboxed
+//! area), and nothing else; and containers made otherwise (by an older
 //! runner, or other flags) are made again once nothing runs in them.
 
 mod common;
@@ -103,6 +104,7 @@ async fn agents_share_the_workspace_and_nothing_else() {
         .session_id;
     let second = scan_of(&pair, &sandboxed).await;
 
+    let mut wrote_where = Vec::new();
     for (id, scan) in [(&direct, &first), (&sandboxed, &second)] {
         let own = format!("/run/troupe/execs/{id}");
         let elsewhere: Vec<&String> = scan
@@ -117,7 +119,7 @@ async fn agents_share_the_workspace_and_nothing_else() {
             })
             .collect();
         assert!(elsewhere.is_empty(), "{id} may write {elsewhere:?}");
-        assert!(scan.writable.contains("/workspace"), "{:?}", scan.writable);
+        wrote_where.push(scan.writable.clone());
         let wrote: Vec<&String> = scan
             .lines
             .iter()
@@ -127,6 +129,20 @@ async fn agents_share_the_workspace_and_nothing_else() {
         let tmp = format!("TMPDIR {own}/tmp mine {id}");
         assert!(scan.lines.contains(&tmp), "{id}: {:?}", scan.lines);
     }
+    // The direct agent writes the whole workspace; the sandboxed one, given
+    // no scope, only its sandboxed area.
+    assert!(wrote_where[0].contains("/workspace"), "{:?}", wrote_where[0]);
+    assert!(
+        wrote_where[1].contains("/workspace/sandboxed"),
+        "{:?}",
+        wrote_where[1]
+    );
+    let outside: Vec<&String> = wrote_where[1]
+        .iter()
+        .filter(|p| p.as_str() == "/workspace" || p.starts_with("/workspace/"))
+        .filter(|p| !(p.as_str() == "/workspace/sandboxed" || p.starts_with("/workspace/sandboxed/")))
+        .collect();
+    assert!(outside.is_empty(), "the sandboxed agent may write {outside:?}");
     let shared: Vec<&String> = first
         .writable
         .intersection(&second.writable)

@@ -44,7 +44,7 @@ fn binary() -> String {
 /// A replica on `url` with the agent `idle`, and no runner of its own.
 fn replica(url: &str) -> SessionProcess {
     let dir = tempfile::tempdir().unwrap();
-    let agents = dir.path().join("workspaces/Agents");
+    let agents = dir.path().join("data/agents");
     std::fs::create_dir_all(&agents).unwrap();
     let command = serde_json::to_string(&["sh", "-c", "echo up; cat"]).unwrap();
     std::fs::write(

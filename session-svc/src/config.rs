@@ -29,11 +29,16 @@ pub struct Config {
     /// at `<data-dir>/troupe.db`.
     #[arg(long, env = "TROUPE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Root of the workspaces. Agent definitions are looked up in the
-    /// database (`troupe agent apply`), then in `<dir>/<workspace>/Agents/<name>.md`,
-    /// then `<dir>/Agents/<name>.md`. Default: `<data-dir>/workspaces`.
+    /// Root of the workspaces (each mounted at `/workspace` in its
+    /// container, where its agents write). Default: `<data-dir>/workspaces`.
     #[arg(long, env = "TROUPE_WORKSPACES_DIR")]
     pub workspaces_dir: Option<PathBuf>,
+    /// The operator's agent definition files, never mounted into a
+    /// container: definitions are looked up in the database (`troupe agent
+    /// apply`), then in `<dir>/<workspace>/<name>.md`, then `<dir>/<name>.md`.
+    /// Default: `<data-dir>/agents`.
+    #[arg(long, env = "TROUPE_AGENTS_DIR")]
+    pub agents_dir: Option<PathBuf>,
     /// Unix socket to serve on as well (agents in workspace containers reach
     /// the service through it, with no network); `none` to serve on TCP only.
     /// Default: `<data-dir>/run/session.sock`.
@@ -123,6 +128,10 @@ pub struct Config {
     pub messaging: MessageLimits,
     #[command(flatten)]
     pub console: crate::console::ConsoleArgs,
+    /// Connection bounds of every listener (gRPC, the agents' socket, the
+    /// console, metrics).
+    #[command(flatten)]
+    pub bounds: troupe_listen::ListenArgs,
 }
 
 /// Limits of messages: every message a session stores in another's inbox
@@ -215,6 +224,20 @@ impl Config {
         self.workspaces_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("workspaces"))
+    }
+
+    pub fn agents_dir(&self) -> PathBuf {
+        self.agents_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("agents"))
+    }
+
+    /// Where definition files are read from, and where they never are.
+    pub fn definition_files(&self) -> crate::agents::DefinitionFiles {
+        crate::agents::DefinitionFiles {
+            agents_dir: self.agents_dir(),
+            workspaces_dir: self.workspaces_dir(),
+        }
     }
 
     /// The Unix socket to serve on, if any.

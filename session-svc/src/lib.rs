@@ -29,6 +29,7 @@ pub mod console;
 pub mod driver;
 pub mod error;
 pub mod gateway;
+pub mod health;
 pub mod lives;
 pub mod metrics;
 pub mod model;
@@ -44,6 +45,7 @@ use std::{future::Future, time::Duration};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use troupe_listen::{BoundedTcp, BoundedUnix, Descriptors, Gate};
 use troupe_proto::{
     drain::Drain, fleet::fleet_service_server::FleetServiceServer,
     session::session_service_server::SessionServiceServer,
@@ -120,6 +122,14 @@ async fn serve_with_store<S: Store + Clone + 'static>(
 ) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let timing = config.lease_timing()?;
+    let agent_files = config.definition_files();
+    for left in agent_files.all_misplaced() {
+        tracing::warn!(
+            file = %left.display(),
+            agents_dir = %agent_files.agents_dir.display(),
+            "agent definition in the workspaces directory, where agents can write it: never run; move it to the agents directory (docs/agents.md)"
+        );
+    }
     // Sessions that end from here on (reconciliation included) are traced.
     let lives_from = store.newest_event().await?;
     let tokens = std::sync::Arc::new(tokens);
@@ -157,6 +167,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         limits: config.limits,
         messaging: config.messaging,
         workspaces_dir: config.workspaces_dir(),
+        agent_files,
         shutdown: cancel.clone(),
         driver: Some(driver),
         request_id_retention: config.request_id_retention(),
@@ -166,7 +177,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         },
     });
     metrics::observe_active(store.clone());
-    let upkeep = tokio::spawn(upkeep(store, cancel.clone()));
+    let upkeep = tokio::spawn(upkeep(store.clone(), cancel.clone()));
 
     let service_name = <SessionServiceServer<Service<S>> as tonic::server::NamedService>::NAME;
     let fleet_name = <FleetServiceServer<Service<S>> as tonic::server::NamedService>::NAME;
@@ -177,6 +188,14 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         config.shutdown_drain(),
     );
     drain.serving().await;
+    // Health follows the database; while it cannot be reached, calls fail fast.
+    let reachable = health::Reachable::default();
+    tokio::spawn(health::follow(
+        store.clone(),
+        drain.clone(),
+        reachable.clone(),
+        cancel.clone(),
+    ));
     let (reflection_v1, reflection_v1alpha) = troupe_proto::serving::reflection()?;
 
     let mut routes = tonic::service::Routes::builder();
@@ -186,7 +205,30 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         .add_service(reflection_v1alpha)
         .add_service(SessionServiceServer::new(service.clone()))
         .add_service(FleetServiceServer::new(service.clone()));
-    let console = console.map(|console| console.serve(service.clone(), cancel.clone()));
+    // Each listener's connections are bounded, within its share of the
+    // descriptors (docs/security.md, "Bounds on every listener").
+    let descriptors = Descriptors::raise(troupe_listen::descriptors::DEFAULT_RESERVE);
+    let mut grpc_bounds = config.bounds.tcp();
+    let mut agents_bounds = config.bounds.agents();
+    let mut console_bounds = config.bounds.tcp();
+    {
+        let mut listeners: Vec<(&'static str, &mut troupe_listen::Bounds)> =
+            vec![("grpc", &mut grpc_bounds)];
+        if config.socket().is_some() {
+            listeners.push(("agents", &mut agents_bounds));
+        }
+        if console.is_some() {
+            listeners.push(("console", &mut console_bounds));
+        }
+        descriptors.fit(&mut listeners);
+    }
+    let console = console.map(|console| {
+        console.serve(
+            service.clone(),
+            cancel.clone(),
+            Gate::new("console", console_bounds),
+        )
+    });
     let gateway = gateway::Gateway::new(service.shared(), gateway).router();
     let routes = tonic::service::Routes::from(routes.routes().into_axum_router().merge(gateway));
 
@@ -195,11 +237,13 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         Some(path) => {
             let listener = bind_unix(&path)?;
             tracing::info!(socket = %path.display(), "session service listening");
-            let stream = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let stream = BoundedUnix::new(listener, Gate::new("agents", agents_bounds)).incoming();
             Some(
                 tonic::transport::Server::builder()
                     .accept_http1(true)
                     .trace_fn(request_span)
+                    .http2_keepalive_interval(Some(troupe_listen::http::HTTP2_KEEPALIVE))
+                    .layer(health::FailFast(reachable.clone()))
                     .add_routes(routes.clone())
                     .serve_with_incoming_shutdown(stream, cancel.clone().cancelled_owned()),
             )
@@ -207,11 +251,13 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         None => None,
     };
     tracing::info!(addr = %listener.local_addr()?, "session service listening");
-    // Without TCP_NODELAY, small HTTP/2 frames wait out delayed ACKs (~40 ms).
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // With TCP_NODELAY (small HTTP/2 frames would wait out delayed ACKs).
+    let incoming = BoundedTcp::new(listener, Gate::new("grpc", grpc_bounds)).incoming();
     let tcp = tonic::transport::Server::builder()
         .accept_http1(true)
         .trace_fn(request_span)
+        .http2_keepalive_interval(Some(troupe_listen::http::HTTP2_KEEPALIVE))
+        .layer(health::FailFast(reachable))
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
     let stop = tokio::spawn({

@@ -1,5 +1,8 @@
 //! `troupe-session`: parses the configuration, binds, and serves until
-//! SIGINT or SIGTERM.
+//! SIGINT or SIGTERM. A failure is one line on stderr (the error and its
+//! causes) and exit status 1, never a panic's backtrace.
+
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
@@ -20,9 +23,19 @@ fn small_pages() {
     let _ = nix::sys::prctl::set_thp_disable(true);
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     small_pages();
+    match session() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("troupe-session: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn session() -> anyhow::Result<()> {
     let config = Config::parse();
     let telemetry = troupe_telemetry::init("troupe-session", "info", config.metrics_listen)?;
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -5,7 +5,8 @@
 //!   direct), and for lists and watches [`visible_workspace`] and
 //!   [`sees_only_sandboxed`], the filter the store applies;
 //! - trust: [`child_trust`] (inherit by default, never escalate);
-//! - write scopes: [`child_scope`] (inherit by default, only narrow);
+//! - write scopes: [`child_scope`] (inherit by default, only narrow; a
+//!   sandboxed session given none writes in the sandboxed area), [`run_scope`];
 //! - quotas: [`admit_spawn`] (depth, tree, children, workspace, rate), [`admit_root`];
 //! - budgets ([`admit_charge`], [`admit_budget`], [`deadline`]): a model
 //!   call's reservation within every budget of its path, a child's budget
@@ -29,7 +30,7 @@ pub use budget::{admit_budget, admit_charge, deadline, left as budget_left};
 pub use messaging::{admit_group_size, admit_messages, plan_fan_out, reach, reach_member};
 pub use parent_end::{Member, ParentEnded, notice_reason, parent_end};
 
-use troupe_proto::{session::SessionStatus, status::is_ended};
+use troupe_proto::{scope::SANDBOXED_AREA, session::SessionStatus, status::is_ended};
 
 use crate::{
     agents::validate_slug,
@@ -96,16 +97,46 @@ pub fn child_trust(parent: Trust, requested: Option<Trust>) -> Result<Trust, Ses
     }
 }
 
-/// A child's write scope: its parent's when it asks for none; else what it
-/// asks, every path of which must lie inside the parent's scope.
-pub fn child_scope(parent: &WriteScope, requested: WriteScope) -> Result<WriteScope, SessionError> {
-    if requested.is_unscoped() {
-        return Ok(parent.clone());
+/// A child's write scope. Asked for: every path of it must lie inside the
+/// parent's scope. Asked for none: its parent's, except that a sandboxed
+/// child of a direct parent gets the sandboxed area (which must then lie
+/// inside the parent's scope: a child never writes where its parent could
+/// not, so a scoped direct parent names its sandboxed child's scope).
+pub fn child_scope(
+    parent: (Trust, &WriteScope),
+    trust: Trust,
+    requested: WriteScope,
+) -> Result<WriteScope, SessionError> {
+    let (parent_trust, parent_scope) = parent;
+    let escalation = |why| SessionError::refused(Reason::ScopeEscalation, why);
+    let scope = if !requested.is_unscoped() {
+        parent_scope.narrows_to(&requested).map_err(escalation)?;
+        requested
+    } else if parent_trust == Trust::Direct && trust == Trust::Sandboxed {
+        let area = WriteScope::sandboxed_area();
+        parent_scope.narrows_to(&area).map_err(|why| {
+            escalation(format!(
+                "a sandboxed child given no write scope writes in {SANDBOXED_AREA}, but {why}: \
+                 give it a scope inside the parent's"
+            ))
+        })?;
+        area
+    } else {
+        parent_scope.clone()
+    };
+    Ok(run_scope(trust, scope))
+}
+
+/// The scope a session's agent runs under: its own, or, for a sandboxed
+/// session without one (a root given none, or a row older than this rule),
+/// the sandboxed area. A sandboxed agent never writes the whole workspace
+/// unless the operator or a direct parent names `/workspace` itself.
+pub fn run_scope(trust: Trust, scope: WriteScope) -> WriteScope {
+    if trust == Trust::Sandboxed && scope.is_unscoped() {
+        WriteScope::sandboxed_area()
+    } else {
+        scope
     }
-    parent
-        .narrows_to(&requested)
-        .map_err(|why| SessionError::refused(Reason::ScopeEscalation, why))?;
-    Ok(requested)
 }
 
 /// What the store read, inside its transaction, about a spawn's parent.
@@ -527,26 +558,63 @@ mod tests {
 
     #[test]
     fn write_scopes_are_inherited_and_only_narrow() {
+        use Trust::*;
         let scope = |p: &[&str]| WriteScope::parse(p).unwrap();
+        let none = WriteScope::unscoped;
         let parent = scope(&["/workspace/src"]);
-        assert_eq!(
-            child_scope(&parent, WriteScope::unscoped()).ok(),
-            Some(parent.clone())
-        );
-        let narrow = scope(&["/workspace/src/a"]);
-        assert_eq!(child_scope(&parent, narrow.clone()).ok(), Some(narrow));
-        assert_eq!(
-            child_scope(&parent, scope(&["/workspace"]))
-                .err()
-                .map(|e| e.reason()),
-            Some(Reason::ScopeEscalation)
-        );
-        let unscoped = WriteScope::unscoped();
+        for trust in [Direct, Sandboxed] {
+            assert_eq!(
+                child_scope((trust, &parent), trust, none()).ok(),
+                Some(parent.clone())
+            );
+            let narrow = scope(&["/workspace/src/a"]);
+            assert_eq!(
+                child_scope((trust, &parent), trust, narrow.clone()).ok(),
+                Some(narrow)
+            );
+            assert_eq!(
+                child_scope((trust, &parent), trust, scope(&["/workspace"]))
+                    .err()
+                    .map(|e| e.reason()),
+                Some(Reason::ScopeEscalation)
+            );
+        }
         assert!(
-            child_scope(&unscoped, WriteScope::unscoped())
+            child_scope((Direct, &none()), Direct, none())
                 .unwrap()
                 .is_unscoped()
         );
+    }
+
+    #[test]
+    fn a_sandboxed_session_given_no_scope_writes_only_in_the_sandboxed_area() {
+        use Trust::*;
+        let scope = |p: &[&str]| WriteScope::parse(p).unwrap();
+        let area = WriteScope::sandboxed_area();
+        let none = WriteScope::unscoped;
+        // A direct parent's sandboxed child, and a sandboxed child of a row
+        // without a scope (older than the rule): the area, not the workspace.
+        assert_eq!(child_scope((Direct, &none()), Sandboxed, none()).ok(), Some(area.clone()));
+        assert_eq!(child_scope((Sandboxed, &none()), Sandboxed, none()).ok(), Some(area.clone()));
+        // Even where the direct parent's own scope is inherited by direct
+        // children, a sandboxed one does not share it...
+        let wide = scope(&["/workspace/sandboxed", "/workspace/src"]);
+        assert_eq!(child_scope((Direct, &wide), Sandboxed, none()).ok(), Some(area.clone()));
+        // ...and where the area is outside it, the parent must name a scope.
+        let src = scope(&["/workspace/src"]);
+        assert_eq!(
+            child_scope((Direct, &src), Sandboxed, none()).err().map(|e| e.reason()),
+            Some(Reason::ScopeEscalation)
+        );
+        // Named explicitly by a direct parent: what it names, the whole
+        // workspace included.
+        assert_eq!(
+            child_scope((Direct, &none()), Sandboxed, scope(&["/workspace"])).ok(),
+            Some(scope(&["/workspace"]))
+        );
+        assert_eq!(run_scope(Sandboxed, none()), area);
+        assert!(run_scope(Direct, none()).is_unscoped());
+        assert_eq!(run_scope(Sandboxed, src.clone()), src);
     }
 
     #[test]

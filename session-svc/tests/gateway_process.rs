@@ -221,9 +221,9 @@ async fn a_provider_certificate_that_does_not_verify_is_logged_without_the_key()
 /// A data directory whose workspaces share the agent `worker` (`cat`).
 fn data_with_worker() -> tempfile::TempDir {
     let data = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(data.path().join("workspaces/Agents")).unwrap();
+    std::fs::create_dir_all(data.path().join("data/agents")).unwrap();
     std::fs::write(
-        data.path().join("workspaces/Agents/worker.md"),
+        data.path().join("data/agents/worker.md"),
         "---\nname: worker\ndescription: test agent\ncommand: [\"/bin/cat\"]\n---\n",
     )
     .unwrap();

@@ -56,6 +56,7 @@ impl Service {
             .args(["--database-url", url])
             .env_remove("TROUPE_OPERATOR_TOKEN")
             .env("RUST_LOG", "trace")
+            .env("RUST_BACKTRACE", "1")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .kill_on_drop(true);
@@ -219,6 +220,17 @@ async fn a_configured_token_other_than_the_databases_refuses_to_start() {
     assert!(
         log.contains("is not the one this database holds"),
         "the error says why: {log}"
+    );
+    // On one line of its own, even with backtraces asked for, not as a
+    // Debug print with a backtrace.
+    let line = log
+        .lines()
+        .find(|l| l.contains("is not the one this database holds"))
+        .unwrap_or_default();
+    assert!(line.starts_with("troupe-session: "), "{log}");
+    assert!(
+        !log.contains("Stack backtrace") && !log.contains("Caused by"),
+        "{log}"
     );
     assert_secret(stored, &[&first_log, &log]);
     assert_secret(other, &[&log]);

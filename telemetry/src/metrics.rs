@@ -39,6 +39,9 @@ pub(super) fn provider(
     Ok(Some(builder.build()))
 }
 
+/// Most connections the metrics endpoint holds at once.
+const METRICS_CONNECTIONS: usize = 64;
+
 /// Binds `addr` and serves `GET /metrics` from `registry` in the
 /// background; returns the address bound.
 pub(super) fn serve(
@@ -53,8 +56,18 @@ pub(super) fn serve(
     let app = axum::Router::new()
         .route("/metrics", get(scrape))
         .with_state(registry);
+    // A scraper or two: a few connections, bounded like every listener.
+    let gate = troupe_listen::Gate::new(
+        "metrics",
+        troupe_listen::Bounds {
+            max_connections: METRICS_CONNECTIONS,
+            max_per_peer: METRICS_CONNECTIONS / 4,
+            ..troupe_listen::Bounds::default()
+        },
+    );
+    let listener = troupe_listen::BoundedTcp::new(listener, gate);
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = troupe_listen::http::serve(listener, app, std::future::pending()).await {
             tracing::error!(error = %e, "the metrics endpoint stopped");
         }
     });

@@ -82,6 +82,7 @@ impl TestServer {
         let mut config = Config::with_data_dir(dir.path().join("data"));
         config.operator_token = Some(OPERATOR_TOKEN.to_owned());
         config.workspaces_dir = Some(dir.path().join("workspaces"));
+        config.agents_dir = Some(dir.path().join("agents"));
         config.database_url = match backend {
             postgres::Backend::Sqlite => None,
             postgres::Backend::Postgres => Some(postgres::fresh_database().await),
@@ -200,6 +201,11 @@ impl TestServer {
         self.config.workspaces_dir.clone().expect("workspaces dir")
     }
 
+    /// Root of the agent definition files.
+    pub fn agents_dir(&self) -> PathBuf {
+        self.config.agents_dir.clone().expect("agents dir")
+    }
+
     /// Writes a valid agent definition, in `workspace` or (None) shared by all workspaces.
     pub fn write_agent(&self, workspace: Option<&str>, name: &str) -> PathBuf {
         self.write_agent_text(
@@ -211,11 +217,10 @@ impl TestServer {
 
     /// Writes an agent file with the given contents.
     pub fn write_agent_text(&self, workspace: Option<&str>, name: &str, text: &str) -> PathBuf {
-        let mut dir = self.workspaces_dir();
+        let mut dir = self.agents_dir();
         if let Some(ws) = workspace {
             dir = dir.join(ws);
         }
-        let dir = dir.join("Agents");
         std::fs::create_dir_all(&dir).expect("agents dir");
         let path = dir.join(format!("{name}.md"));
         std::fs::write(&path, text).expect("agent file");

@@ -27,7 +27,7 @@ impl SessionProcess {
     /// `OTEL_*` variables of the caller's own environment are cleared).
     pub fn start(binary: &str, flags: &[&str], env: &[(&str, &str)]) -> SessionProcess {
         let dir = tempfile::tempdir().unwrap();
-        let agents = dir.path().join("workspaces/Agents");
+        let agents = dir.path().join("data/agents");
         std::fs::create_dir_all(&agents).unwrap();
         std::fs::write(
             agents.join("worker.md"),

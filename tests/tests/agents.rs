@@ -488,3 +488,61 @@ async fn an_env_that_sets_troupes_variables_is_refused() {
     assert!(list(&mut operator, "").await.is_empty());
     server.stop().await;
 }
+
+/// A definition found where agents can write it (a workspace's `Agents/`
+/// folder, mounted at `/workspace`, or the workspaces directory's) is never
+/// run, whoever creates the session: the create is refused saying where the
+/// file belongs, and the same name in the agents directory is what runs.
+#[tokio::test]
+async fn a_definition_an_agent_could_write_is_never_run() {
+    let server = TestServer::start().await;
+    let planted = "---\nname: shadowed\ncommand: [\"sh\", \"-c\", \"echo planted\"]\n---\n";
+    for dir in [
+        server.workspaces_dir().join("alpha/Agents"),
+        server.workspaces_dir().join("Agents"),
+    ] {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("shadowed.md"), planted).unwrap();
+    }
+    for trust in [TrustLevel::Direct, TrustLevel::Sandboxed] {
+        let status = server
+            .operator()
+            .await
+            .create_root_session(pb::CreateRootSessionRequest {
+                workspace_id: "alpha".to_owned(),
+                trust_level: trust as i32,
+                agent_name: "shadowed".to_owned(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("a planted definition");
+        assert_eq!(status.code(), Code::NotFound, "{status:?}");
+        assert_eq!(reason(&status), "AGENT_NOT_FOUND");
+        assert!(
+            status
+                .message()
+                .contains("<agents-dir>/alpha/shadowed.md"),
+            "{status:?}"
+        );
+        // Nothing of the service's own paths is told to the caller.
+        assert!(
+            !status
+                .message()
+                .contains(&server.agents_dir().display().to_string()),
+            "{status:?}"
+        );
+    }
+    // In the workspaces directory's own `Agents/`, for another workspace too.
+    let status = create(&server, "beta", "shadowed")
+        .await
+        .expect_err("a definition in the workspaces directory");
+    assert_eq!(reason(&status), "AGENT_NOT_FOUND");
+
+    // The operator's file, in the agents directory, is what runs.
+    server.write_agent(Some("alpha"), "shadowed");
+    let id = create(&server, "alpha", "shadowed")
+        .await
+        .expect("the operator's definition");
+    assert_eq!(server.stored_command(&id).await, ["/bin/cat"]);
+    server.stop().await;
+}

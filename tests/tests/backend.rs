@@ -54,7 +54,8 @@ async fn each_postgres_server_has_its_own_database_and_its_replicas_share_it() {
     assert_eq!(replica.workspaces_dir(), one.workspaces_dir());
     assert_ne!(replica.addr, one.addr);
     assert_ne!(replica.config.socket(), one.config.socket());
-    assert!(replica.workspaces_dir().join("Agents/worker.md").is_file());
+    assert_eq!(replica.agents_dir(), one.agents_dir());
+    assert!(replica.agents_dir().join("worker.md").is_file());
 }
 
 #[tokio::test]

@@ -16,12 +16,20 @@ fn scoped(title: &str, paths: &[&str]) -> pb::CreateSessionRequest {
 }
 
 async fn root_scoped(server: &TestServer, paths: &[&str]) -> Result<pb::Session, tonic::Status> {
+    root_of(server, TrustLevel::Sandboxed, paths).await
+}
+
+async fn root_of(
+    server: &TestServer,
+    trust: TrustLevel,
+    paths: &[&str],
+) -> Result<pb::Session, tonic::Status> {
     server
         .operator()
         .await
         .create_root_session(pb::CreateRootSessionRequest {
             workspace_id: "alpha".into(),
-            trust_level: TrustLevel::Sandboxed as i32,
+            trust_level: trust as i32,
             agent_name: "worker".into(),
             writable_paths: paths.iter().map(|p| (*p).to_owned()).collect(),
             ..Default::default()
@@ -152,10 +160,19 @@ async fn a_grandchild_cannot_widen_its_scope(backend: Backend) {
 
 async fn unscoped_parents_allow_any_scope_and_bad_paths_are_invalid(backend: Backend) {
     let server = TestServer::start_on(backend, |_| {}).await;
-    let root = root_scoped(&server, &[]).await.expect("an unscoped root");
+    let root = root_of(&server, TrustLevel::Direct, &[])
+        .await
+        .expect("an unscoped root");
     assert!(server.stored_scope(&root.session_id).await.is_empty());
     let mut as_root = server.act_as(&root.session_id).await;
-    let unscoped = create_child(&mut as_root, child("anything")).await;
+    let unscoped = create_child(
+        &mut as_root,
+        pb::CreateSessionRequest {
+            trust_level: TrustLevel::Direct as i32,
+            ..child("anything")
+        },
+    )
+    .await;
     assert!(server.stored_scope(&unscoped.session_id).await.is_empty());
     let whole = create_child(&mut as_root, scoped("whole", &["/workspace"])).await;
     assert_eq!(server.stored_scope(&whole.session_id).await, ["/workspace"]);
@@ -173,6 +190,66 @@ async fn unscoped_parents_allow_any_scope_and_bad_paths_are_invalid(backend: Bac
         assert_eq!(status.code(), Code::InvalidArgument, "{bad:?}: {status:?}");
     }
     server.stop().await;
+}
+
+/// A sandboxed session given no scope writes only in the sandboxed area,
+/// whoever made it, and its children cannot leave it; a direct parent that
+/// names a scope (the whole workspace included) gives exactly that.
+async fn sandboxed_sessions_given_no_scope_write_in_the_sandboxed_area(backend: Backend) {
+    let server = TestServer::start_on(backend, |_| {}).await;
+    let area = [troupe_proto::scope::SANDBOXED_AREA];
+    let root = root_of(&server, TrustLevel::Sandboxed, &[])
+        .await
+        .expect("a sandboxed root");
+    assert_eq!(server.stored_scope(&root.session_id).await, area);
+    assert_eq!(root.writable_paths, area);
+    let mut as_root = server.act_as(&root.session_id).await;
+    let kid = create_child(&mut as_root, child("inherits")).await;
+    assert_eq!(server.stored_scope(&kid.session_id).await, area);
+    let status = as_root
+        .create_session(scoped("out", &["/workspace/src"]))
+        .await
+        .expect_err("out of the area");
+    assert_eq!(reason(&status), "SCOPE_ESCALATION", "{status:?}");
+
+    // A direct parent's sandboxed child: the area, unless named otherwise.
+    let direct = root_of(&server, TrustLevel::Direct, &[])
+        .await
+        .expect("a direct root");
+    let mut as_direct = server.act_as(&direct.session_id).await;
+    let sandboxed = |title: &str, paths: &[&str]| pb::CreateSessionRequest {
+        trust_level: TrustLevel::Sandboxed as i32,
+        ..scoped(title, paths)
+    };
+    let kid = create_child(&mut as_direct, sandboxed("default", &[])).await;
+    assert_eq!(server.stored_scope(&kid.session_id).await, area);
+    let named = create_child(&mut as_direct, sandboxed("named", &["/workspace"])).await;
+    assert_eq!(server.stored_scope(&named.session_id).await, ["/workspace"]);
+
+    // A scoped direct parent whose scope lacks the area names one.
+    let scoped_direct = root_of(&server, TrustLevel::Direct, &["/workspace/src"])
+        .await
+        .expect("a scoped direct root");
+    let mut as_scoped = server.act_as(&scoped_direct.session_id).await;
+    let status = as_scoped
+        .create_session(sandboxed("no scope", &[]))
+        .await
+        .expect_err("the area is outside the parent's scope");
+    assert_eq!(reason(&status), "SCOPE_ESCALATION", "{status:?}");
+    assert!(status.message().contains("give it a scope"), "{status:?}");
+    let kid = create_child(&mut as_scoped, sandboxed("in src", &["/workspace/src/x"])).await;
+    assert_eq!(server.stored_scope(&kid.session_id).await, ["/workspace/src/x"]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sqlite_sandboxed_sessions_given_no_scope_write_in_the_sandboxed_area() {
+    sandboxed_sessions_given_no_scope_write_in_the_sandboxed_area(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn postgres_sandboxed_sessions_given_no_scope_write_in_the_sandboxed_area() {
+    sandboxed_sessions_given_no_scope_write_in_the_sandboxed_area(Backend::Postgres).await;
 }
 
 #[tokio::test]

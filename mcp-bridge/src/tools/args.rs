@@ -24,7 +24,7 @@ pub const MAX_WAIT_SECS: f64 = 3600.0;
 pub struct CreateSessionArgs {
     /// A short human-readable title for the new session, e.g. "API implementation".
     pub title: String,
-    /// The agent to run: the name of an agent definition (Agents/<name>.md) of this
+    /// The agent to run: the name of an agent definition the operator made for this
     /// workspace, e.g. "python-specialist".
     pub agent_name: String,
     /// The first message the new agent receives: its task, stated completely.

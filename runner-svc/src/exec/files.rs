@@ -30,14 +30,26 @@ impl Runner {
 
     pub(super) fn workspace_dirs(&self, workspace: &str) -> Result<WorkspaceDirs, ExecError> {
         let files = self.settings.workspaces_dir.join(workspace);
-        if !files.exists() {
-            std::fs::create_dir_all(&files)
-                .with_context(|| format!("cannot create {}", files.display()))?;
-            // Shared by every agent of the workspace, through its group.
-            std::os::unix::fs::chown(&files, None, Some(self.settings.uid_base))
-                .context("cannot chown the workspace")?;
-            std::fs::set_permissions(&files, std::fs::Permissions::from_mode(0o2775))
-                .context("cannot chmod the workspace")?;
+        std::fs::create_dir_all(&files)
+            .with_context(|| format!("cannot create {}", files.display()))?;
+        // Shared by every agent of the workspace, through its group, however
+        // the directory came to exist (an operator's `mkdir` makes it
+        // root's, 0755).
+        share_with_group(&files, self.settings.uid_base)?;
+        // The sandboxed agents' area, made once: a sandboxed session given
+        // no scope writes there and nowhere else. Not made over anything
+        // already there (a link is refused by the supervisor at start).
+        let area = files.join(troupe_proto::scope::SANDBOXED_AREA_DIR);
+        if area.symlink_metadata().is_err() {
+            match std::fs::create_dir(&area) {
+                Ok(()) => share_with_group(&area, self.settings.uid_base)?,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("cannot create {}", area.display()))
+                        .into());
+                }
+            }
         }
         let execs = self
             .settings
@@ -55,6 +67,33 @@ impl Runner {
         Ok(WorkspaceDirs { files, execs })
     }
 }
+/// Gives a directory of the runner's making (the workspace, its sandboxed
+/// area) to the workspace's group, group-writable and setgid (so what
+/// agents create in it stays the group's), unless it already is.
+fn share_with_group(dir: &Path, gid: u32) -> Result<(), ExecError> {
+    // Through a descriptor opened without following a link: an agent that
+    // swaps the area for a link to a host directory changes nothing there.
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+        .open(dir)
+        .with_context(|| format!("cannot open {} as a directory", dir.display()))?;
+    let meta = opened
+        .metadata()
+        .with_context(|| format!("cannot stat {}", dir.display()))?;
+    if meta.gid() != gid {
+        std::os::unix::fs::fchown(&opened, None, Some(gid))
+            .with_context(|| format!("cannot chown {}", dir.display()))?;
+    }
+    if meta.mode() & 0o2070 != 0o2070 {
+        let mode = (meta.mode() & 0o7777) | 0o2070;
+        opened
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot chmod {}", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// The descriptors of an exec's directory the runner keeps open.
 pub(super) struct ExecFiles {
     pub(super) log: File,

@@ -43,7 +43,7 @@ pub fn replica(url: &str, runner: &str) -> SessionProcess {
 /// [`replica`], its log written to `log` if given.
 pub fn replica_logging(url: &str, runner: &str, log: Option<&Path>) -> SessionProcess {
     let dir = tempfile::tempdir().unwrap();
-    let agents = dir.path().join("workspaces/Agents");
+    let agents = dir.path().join("data/agents");
     std::fs::create_dir_all(&agents).unwrap();
     let printer =
         format!("i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo line$i; sleep 0.02; done; cat");

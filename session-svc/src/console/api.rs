@@ -111,9 +111,15 @@ pub async fn workspaces<S: Store>(
     for (workspace, _, _) in console.inner.store.active_counts().await? {
         names.insert(workspace, ());
     }
-    // Workspace directories with no active session yet (`Agents` holds the
-    // agent files every workspace shares).
-    if let Ok(dir) = std::fs::read_dir(&console.inner.workspaces_dir) {
+    // Workspace directories with no active session yet, and the workspaces
+    // the agents directory has definitions for.
+    for root in [
+        &console.inner.workspaces_dir,
+        &console.inner.agent_files.agents_dir,
+    ] {
+        let Ok(dir) = std::fs::read_dir(root) else {
+            continue;
+        };
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name != "Agents" && troupe_proto::names::is_slug(&name) && entry.path().is_dir() {
@@ -226,7 +232,7 @@ pub struct AgentsQuery {
 
 /// `GET /api/agents[?workspace=WS]`: the agent definitions kept in the
 /// database, and the names of the definition files a session of `WS`
-/// could run (`<workspaces>/WS/Agents/*.md`, `<workspaces>/Agents/*.md`).
+/// could run (`<agents-dir>/WS/*.md`, `<agents-dir>/*.md`).
 pub async fn agents<S: Store>(
     State(console): State<Arc<Console<S>>>,
     Query(query): Query<AgentsQuery>,
@@ -250,10 +256,10 @@ pub async fn agents<S: Store>(
         .iter()
         .map(|a| json!({"workspace_id": a.workspace_id, "name": a.name, "description": a.description}))
         .collect();
-    let dir = &console.inner.workspaces_dir;
-    let mut dirs = vec![(String::new(), dir.join("Agents"))];
+    let dir = &console.inner.agent_files.agents_dir;
+    let mut dirs = vec![(String::new(), dir.clone())];
     if troupe_proto::names::is_slug(&workspace) {
-        dirs.push((workspace.clone(), dir.join(&workspace).join("Agents")));
+        dirs.push((workspace.clone(), dir.join(&workspace)));
     }
     for (scope, dir) in dirs {
         for name in agent_files(&dir) {

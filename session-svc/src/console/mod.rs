@@ -28,7 +28,7 @@ mod json;
 mod throttle;
 
 use std::{
-    future::{Future, IntoFuture},
+    future::Future,
     net::SocketAddr,
     sync::Arc,
     time::Duration,
@@ -175,13 +175,16 @@ impl Listener {
         self,
         service: Service<S>,
         stop: CancellationToken,
+        gate: troupe_listen::Gate,
     ) -> impl Future<Output = std::io::Result<()>> + Send {
         let router = router(Console::new(service, self.settings));
-        // The client's address: sign-in failures are counted by it.
-        let app = router.into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .into_future()
+        // Each request carries the client's address (`ConnectInfo`): sign-in
+        // failures are counted by it.
+        troupe_listen::http::serve(
+            troupe_listen::BoundedTcp::new(self.listener, gate),
+            router,
+            stop.cancelled_owned(),
+        )
     }
 }
 

@@ -129,7 +129,10 @@ impl<S: Store> Driver<S> {
                 .trace
                 .map(|life| life.traceparent())
                 .unwrap_or_default(),
-            writable_paths: session.write_scope.to_strings(),
+            // A sandboxed row stored without a scope (older than the rule)
+            // still runs in the sandboxed area.
+            writable_paths: crate::policy::run_scope(session.trust, session.write_scope.clone())
+                .to_strings(),
             ..Default::default()
         };
         // Whether this start's frames were queued: a start that finds the

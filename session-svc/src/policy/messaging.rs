@@ -71,13 +71,22 @@ pub fn plan_fan_out(
 }
 
 /// Checks that a group would hold no more than the fan-out limit plus its
-/// poster once `members` are in it.
-pub fn admit_group_size(members: usize, limits: &MessageLimits) -> Result<(), SessionError> {
+/// poster once `after` are its members, counting only the members `adder`
+/// may see: a refusal tells the adder nothing it cannot list (a sandboxed
+/// member learns nothing of direct members this way). A group may so hold
+/// more members in all than the limit; a post to it is still bounded, by
+/// [`plan_fan_out`], on the members the poster reaches.
+pub fn admit_group_size(
+    adder: &Caller,
+    after: &[SessionRow],
+    limits: &MessageLimits,
+) -> Result<(), SessionError> {
     let most = limits.max_fan_out as usize + 1;
+    let members = after.iter().filter(|m| can_see(adder, m)).count();
     if members > most {
         return Err(SessionError::refused(
             Reason::FanOutExceeded,
-            format!("a group holds at most {most} members; this would make it {members}"),
+            format!("a group holds at most {most} members; this add would pass it"),
         ));
     }
     Ok(())

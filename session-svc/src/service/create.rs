@@ -37,7 +37,7 @@ async fn spec<S: Store>(
     agents::validate_slug("agent_name", agent)?;
     check_len("title", title, MAX_SHORT_TEXT)?;
     check_len("initial_message", initial_message, MAX_MESSAGE_BYTES)?;
-    let definition = agents::find(&inner.store, &inner.workspaces_dir, workspace, agent).await?;
+    let definition = agents::find(&inner.store, &inner.agent_files, workspace, agent).await?;
     let agent_command = serde_json::to_string(&agents::Launch::of(&definition))
         .map_err(|e| SessionError::Internal(e.to_string()))?;
     Ok(Spec {
@@ -183,6 +183,8 @@ pub async fn root<S: Store>(
         &payload,
         inner.request_id_retention,
     )?;
+    // A sandboxed root given no scope writes in the sandboxed area.
+    let scope = policy::run_scope(trust, scope);
     let audit_note = scope_note(&scope).trim_start().to_owned();
     let new = NewSession {
         write_scope: scope,
@@ -251,7 +253,11 @@ pub async fn child<S: Store>(
     let level = pb::TrustLevel::try_from(req.trust_level)
         .map_err(|_| SessionError::invalid("trust_level", "unknown trust level"))?;
     let trust = policy::child_trust(parent.trust, Trust::from_proto(level))?;
-    let scope = policy::child_scope(&parent.write_scope, write_scope(&req.writable_paths)?)?;
+    let scope = policy::child_scope(
+        (parent.trust, &parent.write_scope),
+        trust,
+        write_scope(&req.writable_paths)?,
+    )?;
     let budget = budget(req.budget.as_ref())?;
     let on_parent_end = pb::ParentEndPolicy::try_from(req.on_parent_end)
         .map(ParentEnd::from_proto)

@@ -146,11 +146,11 @@ pub async fn add<S: Store>(
         serde_json::json!({ "added": req.session_ids }).to_string(),
     );
     let limits = inner.messaging;
-    let check = |rows: &[SessionRow], members: usize| {
+    let check = |rows: &[SessionRow], after: &[SessionRow]| {
         for row in rows {
             policy::may_message(caller, row)?;
         }
-        policy::admit_group_size(members, &limits)
+        policy::admit_group_size(caller, after, &limits)
     };
     let group = inner
         .store

@@ -59,6 +59,8 @@ pub struct Inner<S> {
     /// The message rate and the fan-out limit.
     pub messaging: MessageLimits,
     pub workspaces_dir: PathBuf,
+    /// Where agent definition files are read from.
+    pub agent_files: crate::agents::DefinitionFiles,
     /// Cancelled at shutdown; ends open watch streams.
     pub shutdown: CancellationToken,
     /// Starts and follows agents; `None` without a runner.

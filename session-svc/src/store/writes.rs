@@ -21,9 +21,11 @@ pub type RateCheck<'a> = &'a (dyn Fn(i64, usize) -> Result<i64, SessionError> + 
 /// resolved them inside the write's transaction: each to reach, once.
 pub type FanOutCheck<'a> =
     &'a (dyn Fn(&[SessionRow]) -> Result<Vec<(String, Reach)>, SessionError> + Sync);
-/// Checks the sessions to add to a group given their rows and how many
-/// members the group would hold after.
-pub type MembersCheck<'a> = &'a (dyn Fn(&[SessionRow], usize) -> Result<(), SessionError> + Sync);
+/// Checks the sessions to add to a group given their rows and the rows of
+/// every member the group would hold after (those added included), so that
+/// a rule may count only the members its caller may see.
+pub type MembersCheck<'a> =
+    &'a (dyn Fn(&[SessionRow], &[SessionRow]) -> Result<(), SessionError> + Sync);
 
 /// Whose message rate a write counts against, and the rule.
 #[derive(Clone, Copy)]

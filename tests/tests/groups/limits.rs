@@ -5,7 +5,7 @@ use tonic::Code;
 use troupe_proto::session as pb;
 use troupe_tests::{message, reason};
 
-use super::{World, broadcast};
+use super::{World, broadcast, post};
 
 #[tokio::test]
 async fn fan_out_over_the_cap_is_refused_before_anything_is_stored() {
@@ -47,6 +47,70 @@ async fn fan_out_over_the_cap_is_refused_before_anything_is_stored() {
         .await
         .expect_err("past the cap");
     assert_eq!(reason(&full), "FAN_OUT_EXCEEDED");
+}
+
+/// A sandboxed member's adds are bounded on the members it may see, so no
+/// answer nor refusal counts the direct members it cannot: before, its add
+/// was refused "this would make it 5" with one member in its view. A post
+/// stays bounded on the members it reaches.
+#[tokio::test]
+async fn a_group_refusal_counts_only_what_the_adder_sees() {
+    let w = World::start(|c| c.messaging.max_fan_out = 3).await;
+    let mut direct = w.client("direct");
+    direct
+        .create_group(pb::CreateGroupRequest {
+            name: "mixed".to_owned(),
+        })
+        .await
+        .expect("create");
+    let add = |names: &[&str]| pb::AddGroupMembersRequest {
+        group: "mixed".to_owned(),
+        session_ids: names.iter().map(|n| w.ids[n].clone()).collect(),
+    };
+    direct
+        .add_group_members(add(&["direct2", "sandboxed"]))
+        .await
+        .expect("three members");
+    let seen = w
+        .client("sandboxed")
+        .add_group_members(add(&["sandboxed2", "child"]))
+        .await
+        .expect("three members in the sandboxed member's view, the cap is four")
+        .into_inner()
+        .group
+        .expect("group");
+    let mut names: Vec<&str> = seen.member_ids.iter().map(|id| w.name_of(id)).collect();
+    names.sort();
+    assert_eq!(names, ["child", "sandboxed", "sandboxed2"]);
+
+    // The direct member sees five: its add of a sixth is refused, without
+    // a count...
+    let (extra, _, _) = w
+        .server
+        .root("alpha", troupe_proto::session::TrustLevel::Direct)
+        .await;
+    let refused = direct
+        .add_group_members(pb::AddGroupMembersRequest {
+            group: "mixed".to_owned(),
+            session_ids: vec![extra.session_id],
+        })
+        .await
+        .expect_err("past the cap in the direct member's view");
+    assert_eq!(reason(&refused), "FAN_OUT_EXCEEDED", "{refused:?}");
+    assert!(!refused.message().contains('6'), "{refused:?}");
+    // ...and its post would reach four, past the fan-out cap of three.
+    let before = w.inboxes().await;
+    let too_many = direct
+        .post_to_group(post("mixed", "all of you"))
+        .await
+        .expect_err("four recipients, cap three");
+    assert_eq!(reason(&too_many), "FAN_OUT_EXCEEDED", "{too_many:?}");
+    assert!(w.grown_once(&before).await.is_empty());
+    // The sandboxed member's post reaches the two it may message.
+    w.client("sandboxed")
+        .post_to_group(post("mixed", "sandboxed only"))
+        .await
+        .expect("two recipients");
 }
 
 #[tokio::test]

@@ -167,7 +167,10 @@ impl PgStore {
                 new.push(id);
             }
         }
-        check(&rows, current.len() + new.len())?;
+        let mut after = current.clone();
+        after.extend(new.iter().map(|id| (*id).to_owned()));
+        let after = sessions(&mut tx, &after).await?;
+        check(&rows, &after)?;
         for id in &new {
             insert_member(&mut tx, &found.group_id, id).await?;
         }

@@ -220,7 +220,13 @@ impl SqliteStore {
                 new.push(id);
             }
         }
-        check(&rows, current.len() + new.len())?;
+        let after: Vec<SessionRow> = current
+            .iter()
+            .map(String::as_str)
+            .chain(new.iter().copied())
+            .filter_map(|id| self.ledger().get(id))
+            .collect();
+        check(&rows, &after)?;
         let mut tx = Write::begin(&mut w.conn).await?;
         for id in &new {
             insert_member(tx.conn(), &found.group_id, id).await?;
