@@ -68,7 +68,8 @@ subtree; a child's budget can only narrow this session's: each must be at most w
 (and its ancestors) has left, or the call is refused BUDGET_EXCEEDED with what is left. \
 writable_paths optionally confines the child's writes to directories under /workspace (enforced by \
 the kernel; its $HOME and $TMPDIR stay writable); each must lie inside this session's own write \
-scope, which a child given none inherits (else SCOPE_ESCALATION). on_parent_end says what happens \
+scope, which a child given none inherits (else SCOPE_ESCALATION); a sandboxed child of a direct \
+session given none writes only /workspace/sandboxed. on_parent_end says what happens \
 to the child when this session ends, however it ends: \"terminate\" (default), \"abandon\" (it keeps \
 running, orphaned) or \"notify\" (as abandon, and it receives a parent_ended message). Returns the new \
 session (session_id, status, depth, trust_level, ...), the quota left after it, and for mode \

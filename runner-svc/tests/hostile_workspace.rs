@@ -9,7 +9,7 @@ mod common;
 
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
-use common::{pair::*, *};
+use common::pair::*;
 use troupe_proto::session::{CreateRootSessionRequest, SessionStatus, TrustLevel};
 
 /// Tries to write each of the places a direct agent would run something

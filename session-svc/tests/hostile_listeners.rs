@@ -25,17 +25,13 @@ const FLOOD: usize = 700;
 /// The uid of the hostile agent (any uid but the test's).
 const AGENT_UID: u32 = 23_456;
 
-/// A script that runs the service under [`LIMIT`] open files, serving the
-/// agents' socket at `socket` (in place of the `--socket none` the test
-/// harness gives).
-fn limited(dir: &Path, socket: &Path) -> String {
+/// A script that runs the service under [`LIMIT`] open files.
+fn limited(dir: &Path) -> String {
     let path = dir.join("limited.sh");
     let mut file = std::fs::File::create(&path).unwrap();
     writeln!(
         file,
-        "#!/bin/sh\nulimit -n {LIMIT}\n\
-         for a; do\n  shift\n  if [ \"$prev\" = --socket ]; then set -- \"$@\" {socket:?}; \
-         else set -- \"$@\" \"$a\"; fi\n  prev=$a\ndone\nexec {} \"$@\"",
+        "#!/bin/sh\nulimit -n {LIMIT}\nexec {} \"$@\"",
         env!("CARGO_BIN_EXE_troupe-session")
     )
     .unwrap();
@@ -98,7 +94,7 @@ async fn a_flood_on_one_listener_leaves_the_others_and_the_database_working() {
     // The hostile agent, another uid, reaches the socket through it.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let socket = dir.path().join("run/session.sock");
-    let script = limited(dir.path(), &socket);
+    let script = limited(dir.path());
     let console_port = free_port();
     let metrics_port = free_port();
     let log = dir.path().join("session.log");
@@ -119,6 +115,8 @@ async fn a_flood_on_one_listener_leaves_the_others_and_the_database_working() {
             &format!("127.0.0.1:{metrics_port}"),
             "--header-timeout-secs",
             "3",
+            "--socket",
+            socket.to_str().unwrap(),
         ],
         &[],
         Some(&log),

@@ -62,8 +62,12 @@ impl SessionProcess {
             .unwrap()
             .port();
         let mut command = Command::new(binary);
+        command.args(["--listen", &format!("127.0.0.1:{port}")]);
+        // No Unix socket unless the flags name one.
+        if !flags.contains(&"--socket") {
+            command.args(["--socket", "none"]);
+        }
         command
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--socket", "none"])
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .arg("--workspaces-dir")
@@ -87,6 +91,11 @@ impl SessionProcess {
             endpoint: format!("http://127.0.0.1:{port}"),
             dir,
         }
+    }
+
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
     }
 
     /// The CPU time the process has used so far (user and system), read
