@@ -499,7 +499,8 @@ async fn paths_the_gateway_does_not_serve_are_404_in_the_apis_shape() {
     let setup = Setup::new(vec![]).await;
     let (_, token) = setup.root("alpha", None).await;
     let bearer = format!("Bearer {token}");
-    let cases: [(hyper::Method, &str, &[(&str, &str)]); 4] = [
+    type Case<'a> = (hyper::Method, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: [Case; 4] = [
         (
             hyper::Method::POST,
             "/v1/responses",
