@@ -398,6 +398,43 @@ async fn the_providers_key_never_comes_back_in_an_error_or_a_header() {
     }
 }
 
+/// A provider whose stream says its key (as an error event would), whole
+/// and masked, 1,200 times over pieces of 16 KB that cut some of them: the
+/// agent reads every one redacted, and the rest of the stream whole.
+#[tokio::test]
+async fn the_providers_key_never_comes_back_in_a_stream() {
+    let head = &KEY[..8];
+    let tail = &KEY[KEY.len() - 4..];
+    let echo = format!("invalid x-api-key {KEY} or {head}...{tail} ");
+    let turn = Turn::deltas(&echo, 600);
+    let setup = Setup::new(vec![Turn {
+        fault: Some(Fault::Pace(1 << 20)),
+        ..turn
+    }])
+    .await;
+    let (id, token) = setup.root("alpha", None).await;
+    let answer = setup.call(&token, true).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.body.contains("message_stop"), "{}", answer.body);
+    assert!(
+        answer.body.len() > 3 * (16 << 10),
+        "{} bytes",
+        answer.body.len()
+    );
+    for shown in [KEY, &format!("{head}..."), &format!("...{tail}")] {
+        assert!(!answer.body.contains(shown), "{shown} in the stream");
+    }
+    assert_eq!(
+        answer
+            .body
+            .matches("invalid x-api-key [redacted] or [redacted]")
+            .count(),
+        600
+    );
+    let usage = settled(&setup, &id).await;
+    assert_eq!(usage.own_tokens.unwrap().output, 5, "{usage:?}");
+}
+
 /// Twenty 10 MB error answers at once: each is read no further than its
 /// bound, and the agent gets the gateway's own error with the provider's
 /// status, in the API's shape, never the body (nor the key it held).

@@ -1,6 +1,8 @@
 //! The relay of a streamed answer: the response body the client reads is
 //! the provider's own body, each frame passed on as it comes (no copy, no
-//! task or channel between them) and read by the [`Meter`] on its way.
+//! task or channel between them) and read by the [`Meter`] on its way,
+//! the provider's key scrubbed from it ([`StreamScrubber`]: a frame that
+//! shows nothing of it and ends between words passes as it is).
 //! When the stream ends, breaks off or stalls past the idle deadline, the
 //! call is settled before the client sees the end (a fault then ends the
 //! stream with an error event in the API's terms). When the client hangs
@@ -27,6 +29,7 @@ use tokio::{
 
 use super::{
     forward::Call,
+    scrub::StreamScrubber,
     settle::Settlement,
     shape::{Api, ApiError, Kind},
     usage::{Meter, Reported},
@@ -38,6 +41,7 @@ pub(super) struct Relay<S: Store> {
     /// Taken by [`drain`] when the client hangs up mid-stream.
     upstream: Option<Incoming>,
     meter: Meter,
+    scrubber: StreamScrubber,
     state: State<S>,
     status: StatusCode,
     api: Api,
@@ -78,6 +82,7 @@ impl<S: Store> Relay<S> {
         Relay {
             upstream: Some(upstream),
             meter: Meter::new(call.api),
+            scrubber: StreamScrubber::new(call.scrubber.clone()),
             state: State::Streaming(Box::new(settlement)),
             status,
             api: call.api,
@@ -101,7 +106,12 @@ impl<S: Store> Relay<S> {
         let status = Some(self.status);
         let settling =
             tokio::spawn(async move { settlement.settle(&reported, outcome, status).await });
-        let tail = fault.map(|f| Bytes::from(f.stream_event(self.api)));
+        // The end of a word held back, then the fault's event.
+        let mut tail = self.scrubber.rest().to_vec();
+        if let Some(fault) = fault {
+            tail.extend_from_slice(fault.stream_event(self.api).as_bytes());
+        }
+        let tail = (!tail.is_empty()).then(|| Bytes::from(tail));
         self.state = State::Settling(settling, tail);
     }
 
@@ -145,9 +155,14 @@ impl<S: Store> Relay<S> {
                 Poll::Ready(Some(Ok(frame))) => {
                     // Trailers are the connection's: not relayed.
                     if let Ok(data) = frame.into_data() {
-                        self.waiting = false;
                         self.meter.feed(&data);
-                        return Poll::Ready(Some(data));
+                        let data = self.scrubber.pass(data);
+                        if !data.is_empty() {
+                            self.waiting = false;
+                            return Poll::Ready(Some(data));
+                        }
+                        // All of it held back: the provider is not silent.
+                        self.deadline = Instant::now() + self.idle;
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {

@@ -11,9 +11,13 @@
 //! holds a run of at least [`BARE_RUN`] key characters that is part of the
 //! key. That errs towards redacting: a redacted word in an error costs
 //! nothing, a key that leaves costs everything.
+//!
+//! A stream is scrubbed as it passes ([`StreamScrubber`]): a word that a
+//! piece's end cuts is held back until the piece that ends it.
 
 use std::borrow::Cow;
 
+use axum::body::Bytes;
 use memchr::memmem;
 
 /// What a redacted word becomes.
@@ -24,6 +28,10 @@ const MASKED_RUN: usize = 4;
 
 /// The shortest part of the key, without a mask, that is redacted.
 const BARE_RUN: usize = 12;
+
+/// Longest word a stream's scrubber holds back; a longer one is passed on
+/// (scrubbed as far as it goes).
+const MAX_HELD: usize = 64 << 10;
 
 /// Scrubs one provider's key from what its answers carry.
 #[derive(Clone)]
@@ -44,6 +52,11 @@ fn key_char(b: u8) -> bool {
 /// `*`, `.`, and the bytes of `…` (U+2026, E2 80 A6).
 fn mask_char(b: u8) -> bool {
     matches!(b, b'*' | b'.' | 0xE2 | 0x80 | 0xA6)
+}
+
+/// Whether `b` may be part of a word.
+fn word_byte(b: u8) -> bool {
+    key_char(b) || mask_char(b)
 }
 
 fn has_mask(word: &[u8]) -> bool {
@@ -95,7 +108,6 @@ impl Scrubber {
         let mut at = 0;
         let bytes: &[u8] = &whole;
         while at < bytes.len() {
-            let word_byte = |b: u8| key_char(b) || mask_char(b);
             if !word_byte(bytes[at]) {
                 if let Some(out) = &mut out {
                     out.push(bytes[at]);
@@ -125,6 +137,66 @@ impl Scrubber {
     /// Whether `text` shows the key or a part of it.
     pub fn reveals(&self, text: &[u8]) -> bool {
         matches!(self.scrub(text), Cow::Owned(_))
+    }
+}
+
+/// Scrubs a stream piece by piece. A piece passes as it is (no copy) when
+/// it shows nothing of the key and ends between words.
+#[derive(Debug)]
+pub struct StreamScrubber {
+    scrubber: Scrubber,
+    /// The start of a word the last piece's end cut.
+    held: Vec<u8>,
+}
+
+impl StreamScrubber {
+    pub fn new(scrubber: Scrubber) -> StreamScrubber {
+        StreamScrubber {
+            scrubber,
+            held: Vec::new(),
+        }
+    }
+
+    fn scrubbed(&self, text: Bytes) -> Bytes {
+        match self.scrubber.scrub(&text) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(out) => {
+                tracing::warn!("a provider's stream held its key: scrubbed");
+                Bytes::from(out)
+            }
+        }
+    }
+
+    /// The next piece of the stream: what of it (and of the word held
+    /// before it) is whole, scrubbed; possibly nothing.
+    pub fn pass(&mut self, piece: Bytes) -> Bytes {
+        let cut = piece
+            .iter()
+            .rposition(|b| !word_byte(*b))
+            .map_or(0, |at| at + 1);
+        if cut == 0 {
+            // One word still: held, unless it has grown past the bound.
+            self.held.extend_from_slice(&piece);
+            if self.held.len() <= MAX_HELD {
+                return Bytes::new();
+            }
+            return self.rest();
+        }
+        let ready = if self.held.is_empty() {
+            piece.slice(..cut)
+        } else {
+            let mut joined = std::mem::take(&mut self.held);
+            joined.extend_from_slice(&piece[..cut]);
+            Bytes::from(joined)
+        };
+        self.held.extend_from_slice(&piece[cut..]);
+        self.scrubbed(ready)
+    }
+
+    /// What is held at the stream's end, scrubbed.
+    pub fn rest(&mut self) -> Bytes {
+        let held = Bytes::from(std::mem::take(&mut self.held));
+        self.scrubbed(held)
     }
 }
 
@@ -158,6 +230,30 @@ mod tests {
                 assert!(!out.contains(part), "{part} left in {out}");
             }
         }
+    }
+
+    #[test]
+    fn a_stream_is_scrubbed_however_its_pieces_cut_the_key() {
+        let stream = format!("data: {{\"text\": \"key {KEY} and sk-proj-Abc...r678.\"}}\n\n");
+        for cut in 0..stream.len() {
+            for second in cut..stream.len() {
+                let mut s = StreamScrubber::new(Scrubber::new(KEY));
+                let mut out = Vec::new();
+                for piece in [&stream[..cut], &stream[cut..second], &stream[second..]] {
+                    out.extend_from_slice(&s.pass(Bytes::copy_from_slice(piece.as_bytes())));
+                }
+                out.extend_from_slice(&s.rest());
+                let out = String::from_utf8(out).unwrap();
+                assert_eq!(
+                    out, "data: {\"text\": \"key [redacted] and [redacted]\"}\n\n",
+                    "cut at {cut} and {second}"
+                );
+            }
+        }
+        let mut s = StreamScrubber::new(Scrubber::new(KEY));
+        let plain = Bytes::from_static(b"data: {\"text\": \"hello\"}\n\n");
+        let out = s.pass(plain.clone());
+        assert_eq!(out.as_ptr(), plain.as_ptr(), "passed on without a copy");
     }
 
     #[test]
