@@ -62,7 +62,7 @@ use self::{
 };
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, Caller, Principal, SessionRow, now_ms},
+    model::{Account, AuditRecord, Caller, Charge, Cost, Principal, SessionRow, now_ms},
     policy,
     service::{Inner, identity::identify},
     store::Store,
@@ -201,17 +201,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             .inner
             .store
             .reserve(&session.session_id, worst, &|row, path| {
-                if route == Route::CountTokens {
-                    // It generates nothing, but is refused once any budget
-                    // of the path is spent: it needs a unit of each left.
-                    let unit = crate::model::Charge {
-                        cost: crate::model::Cost(1),
-                        tokens: 1,
-                        calls: 1,
-                    };
-                    return policy::admit_charge(row, path, &unit, now_ms());
-                }
-                policy::admit_charge(row, path, &worst, now_ms())
+                admit(route, row, path, &worst)
             })
             .await;
         let reservation = match reserved {
@@ -322,6 +312,29 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             tracing::error!(error = %e, "audit append failed");
         }
     }
+}
+
+/// Admits a call's reservation of `worst` on the budgets of `path`. A
+/// `count_tokens` generates nothing (it reserves one call of no tokens),
+/// but is refused once any budget of the path is spent: it needs a unit of
+/// every dimension left.
+fn admit(
+    route: Route,
+    row: &SessionRow,
+    path: &[Account],
+    worst: &Charge,
+) -> Result<(), SessionError> {
+    const UNIT: Charge = Charge {
+        cost: Cost(1),
+        tokens: 1,
+        calls: 1,
+    };
+    let asked = if route == Route::CountTokens {
+        &UNIT
+    } else {
+        worst
+    };
+    policy::admit_charge(row, path, asked, now_ms())
 }
 
 /// The audit reason of a gateway refusal.
