@@ -181,6 +181,23 @@ pub async fn post_declared(
     limit: Duration,
 ) -> RawAnswer {
     use tokio::io::AsyncWriteExt;
+    let mut stream = open_declared(addr, path, headers, declared).await;
+    // The server may answer and close before all is sent.
+    let _ = stream.write_all(&vec![b' '; sent]).await;
+    read_answer(stream, limit).await
+}
+
+/// Opens a connection to `addr` and sends the head of a `POST` to `path`
+/// with `headers` and a `Content-Length` of `declared`, and no body: a
+/// request the server holds open, waiting for it, until the connection is
+/// dropped.
+pub async fn open_declared(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    declared: u64,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut head = format!(
         "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n"
@@ -190,9 +207,7 @@ pub async fn post_declared(
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await.expect("the head");
-    // The server may answer and close before all is sent.
-    let _ = stream.write_all(&vec![b' '; sent]).await;
-    read_answer(stream, limit).await
+    stream
 }
 
 /// Sends a `POST` to `path` at `addr` with a chunked body of `total`
@@ -236,8 +251,8 @@ pub async fn post_chunked(
 }
 
 /// Reads an HTTP/1.1 answer's head and its body (by its `content-length`,
-/// or to the connection's end).
-async fn read_answer(mut stream: tokio::net::TcpStream, limit: Duration) -> RawAnswer {
+/// or to the connection's end), within `limit` (panics past it).
+pub async fn read_answer(mut stream: tokio::net::TcpStream, limit: Duration) -> RawAnswer {
     use tokio::io::AsyncReadExt;
     let read = async {
         let mut all = Vec::new();

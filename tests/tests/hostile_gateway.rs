@@ -528,6 +528,61 @@ async fn a_body_is_not_read_before_its_token_nor_past_its_bound() {
     assert!(setup.upstream.requests().is_empty());
 }
 
+/// The bytes of one session's requests held at once are bounded (64 MiB):
+/// with two 30 MiB bodies declared and on their way, a third is refused
+/// `429` at once, in the API's shape; another session's call is not; once
+/// the two connections are gone, the session's calls pass again.
+#[tokio::test]
+async fn a_sessions_requests_in_flight_are_bounded() {
+    let setup = Setup::new(vec![Turn::text("other"), Turn::text("again")]).await;
+    let (_, token) = setup.root("alpha", None).await;
+    let (_, other) = setup.root("alpha", None).await;
+    let addr = setup.server.addr;
+    let thirty_mib = 30 << 20;
+    let headers = [("x-api-key", token.as_str())];
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        open.push(http::open_declared(addr, "/v1/messages", &headers, thirty_mib).await);
+    }
+    // The two heads are read, and their bytes counted, as they arrive: a
+    // third head read before them waits for its body, and is dropped.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let answer = loop {
+        let third = http::open_declared(addr, "/v1/messages", &headers, thirty_mib).await;
+        let quick = Duration::from_millis(500);
+        match tokio::time::timeout(quick, http::read_answer(third, LIMIT)).await {
+            Ok(answer) => break answer,
+            Err(_) => assert!(tokio::time::Instant::now() < deadline, "never refused"),
+        }
+    };
+    assert_eq!(answer.status, 429, "{answer:?}");
+    let json: Value = serde_json::from_str(&answer.body).expect("JSON");
+    assert_eq!(json["error"]["type"], "rate_limit_error", "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in flight"),
+        "{json}"
+    );
+    assert_eq!(setup.call(&other, false).await.status, 200);
+    drop(open);
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let answer = setup.call(&token, false).await;
+        if answer.status == 200 {
+            break;
+        }
+        assert_eq!(answer.status, 429, "{answer:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still held: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(setup.upstream.requests().len(), 2);
+}
+
 /// A path or a method the gateway does not serve is a `404` in the shape
 /// of the API the client speaks, never gRPC's empty `200`, and never
 /// reaches the provider.

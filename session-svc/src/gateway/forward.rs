@@ -94,6 +94,8 @@ pub struct Call {
     pub agent: String,
     /// The session's life span: the model call's span is its child.
     pub life: Option<troupe_telemetry::LifeSpan>,
+    /// The request's bytes, counted in flight until the call ends.
+    pub held: Option<super::body::Held>,
 }
 
 fn upstream_request(call: &Call) -> Result<Request<Full<Bytes>>, ApiError> {

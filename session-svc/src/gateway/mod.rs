@@ -74,6 +74,8 @@ pub struct Gateway<S> {
     config: Option<Arc<GatewayConfig>>,
     /// One per provider, by name: each trusts its own `ca_file`.
     clients: HashMap<String, Client>,
+    /// The bytes of requests held, by session and in all.
+    inflight: Arc<body::InFlight>,
 }
 
 impl<S: Store + Clone + 'static> Gateway<S> {
@@ -93,6 +95,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             inner,
             config: config.map(Arc::new),
             clients,
+            inflight: Arc::default(),
         })
     }
 
@@ -229,7 +232,8 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         }
     }
 
-    /// The request's body, read within its bound, checked and made a call.
+    /// The request's body, read within its bounds, checked and made a call
+    /// that holds the body's count in flight.
     async fn checked(
         &self,
         route: Route,
@@ -238,15 +242,14 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         body: Body,
         session: &SessionRow,
     ) -> Result<forward::Call, ApiError> {
-        let bytes = body::read(&headers, body).await?;
-        prepare::prepare(
-            self.config.as_deref(),
-            route,
-            query,
-            headers,
-            bytes,
-            session,
-        )
+        let mut held = self.inflight.hold(&session.session_id);
+        let bytes = body::read(&headers, body, &mut held).await?;
+        let config = self.config.as_deref();
+        let call = prepare::prepare(config, route, query, headers, bytes, session)?;
+        Ok(forward::Call {
+            held: Some(held),
+            ..call
+        })
     }
 
     /// The session calling, from its token (`401` in the API's shape
@@ -345,6 +348,7 @@ fn kind_reason(e: &ApiError) -> String {
         Kind::Forbidden => "MODEL_NOT_ALLOWED",
         Kind::NotFound => "NOT_FOUND",
         Kind::TooLarge => "TOO_LARGE",
+        Kind::Busy => "BUSY",
         Kind::Budget => "BUDGET_EXCEEDED",
         Kind::Upstream | Kind::Timeout | Kind::Internal => "UPSTREAM",
     }

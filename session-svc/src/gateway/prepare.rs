@@ -212,6 +212,7 @@ pub fn prepare(
         workspace_id: session.workspace_id.clone(),
         agent: session.agent_name.clone(),
         life: session.trace,
+        held: None,
     })
 }
 
