@@ -529,26 +529,30 @@ async fn a_body_is_not_read_before_its_token_nor_past_its_bound() {
 }
 
 /// The bytes of one session's requests held at once are bounded (64 MiB):
-/// with two 30 MiB bodies declared and on their way, a third is refused
-/// `429` at once, in the API's shape; another session's call is not; once
-/// the two connections are gone, the session's calls pass again.
+/// with two bodies of 30 MiB sent but not ended, a third is refused `429`
+/// as its bytes arrive, in the API's shape; another session's call is not;
+/// once the two connections are gone, the session's calls pass again.
 #[tokio::test]
 async fn a_sessions_requests_in_flight_are_bounded() {
+    use tokio::io::AsyncWriteExt;
     let setup = Setup::new(vec![Turn::text("other"), Turn::text("again")]).await;
     let (_, token) = setup.root("alpha", None).await;
     let (_, other) = setup.root("alpha", None).await;
     let addr = setup.server.addr;
-    let thirty_mib = 30 << 20;
+    let (declared, sent) = (31 << 20, 30 << 20);
     let headers = [("x-api-key", token.as_str())];
     let mut open = Vec::new();
     for _ in 0..2 {
-        open.push(http::open_declared(addr, "/v1/messages", &headers, thirty_mib).await);
+        let mut stream = http::open_declared(addr, "/v1/messages", &headers, declared).await;
+        stream.write_all(&vec![b' '; sent]).await.expect("30 MiB");
+        open.push(stream);
     }
-    // The two heads are read, and their bytes counted, as they arrive: a
-    // third head read before them waits for its body, and is dropped.
+    // The two bodies' bytes are counted as the server reads them: a third
+    // body read before them is not refused, and is dropped.
     let deadline = tokio::time::Instant::now() + LIMIT;
     let answer = loop {
-        let third = http::open_declared(addr, "/v1/messages", &headers, thirty_mib).await;
+        let mut third = http::open_declared(addr, "/v1/messages", &headers, declared).await;
+        let _ = third.write_all(&vec![b' '; 8 << 20]).await;
         let quick = Duration::from_millis(500);
         match tokio::time::timeout(quick, http::read_answer(third, LIMIT)).await {
             Ok(answer) => break answer,

@@ -6,13 +6,16 @@
 //!
 //! The bytes of requests held at once are bounded too ([`InFlight`]): a
 //! session's ([`MAX_SESSION_BYTES`]) and all sessions' together
-//! ([`MAX_TOTAL_BYTES`]), counted as they arrive (or, declared, before)
-//! and until the call ends. Past either, `429` in the API's shape: one
-//! agent's thirty large posts at once cannot take the service's memory.
+//! ([`MAX_TOTAL_BYTES`]), counted as they arrive (what is only declared
+//! holds nothing) and until the call ends. Past either, `429` in the API's
+//! shape: one agent's thirty large posts at once cannot take the service's
+//! memory. A body that stops arriving for [`BODY_IDLE`] is refused, so
+//! nobody holds counted bytes by sending no more.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use axum::{
@@ -32,6 +35,9 @@ pub const MAX_SESSION_BYTES: usize = 2 * MAX_REQUEST_BYTES;
 
 /// Most bytes of all sessions' requests held at once.
 pub const MAX_TOTAL_BYTES: usize = 512 << 20;
+
+/// Longest a request's body may pause between two pieces.
+pub const BODY_IDLE: Duration = Duration::from_secs(30);
 
 fn too_large() -> ApiError {
     ApiError::new(
@@ -120,47 +126,52 @@ impl Drop for Held {
     }
 }
 
-/// Reads `body`, counted in `held`: refused before reading when its
-/// `Content-Length` is over the bound or its count would pass one, and as
-/// soon as what arrives does.
+/// Reads `body`, counted in `held` as it arrives: refused before reading
+/// when its `Content-Length` is over the bound, and as soon as what
+/// arrives passes a bound or pauses for [`BODY_IDLE`].
 pub async fn read(headers: &HeaderMap, mut body: Body, held: &mut Held) -> Result<Bytes, ApiError> {
-    let declared = match headers.get(header::CONTENT_LENGTH) {
-        None => None,
-        Some(length) => Some(
-            length
-                .to_str()
-                .ok()
-                .and_then(|l| l.parse::<u64>().ok())
-                .ok_or_else(|| ApiError::new(Kind::Invalid, "content-length: not a number"))?,
-        ),
-    };
-    if let Some(length) = declared {
+    let mut declared = 0;
+    if let Some(length) = headers.get(header::CONTENT_LENGTH) {
+        let length = length
+            .to_str()
+            .ok()
+            .and_then(|l| l.parse::<u64>().ok())
+            .ok_or_else(|| ApiError::new(Kind::Invalid, "content-length: not a number"))?;
         if length > MAX_REQUEST_BYTES as u64 {
             return Err(too_large());
         }
-        held.take(length as usize)?;
+        declared = length as usize;
     }
-    // Counted, but grown as bytes arrive, not before.
-    let mut all = Vec::with_capacity(declared.unwrap_or(0).min(1 << 20) as usize);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            ApiError::new(
-                Kind::Invalid,
-                format!("the request body could not be read: {e}"),
-            )
-        })?;
+    // Grown as bytes arrive, not before.
+    let mut all = Vec::with_capacity(declared.min(1 << 20));
+    loop {
+        let frame = match tokio::time::timeout(BODY_IDLE, body.frame()).await {
+            Err(_) => {
+                return Err(ApiError::new(
+                    Kind::Invalid,
+                    format!(
+                        "the request body stopped arriving for {} s",
+                        BODY_IDLE.as_secs()
+                    ),
+                ));
+            }
+            Ok(None) => return Ok(Bytes::from(all)),
+            Ok(Some(frame)) => frame.map_err(|e| {
+                ApiError::new(
+                    Kind::Invalid,
+                    format!("the request body could not be read: {e}"),
+                )
+            })?,
+        };
         let Ok(data) = frame.into_data() else {
             continue;
         };
         if all.len() + data.len() > MAX_REQUEST_BYTES {
             return Err(too_large());
         }
-        if declared.is_none() {
-            held.take(data.len())?;
-        }
+        held.take(data.len())?;
         all.extend_from_slice(&data);
     }
-    Ok(Bytes::from(all))
 }
 
 #[cfg(test)]
