@@ -587,6 +587,33 @@ async fn a_sessions_requests_in_flight_are_bounded() {
     assert_eq!(setup.upstream.requests().len(), 2);
 }
 
+/// A body that stops arriving is refused once it has paused for the
+/// gateway's `body_ms`, so no client holds its counted bytes (and its
+/// connection) by sending no more.
+#[tokio::test]
+async fn a_body_that_stops_arriving_is_refused() {
+    let setup = Setup::with_timeouts(vec![], "timeouts: { body_ms: 300 }").await;
+    let (_, token) = setup.root("alpha", None).await;
+    let started = std::time::Instant::now();
+    let headers = [("x-api-key", token.as_str())];
+    let answer = http::post_declared(
+        setup.server.addr,
+        "/v1/messages",
+        &headers,
+        1_000,
+        10,
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(
+        answer.body.contains("stopped arriving for 300 ms"),
+        "{answer:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(setup.upstream.requests().is_empty());
+}
+
 /// A path or a method the gateway does not serve is a `404` in the shape
 /// of the API the client speaks, never gRPC's empty `200`, and never
 /// reaches the provider.

@@ -9,8 +9,9 @@
 //! ([`MAX_TOTAL_BYTES`]), counted as they arrive (what is only declared
 //! holds nothing) and until the call ends. Past either, `429` in the API's
 //! shape: one agent's thirty large posts at once cannot take the service's
-//! memory. A body that stops arriving for [`BODY_IDLE`] is refused, so
-//! nobody holds counted bytes by sending no more.
+//! memory. A body that stops arriving for the gateway's `timeouts.body_ms`
+//! (30 s unless configured) is refused, so nobody holds counted bytes by
+//! sending no more.
 
 use std::{
     collections::HashMap,
@@ -35,9 +36,6 @@ pub const MAX_SESSION_BYTES: usize = 2 * MAX_REQUEST_BYTES;
 
 /// Most bytes of all sessions' requests held at once.
 pub const MAX_TOTAL_BYTES: usize = 512 << 20;
-
-/// Longest a request's body may pause between two pieces.
-pub const BODY_IDLE: Duration = Duration::from_secs(30);
 
 fn too_large() -> ApiError {
     ApiError::new(
@@ -128,8 +126,13 @@ impl Drop for Held {
 
 /// Reads `body`, counted in `held` as it arrives: refused before reading
 /// when its `Content-Length` is over the bound, and as soon as what
-/// arrives passes a bound or pauses for [`BODY_IDLE`].
-pub async fn read(headers: &HeaderMap, mut body: Body, held: &mut Held) -> Result<Bytes, ApiError> {
+/// arrives passes a bound or pauses for `idle`.
+pub async fn read(
+    headers: &HeaderMap,
+    mut body: Body,
+    held: &mut Held,
+    idle: Duration,
+) -> Result<Bytes, ApiError> {
     let mut declared = 0;
     if let Some(length) = headers.get(header::CONTENT_LENGTH) {
         let length = length
@@ -145,13 +148,13 @@ pub async fn read(headers: &HeaderMap, mut body: Body, held: &mut Held) -> Resul
     // Grown as bytes arrive, not before.
     let mut all = Vec::with_capacity(declared.min(1 << 20));
     loop {
-        let frame = match tokio::time::timeout(BODY_IDLE, body.frame()).await {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => {
                 return Err(ApiError::new(
                     Kind::Invalid,
                     format!(
-                        "the request body stopped arriving for {} s",
-                        BODY_IDLE.as_secs()
+                        "the request body stopped arriving for {} ms",
+                        idle.as_millis()
                     ),
                 ));
             }

@@ -34,6 +34,7 @@
 //!   first_byte_ms: 300000
 //!   idle_ms: 300000
 //!   drain_ms: 300000             # a stream read on after its client left
+//!   body_ms: 30000               # a request body's longest pause
 //! ```
 
 use std::{
@@ -132,6 +133,14 @@ pub struct Timeouts {
     /// How long a stream whose client hung up is read on, for the usage
     /// the provider reports at its end.
     pub drain: Duration,
+    /// Longest a request's body may pause between two pieces.
+    pub body: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        RawTimeouts::default().checked()
+    }
 }
 
 /// The gateway's whole configuration, checked.
@@ -219,6 +228,7 @@ struct RawTimeouts {
     first_byte_ms: u64,
     idle_ms: u64,
     drain_ms: u64,
+    body_ms: u64,
 }
 
 impl Default for RawTimeouts {
@@ -228,6 +238,19 @@ impl Default for RawTimeouts {
             first_byte_ms: 300_000,
             idle_ms: 300_000,
             drain_ms: 300_000,
+            body_ms: 30_000,
+        }
+    }
+}
+
+impl RawTimeouts {
+    fn checked(&self) -> Timeouts {
+        Timeouts {
+            connect: Duration::from_millis(self.connect_ms),
+            first_byte: Duration::from_millis(self.first_byte_ms),
+            idle: Duration::from_millis(self.idle_ms),
+            drain: Duration::from_millis(self.drain_ms),
+            body: Duration::from_millis(self.body_ms),
         }
     }
 }
@@ -335,6 +358,7 @@ impl GatewayConfig {
             ("timeouts.first_byte_ms", t.first_byte_ms),
             ("timeouts.idle_ms", t.idle_ms),
             ("timeouts.drain_ms", t.drain_ms),
+            ("timeouts.body_ms", t.body_ms),
         ] {
             anyhow_empty(ms == 0, &format!("{field}: must be at least 1"))?;
         }
@@ -343,12 +367,7 @@ impl GatewayConfig {
             models,
             default_access,
             workspaces,
-            timeouts: Timeouts {
-                connect: Duration::from_millis(t.connect_ms),
-                first_byte: Duration::from_millis(t.first_byte_ms),
-                idle: Duration::from_millis(t.idle_ms),
-                drain: Duration::from_millis(t.drain_ms),
-            },
+            timeouts: t.checked(),
         })
     }
 

@@ -243,8 +243,9 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         session: &SessionRow,
     ) -> Result<forward::Call, ApiError> {
         let mut held = self.inflight.hold(&session.session_id);
-        let bytes = body::read(&headers, body, &mut held).await?;
         let config = self.config.as_deref();
+        let idle = config.map(|c| c.timeouts).unwrap_or_default().body;
+        let bytes = body::read(&headers, body, &mut held, idle).await?;
         let call = prepare::prepare(config, route, query, headers, bytes, session)?;
         Ok(forward::Call {
             held: Some(held),
