@@ -73,14 +73,22 @@ impl Setup {
     ) -> Setup {
         let upstream = Upstream::tcp(turns).await;
         let base_url = upstream.base_url();
-        Setup::build(upstream, &base_url, None, timeouts, adjust).await
+        Setup::build(upstream, &base_url, None, timeouts, adjust, |t| t).await
+    }
+
+    /// As [`Setup::new`], with the gateway's configuration (as
+    /// [`config`] writes it) changed by `edit`: a provider's own fields.
+    pub async fn edited(turns: Vec<Turn>, edit: impl FnOnce(String) -> String) -> Setup {
+        let upstream = Upstream::tcp(turns).await;
+        let base_url = upstream.base_url();
+        Setup::build(upstream, &base_url, None, "", |_| {}, edit).await
     }
 
     /// A service whose providers are `upstream` at `base_url` (a TLS one's
     /// `https://` URL, by IP or name), trusting the CA `ca_pem` if given
     /// (each provider's `ca_file`).
     pub async fn over(upstream: Upstream, base_url: &str, ca_pem: Option<&str>) -> Setup {
-        Setup::build(upstream, base_url, ca_pem, "", |_| {}).await
+        Setup::build(upstream, base_url, ca_pem, "", |_| {}, |t| t).await
     }
 
     async fn build(
@@ -89,6 +97,7 @@ impl Setup {
         ca_pem: Option<&str>,
         timeouts: &str,
         adjust: impl FnOnce(&mut Config),
+        edit: impl FnOnce(String) -> String,
     ) -> Setup {
         let dir = tempfile::tempdir().expect("temp dir");
         let key = dir.path().join("key");
@@ -104,7 +113,7 @@ impl Setup {
             );
         }
         let file = dir.path().join("gateway.yaml");
-        std::fs::write(&file, text).expect("config");
+        std::fs::write(&file, edit(text)).expect("config");
         let server = TestServer::start_with(|c| {
             c.gateway_config = Some(file);
             adjust(c);

@@ -159,3 +159,136 @@ pub async fn wait_listening(addr: std::net::SocketAddr) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// What a raw exchange read back: the status and the body, as text.
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+/// Sends a `POST` to `path` at `addr` by hand, with `headers` and a
+/// `Content-Length` of `declared`, then only `sent` bytes of body (fewer,
+/// to see whether the server answers without waiting for the rest), and
+/// reads the answer within `limit` (panics past it: the server waited).
+pub async fn post_declared(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    declared: u64,
+    sent: usize,
+    limit: Duration,
+) -> RawAnswer {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = open_declared(addr, path, headers, declared).await;
+    // The server may answer and close before all is sent.
+    let _ = stream.write_all(&vec![b' '; sent]).await;
+    read_answer(stream, limit).await
+}
+
+/// Opens a connection to `addr` and sends the head of a `POST` to `path`
+/// with `headers` and a `Content-Length` of `declared`, and no body: a
+/// request the server holds open, waiting for it, until the connection is
+/// dropped.
+pub async fn open_declared(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    declared: u64,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n"
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.expect("the head");
+    stream
+}
+
+/// Sends a `POST` to `path` at `addr` with a chunked body of `total`
+/// bytes (1 MiB chunks, stopping at the first write the server refuses),
+/// and reads the answer within `limit`.
+pub async fn post_chunked(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    total: usize,
+    limit: Duration,
+) -> RawAnswer {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n"
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.expect("the head");
+    let chunk = 1 << 20;
+    let piece = [
+        format!("{chunk:x}\r\n").into_bytes(),
+        vec![b' '; chunk],
+        b"\r\n".to_vec(),
+    ]
+    .concat();
+    let mut sent = 0;
+    while sent < total {
+        let write = stream.write_all(&piece);
+        match tokio::time::timeout(Duration::from_secs(5), write).await {
+            Ok(Ok(())) => sent += chunk,
+            // Refused, or no longer read: the server has answered.
+            _ => break,
+        }
+    }
+    let _ = stream.write_all(b"0\r\n\r\n").await;
+    read_answer(stream, limit).await
+}
+
+/// Reads an HTTP/1.1 answer's head and its body (by its `content-length`,
+/// or to the connection's end), within `limit` (panics past it).
+pub async fn read_answer(mut stream: tokio::net::TcpStream, limit: Duration) -> RawAnswer {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        let mut all = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            if let Some(end) = all.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&all[..end]).into_owned();
+                let length = head.lines().find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                });
+                if length.is_some_and(|n| all.len() >= end + 4 + n) {
+                    let body = &all[end + 4..end + 4 + length.unwrap_or(0)];
+                    return (head, String::from_utf8_lossy(body).into_owned());
+                }
+            }
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+        }
+        let end = all
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("an answer's head");
+        let head = String::from_utf8_lossy(&all[..end]).into_owned();
+        (head, String::from_utf8_lossy(&all[end + 4..]).into_owned())
+    };
+    let (head, body) = tokio::time::timeout(limit, read)
+        .await
+        .unwrap_or_else(|_| panic!("no answer within {limit:?}"));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    RawAnswer { status, head, body }
+}

@@ -107,6 +107,16 @@ pub enum Fault {
     /// bytes per second, as a provider streams at its model's pace.
     /// Anthropic's only.
     Pace(u64),
+    /// A `401` that echoes the key it was sent, whole and masked as
+    /// providers print it, in its body and in a header, among headers a
+    /// client should never see (`set-cookie`, the provider's organisation)
+    /// and those it should (`request-id`, `retry-after`).
+    EchoKey,
+    /// A `500` whose error body is this many bytes long.
+    HugeError(usize),
+    /// The turn's answer as JSON with this as its usage: usage that is
+    /// no count.
+    Usage(Value),
 }
 
 /// One scripted answer.
@@ -402,6 +412,7 @@ async fn answer(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };
     let stream = recorded.streams();
+    let key = recorded.api_key().unwrap_or_default().to_owned();
     let first_message = recorded.body["messages"][0].to_string();
     let include_usage = recorded.body["stream_options"]["include_usage"].as_bool() == Some(true);
     let model = recorded
@@ -471,7 +482,7 @@ async fn answer(
                         usage,
                         fault: None,
                     };
-                    faulty(&fault, &turn, &model)
+                    faulty(&fault, &turn, &model, &key)
                 }
                 Some(turn) if stream => Response::builder()
                     .status(StatusCode::OK)

@@ -323,9 +323,10 @@ async fn concurrent_calls_of_a_tree_never_overspend() {
 }
 
 /// `count_tokens` goes upstream with the provider's key, takes no turn and
-/// is not metered; without a live session's token it is refused.
+/// costs nothing, but counts as a call; without a live session's token it
+/// is refused.
 #[tokio::test]
-async fn count_tokens_is_forwarded_and_not_metered() {
+async fn count_tokens_is_forwarded_and_costs_nothing() {
     let setup = Setup::new(vec![]).await;
     let (id, token) = setup.root("alpha", None).await;
     let url = setup.url("/v1/messages/count_tokens?beta=true");
@@ -338,8 +339,7 @@ async fn count_tokens_is_forwarded_and_not_metered() {
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].uri, "/v1/messages/count_tokens?beta=true");
     assert_eq!(seen[0].api_key(), Some(KEY));
-    let usage = setup.usage(&id).await;
-    assert_eq!((usage.own_calls, usage.reserved_calls), (0, 0), "{usage:?}");
+    assert_metered(&setup.usage(&id).await, 1, counted_nothing(), 0);
     let answer = http::post(&url, &[("x-api-key", "nope")], &body, LIMIT).await;
     assert_eq!(answer.status, 401, "{answer:?}");
     assert_eq!(setup.upstream.requests().len(), 1);

@@ -17,7 +17,8 @@ use troupe_tests::{
 
 /// Each fault ends in bounded time with a clear error in the API's shape,
 /// and leaves nothing reserved; a stream cut short is billed what the
-/// provider reported of it.
+/// provider reported of it, an answer whose usage cannot be read its
+/// worst case.
 #[tokio::test]
 async fn faults_settle_the_reservation_and_tell_the_agent() {
     let setup = Setup::with_timeouts(
@@ -64,13 +65,17 @@ async fn faults_settle_the_reservation_and_tell_the_agent() {
         answer.body
     );
 
+    // The two streams are billed their starts; the answer that could not
+    // be read, its worst case (its bytes at $3.75/M, 1,000 output tokens).
     let usage = settled(&setup, &id).await;
-    let two_starts = TokenUsage {
-        input: 20,
-        output: 2,
+    let malformed = body_len(MODEL, false);
+    let billed = TokenUsage {
+        input: 20 + malformed,
+        output: 2 + 1_000,
         ..counted_nothing()
     };
-    assert_metered(&usage, 4, two_starts, 20 * 3_000_000 + 2 * 15_000_000);
+    let cost = 20 * 3_000_000 + 2 * 15_000_000 + malformed * 3_750_000 + 1_000 * 15_000_000;
+    assert_metered(&usage, 4, billed, cost);
     assert!(!answer.body.contains(KEY));
 }
 
@@ -128,13 +133,15 @@ async fn an_upstream_that_is_down_is_a_clear_error_and_releases() {
     );
 }
 
-/// The client hangs up mid-stream: the call is settled (cancelled) with
-/// what the provider had reported, and nothing stays reserved.
+/// The client hangs up mid-stream and the provider then stalls: the
+/// stream is read on no longer than `drain_ms` (well before the idle
+/// timeout, 60 s), then the call is settled (cancelled) at its worst case,
+/// its final usage never seen, and nothing stays reserved.
 #[tokio::test]
 async fn a_client_that_hangs_up_mid_stream_is_settled() {
     let setup = Setup::with_timeouts(
         vec![Turn::fault(Fault::Stall)],
-        "timeouts: { idle_ms: 60000 }",
+        "timeouts: { idle_ms: 60000, drain_ms: 500 }",
     )
     .await;
     let (id, token) = setup.root("alpha", None).await;
@@ -149,10 +156,14 @@ async fn a_client_that_hangs_up_mid_stream_is_settled() {
     assert!(String::from_utf8_lossy(&first).contains("message_start"));
     assert_eq!(setup.usage(&id).await.reserved_calls, 1);
     drop(body);
-    // Settled well before the idle timeout (60 s) could have.
     let usage = settled(&setup, &id).await;
     assert_eq!(usage.own_calls, 1);
-    assert_eq!(usage.own_tokens.unwrap().input, 10);
+    let own = usage.own_tokens.unwrap();
+    assert_eq!(
+        (own.input, own.output),
+        (body_len(MODEL, true), 1_000),
+        "{usage:?}"
+    );
 }
 
 /// The provider's connection breaks mid-stream: the agent reads an error

@@ -12,6 +12,12 @@
 //!     key_env: ANTHROPIC_API_KEY # or key_file: /run/secrets/anthropic
 //!     # ca_file: /etc/troupe/proxy-ca.pem # PEM; trusted besides the
 //!     #                                   # Mozilla roots compiled in
+//!     allowed_betas: [interleaved-thinking-2025-05-14] # anthropic-beta values
+//!     #                          # sent on; the agent's others are dropped
+//!     # organization: org-...    # openai: OpenAI-Organization, OpenAI-Project
+//!     # project: proj-...        # (the agent's own are never sent)
+//!     allow: []                  # server_tools, mcp_servers, remote_content:
+//!     #                          # what a body may make the provider do
 //!     models:
 //!       claude-sonnet-4-5:       # USD per million tokens, as strings
 //!         input: "3"
@@ -27,6 +33,8 @@
 //!   connect_ms: 10000
 //!   first_byte_ms: 300000
 //!   idle_ms: 300000
+//!   drain_ms: 300000             # a stream read on after its client left
+//!   body_ms: 30000               # a request body's longest pause
 //! ```
 
 use std::{
@@ -38,6 +46,10 @@ use std::{
 
 use serde::Deserialize;
 
+mod provider;
+
+use self::provider::{Allowed, ProviderHeaders};
+pub use self::provider::{HeaderText, Reach};
 use super::tls::ExtraRoots;
 use crate::model::{Cost, Price};
 
@@ -86,6 +98,14 @@ pub struct Provider {
     pub key: ProviderKey,
     /// Its `ca_file`'s certificates (none without one).
     pub extra_roots: ExtraRoots,
+    /// The `anthropic-beta` values sent on (an Anthropic provider's).
+    pub allowed_betas: Vec<String>,
+    /// `OpenAI-Organization` and `OpenAI-Project`, the operator's (an
+    /// OpenAI provider's): the agent's own are never sent.
+    pub organization: Option<HeaderText>,
+    pub project: Option<HeaderText>,
+    /// What a request body may make this provider do besides answering.
+    pub allow: Reach,
 }
 
 /// A model the gateway serves: its provider and its price.
@@ -110,6 +130,17 @@ pub struct Timeouts {
     pub first_byte: Duration,
     /// Between two pieces of the answer's body.
     pub idle: Duration,
+    /// How long a stream whose client hung up is read on, for the usage
+    /// the provider reports at its end.
+    pub drain: Duration,
+    /// Longest a request's body may pause between two pieces.
+    pub body: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        RawTimeouts::default().checked()
+    }
 }
 
 /// The gateway's whole configuration, checked.
@@ -151,6 +182,12 @@ struct RawProvider {
     ca_file: Option<PathBuf>,
     #[serde(default)]
     models: BTreeMap<String, RawPrice>,
+    #[serde(default)]
+    allowed_betas: Vec<String>,
+    organization: Option<String>,
+    project: Option<String>,
+    #[serde(default)]
+    allow: Vec<Allowed>,
 }
 
 #[derive(Deserialize)]
@@ -190,6 +227,8 @@ struct RawTimeouts {
     connect_ms: u64,
     first_byte_ms: u64,
     idle_ms: u64,
+    drain_ms: u64,
+    body_ms: u64,
 }
 
 impl Default for RawTimeouts {
@@ -198,6 +237,20 @@ impl Default for RawTimeouts {
             connect_ms: 10_000,
             first_byte_ms: 300_000,
             idle_ms: 300_000,
+            drain_ms: 300_000,
+            body_ms: 30_000,
+        }
+    }
+}
+
+impl RawTimeouts {
+    fn checked(&self) -> Timeouts {
+        Timeouts {
+            connect: Duration::from_millis(self.connect_ms),
+            first_byte: Duration::from_millis(self.first_byte_ms),
+            idle: Duration::from_millis(self.idle_ms),
+            drain: Duration::from_millis(self.drain_ms),
+            body: Duration::from_millis(self.body_ms),
         }
     }
 }
@@ -241,6 +294,7 @@ impl GatewayConfig {
                 }
             };
             let key = read_key(&field, p.key_env.as_deref(), p.key_file.as_deref(), env)?;
+            let headers = ProviderHeaders::parse(&field, &p)?;
             let index = providers.len();
             for (model, price) in p.models {
                 let field = format!("{field}.models.{model}");
@@ -272,6 +326,10 @@ impl GatewayConfig {
                 base_url,
                 key,
                 extra_roots,
+                allowed_betas: headers.betas,
+                organization: headers.organization,
+                project: headers.project,
+                allow: Reach::of(&p.allow),
             });
         }
         let known = |field: String, list: Vec<String>| -> Result<Option<Vec<String>>, String> {
@@ -299,6 +357,8 @@ impl GatewayConfig {
             ("timeouts.connect_ms", t.connect_ms),
             ("timeouts.first_byte_ms", t.first_byte_ms),
             ("timeouts.idle_ms", t.idle_ms),
+            ("timeouts.drain_ms", t.drain_ms),
+            ("timeouts.body_ms", t.body_ms),
         ] {
             anyhow_empty(ms == 0, &format!("{field}: must be at least 1"))?;
         }
@@ -307,11 +367,7 @@ impl GatewayConfig {
             models,
             default_access,
             workspaces,
-            timeouts: Timeouts {
-                connect: Duration::from_millis(t.connect_ms),
-                first_byte: Duration::from_millis(t.first_byte_ms),
-                idle: Duration::from_millis(t.idle_ms),
-            },
+            timeouts: t.checked(),
         })
     }
 

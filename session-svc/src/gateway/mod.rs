@@ -9,17 +9,37 @@
 //! of the session's path ([`policy::admit_charge`]); the provider's own
 //! usage settles it ([`usage`]), whatever way the call ends ([`forward`]).
 //!
+//! The provider boundary is an allowlist each way: the request headers
+//! and query sent on ([`headers`], [`prepare`]), what a body may make the
+//! provider do ([`reach`]), and the answer's headers relayed, its key
+//! scrubbed from all it says ([`scrub`]). A request's token is checked from
+//! its headers before its body is read, and the body is bounded ([`body`]).
+//!
 //! - [`config`]: providers, keys, prices, access, timeouts.
 //! - [`shape`]: errors in each API's own shape.
+//! - [`body`]: a request's body, bounded.
+//! - [`strict`]: JSON with no key given twice.
+//! - [`prepare`]: a request checked and made a call; its worst case.
+//! - [`reach`]: server tools, MCP servers and remote content refused.
+//! - [`headers`]: the headers that cross, each way.
+//! - [`scrub`]: the provider's key out of what it says.
 //! - [`usage`]: usage as the provider reports it, streaming or not.
-//! - [`forward`]: the upstream call, its answer, settlement.
+//! - [`forward`]: the upstream call, its answer.
+//! - [`settle`]: a call's reservation settled exactly once.
 //! - [`relay`]: a streamed answer passed on frame by frame, metered.
 //! - [`tls`]: the roots a provider's certificate is checked against.
 
+mod body;
 pub mod config;
 pub mod forward;
+mod headers;
+mod prepare;
+mod reach;
 mod relay;
+mod scrub;
+mod settle;
 pub mod shape;
+mod strict;
 pub mod tls;
 pub mod usage;
 
@@ -27,29 +47,26 @@ use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     Router,
-    body::Bytes,
-    extract::{DefaultBodyLimit, State},
-    http::{HeaderMap, Uri},
+    body::Body,
+    extract::{Request, State},
+    http::{HeaderMap, Method},
     response::Response,
-    routing::post,
+    routing::{any, post},
 };
-use serde_json::Value;
 
 use self::{
-    config::{GatewayConfig, ProviderKind},
-    forward::{Call, Client},
+    config::GatewayConfig,
+    forward::Client,
+    prepare::Route,
     shape::{Api, ApiError, Kind},
 };
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, Caller, Principal, SessionRow, now_ms},
+    model::{Account, AuditRecord, Caller, Charge, Cost, Principal, SessionRow, now_ms},
     policy,
     service::{Inner, identity::identify},
     store::Store,
 };
-
-/// Largest request body the gateway takes (a long conversation).
-const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// What the routes share.
 pub struct Gateway<S> {
@@ -57,6 +74,8 @@ pub struct Gateway<S> {
     config: Option<Arc<GatewayConfig>>,
     /// One per provider, by name: each trusts its own `ca_file`.
     clients: HashMap<String, Client>,
+    /// The bytes of requests held, by session and in all.
+    inflight: Arc<body::InFlight>,
 }
 
 impl<S: Store + Clone + 'static> Gateway<S> {
@@ -76,45 +95,68 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             inner,
             config: config.map(Arc::new),
             clients,
+            inflight: Arc::default(),
         })
     }
 
     /// The gateway's routes.
     pub fn router(self: Arc<Self>) -> Router {
+        // Any other path under /v1, or method, is no route of the gateway's
+        // (gRPC's paths are /package.Service/Method): 404 in the API's shape,
+        // not the gRPC fallback's empty 200.
         Router::new()
-            .route("/v1/messages", post(messages::<S>))
-            .route("/v1/messages/count_tokens", post(count_tokens::<S>))
-            .route("/v1/chat/completions", post(chat::<S>))
-            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .route("/v1/messages", post(messages::<S>).fallback(not_found))
+            .route(
+                "/v1/messages/count_tokens",
+                post(count_tokens::<S>).fallback(not_found),
+            )
+            .route("/v1/chat/completions", post(chat::<S>).fallback(not_found))
+            .route("/v1/{*rest}", any(not_found))
             .with_state(self)
     }
 }
 
 async fn messages<S: Store + Clone + 'static>(
     State(gw): State<Arc<Gateway<S>>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Response {
-    gw.serve(Api::Anthropic, false, uri, headers, body).await
+    gw.serve(Route::Messages, request).await
 }
 
 async fn count_tokens<S: Store + Clone + 'static>(
     State(gw): State<Arc<Gateway<S>>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Response {
-    gw.serve(Api::Anthropic, true, uri, headers, body).await
+    gw.serve(Route::CountTokens, request).await
 }
 
 async fn chat<S: Store + Clone + 'static>(
     State(gw): State<Arc<Gateway<S>>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Response {
-    gw.serve(Api::Openai, false, uri, headers, body).await
+    gw.serve(Route::Chat, request).await
+}
+
+/// A path or method the gateway does not serve: `404` in the shape of the
+/// API the client speaks (Anthropic's if it sends `anthropic-version` or an
+/// `x-api-key`, or calls under `/v1/messages`; OpenAI's otherwise).
+async fn not_found(method: Method, request: Request) -> Response {
+    let headers = request.headers();
+    let path = request.uri().path();
+    let anthropic = headers.contains_key("anthropic-version")
+        || headers.contains_key("x-api-key")
+        || path.starts_with("/v1/messages");
+    let api = if anthropic {
+        Api::Anthropic
+    } else {
+        Api::Openai
+    };
+    let shown: String = path.chars().take(200).filter(|c| !c.is_control()).collect();
+    ApiError::new(
+        Kind::NotFound,
+        format!("no route {method} {shown}: the gateway serves POST /v1/messages, /v1/messages/count_tokens and /v1/chat/completions"),
+    )
+    .response(api)
 }
 
 /// The agent's key: `x-api-key`, else `Authorization: Bearer`.
@@ -134,25 +176,18 @@ fn token_of(headers: &HeaderMap) -> Option<&str> {
 }
 
 impl<S: Store + Clone + 'static> Gateway<S> {
-    async fn serve(
-        self: Arc<Self>,
-        api: Api,
-        count_only: bool,
-        uri: Uri,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> Response {
-        let action = match (api, count_only) {
-            (Api::Anthropic, false) => "model_call",
-            (Api::Anthropic, true) => "count_tokens",
-            (Api::Openai, _) => "model_call",
-        };
-        let session = match self.caller(&headers, action).await {
+    async fn serve(self: Arc<Self>, route: Route, request: Request) -> Response {
+        let (api, action) = (route.api(), route.action());
+        let (parts, body) = request.into_parts();
+        // The token first, from the headers: nobody else's body is read.
+        let session = match self.caller(&parts.headers, action).await {
             Ok(session) => session,
             Err(e) => return e.response(api),
         };
-        let prepared = self.prepare(api, count_only, &uri, headers, body, &session);
-        let call = match prepared {
+        let call = match self
+            .checked(route, parts.uri.query(), parts.headers, body, &session)
+            .await
+        {
             Ok(call) => call,
             Err(e) => {
                 self.audit(&session, action, false, kind_reason(&e), &e.message)
@@ -164,15 +199,12 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             tracing::error!(provider = %call.provider.name, "no client for a provider");
             return ApiError::new(Kind::Internal, "internal error of the gateway").response(api);
         };
-        if count_only {
-            return forward::count_tokens(client, call).await;
-        }
         let worst = call.worst;
         let reserved = self
             .inner
             .store
             .reserve(&session.session_id, worst, &|row, path| {
-                policy::admit_charge(row, path, &worst, now_ms())
+                admit(route, row, path, &worst)
             })
             .await;
         let reservation = match reserved {
@@ -198,6 +230,27 @@ impl<S: Store + Clone + 'static> Gateway<S> {
                 ApiError::new(Kind::Internal, "internal error of the gateway").response(api)
             }
         }
+    }
+
+    /// The request's body, read within its bounds, checked and made a call
+    /// that holds the body's count in flight.
+    async fn checked(
+        &self,
+        route: Route,
+        query: Option<&str>,
+        headers: HeaderMap,
+        body: Body,
+        session: &SessionRow,
+    ) -> Result<forward::Call, ApiError> {
+        let mut held = self.inflight.hold(&session.session_id);
+        let config = self.config.as_deref();
+        let idle = config.map(|c| c.timeouts).unwrap_or_default().body;
+        let bytes = body::read(&headers, body, &mut held, idle).await?;
+        let call = prepare::prepare(config, route, query, headers, bytes, session)?;
+        Ok(forward::Call {
+            held: Some(held),
+            ..call
+        })
     }
 
     /// The session calling, from its token (`401` in the API's shape
@@ -239,109 +292,6 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         Err(ApiError::from_session(&e))
     }
 
-    /// Checks the request and decides where it goes and what it may cost.
-    fn prepare(
-        &self,
-        api: Api,
-        count_only: bool,
-        uri: &Uri,
-        headers: HeaderMap,
-        body: Bytes,
-        session: &SessionRow,
-    ) -> Result<Call, ApiError> {
-        let mut json: Value = serde_json::from_slice(&body)
-            .map_err(|e| ApiError::new(Kind::Invalid, format!("the body is not JSON: {e}")))?;
-        let model = json
-            .get("model")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::new(Kind::Invalid, "model: a string is required"))?
-            .to_owned();
-        let Some(config) = &self.config else {
-            return Err(ApiError::new(
-                Kind::Forbidden,
-                format!("model {model:?} is not served: the gateway has no providers configured"),
-            ));
-        };
-        let workspace = &session.workspace_id;
-        let entry = match config.models.get(&model) {
-            Some(entry) if config.allows(workspace, &model) => entry.clone(),
-            _ => {
-                return Err(ApiError::new(
-                    Kind::Forbidden,
-                    format!("model {model:?} is not available to workspace {workspace}"),
-                ));
-            }
-        };
-        let provider = config.providers[entry.provider].clone();
-        let expected = match api {
-            Api::Anthropic => ProviderKind::Anthropic,
-            Api::Openai => ProviderKind::Openai,
-        };
-        if provider.kind != expected {
-            return Err(ApiError::new(
-                Kind::Invalid,
-                format!(
-                    "model {model:?} is served by an {} provider: call its API",
-                    provider.kind.as_str()
-                ),
-            ));
-        }
-        let stream = json.get("stream").and_then(Value::as_bool) == Some(true);
-        let max_tokens = match api {
-            Api::Anthropic => json.get("max_tokens").and_then(Value::as_u64),
-            Api::Openai => json
-                .get("max_completion_tokens")
-                .or_else(|| json.get("max_tokens"))
-                .and_then(Value::as_u64),
-        };
-        let max_tokens = match (max_tokens, api) {
-            (Some(n), _) => n,
-            (None, _) if count_only => 0,
-            (None, Api::Anthropic) => {
-                return Err(ApiError::new(
-                    Kind::Invalid,
-                    "max_tokens: a number is required",
-                ));
-            }
-            (None, Api::Openai) => {
-                // The call's worst case needs a bound: the model's.
-                let n = entry.max_output_tokens;
-                json["max_completion_tokens"] = Value::from(n);
-                n
-            }
-        };
-        let body = if api == Api::Openai {
-            if stream {
-                json["stream_options"] = serde_json::json!({"include_usage": true});
-            }
-            Bytes::from(json.to_string())
-        } else {
-            body
-        };
-        let worst = entry
-            .price
-            .worst_case(body.len() as u64, max_tokens)
-            .ok_or_else(|| ApiError::new(Kind::Invalid, "max_tokens: too large"))?;
-        Ok(Call {
-            api,
-            provider,
-            model,
-            price: entry.price,
-            timeouts: config.timeouts,
-            path_and_query: uri
-                .path_and_query()
-                .map(|p| p.as_str().to_owned())
-                .unwrap_or_else(|| uri.path().to_owned()),
-            headers,
-            body,
-            worst,
-            session_id: session.session_id.clone(),
-            workspace_id: session.workspace_id.clone(),
-            agent: session.agent_name.clone(),
-            life: session.trace,
-        })
-    }
-
     async fn audit(
         &self,
         session: &SessionRow,
@@ -368,12 +318,38 @@ impl<S: Store + Clone + 'static> Gateway<S> {
     }
 }
 
+/// Admits a call's reservation of `worst` on the budgets of `path`. A
+/// `count_tokens` generates nothing (it reserves one call of no tokens),
+/// but is refused once any budget of the path is spent: it needs a unit of
+/// every dimension left.
+fn admit(
+    route: Route,
+    row: &SessionRow,
+    path: &[Account],
+    worst: &Charge,
+) -> Result<(), SessionError> {
+    const UNIT: Charge = Charge {
+        cost: Cost(1),
+        tokens: 1,
+        calls: 1,
+    };
+    let asked = if route == Route::CountTokens {
+        &UNIT
+    } else {
+        worst
+    };
+    policy::admit_charge(row, path, asked, now_ms())
+}
+
 /// The audit reason of a gateway refusal.
 fn kind_reason(e: &ApiError) -> String {
     match e.kind {
         Kind::Invalid => "INVALID_ARGUMENT",
         Kind::Unauthenticated => "UNAUTHENTICATED",
         Kind::Forbidden => "MODEL_NOT_ALLOWED",
+        Kind::NotFound => "NOT_FOUND",
+        Kind::TooLarge => "TOO_LARGE",
+        Kind::Busy => "BUSY",
         Kind::Budget => "BUDGET_EXCEEDED",
         Kind::Upstream | Kind::Timeout | Kind::Internal => "UPSTREAM",
     }

@@ -1,11 +1,16 @@
 //! The relay of a streamed answer: the response body the client reads is
 //! the provider's own body, each frame passed on as it comes (no copy, no
-//! task or channel between them) and read by the [`Meter`] on its way.
+//! task or channel between them) and read by the [`Meter`] on its way,
+//! the provider's key scrubbed from it ([`StreamScrubber`]: a frame that
+//! shows nothing of it and ends between words passes as it is).
 //! When the stream ends, breaks off or stalls past the idle deadline, the
 //! call is settled before the client sees the end (a fault then ends the
-//! stream with an error event in the API's terms); when the client hangs
-//! up, the body is dropped and the call is settled as cancelled with what
-//! the provider had reported.
+//! stream with an error event in the API's terms). When the client hangs
+//! up, the body is dropped, but the provider goes on generating, and
+//! billing, what was asked: the rest of its stream is read in a task of its
+//! own ([`drain`]), each piece within the idle deadline and all within
+//! `drain_ms`, and the call is settled as cancelled with the final usage,
+//! or, if that is not seen, with its worst case; never less.
 
 use std::{
     convert::Infallible,
@@ -23,7 +28,9 @@ use tokio::{
 };
 
 use super::{
-    forward::Settlement,
+    forward::Call,
+    scrub::StreamScrubber,
+    settle::Settlement,
     shape::{Api, ApiError, Kind},
     usage::{Meter, Reported},
 };
@@ -31,12 +38,16 @@ use crate::{model::CallOutcome, store::Store};
 
 /// A streamed answer on its way to the client.
 pub(super) struct Relay<S: Store> {
-    upstream: Incoming,
+    /// Taken by [`drain`] when the client hangs up mid-stream.
+    upstream: Option<Incoming>,
     meter: Meter,
+    scrubber: StreamScrubber,
     state: State<S>,
     status: StatusCode,
     api: Api,
     idle: Duration,
+    /// How long the stream is read on once the client hung up.
+    drain: Duration,
     provider: String,
     /// When the provider will have been silent too long; set when the
     /// client asks for the next frame, so its own pace never counts.
@@ -64,19 +75,20 @@ impl<S: Store> Relay<S> {
         upstream: Incoming,
         settlement: Settlement<S>,
         status: StatusCode,
-        api: Api,
-        idle: Duration,
-        provider: String,
+        call: &Call,
     ) -> Relay<S> {
+        let idle = call.timeouts.idle;
         let deadline = Instant::now() + idle;
         Relay {
-            upstream,
-            meter: Meter::new(api),
+            upstream: Some(upstream),
+            meter: Meter::new(call.api),
+            scrubber: StreamScrubber::new(call.scrubber.clone()),
             state: State::Streaming(Box::new(settlement)),
             status,
-            api,
+            api: call.api,
             idle,
-            provider,
+            drain: call.timeouts.drain,
+            provider: call.provider.name.clone(),
             deadline,
             waiting: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
@@ -94,12 +106,21 @@ impl<S: Store> Relay<S> {
         let status = Some(self.status);
         let settling =
             tokio::spawn(async move { settlement.settle(&reported, outcome, status).await });
-        let tail = fault.map(|f| Bytes::from(f.stream_event(self.api)));
+        // The end of a word held back, then the fault's event.
+        let mut tail = self.scrubber.rest().to_vec();
+        if let Some(fault) = fault {
+            tail.extend_from_slice(fault.stream_event(self.api).as_bytes());
+        }
+        let tail = (!tail.is_empty()).then(|| Bytes::from(tail));
         self.state = State::Settling(settling, tail);
     }
 
     /// The stream's end, as the provider's events tell it.
     fn ended(&mut self) {
+        if self.meter.reported.complete && !self.meter.reported.final_usage {
+            // Whole, but without the usage that says what it cost.
+            self.meter.reported.unreadable = true;
+        }
         let reported = &self.meter.reported;
         if reported.complete || reported.error.is_some() {
             // A provider's error event is already relayed.
@@ -127,13 +148,21 @@ impl<S: Store> Relay<S> {
             self.waiting = true;
         }
         loop {
-            match Pin::new(&mut self.upstream).poll_frame(cx) {
+            let Some(upstream) = self.upstream.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(upstream).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     // Trailers are the connection's: not relayed.
                     if let Ok(data) = frame.into_data() {
-                        self.waiting = false;
                         self.meter.feed(&data);
-                        return Poll::Ready(Some(data));
+                        let data = self.scrubber.pass(data);
+                        if !data.is_empty() {
+                            self.waiting = false;
+                            return Poll::Ready(Some(data));
+                        }
+                        // All of it held back: the provider is not silent.
+                        self.deadline = Instant::now() + self.idle;
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -223,21 +252,59 @@ impl<S: Store> Body for Relay<S> {
 }
 
 impl<S: Store> Drop for Relay<S> {
-    /// The client hung up before the stream ended: the call is settled as
-    /// cancelled, with what the provider had reported by then.
+    /// The client hung up before the stream ended: the rest of the stream
+    /// is read for its final usage ([`drain`]), and the call settled as
+    /// cancelled.
     fn drop(&mut self) {
-        let State::Streaming(mut settlement) = std::mem::replace(&mut self.state, State::Done)
+        let State::Streaming(settlement) = std::mem::replace(&mut self.state, State::Done) else {
+            return;
+        };
+        let (Some(upstream), Ok(handle)) =
+            (self.upstream.take(), tokio::runtime::Handle::try_current())
         else {
             return;
         };
-        let reported: Reported = self.meter.reported.clone();
-        let status = Some(self.status);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                settlement
-                    .settle(&reported, CallOutcome::Cancelled, status)
-                    .await;
-            });
+        let meter = std::mem::replace(&mut self.meter, Meter::new(self.api));
+        let bounds = (self.idle, self.drain);
+        handle.spawn(drain(upstream, meter, settlement, self.status, bounds));
+    }
+}
+
+/// Reads the rest of a stream whose client hung up, each piece within
+/// `idle` and all within `bound`, then settles the call as cancelled: with
+/// the final usage if the stream ended whole, else with its worst case.
+async fn drain<S: Store>(
+    mut upstream: Incoming,
+    mut meter: Meter,
+    mut settlement: Box<Settlement<S>>,
+    status: StatusCode,
+    (idle, bound): (Duration, Duration),
+) {
+    use http_body_util::BodyExt;
+    let deadline = Instant::now() + bound;
+    loop {
+        let wait = idle.min(deadline.saturating_duration_since(Instant::now()));
+        match tokio::time::timeout(wait, upstream.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    meter.feed(&data);
+                }
+            }
+            // Its end, a break, or out of time.
+            _ => break,
         }
     }
+    let reported = meter.reported;
+    let whole = reported.complete && reported.final_usage && reported.error.is_none();
+    let reported = if whole {
+        reported
+    } else {
+        Reported {
+            unreadable: true,
+            ..reported
+        }
+    };
+    settlement
+        .settle(&reported, CallOutcome::Cancelled, Some(status))
+        .await;
 }

@@ -28,6 +28,13 @@ pub enum Kind {
     Unauthenticated,
     /// A valid caller that may not do this (403): a model not allowed.
     Forbidden,
+    /// No such route (404).
+    NotFound,
+    /// The request's body is past the gateway's bound (413).
+    TooLarge,
+    /// The caller has too many bytes of requests in flight (429): a retry
+    /// later may pass.
+    Busy,
     /// A budget refused the call (Anthropic 400, like its "credit balance
     /// is too low"; OpenAI 429 `insufficient_quota`): not worth a retry.
     Budget,
@@ -85,6 +92,9 @@ impl ApiError {
             (Kind::Invalid, _) => StatusCode::BAD_REQUEST,
             (Kind::Unauthenticated, _) => StatusCode::UNAUTHORIZED,
             (Kind::Forbidden, _) => StatusCode::FORBIDDEN,
+            (Kind::NotFound, _) => StatusCode::NOT_FOUND,
+            (Kind::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
+            (Kind::Busy, _) => StatusCode::TOO_MANY_REQUESTS,
             (Kind::Budget, Api::Anthropic) => StatusCode::BAD_REQUEST,
             (Kind::Budget, Api::Openai) => StatusCode::TOO_MANY_REQUESTS,
             (Kind::Upstream, _) => StatusCode::BAD_GATEWAY,
@@ -101,6 +111,9 @@ impl ApiError {
                     Kind::Invalid | Kind::Budget => "invalid_request_error",
                     Kind::Unauthenticated => "authentication_error",
                     Kind::Forbidden => "permission_error",
+                    Kind::NotFound => "not_found_error",
+                    Kind::TooLarge => "request_too_large",
+                    Kind::Busy => "rate_limit_error",
                     Kind::Upstream | Kind::Timeout | Kind::Internal => "api_error",
                 };
                 json!({"type": "error", "error": {"type": kind, "message": self.message}})
@@ -110,6 +123,9 @@ impl ApiError {
                     Kind::Invalid => ("invalid_request_error", None),
                     Kind::Unauthenticated => ("invalid_request_error", Some("invalid_api_key")),
                     Kind::Forbidden => ("invalid_request_error", Some("model_not_allowed")),
+                    Kind::NotFound => ("invalid_request_error", Some("unknown_url")),
+                    Kind::TooLarge => ("invalid_request_error", Some("request_too_large")),
+                    Kind::Busy => ("requests", Some("rate_limit_exceeded")),
                     Kind::Budget => ("insufficient_quota", Some("insufficient_quota")),
                     Kind::Upstream | Kind::Timeout | Kind::Internal => ("server_error", None),
                 };

@@ -3,11 +3,21 @@
 //! then `message_delta`'s (cumulative, it replaces what it carries); in an
 //! OpenAI stream, the chunk with `usage` (asked for with
 //! `stream_options.include_usage`). [`Meter`] reads a stream as it passes.
+//!
+//! A count that is not a whole number from 0 to [`MAX_REPORTED_TOKENS`]
+//! (negative, fractional, absurd, a usage that is not an object) makes the
+//! call's usage unreadable ([`Reported::unreadable`]): it is then charged
+//! its reservation, never less.
 
 use serde_json::Value;
 
 use super::shape::Api;
 use crate::model::TokenUsage;
+
+/// Most tokens of one kind one call may report: far past any model's
+/// context and output (with every completion asked for), short of what
+/// could overflow a price.
+pub const MAX_REPORTED_TOKENS: u64 = 100_000_000;
 
 /// Longest server-sent event the meter keeps whole; a longer one is
 /// passed on unread (no usage is that long).
@@ -34,65 +44,110 @@ pub struct Reported {
     pub complete: bool,
     /// The provider sent an error event in the stream.
     pub error: Option<String>,
+    /// The answer's final usage was read (a JSON answer's, Anthropic's
+    /// `message_delta`'s, OpenAI's usage chunk).
+    pub final_usage: bool,
+    /// A usage the provider sent could not be read as counts.
+    pub unreadable: bool,
 }
 
-/// Reads the usage of a whole JSON answer.
+impl Reported {
+    /// Nothing usable: the call is charged its worst case.
+    pub fn unknown() -> Reported {
+        Reported {
+            unreadable: true,
+            ..Reported::default()
+        }
+    }
+}
+
+/// Reads the usage of a whole JSON answer (`None`: it has none).
 pub fn from_json(api: Api, body: &[u8]) -> Option<Reported> {
     let value: Value = serde_json::from_slice(body).ok()?;
+    let usage = value.get("usage")?;
     let mut reported = Reported {
         complete: true,
+        final_usage: true,
         ..Reported::default()
     };
     match api {
         Api::Anthropic => {
-            anthropic_usage(value.get("usage")?, &mut reported.tokens);
+            reported.unreadable = anthropic_usage(usage, &mut reported.tokens).is_none();
             if let Some(reason) = value.get("stop_reason").and_then(Value::as_str) {
                 reported.finish_reasons.push(reason.to_owned());
             }
         }
         Api::Openai => {
-            reported.tokens = openai_usage(value.get("usage")?);
+            match openai_usage(usage) {
+                Some(tokens) => reported.tokens = tokens,
+                None => reported.unreadable = true,
+            }
             openai_reasons(&value, &mut reported.finish_reasons);
         }
     }
     Some(reported)
 }
 
-fn count(usage: &Value, name: &str) -> Option<u64> {
-    usage.get(name).and_then(Value::as_u64)
+/// A count of `usage`: absent or null is `Ok(None)`; anything but a whole
+/// number up to [`MAX_REPORTED_TOKENS`] is `Err`.
+fn count(usage: &Value, name: &str) -> Result<Option<u64>, Unreadable> {
+    match usage.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= MAX_REPORTED_TOKENS => Ok(Some(n)),
+            _ => Err(Unreadable),
+        },
+    }
 }
 
-/// Anthropic's usage: each field present replaces the one before.
-fn anthropic_usage(usage: &Value, tokens: &mut TokenUsage) {
-    if let Some(n) = count(usage, "input_tokens") {
-        tokens.input = n;
+/// A usage that cannot be read as counts.
+#[derive(Debug)]
+struct Unreadable;
+
+/// Anthropic's usage: each field present replaces the one before. `None`
+/// if it cannot be read (then `tokens` is left as it was).
+fn anthropic_usage(usage: &Value, tokens: &mut TokenUsage) -> Option<()> {
+    if !usage.is_object() {
+        return None;
     }
-    if let Some(n) = count(usage, "output_tokens") {
-        tokens.output = n;
+    let read = |name| count(usage, name).ok();
+    let (input, output) = (read("input_tokens")?, read("output_tokens")?);
+    let (cache_read, cache_write) = (
+        read("cache_read_input_tokens")?,
+        read("cache_creation_input_tokens")?,
+    );
+    for (slot, n) in [
+        (&mut tokens.input, input),
+        (&mut tokens.output, output),
+        (&mut tokens.cache_read, cache_read),
+        (&mut tokens.cache_write, cache_write),
+    ] {
+        if let Some(n) = n {
+            *slot = n;
+        }
     }
-    if let Some(n) = count(usage, "cache_read_input_tokens") {
-        tokens.cache_read = n;
-    }
-    if let Some(n) = count(usage, "cache_creation_input_tokens") {
-        tokens.cache_write = n;
-    }
+    Some(())
 }
 
 /// OpenAI's usage: cached prompt tokens are read from the cache, the rest
-/// of the prompt is input.
-fn openai_usage(usage: &Value) -> TokenUsage {
-    let prompt = count(usage, "prompt_tokens").unwrap_or(0);
-    let cached = usage
-        .get("prompt_tokens_details")
-        .and_then(|d| count(d, "cached_tokens"))
-        .unwrap_or(0)
-        .min(prompt);
-    TokenUsage {
-        input: prompt - cached,
-        output: count(usage, "completion_tokens").unwrap_or(0),
+/// of the prompt is input. `None` if it cannot be read, or says more of
+/// the prompt was cached than there was.
+fn openai_usage(usage: &Value) -> Option<TokenUsage> {
+    if !usage.is_object() {
+        return None;
+    }
+    let prompt = count(usage, "prompt_tokens").ok()?.unwrap_or(0);
+    let cached = match usage.get("prompt_tokens_details") {
+        None | Some(Value::Null) => 0,
+        Some(details) if details.is_object() => count(details, "cached_tokens").ok()?.unwrap_or(0),
+        Some(_) => return None,
+    };
+    Some(TokenUsage {
+        input: prompt.checked_sub(cached)?,
+        output: count(usage, "completion_tokens").ok()?.unwrap_or(0),
         cache_read: cached,
         cache_write: 0,
-    }
+    })
 }
 
 fn openai_reasons(value: &Value, reasons: &mut Vec<String>) {
@@ -244,12 +299,13 @@ impl Meter {
         match value.get("type").and_then(Value::as_str) {
             Some("message_start") => {
                 if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
-                    anthropic_usage(usage, &mut r.tokens);
+                    r.unreadable |= anthropic_usage(usage, &mut r.tokens).is_none();
                 }
             }
             Some("message_delta") => {
                 if let Some(usage) = value.get("usage") {
-                    anthropic_usage(usage, &mut r.tokens);
+                    r.unreadable |= anthropic_usage(usage, &mut r.tokens).is_none();
+                    r.final_usage = true;
                 }
                 if let Some(reason) = value
                     .get("delta")
@@ -274,7 +330,11 @@ impl Meter {
             return;
         }
         if let Some(usage) = value.get("usage").filter(|u| !u.is_null()) {
-            r.tokens = openai_usage(usage);
+            match openai_usage(usage) {
+                Some(tokens) => r.tokens = tokens,
+                None => r.unreadable = true,
+            }
+            r.final_usage = true;
         }
         openai_reasons(value, &mut r.finish_reasons);
     }
@@ -499,6 +559,39 @@ mod tests {
         );
         assert_eq!(r.finish_reasons, ["stop"]);
         assert!(r.complete);
+    }
+
+    #[test]
+    fn usage_that_cannot_be_read_as_counts_is_unreadable() {
+        for usage in [
+            r#"{"input_tokens": 9223372036854775807, "output_tokens": 1}"#,
+            r#"{"input_tokens": -5, "output_tokens": 1}"#,
+            r#"{"input_tokens": 5, "output_tokens": 1.5}"#,
+            r#"{"input_tokens": 5, "output_tokens": "7"}"#,
+            r#""lots""#,
+        ] {
+            let body = format!(r#"{{"usage": {usage}}}"#);
+            let r = from_json(Api::Anthropic, body.as_bytes()).unwrap();
+            assert!(r.unreadable, "{usage}");
+            let mut meter = Meter::new(Api::Anthropic);
+            let delta = format!(
+                "event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{usage}}}\n\n"
+            );
+            meter.feed(delta.as_bytes());
+            assert!(meter.reported.unreadable, "{usage}");
+        }
+        for usage in [
+            r#"{"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 6}}"#,
+            r#"{"prompt_tokens": 18446744073709551615}"#,
+        ] {
+            let body = format!(r#"{{"usage": {usage}}}"#);
+            assert!(
+                from_json(Api::Openai, body.as_bytes()).unwrap().unreadable,
+                "{usage}"
+            );
+        }
+        let fine = from_json(Api::Openai, br#"{"usage": {"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": null}}"#).unwrap();
+        assert!(!fine.unreadable && fine.final_usage);
     }
 
     #[test]

@@ -16,8 +16,9 @@ use super::{Block, Fault, Turn, Usage, json_response};
 /// Bytes a paced answer sends at a time.
 const PACE_PIECE: usize = 16 << 10;
 
-/// The answer of a [`Fault`] given in place of `turn`'s.
-pub(super) fn faulty(fault: &Fault, turn: &Turn, model: &str) -> Response {
+/// The answer of a [`Fault`] given in place of `turn`'s; `key` is the key
+/// the request carried.
+pub(super) fn faulty(fault: &Fault, turn: &Turn, model: &str, key: &str) -> Response {
     let start = || {
         let whole = sse(&Turn::text("cut"), model);
         // message_start, and the first block's start.
@@ -74,6 +75,51 @@ pub(super) fn faulty(fault: &Fault, turn: &Turn, model: &str) -> Response {
                 }
             });
             events(Body::from_stream(pieces))
+        }
+        Fault::EchoKey => {
+            let chars: Vec<char> = key.chars().collect();
+            let head: String = chars.iter().take(8).collect();
+            let tail: String = chars[chars.len().saturating_sub(4)..].iter().collect();
+            let message = format!(
+                "invalid x-api-key {key}; Incorrect API key provided: {head}{}{tail}. Key {head}...{tail} \
+                 is not valid (hint: ****{tail})",
+                "*".repeat(24)
+            );
+            Response::builder()
+                .status(StatusCode::UNAUTHORIZED)
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("request-id", "req_echo_1")
+                .header("retry-after", "7")
+                .header("x-leak", format!("key={key}"))
+                .header("anthropic-ratelimit-requests-remaining", format!("{head}...{tail}"))
+                .header("set-cookie", "provider_session=abc; Path=/")
+                .header("anthropic-organization-id", "org-operators-own")
+                .header("x-forwarded-for", "10.1.2.3")
+                .body(Body::from(
+                    json!({"type": "error", "error": {"type": "authentication_error", "message": message}})
+                        .to_string(),
+                ))
+                .expect("a response")
+        }
+        Fault::HugeError(size) => {
+            let mut body = format!(
+                "{{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"{key} "
+            );
+            body.extend(std::iter::repeat_n(
+                'x',
+                size.saturating_sub(body.len() + 4),
+            ));
+            body.push_str("\"}}");
+            Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body))
+                .expect("a response")
+        }
+        Fault::Usage(usage) => {
+            let mut answer = message(turn, model);
+            answer["usage"] = usage.clone();
+            json_response(StatusCode::OK, &answer)
         }
         Fault::Drip(gap) => {
             let whole = sse(&Turn::text("slow"), model);

@@ -1,0 +1,242 @@
+//! A request checked and made a [`Call`]: its body read as every reader
+//! reads it ([`strict`]), its model served to the caller's workspace by a
+//! provider of the route's API, what it may make the provider do
+//! ([`reach`]), and its worst case: every completion it asks for (OpenAI's
+//! `n`) at its output bound, plus its bytes as input.
+
+use axum::{body::Bytes, http::HeaderMap};
+use serde_json::Value;
+
+use super::{
+    config::{GatewayConfig, ProviderKind},
+    forward::Call,
+    reach,
+    scrub::Scrubber,
+    shape::{Api, ApiError, Kind},
+    strict,
+};
+use crate::model::{Charge, Cost, SessionRow, TokenUsage};
+
+/// Most completions one OpenAI call may ask for (`n`), as OpenAI bounds it.
+const MAX_COMPLETIONS: u64 = 128;
+
+/// The routes the gateway serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/messages/count_tokens`.
+    CountTokens,
+    /// `POST /v1/chat/completions`.
+    Chat,
+}
+
+impl Route {
+    pub fn api(self) -> Api {
+        match self {
+            Route::Messages | Route::CountTokens => Api::Anthropic,
+            Route::Chat => Api::Openai,
+        }
+    }
+
+    /// The path it calls upstream, under the provider's `base_url`.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Messages => "/v1/messages",
+            Route::CountTokens => "/v1/messages/count_tokens",
+            Route::Chat => "/v1/chat/completions",
+        }
+    }
+
+    /// Its audit action.
+    pub fn action(self) -> &'static str {
+        match self {
+            Route::CountTokens => "count_tokens",
+            Route::Messages | Route::Chat => "model_call",
+        }
+    }
+}
+
+/// The upstream path and query: the route's path, and of the agent's query
+/// only Anthropic's `beta=true` (which its SDK adds).
+fn upstream_path(route: Route, query: Option<&str>) -> String {
+    let beta = route.api() == Api::Anthropic
+        && query.is_some_and(|q| q.split('&').any(|pair| pair == "beta=true"));
+    if beta {
+        format!("{}?beta=true", route.path())
+    } else {
+        route.path().to_owned()
+    }
+}
+
+/// A bound the body gives: absent (or null), or a whole number.
+fn bound(json: &Value, field: &str) -> Result<Option<u64>, ApiError> {
+    match json.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ApiError::new(
+                Kind::Invalid,
+                format!("{field}: a whole number is required"),
+            )
+        }),
+    }
+}
+
+/// Checks the request and decides where it goes and what it may cost.
+pub fn prepare(
+    config: Option<&GatewayConfig>,
+    route: Route,
+    query: Option<&str>,
+    headers: HeaderMap,
+    body: Bytes,
+    session: &SessionRow,
+) -> Result<Call, ApiError> {
+    let api = route.api();
+    let mut json = strict::parse(&body)
+        .map_err(|e| ApiError::new(Kind::Invalid, format!("the body is not JSON: {e}")))?;
+    let model = json
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::new(Kind::Invalid, "model: a string is required"))?
+        .to_owned();
+    let Some(config) = config else {
+        return Err(ApiError::new(
+            Kind::Forbidden,
+            format!("model {model:?} is not served: the gateway has no providers configured"),
+        ));
+    };
+    let workspace = &session.workspace_id;
+    let entry = match config.models.get(&model) {
+        Some(entry) if config.allows(workspace, &model) => entry.clone(),
+        _ => {
+            return Err(ApiError::new(
+                Kind::Forbidden,
+                format!("model {model:?} is not available to workspace {workspace}"),
+            ));
+        }
+    };
+    let provider = config.providers[entry.provider].clone();
+    let expected = match api {
+        Api::Anthropic => ProviderKind::Anthropic,
+        Api::Openai => ProviderKind::Openai,
+    };
+    if provider.kind != expected {
+        return Err(ApiError::new(
+            Kind::Invalid,
+            format!(
+                "model {model:?} is served by an {} provider: call its API",
+                provider.kind.as_str()
+            ),
+        ));
+    }
+    reach::check(api, &json, provider.allow)?;
+    let stream = json.get("stream").and_then(Value::as_bool) == Some(true);
+    // Each completion asked for may run to the output bound.
+    let (max_tokens, completions) = match api {
+        Api::Anthropic => (bound(&json, "max_tokens")?, 1),
+        Api::Openai => {
+            let given = [
+                bound(&json, "max_completion_tokens")?,
+                bound(&json, "max_tokens")?,
+            ];
+            let n = bound(&json, "n")?.unwrap_or(1);
+            if !(1..=MAX_COMPLETIONS).contains(&n) {
+                return Err(ApiError::new(
+                    Kind::Invalid,
+                    format!("n: from 1 to {MAX_COMPLETIONS} completions"),
+                ));
+            }
+            (given.into_iter().flatten().max(), n)
+        }
+    };
+    let max_tokens = match (max_tokens, route) {
+        (_, Route::CountTokens) => 0,
+        (Some(n), _) => n,
+        (None, Route::Messages) => {
+            return Err(ApiError::new(
+                Kind::Invalid,
+                "max_tokens: a number is required",
+            ));
+        }
+        (None, Route::Chat) => {
+            // The call's worst case needs a bound: the model's.
+            let n = entry.max_output_tokens;
+            json["max_completion_tokens"] = Value::from(n);
+            n
+        }
+    };
+    let body = if api == Api::Openai {
+        if stream {
+            json["stream_options"] = serde_json::json!({"include_usage": true});
+        }
+        Bytes::from(json.to_string())
+    } else {
+        body
+    };
+    let too_large = || ApiError::new(Kind::Invalid, "max_tokens: too large");
+    let output = max_tokens.checked_mul(completions).ok_or_else(too_large)?;
+    let (worst, worst_tokens) = if route == Route::CountTokens {
+        // Nothing is generated: a call against the calls budget only.
+        let charge = Charge {
+            cost: Cost::ZERO,
+            tokens: 0,
+            calls: 1,
+        };
+        (charge, TokenUsage::default())
+    } else {
+        let worst = entry
+            .price
+            .worst_case(body.len() as u64, output)
+            .ok_or_else(too_large)?;
+        let tokens = TokenUsage {
+            input: body.len() as u64,
+            output,
+            ..TokenUsage::default()
+        };
+        (worst, tokens)
+    };
+    Ok(Call {
+        route,
+        api,
+        scrubber: Scrubber::new(provider.key.expose()),
+        provider,
+        model,
+        price: entry.price,
+        timeouts: config.timeouts,
+        path_and_query: upstream_path(route, query),
+        headers,
+        body,
+        worst,
+        worst_tokens,
+        session_id: session.session_id.clone(),
+        workspace_id: session.workspace_id.clone(),
+        agent: session.agent_name.clone(),
+        life: session.trace,
+        held: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_anthropics_beta_query_goes_upstream() {
+        assert_eq!(
+            upstream_path(Route::Messages, Some("beta=true")),
+            "/v1/messages?beta=true"
+        );
+        assert_eq!(
+            upstream_path(Route::CountTokens, Some("x=1&beta=true")),
+            "/v1/messages/count_tokens?beta=true"
+        );
+        assert_eq!(
+            upstream_path(Route::Messages, Some("api-version=9")),
+            "/v1/messages"
+        );
+        assert_eq!(
+            upstream_path(Route::Chat, Some("beta=true")),
+            "/v1/chat/completions"
+        );
+    }
+}
