@@ -273,3 +273,120 @@ async fn a_change_from_another_origin_is_refused() {
     .await;
     assert_eq!(read.status, StatusCode::OK, "{}", read.body);
 }
+
+/// A sign-in with `token` from the loopback address `from` (each of
+/// 127.0.0.0/8 stands for another client).
+async fn sign_in_from(
+    addr: std::net::SocketAddr,
+    from: std::net::IpAddr,
+    token: &str,
+) -> StatusCode {
+    http::send_from(
+        Some(from),
+        Method::POST,
+        &format!("http://{addr}/api/sign-in"),
+        &[JSON],
+        &json!({ "token": token }).to_string(),
+        LIMIT,
+    )
+    .await
+    .status
+}
+
+/// Wrong sign-ins a flood's task makes at most.
+const FLOOD_ATTEMPTS: u32 = 3_000;
+/// The flood's tasks, each from addresses of its own.
+const FLOOD_TASKS: u8 = 6;
+/// Failed sign-ins a minute, all clients together, in the flood test.
+const GLOBAL_PER_MINUTE: u32 = 20;
+
+#[tokio::test]
+async fn a_flood_of_wrong_sign_ins_from_many_addresses_keeps_no_operator_out() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    };
+    let (server, addr) = console::server(|c| {
+        c.console.console_sign_in_global_failures_per_minute = GLOBAL_PER_MINUTE;
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let throttled = Arc::new(AtomicU32::new(0));
+    let mut flood = Vec::new();
+    for task in 0..FLOOD_TASKS {
+        let (stop, throttled) = (stop.clone(), throttled.clone());
+        flood.push(tokio::spawn(async move {
+            // Each attempt from an address not used before.
+            for n in 0..FLOOD_ATTEMPTS {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let [_, _, hi, lo] = (n + 1).to_be_bytes();
+                let from = std::net::IpAddr::from([127, 10 + task, hi, lo]);
+                let status = sign_in_from(addr, from, "not-the-operator-token-000").await;
+                match status {
+                    StatusCode::UNAUTHORIZED => {}
+                    StatusCode::TOO_MANY_REQUESTS => {
+                        throttled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => panic!("a wrong sign-in answered {other}"),
+                }
+            }
+        }));
+    }
+    // The flood is past the global bound once a wrong token from a fresh
+    // address waits.
+    let deadline = std::time::Instant::now() + LIMIT;
+    let mut fresh = 0u32;
+    loop {
+        fresh += 1;
+        let [_, _, hi, lo] = fresh.to_be_bytes();
+        let from = std::net::IpAddr::from([127, 9, hi, lo]);
+        if sign_in_from(addr, from, "not-the-operator-token-001").await
+            == StatusCode::TOO_MANY_REQUESTS
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flood never reached the global bound"
+        );
+    }
+    // Meanwhile, the operator signs in ten times, from the usual address.
+    let mut signed_in = 0;
+    for _ in 0..10 {
+        let status = sign_in_from(addr, [127, 0, 0, 1].into(), OPERATOR_TOKEN).await;
+        if status == StatusCode::OK {
+            signed_in += 1;
+        }
+        assert!(
+            !flood.iter().all(|t| t.is_finished()),
+            "the flood ended before the operator's sign-ins"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in flood {
+        task.await.expect("a flood task");
+    }
+    assert_eq!(
+        signed_in, 10,
+        "the operator's sign-ins that got through the flood"
+    );
+    assert!(
+        throttled.load(Ordering::Relaxed) > 0,
+        "the flood was throttled"
+    );
+    // Only failures within the global bound were audited, one each.
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let bound = f64::from(GLOBAL_PER_MINUTE) * (1.0 + minutes) + 1.0;
+    let audited = audit(&server)
+        .await
+        .into_iter()
+        .filter(|e| e.action == "console_sign_in" && !e.allowed)
+        .count();
+    assert!(
+        (audited as f64) <= bound && audited >= GLOBAL_PER_MINUTE as usize,
+        "{audited} failed sign-ins audited, the bound is {bound:.1}"
+    );
+}
