@@ -9,6 +9,8 @@
 //! - [`calls`]: acting through the service's own gRPC handlers, in process,
 //!   as the operator; refusals as HTTP answers.
 //! - [`api`]: the JSON API the page reads and acts through.
+//! - [`pages`]: a workspace's sessions, all of them or a tree's snapshot a
+//!   bounded page at a time.
 //! - [`events`]: `WatchSessions` as Server-Sent Events.
 //! - [`json`]: sessions, events, messages and audit entries as the page reads them.
 //! - [`assets`]: the page (plain ES modules, no build step), and the
@@ -27,6 +29,7 @@ pub mod config;
 mod events;
 mod hosts;
 mod json;
+mod pages;
 mod throttle;
 
 use std::{

@@ -39,7 +39,10 @@ export class TreeModel {
     this.live.clear();
   }
 
-  /** The snapshot: each session with its inbox and last progress. */
+  /**
+   * A page of the snapshot: each session with its inbox and last progress
+   * (the refused spawns come with the first page only).
+   */
   load(snapshot) {
     for (const session of snapshot.sessions) {
       const inbox = session.inbox || {};
@@ -55,7 +58,7 @@ export class TreeModel {
       this.unsorted.add(session.parent_session_id || '');
       this.touched(this.nodes.get(session.session_id));
     }
-    this.refused = snapshot.refused || [];
+    if (snapshot.refused) this.refused = snapshot.refused;
   }
 
   node(event) {
