@@ -3,16 +3,18 @@
 //! rebinding: `attacker.example` resolved to 127.0.0.1) or post to it
 //! across origins; so every request must name an allowed host in its
 //! `Host` (the loopback names, and those `--console-allowed-host` adds),
-//! and every request that changes something and carries an `Origin` must
-//! come from the console's own origin: the scheme's host and port are the
-//! ones its `Host` names. Anything else is refused 403 before any route
-//! runs, with a body that says nothing of the request.
+//! and every request that carries an `Origin` (a browser sends one with
+//! every POST, and with any request across origins) must come from the
+//! console's own origin: the host and port its `Host` names. Anything else
+//! is refused 403 before any route runs, with a body that says nothing of
+//! the request: a change (the sign-in too) and a read (an event stream a
+//! page of another port of the same host would open with the cookie).
 
 use std::sync::Arc;
 
 use axum::{
     extract::{Request, State},
-    http::{HeaderMap, Method, Uri, header, uri},
+    http::{HeaderMap, Uri, header, uri},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -125,11 +127,6 @@ fn same_origin(origin: &str, host: &Authority) -> bool {
     from.host == host.host && from.port.unwrap_or(default_port) == host.port.unwrap_or(default_port)
 }
 
-/// Whether a request may change something (only GET and HEAD never do).
-fn changes(method: &Method) -> bool {
-    !matches!(*method, Method::GET | Method::HEAD)
-}
-
 /// What a request with a disallowed `Host` or `Origin` is answered: the
 /// same for every refusal, naming nothing of the request.
 fn refused() -> Response {
@@ -137,8 +134,8 @@ fn refused() -> Response {
         .into_response()
 }
 
-/// Middleware: serves a request only if its `Host` is allowed and, for one
-/// that may change something, its `Origin` (if any) is the console's own.
+/// Middleware: serves a request only if its `Host` is allowed and its
+/// `Origin` (if any) is the console's own.
 pub async fn guard(
     State(allowed): State<Arc<AllowedHosts>>,
     request: Request,
@@ -149,17 +146,15 @@ pub async fn guard(
         tracing::debug!("console request refused: host not allowed");
         return refused();
     };
-    if changes(request.method()) {
-        let mut origins = request.headers().get_all(header::ORIGIN).iter();
-        let origin_ok = match (origins.next(), origins.next()) {
-            (None, _) => true,
-            (Some(origin), None) => origin.to_str().is_ok_and(|o| same_origin(o, &host)),
-            (Some(_), Some(_)) => false,
-        };
-        if !origin_ok {
-            tracing::debug!("console request refused: origin not the console's");
-            return refused();
-        }
+    let mut origins = request.headers().get_all(header::ORIGIN).iter();
+    let origin_ok = match (origins.next(), origins.next()) {
+        (None, _) => true,
+        (Some(origin), None) => origin.to_str().is_ok_and(|o| same_origin(o, &host)),
+        (Some(_), Some(_)) => false,
+    };
+    if !origin_ok {
+        tracing::debug!("console request refused: origin not the console's");
+        return refused();
     }
     next.run(request).await
 }
