@@ -4,6 +4,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
+use futures::StreamExt;
 use hyper::{Method, StatusCode};
 use troupe_session_svc::{
     Config, Limits,
@@ -68,9 +69,14 @@ pub async fn sign_in(base: &str) -> SignedIn {
     SignedIn { cookie, csrf }
 }
 
+/// Trees [`seed_trees`] makes at once (a PostgreSQL store takes them in
+/// parallel; SQLite's one writer in turn).
+const SEEDING: usize = 8;
+
 /// Makes `trees` roots of `children` children each in workspace `alpha`
-/// (`sess_root_T`, `sess_child_T_C`, in that order), straight in the store
-/// with the service's spawn rule and no limit in the way; the roots' ids.
+/// (`sess_root_T`, `sess_child_T_C`; each tree's children in order, trees
+/// [`SEEDING`] at a time), straight in the store with the service's spawn
+/// rule and no limit in the way; the roots' ids, in order.
 pub async fn seed_trees<S: Store>(store: &S, trees: usize, children: usize) -> Vec<String> {
     let limits = Limits {
         max_children: 1_000_000,
@@ -79,34 +85,40 @@ pub async fn seed_trees<S: Store>(store: &S, trees: usize, children: usize) -> V
         spawn_rate_per_sec: 0.0,
         ..Limits::default()
     };
-    let mut roots = Vec::new();
-    for t in 0..trees {
-        let root = format!("sess_root_{t:05}");
-        store
-            .create_root(
-                new_session(&root, Trust::Sandboxed),
-                None,
-                operator_audit("create_root_session", &root),
-                &|_| Ok(Default::default()),
-            )
-            .await
-            .expect("a root");
-        for c in 0..children {
-            let id = format!("sess_child_{t:05}_{c:05}");
+    let tree = |t: usize| {
+        let limits = &limits;
+        async move {
+            let root = format!("sess_root_{t:05}");
             store
-                .create_child(
-                    &root,
-                    new_session(&id, Trust::Sandboxed),
+                .create_root(
+                    new_session(&root, Trust::Sandboxed),
                     None,
-                    operator_audit("create_session", &id),
-                    &|ctx| policy::admit_spawn(ctx, &limits),
+                    operator_audit("create_root_session", &root),
+                    &|_| Ok(Default::default()),
                 )
                 .await
-                .expect("a child");
+                .expect("a root");
+            for c in 0..children {
+                let id = format!("sess_child_{t:05}_{c:05}");
+                store
+                    .create_child(
+                        &root,
+                        new_session(&id, Trust::Sandboxed),
+                        None,
+                        operator_audit("create_session", &id),
+                        &|ctx| policy::admit_spawn(ctx, limits),
+                    )
+                    .await
+                    .expect("a child");
+            }
+            root
         }
-        roots.push(root);
-    }
-    roots
+    };
+    futures::stream::iter(0..trees)
+        .map(tree)
+        .buffered(SEEDING)
+        .collect()
+        .await
 }
 
 /// A service whose console serves workspace `alpha` of `trees` trees of
