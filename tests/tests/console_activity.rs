@@ -159,7 +159,11 @@ async fn inbox_contract<S: Store>(store: S) {
 
     // A page's sessions alone, in one query each: their activity, as the
     // workspace's read gives it, and their accounts, as one by one.
-    let page = ["sess_a".to_owned(), "sess_z".to_owned(), "sess_none".to_owned()];
+    let page = [
+        "sess_a".to_owned(),
+        "sess_z".to_owned(),
+        "sess_none".to_owned(),
+    ];
     let mut some = store.sessions_activity(&page).await.unwrap();
     some.sort_by(|x, y| x.session_id.cmp(&y.session_id));
     let ids: Vec<_> = some.iter().map(|a| a.session_id.as_str()).collect();
