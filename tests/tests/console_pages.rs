@@ -1,7 +1,9 @@
 //! A tree's snapshot in pages, over plain HTTP, on either backend: a
 //! workspace of 10,000 sessions (made in the store before the service
 //! starts) is read a bounded page at a time, every session once, a parent
-//! before its children, and no answer of the console is over 1 MiB.
+//! before its children, and no answer of the console is over 1 MiB; a
+//! session with more children than its view holds names the oldest and
+//! counts them all.
 
 use std::{collections::HashSet, time::Instant};
 
@@ -115,4 +117,24 @@ async fn a_workspace_of_ten_thousand_sessions_is_served_in_pages_under_a_mebibyt
         .await
         .json();
     assert_eq!(root["children"].as_array().map(Vec::len), Some(CHILDREN));
+}
+
+#[tokio::test]
+async fn a_session_with_more_children_than_a_view_holds_names_the_oldest_and_counts_all() {
+    let (_server, base, roots) = console::server_with_trees(1, 600).await;
+    let signed = console::sign_in(&base).await;
+    let view = get(
+        &base,
+        &format!("/api/sessions/{}", roots[0]),
+        &signed.cookie,
+    )
+    .await
+    .json();
+    let children = view["children"].as_array().expect("children");
+    assert_eq!(children.len(), 500, "the view's bound");
+    assert_eq!(view["children_count"], 600);
+    assert_eq!(
+        children[0]["session_id"], "sess_child_00000_00000",
+        "the oldest first"
+    );
 }

@@ -232,8 +232,9 @@ fn agent_files(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// `GET /api/sessions/{id}`: a session, its children, output tail,
-/// messages in and out, audit entries and trace link.
+/// `GET /api/sessions/{id}`: a session, its children (the oldest
+/// [`SESSION_VIEW_ROWS`], and how many there are), output tail, messages
+/// in and out, audit entries and trace link.
 pub async fn session<S: Store>(
     State(console): State<Arc<Console<S>>>,
     Path(id): Path<String>,
@@ -270,7 +271,10 @@ pub async fn session<S: Store>(
     let result = got.result.unwrap_or_default();
     Ok(ok(json!({
         "session": got.session.as_ref().map(|s| json::session(s, trace)),
-        "children": got.children.iter().map(|s| json::session(s, trace)).collect::<Vec<_>>(),
+        // The oldest children: the tree's pages have them all.
+        "children": got.children.iter().take(SESSION_VIEW_ROWS as usize)
+            .map(|s| json::session(s, trace)).collect::<Vec<_>>(),
+        "children_count": got.children.len(),
         "inbox_count": got.inbox_count,
         "unread_count": got.unread_count,
         "output_tail": result.output_tail,
