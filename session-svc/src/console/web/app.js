@@ -86,19 +86,24 @@ function treeView(workspace, tree) {
     }).catch(() => {}).finally(() => { rereading = false; });
   };
   // The snapshot comes in pages (a parent before its children): the first
-  // is drawn at once, each next one as it comes; then events are followed
-  // from the first page's cursor, read before any page, so that an event
-  // may repeat what a page showed but none is missed.
+  // is drawn at once, the next ones once a second at most (each drawing
+  // lays out the whole tree again) and the last at once; then events are
+  // followed from the first page's cursor, read before any page, so that
+  // an event may repeat what a page showed but none is missed.
   const load = async () => {
     let page = await get(snapshotUrl(''));
     const cursor = page.cursor;
     auditCursor = page.audit_cursor;
     model.load(page);
     view.render();
+    let drawn = performance.now();
     while (page.next && !closed) {
       page = await get(snapshotUrl(page.next));
       model.load(page);
-      render();
+      if (!page.next || performance.now() - drawn >= 1000) {
+        render();
+        drawn = performance.now();
+      }
     }
     if (closed) return;
     stream = follow({ workspace, tree, output: false }, cursor, (event) => {
