@@ -27,8 +27,16 @@
 //!    restart: console off at rest and busy; console on at rest, busy with no
 //!    page, and busy with 10 pages (a headless Chromium each) watching.
 //!
+//! 5. **A large workspace** (`console/large.rs`), first: the first paint of
+//!    a workspace of `BENCH_LARGE_SESSIONS` sessions (default 10,000; 0
+//!    leaves it out) made in the store, `BENCH_RENDER_RUNS` times;
+//!    `BENCH_LARGE_ONLY=1` stops the bench after it.
+//!
 //! Run: `cargo build --release -p troupe-session-svc && cargo bench -p troupe-tests --bench console`
 //! (`BENCH_SESSION_BIN` names another `troupe-session` to run instead).
+
+#[path = "console/large.rs"]
+mod large;
 
 use std::{
     collections::HashMap,
@@ -438,6 +446,14 @@ async fn bench() -> anyhow::Result<()> {
     let binary = binary();
     // First, so that a missing Chromium or chromedriver fails at once.
     let browser = Browser::start().await;
+    let large_sessions = env_or("BENCH_LARGE_SESSIONS", 10_000);
+    if large_sessions > 0 {
+        large::bench(&binary, &browser, large_sessions, render_runs).await?;
+    }
+    if env_or("BENCH_LARGE_ONLY", 0) == 1 {
+        browser.close().await;
+        return Ok(());
+    }
 
     let console = free_addr();
     let listen = console.to_string();

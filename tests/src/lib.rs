@@ -8,6 +8,7 @@
 //! - [`drain`]: what clients see of a server that stops.
 //! - [`flags_doc`]: docs/flags.md against the binaries' `--help`.
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
+//! - [`console`]: the web console over HTTP: a service serving it, a sign-in.
 //! - [`browser`]: a headless Chromium driven through chromedriver (the console's).
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
@@ -19,6 +20,7 @@
 
 pub mod bench;
 pub mod browser;
+pub mod console;
 pub mod drain;
 pub mod flags_doc;
 pub mod gateway;

@@ -1,6 +1,7 @@
 //! What a console tree's snapshot reads from the store, on both backends:
 //! each session's inbox (received, delivered through which sequence,
-//! unread) and last progress report in one query; a delivery's single
+//! unread) and last progress report in one query, a workspace's or a
+//! page's sessions' (and their accounts); a delivery's single
 //! `delivered` event, written with it and only when it advances; and the
 //! refused spawns of a workspace's sessions, after an audit cursor, newest
 //! first, bounded.
@@ -155,6 +156,29 @@ async fn inbox_contract<S: Store>(store: S) {
         (1, 1),
         "another's inbox untouched"
     );
+
+    // A page's sessions alone, in one query each: their activity, as the
+    // workspace's read gives it, and their accounts, as one by one.
+    let page = [
+        "sess_a".to_owned(),
+        "sess_z".to_owned(),
+        "sess_none".to_owned(),
+    ];
+    let mut some = store.sessions_activity(&page).await.unwrap();
+    some.sort_by(|x, y| x.session_id.cmp(&y.session_id));
+    let ids: Vec<_> = some.iter().map(|a| a.session_id.as_str()).collect();
+    assert_eq!(ids, ["sess_a", "sess_z"], "those that exist");
+    assert_eq!(some[0], activity(&store, "sess_a").await);
+    let accounts = store.accounts(&page).await.unwrap();
+    let mut ids: Vec<_> = accounts.iter().map(|a| a.session_id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["sess_a", "sess_z"]);
+    for account in &accounts {
+        let one = store.account(&account.session_id).await.unwrap();
+        assert_eq!(format!("{one:?}"), format!("{:?}", Some(account)));
+    }
+    assert!(store.sessions_activity(&[]).await.unwrap().is_empty());
+    assert!(store.accounts(&[]).await.unwrap().is_empty());
 }
 
 fn refusal(target: &str, action: &'static str, allowed: bool) -> AuditRecord {

@@ -3,10 +3,7 @@
 //! serves whole (a workspace's sessions' usage, a session's messages with
 //! their bodies) read the store, as the operator may read everything.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
 use axum::{
     Json,
@@ -23,10 +20,8 @@ use super::{
     calls::{ApiError, as_operator},
     json, no_store,
 };
-use crate::{model::SessionActivity, service::view, store::Store};
+use crate::store::Store;
 
-/// Pages of sessions a tree view reads at most (of the list RPC's largest page).
-const MAX_LIST_PAGES: usize = 10;
 /// Refused spawns a tree view is given at most (the newest).
 const MAX_REFUSED: u32 = 1_000;
 /// Messages and audit entries a session view shows.
@@ -42,44 +37,6 @@ fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
 }
 
 impl<S: Store> Console<S> {
-    /// Every session of a workspace the list RPC gives, ended ones included.
-    async fn workspace_sessions(&self, workspace: &str) -> Result<Vec<pb::Session>, ApiError> {
-        let mut sessions = Vec::new();
-        let mut page_token = String::new();
-        for _ in 0..MAX_LIST_PAGES {
-            let request = as_operator(
-                self.operator_token(),
-                pb::ListWorkspaceSessionsRequest {
-                    workspace_id: workspace.to_owned(),
-                    include_ended: true,
-                    page_size: 10_000,
-                    page_token: page_token.clone(),
-                },
-            )?;
-            let page = self
-                .service
-                .list_workspace_sessions(request)
-                .await?
-                .into_inner();
-            sessions.extend(page.sessions);
-            if page.next_page_token.is_empty() {
-                break;
-            }
-            page_token = page.next_page_token;
-        }
-        Ok(sessions)
-    }
-
-    /// Adds each session's usage (its account), as `GetSession` gives it.
-    async fn with_usage(&self, sessions: &mut [pb::Session]) -> Result<(), ApiError> {
-        for session in sessions {
-            if let Some(account) = self.inner.store.account(&session.session_id).await? {
-                view::with_account(session, &account);
-            }
-        }
-        Ok(())
-    }
-
     /// The spawns the rules refused to sessions of `workspace` after audit
     /// entry `after_id` (at most [`MAX_REFUSED`], newest kept), oldest
     /// first, and the audit entry to ask again after.
@@ -154,11 +111,18 @@ pub async fn workspaces<S: Store>(
 #[derive(Deserialize)]
 pub struct TreeQuery {
     tree: Option<String>,
+    /// The page to read: the `next` of the page before (none: the first).
+    after: Option<String>,
 }
 
-/// `GET /api/workspaces/{workspace}/sessions[?tree=ID]`: the sessions (with
-/// usage, inbox and last progress), the spawns refused to them, and the
-/// cursors to follow events and refusals from.
+/// `GET /api/workspaces/{workspace}/sessions[?tree=ID][&after=NEXT]`: a
+/// page of the sessions (with usage, inbox and last progress), in the
+/// order they were made (a parent before its children), and the `next`
+/// page's token (null on the last); the event cursor read before the page;
+/// on the first page, the spawns refused to the workspace's sessions and
+/// the audit cursor to follow refusals from. The page follows events from
+/// its first page's cursor once it has read every page: events after it
+/// may repeat what a page shows, never miss anything.
 pub async fn tree<S: Store>(
     State(console): State<Arc<Console<S>>>,
     Path(workspace): Path<String>,
@@ -166,37 +130,24 @@ pub async fn tree<S: Store>(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     console.signed(&headers).await?;
-    // Read before the sessions: events after it may repeat what the list
+    // Read before the sessions: events after it may repeat what the page
     // shows, never miss anything (the page applies a repeat idempotently).
     let cursor = console.inner.store.newest_event().await?;
-    let mut sessions = console.workspace_sessions(&workspace).await?;
-    if let Some(tree) = query.tree.as_deref().filter(|t| !t.is_empty()) {
-        sessions.retain(|s| s.tree_id == tree);
-    }
-    console.with_usage(&mut sessions).await?;
-    let activity: HashMap<String, SessionActivity> = console
-        .inner
-        .store
-        .workspace_activity(&workspace)
-        .await?
-        .into_iter()
-        .map(|a| (a.session_id.clone(), a))
-        .collect();
-    let ids: HashSet<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
-    let (mut refused, audit_cursor) = console.refused_spawns(&workspace, 0).await?;
-    refused.retain(|r| r["target"].as_str().is_some_and(|t| ids.contains(t)));
-    let trace = console.settings.trace_url.as_ref();
-    let sessions: Vec<Value> = sessions
-        .iter()
-        .map(|s| json::tree_node(s, trace, activity.get(&s.session_id)))
-        .collect();
-    Ok(ok(json!({
+    let tree = query.tree.as_deref().filter(|t| !t.is_empty());
+    let after = query.after.unwrap_or_default();
+    let page = console.tree_page(&workspace, tree, &after).await?;
+    let mut answer = json!({
         "workspace_id": workspace,
         "cursor": cursor,
-        "sessions": sessions,
-        "refused": refused,
-        "audit_cursor": audit_cursor,
-    })))
+        "sessions": page.sessions,
+        "next": page.next,
+    });
+    if after.is_empty() {
+        let (refused, audit_cursor) = console.refused_spawns(&workspace, 0).await?;
+        answer["refused"] = Value::Array(refused);
+        answer["audit_cursor"] = json!(audit_cursor);
+    }
+    Ok(ok(answer))
 }
 
 #[derive(Deserialize)]
@@ -287,8 +238,9 @@ fn agent_files(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// `GET /api/sessions/{id}`: a session, its children, output tail,
-/// messages in and out, audit entries and trace link.
+/// `GET /api/sessions/{id}`: a session, its children (the oldest
+/// [`SESSION_VIEW_ROWS`], and how many there are), output tail, messages
+/// in and out, audit entries and trace link.
 pub async fn session<S: Store>(
     State(console): State<Arc<Console<S>>>,
     Path(id): Path<String>,
@@ -325,7 +277,10 @@ pub async fn session<S: Store>(
     let result = got.result.unwrap_or_default();
     Ok(ok(json!({
         "session": got.session.as_ref().map(|s| json::session(s, trace)),
-        "children": got.children.iter().map(|s| json::session(s, trace)).collect::<Vec<_>>(),
+        // The oldest children: the tree's pages have them all.
+        "children": got.children.iter().take(SESSION_VIEW_ROWS as usize)
+            .map(|s| json::session(s, trace)).collect::<Vec<_>>(),
+        "children_count": got.children.len(),
         "inbox_count": got.inbox_count,
         "unread_count": got.unread_count,
         "output_tail": result.output_tail,

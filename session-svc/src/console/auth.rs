@@ -19,7 +19,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{Console, calls::ApiError, no_store};
+use super::{Console, calls::ApiError, no_store, throttle::Failure};
 use crate::{
     error::Reason,
     model::{
@@ -51,8 +51,10 @@ impl Signed {
 }
 
 /// `POST /api/sign-in {"token"}`: a console session for the operator token.
-/// Failed sign-ins are bounded ([`super::throttle`]): past the bound, 429
-/// with `Retry-After`, before the token is compared.
+/// Failed sign-ins are bounded ([`super::throttle`]): past the client's
+/// bound, 429 with `Retry-After` before the token is compared; past the
+/// global bound, a wrong token is answered 429 without an audit entry, a
+/// right one still signs in.
 pub async fn sign_in<S: Store>(
     State(console): State<Arc<Console<S>>>,
     connected: Option<Extension<ConnectInfo<SocketAddr>>>,
@@ -67,10 +69,13 @@ pub async fn sign_in<S: Store>(
     let admitted = console
         .sign_ins
         .admit(client.ip())
-        .map_err(|wait| throttled(client, wait))?;
+        .map_err(|wait| throttled(&console, wait))?;
     let presented = OperatorToken::new(&body.token);
     let expected = OperatorToken::new(console.inner.tokens.operator());
     if presented.is_none() || presented != expected {
+        if let Failure::Flood(wait) = console.sign_ins.failed(admitted) {
+            return Err(throttled(&console, wait));
+        }
         console
             .audit(AuditRecord {
                 caller: Principal::Anonymous,
@@ -109,9 +114,12 @@ pub async fn sign_in<S: Store>(
 }
 
 /// A sign-in refused by the throttle: 429, and when to try again (whole
-/// seconds, rounded up). Not audited, so a flood writes nothing.
-fn throttled(client: SocketAddr, wait: std::time::Duration) -> ApiError {
-    tracing::warn!(client = %client.ip(), "console sign-in throttled");
+/// seconds, rounded up). Not audited, and logged as a count at most every
+/// few seconds, so a flood writes next to nothing.
+fn throttled<S: Store>(console: &Console<S>, wait: std::time::Duration) -> ApiError {
+    if let Some(refused) = console.sign_ins.refused() {
+        tracing::warn!(refused, "console sign-ins throttled");
+    }
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,

@@ -12,6 +12,18 @@ pub struct ConsoleArgs {
     /// `--console-secure-cookie` (docs/operating.md, "Console").
     #[arg(long, env = "TROUPE_CONSOLE_LISTEN")]
     pub console_listen: Option<SocketAddr>,
+    /// A `Host` name to serve the console by besides the loopback names
+    /// (`localhost`, `127.0.0.1`, `[::1]`, with any port); repeatable, or
+    /// comma-separated in the variable. With a port, only that port. Any
+    /// other `Host` is refused (403): a page cannot reach the console by a
+    /// name of its own (DNS rebinding). Behind a proxy, the name browsers use.
+    #[arg(
+        long = "console-allowed-host",
+        env = "TROUPE_CONSOLE_ALLOWED_HOST",
+        value_name = "HOST[:PORT]",
+        value_delimiter = ','
+    )]
+    pub console_allowed_hosts: Vec<String>,
     /// Link from a session to its trace: a URL in which `{trace_id}` is
     /// replaced, e.g. `http://jaeger:16686/trace/{trace_id}` (no link unless set).
     #[arg(long, env = "TROUPE_CONSOLE_TRACE_URL")]
@@ -32,9 +44,10 @@ pub struct ConsoleArgs {
     #[arg(long, env = "TROUPE_CONSOLE_SIGN_IN_FAILURES_PER_MINUTE", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub console_sign_in_failures_per_minute: u32,
-    /// Failed sign-ins all clients together may make per minute; past it,
-    /// every sign-in waits (a flood from many addresses), the operator's
-    /// too. The CLI and agents are not affected.
+    /// Failed sign-ins all clients together may make per minute (a flood
+    /// from many addresses) and have audited one by one; past it, a wrong
+    /// token is refused (429) unaudited, counted in the log, while the right
+    /// one still signs in. The CLI and agents are not affected.
     #[arg(long, env = "TROUPE_CONSOLE_SIGN_IN_GLOBAL_FAILURES_PER_MINUTE", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub console_sign_in_global_failures_per_minute: u32,
@@ -83,6 +96,7 @@ mod tests {
     fn args(url: &str) -> ConsoleArgs {
         ConsoleArgs {
             console_listen: None,
+            console_allowed_hosts: Vec::new(),
             console_trace_url: Some(url.to_owned()),
             console_secure_cookie: false,
             console_session_ttl_secs: 3600,

@@ -3,11 +3,14 @@
 //! service, with its assets compiled in.
 //!
 //! - [`config`]: its flags.
+//! - [`hosts`]: the `Host` names it answers to, the `Origin` it acts for.
 //! - [`auth`]: signing in with the operator token, the cookie, CSRF.
 //! - [`throttle`]: the bound on failed sign-ins, per client and in all.
 //! - [`calls`]: acting through the service's own gRPC handlers, in process,
 //!   as the operator; refusals as HTTP answers.
 //! - [`api`]: the JSON API the page reads and acts through.
+//! - [`pages`]: a workspace's sessions, all of them or a tree's snapshot a
+//!   bounded page at a time.
 //! - [`events`]: `WatchSessions` as Server-Sent Events.
 //! - [`json`]: sessions, events, messages and audit entries as the page reads them.
 //! - [`assets`]: the page (plain ES modules, no build step), and the
@@ -24,7 +27,9 @@ mod auth;
 mod calls;
 pub mod config;
 mod events;
+mod hosts;
 mod json;
+mod pages;
 mod throttle;
 
 use std::{
@@ -61,6 +66,8 @@ pub struct Settings {
     pub trace_url: Option<TraceUrl>,
     /// Failed sign-ins per minute: a client's, everyone's.
     pub sign_in_failures: (u32, u32),
+    /// The `Host` names served.
+    pub allowed_hosts: Arc<hosts::AllowedHosts>,
 }
 
 impl Settings {
@@ -73,6 +80,7 @@ impl Settings {
                 args.console_sign_in_failures_per_minute,
                 args.console_sign_in_global_failures_per_minute,
             ),
+            allowed_hosts: Arc::new(hosts::AllowedHosts::new(&args.console_allowed_hosts)?),
         })
     }
 }
@@ -132,8 +140,9 @@ impl<S: Store> Console<S> {
     }
 }
 
-/// The console's routes.
+/// The console's routes, each behind the check of `Host` and `Origin`.
 pub fn router<S: Store>(console: Arc<Console<S>>) -> Router {
+    let allowed = console.settings.allowed_hosts.clone();
     Router::new()
         .route("/api/sign-in", post(auth::sign_in::<S>))
         .route("/api/sign-out", post(auth::sign_out::<S>))
@@ -148,6 +157,7 @@ pub fn router<S: Store>(console: Arc<Console<S>>) -> Router {
         .route("/api/sessions/{id}/terminate", post(api::terminate::<S>))
         .route("/api/events", get(events::stream::<S>))
         .merge(assets::routes())
+        .layer(axum::middleware::from_fn_with_state(allowed, hosts::guard))
         .layer(axum::middleware::map_response(assets::secure_headers))
         .with_state(console)
 }

@@ -9,7 +9,7 @@ use std::future::Future;
 
 use crate::{
     error::SessionError,
-    model::{AuditRow, ConsoleSession, MessageRecord, SessionActivity},
+    model::{Account, AuditRow, ConsoleSession, MessageRecord, SessionActivity},
 };
 
 /// The console's reads and writes; every [`super::Store`] is one.
@@ -50,6 +50,21 @@ pub trait ConsoleStore: Send + Sync {
         &self,
         workspace_id: &str,
     ) -> impl Future<Output = Result<Vec<SessionActivity>, SessionError>> + Send;
+
+    /// Returns what [`ConsoleStore::workspace_activity`] does, for the
+    /// sessions `ids` alone (those that exist), in one query: a page of a
+    /// tree's snapshot reads its own sessions', not the workspace's.
+    fn sessions_activity(
+        &self,
+        ids: &[String],
+    ) -> impl Future<Output = Result<Vec<SessionActivity>, SessionError>> + Send;
+
+    /// Returns the accounts (budget and usage) of the sessions `ids` that
+    /// have one, in one query.
+    fn accounts(
+        &self,
+        ids: &[String],
+    ) -> impl Future<Output = Result<Vec<Account>, SessionError>> + Send;
 
     /// Returns the newest `limit` refused spawns (audit entries of
     /// `create_session`, refused) after audit entry `after_id` whose target

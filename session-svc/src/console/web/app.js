@@ -67,12 +67,13 @@ function treeView(workspace, tree) {
       view.render();
     });
   };
-  const params = tree ? `?tree=${enc(tree)}` : '';
-  const snapshotUrl = `/api/workspaces/${enc(workspace)}/sessions${params}`;
+  const params = tree ? `tree=${enc(tree)}&` : '';
+  const snapshotUrl = (after) => `/api/workspaces/${enc(workspace)}/sessions?${params}after=${enc(after)}`;
   // Refusals are audit entries, not events: the new ones are read while the
   // tree lives (the tree view shows those of its own sessions).
   let rereading = false;
   let auditCursor = null;
+  let closed = false;
   const rereadRefusals = (force) => {
     if (rereading || auditCursor === null || !(force || [...model.nodes.values()].some(isActive))) return;
     rereading = true;
@@ -84,20 +85,38 @@ function treeView(workspace, tree) {
       }
     }).catch(() => {}).finally(() => { rereading = false; });
   };
-  get(snapshotUrl).then((snapshot) => {
-    model.load(snapshot);
-    auditCursor = snapshot.audit_cursor;
+  // The snapshot comes in pages (a parent before its children): the first
+  // is drawn at once, the next ones once a second at most (each drawing
+  // lays out the whole tree again) and the last at once; then events are
+  // followed from the first page's cursor, read before any page, so that
+  // an event may repeat what a page showed but none is missed.
+  const load = async () => {
+    let page = await get(snapshotUrl(''));
+    const cursor = page.cursor;
+    auditCursor = page.audit_cursor;
+    model.load(page);
     view.render();
-    // From the snapshot's cursor: it carries each node's progress and inbox.
-    stream = follow({ workspace, tree, output: false }, snapshot.cursor, (event) => {
+    let drawn = performance.now();
+    while (page.next && !closed) {
+      page = await get(snapshotUrl(page.next));
+      model.load(page);
+      if (!page.next || performance.now() - drawn >= 1000) {
+        render();
+        drawn = performance.now();
+      }
+    }
+    if (closed) return;
+    stream = follow({ workspace, tree, output: false }, cursor, (event) => {
       model.apply(event);
       render();
       if (ENDS.has(event.kind)) rereadRefusals(true);
     }, (kind) => (kind === 'signed_out' ? signInView('Signed out.') : null));
-  }).catch(fail);
+  };
+  load().catch(fail);
   const timer = setInterval(() => tickElapsed(view.node), 1000);
   const refusals = setInterval(() => rereadRefusals(false), 2000);
   return () => {
+    closed = true;
     clearInterval(timer);
     clearInterval(refusals);
     if (stream) stream.close();

@@ -103,9 +103,11 @@ export function sessionView(main, id, onSignedOut) {
           : `to ${m.to} · ${when(m.created_at_ms)}` }),
         el('pre', { class: 'body', text: m.body }))))
       : el('p', { class: 'muted', text: 'No messages.' }));
+    const more = (view.children_count || 0) - view.children.length;
     fill(children, view.children.length
       ? el('ul', {}, view.children.map((c) => el('li', { dataset: { sessionId: c.session_id } }, statusBadge(c.status), ' ', link(`/s/${c.session_id}`, el('span', { text: c.title || c.session_id })))))
-      : el('p', { class: 'muted', text: 'No children.' }));
+      : el('p', { class: 'muted', text: 'No children.' }),
+    more > 0 ? el('p', { id: 'more-children', class: 'muted', text: `and ${more} more: the tree shows them all` }) : null);
     fill(audit, el('table', {}, el('tbody', {}, view.audit.map((a) => el('tr', { class: a.allowed ? '' : 'refused' },
       el('td', { text: when(a.at_ms) }), el('td', { text: a.caller }), el('td', { text: a.action }),
       el('td', { text: a.target }), el('td', { text: a.allowed ? 'allowed' : a.reason }), el('td', { text: a.detail }))))));

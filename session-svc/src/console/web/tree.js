@@ -39,7 +39,10 @@ export class TreeModel {
     this.live.clear();
   }
 
-  /** The snapshot: each session with its inbox and last progress. */
+  /**
+   * A page of the snapshot: each session with its inbox and last progress
+   * (the refused spawns come with the first page only).
+   */
   load(snapshot) {
     for (const session of snapshot.sessions) {
       const inbox = session.inbox || {};
@@ -55,7 +58,7 @@ export class TreeModel {
       this.unsorted.add(session.parent_session_id || '');
       this.touched(this.nodes.get(session.session_id));
     }
-    this.refused = snapshot.refused || [];
+    if (snapshot.refused) this.refused = snapshot.refused;
   }
 
   node(event) {
@@ -154,9 +157,23 @@ function same(a, b) {
   return a.length === b.length && b.every((x, i) => a[i] === x);
 }
 
-/** Makes `parent`'s children exactly `nodes`, touching it only if they differ. */
+/** Whether `a`'s items are the first of `b`'s, in order. */
+function prefix(a, b) {
+  if (a.length > b.length) return false;
+  for (let i = 0; i < a.length; i += 1) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/**
+ * Makes `parent`'s children exactly `nodes`, touching it only if they
+ * differ. Items only added at the end (a page of newer sessions) are
+ * appended: moving the ones drawn already would cost their whole subtrees,
+ * each page again.
+ */
 function keep(parent, nodes) {
-  if (!same(parent.children, nodes)) parent.replaceChildren(...nodes);
+  if (same(parent.children, nodes)) return;
+  if (prefix(parent.children, nodes)) parent.append(...nodes.slice(parent.children.length));
+  else parent.replaceChildren(...nodes);
 }
 
 function refusedItem(r) {

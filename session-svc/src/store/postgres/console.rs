@@ -4,8 +4,14 @@
 use super::PgStore;
 use crate::{
     error::SessionError,
-    model::{AuditRow, ConsoleSession, CsrfToken, MessageRecord, Principal, SessionActivity},
-    store::{ActivityColumns, AuditColumns, ConsoleStore, MessageColumns, audit_row},
+    model::{
+        Account, AuditRow, ConsoleSession, CsrfToken, MessageRecord, Principal, SessionActivity,
+    },
+    store::{
+        ActivityColumns, AuditColumns, ConsoleStore, MessageColumns,
+        accounts::{RawAccount, account_columns},
+        audit_row,
+    },
 };
 
 impl ConsoleStore for PgStore {
@@ -97,6 +103,36 @@ impl ConsoleStore for PgStore {
             .into_iter()
             .map(ActivityColumns::into_activity)
             .collect())
+    }
+
+    async fn sessions_activity(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<SessionActivity>, SessionError> {
+        let rows: Vec<ActivityColumns> = sqlx::query_as(
+            "SELECT s.session_id, s.inbox_seq, COALESCE(p.delivered_seq, 0) AS delivered_seq, \
+             s.last_progress FROM sessions s LEFT JOIN processes p ON p.session_id = s.session_id \
+             WHERE s.session_id = ANY($1)",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(ActivityColumns::into_activity)
+            .collect())
+    }
+
+    async fn accounts(&self, ids: &[String]) -> Result<Vec<Account>, SessionError> {
+        let rows: Vec<RawAccount> = sqlx::query_as(concat!(
+            "SELECT ",
+            account_columns!(),
+            " FROM accounts WHERE session_id = ANY($1)"
+        ))
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(RawAccount::into_account).collect()
     }
 
     async fn refused_spawns(
