@@ -96,11 +96,7 @@ mod tests {
             }),
         );
         let stop = tokio_util_free_stop();
-        let server = tokio::spawn(serve(
-            BoundedTcp::new(listener, gate.clone()),
-            app,
-            stop.1,
-        ));
+        let server = tokio::spawn(serve(BoundedTcp::new(listener, gate.clone()), app, stop.1));
 
         let mut whole = TcpStream::connect(addr).await.unwrap();
         whole
@@ -113,7 +109,9 @@ mod tests {
         assert!(answer.ends_with("127.0.0.1"), "{answer}");
 
         let mut slow = TcpStream::connect(addr).await.unwrap();
-        slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
         let started = std::time::Instant::now();
         let mut rest = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut rest))

@@ -53,7 +53,8 @@ pub async fn serve(
     let mut bounds = args.bounds.tcp();
     troupe_listen::Descriptors::raise(troupe_listen::descriptors::DEFAULT_RESERVE)
         .fit(&mut [("mcp", &mut bounds)]);
-    let listener = troupe_listen::BoundedTcp::new(listener, troupe_listen::Gate::new("mcp", bounds));
+    let listener =
+        troupe_listen::BoundedTcp::new(listener, troupe_listen::Gate::new("mcp", bounds));
     let server = troupe_listen::http::serve(listener, app, async move {
         shutdown.await;
         stopping.cancel();

@@ -131,7 +131,11 @@ async fn agents_share_the_workspace_and_nothing_else() {
     }
     // The direct agent writes the whole workspace; the sandboxed one, given
     // no scope, only its sandboxed area.
-    assert!(wrote_where[0].contains("/workspace"), "{:?}", wrote_where[0]);
+    assert!(
+        wrote_where[0].contains("/workspace"),
+        "{:?}",
+        wrote_where[0]
+    );
     assert!(
         wrote_where[1].contains("/workspace/sandboxed"),
         "{:?}",
@@ -140,9 +144,14 @@ async fn agents_share_the_workspace_and_nothing_else() {
     let outside: Vec<&String> = wrote_where[1]
         .iter()
         .filter(|p| p.as_str() == "/workspace" || p.starts_with("/workspace/"))
-        .filter(|p| !(p.as_str() == "/workspace/sandboxed" || p.starts_with("/workspace/sandboxed/")))
+        .filter(|p| {
+            !(p.as_str() == "/workspace/sandboxed" || p.starts_with("/workspace/sandboxed/"))
+        })
         .collect();
-    assert!(outside.is_empty(), "the sandboxed agent may write {outside:?}");
+    assert!(
+        outside.is_empty(),
+        "the sandboxed agent may write {outside:?}"
+    );
     let shared: Vec<&String> = first
         .writable
         .intersection(&second.writable)

@@ -10,7 +10,7 @@ mod common;
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
 use common::pair::*;
-use troupe_proto::session::{CreateRootSessionRequest, SessionStatus, TrustLevel};
+use troupe_proto::session::{CreateRootSessionRequest, TrustLevel};
 
 /// Tries to write each of the places a direct agent would run something
 /// from (`WROTE <path>` or `DENIED <path>`), then its own area.
@@ -143,6 +143,20 @@ async fn a_sandboxed_agent_plants_nothing_a_direct_agent_runs() {
             })
             .await
             .unwrap();
-        pair.wait_status(id, SessionStatus::Terminated).await;
+    }
+    for id in [&planter.session_id, &committer] {
+        let deadline = tokio::time::Instant::now() + MINUTE;
+        loop {
+            let got = pair.get(id).await;
+            let status = got.session.as_ref().unwrap().status();
+            if troupe_proto::status::is_ended(status) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} did not end: {got:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }

@@ -207,8 +207,12 @@ async fn a_sessions_scope_reaches_its_agent_and_its_childrens() {
         .into_inner()
         .session
         .unwrap();
+    // Direct: a sandboxed root given no scope writes only its area.
     let unscoped = op
-        .create_root_session(create_root(&[]))
+        .create_root_session(troupe_proto::session::CreateRootSessionRequest {
+            trust_level: troupe_proto::session::TrustLevel::Direct as i32,
+            ..create_root(&[])
+        })
         .await
         .expect("unscoped root")
         .into_inner()

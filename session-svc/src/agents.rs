@@ -18,10 +18,7 @@
 //! Workspace ids and agent names are slugs ([`validate_slug`]), so they can
 //! never name a path outside the workspaces directory.
 
-use std::{
-    collections::BTreeMap,
-    path::PathBuf,
-};
+use std::{collections::BTreeMap, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
 use troupe_proto::agent::env as agent_env;
@@ -264,7 +261,10 @@ impl DefinitionFiles {
     pub fn misplaced(&self, workspace: &str, agent: &str) -> Option<PathBuf> {
         let file = format!("{agent}.md");
         [
-            self.workspaces_dir.join(workspace).join("Agents").join(&file),
+            self.workspaces_dir
+                .join(workspace)
+                .join("Agents")
+                .join(&file),
             self.workspaces_dir.join("Agents").join(&file),
         ]
         .into_iter()

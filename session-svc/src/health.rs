@@ -119,10 +119,8 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = futures::future::Either<
-        S::Future,
-        std::future::Ready<Result<Self::Response, Self::Error>>,
-    >;
+    type Future =
+        futures::future::Either<S::Future, std::future::Ready<Result<Self::Response, Self::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

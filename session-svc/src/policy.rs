@@ -594,16 +594,27 @@ mod tests {
         let none = WriteScope::unscoped;
         // A direct parent's sandboxed child, and a sandboxed child of a row
         // without a scope (older than the rule): the area, not the workspace.
-        assert_eq!(child_scope((Direct, &none()), Sandboxed, none()).ok(), Some(area.clone()));
-        assert_eq!(child_scope((Sandboxed, &none()), Sandboxed, none()).ok(), Some(area.clone()));
+        assert_eq!(
+            child_scope((Direct, &none()), Sandboxed, none()).ok(),
+            Some(area.clone())
+        );
+        assert_eq!(
+            child_scope((Sandboxed, &none()), Sandboxed, none()).ok(),
+            Some(area.clone())
+        );
         // Even where the direct parent's own scope is inherited by direct
         // children, a sandboxed one does not share it...
         let wide = scope(&["/workspace/sandboxed", "/workspace/src"]);
-        assert_eq!(child_scope((Direct, &wide), Sandboxed, none()).ok(), Some(area.clone()));
+        assert_eq!(
+            child_scope((Direct, &wide), Sandboxed, none()).ok(),
+            Some(area.clone())
+        );
         // ...and where the area is outside it, the parent must name a scope.
         let src = scope(&["/workspace/src"]);
         assert_eq!(
-            child_scope((Direct, &src), Sandboxed, none()).err().map(|e| e.reason()),
+            child_scope((Direct, &src), Sandboxed, none())
+                .err()
+                .map(|e| e.reason()),
             Some(Reason::ScopeEscalation)
         );
         // Named explicitly by a direct parent: what it names, the whole

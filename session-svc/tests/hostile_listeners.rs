@@ -55,7 +55,9 @@ async fn flood_console(console: std::net::SocketAddr) -> Vec<TcpStream> {
         if let Ok(Ok(mut stream)) =
             tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(console)).await
         {
-            let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n").await;
+            let _ = stream
+                .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .await;
             held.push(stream);
         }
     }
@@ -151,9 +153,16 @@ async fn a_flood_on_one_listener_leaves_the_others_and_the_database_working() {
         .await
         .expect("the gRPC port answers during the floods");
         assert!(listed.is_ok(), "{listed:?}");
-        assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            asked.elapsed()
+        );
     }
-    let child = service.spawn(&root).await.expect("a spawn during the floods");
+    let child = service
+        .spawn(&root)
+        .await
+        .expect("a spawn during the floods");
     assert!(child.session_id.starts_with("sess_"));
 
     // Another uid (the test's) still gets in on the agents' socket.
@@ -187,7 +196,10 @@ async fn a_flood_on_one_listener_leaves_the_others_and_the_database_working() {
     // connection is served again.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let page = reqwest_free_get(console_port, "/").await;
-    assert!(page.contains("<html") || page.contains("<!doctype"), "{page}");
+    assert!(
+        page.contains("<html") || page.contains("<!doctype"),
+        "{page}"
+    );
     drop(held);
     let _ = agent.kill().await;
     service.stop().await;
@@ -205,12 +217,9 @@ async fn reqwest_free_get(port: u16, path: &str) -> String {
         .await
         .unwrap();
     let mut answer = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        stream.read_to_string(&mut answer),
-    )
-    .await
-    .expect("an answer")
-    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
     answer
 }

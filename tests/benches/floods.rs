@@ -95,7 +95,9 @@ async fn flood_console(console: SocketAddr) -> Vec<tokio::net::TcpStream> {
         if let Ok(Ok(mut stream)) =
             tokio::time::timeout(Duration::from_millis(500), socket.connect(console)).await
         {
-            let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n").await;
+            let _ = stream
+                .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .await;
             held.push(stream);
         }
     }
@@ -203,7 +205,10 @@ async fn main() {
         descriptors(pid),
         service.rss_kib() / 1024
     );
-    report("gRPC, during both floods", &latencies(&service, CALLS).await);
+    report(
+        "gRPC, during both floods",
+        &latencies(&service, CALLS).await,
+    );
     tokio::time::sleep(Duration::from_secs(11)).await;
     println!(
         "after the header timeout (10 s): {} console connections still open",

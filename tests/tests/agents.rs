@@ -519,9 +519,7 @@ async fn a_definition_an_agent_could_write_is_never_run() {
         assert_eq!(status.code(), Code::NotFound, "{status:?}");
         assert_eq!(reason(&status), "AGENT_NOT_FOUND");
         assert!(
-            status
-                .message()
-                .contains("<agents-dir>/alpha/shadowed.md"),
+            status.message().contains("<agents-dir>/alpha/shadowed.md"),
             "{status:?}"
         );
         // Nothing of the service's own paths is told to the caller.

@@ -134,7 +134,9 @@ async fn postgres_health_follows_the_database_and_calls_fail_fast_while_it_is_aw
         .connect()
         .await
         .unwrap();
-    let (root, mut agent, _) = server.root("alpha", troupe_proto::session::TrustLevel::Direct).await;
+    let (root, mut agent, _) = server
+        .root("alpha", troupe_proto::session::TrustLevel::Direct)
+        .await;
     wait_for(&channel, ServingStatus::Serving, Duration::from_secs(5)).await;
 
     partition.set_cut(true);
@@ -149,7 +151,11 @@ async fn postgres_health_follows_the_database_and_calls_fail_fast_while_it_is_aw
     .expect_err("no database");
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert!(refused.message().contains("database"), "{refused:?}");
-    assert!(asked.elapsed() < Duration::from_secs(1), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
 
     partition.set_cut(false);
     wait_for(&channel, ServingStatus::Serving, Duration::from_secs(20)).await;
@@ -159,7 +165,10 @@ async fn postgres_health_follows_the_database_and_calls_fail_fast_while_it_is_aw
         .expect("the database is back")
         .into_inner();
     assert!(
-        listed.sessions.iter().any(|s| s.session_id == root.session_id),
+        listed
+            .sessions
+            .iter()
+            .any(|s| s.session_id == root.session_id),
         "{listed:?}"
     );
     server.stop().await;

@@ -238,7 +238,10 @@ async fn sandboxed_sessions_given_no_scope_write_in_the_sandboxed_area(backend: 
     assert_eq!(reason(&status), "SCOPE_ESCALATION", "{status:?}");
     assert!(status.message().contains("give it a scope"), "{status:?}");
     let kid = create_child(&mut as_scoped, sandboxed("in src", &["/workspace/src/x"])).await;
-    assert_eq!(server.stored_scope(&kid.session_id).await, ["/workspace/src/x"]);
+    assert_eq!(
+        server.stored_scope(&kid.session_id).await,
+        ["/workspace/src/x"]
+    );
     server.stop().await;
 }
 

@@ -32,12 +32,7 @@ mod json;
 mod pages;
 mod throttle;
 
-use std::{
-    future::Future,
-    net::SocketAddr,
-    sync::Arc,
-    time::Duration,
-};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 
