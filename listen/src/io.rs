@@ -62,6 +62,28 @@ impl<T> Guarded<T> {
     }
 }
 
+impl<T> Guarded<T> {
+    /// What a write gave: bytes moved restart the idle time; a write that
+    /// waits past it fails.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "no byte moved for the idle time")
 }
@@ -101,17 +123,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         if this.timed_out {
             return Poll::Ready(Err(timed_out()));
         }
-        match Pin::new(&mut this.io).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(cx, written)
     }
 
     fn poll_write_vectored(
@@ -123,17 +136,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         if this.timed_out {
             return Poll::Ready(Err(timed_out()));
         }
-        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {
