@@ -202,14 +202,22 @@ pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission,
             ),
         ));
     }
+    // A sandboxed spawner is told the limit, never a count of sessions it
+    // may not see (its tree's and its workspace's include direct ones).
+    let counts = parent.trust == Trust::Direct;
     if ctx.tree_sessions >= limits.max_tree_sessions {
-        return Err(refuse(
-            Reason::TreeQuotaExceeded,
+        let message = if counts {
             format!(
                 "tree quota exceeded: the tree holds {} of {} sessions",
                 ctx.tree_sessions, limits.max_tree_sessions
-            ),
-        ));
+            )
+        } else {
+            format!(
+                "tree quota exceeded: the tree holds its most sessions ({})",
+                limits.max_tree_sessions
+            )
+        };
+        return Err(refuse(Reason::TreeQuotaExceeded, message));
     }
     if ctx.children >= limits.max_children {
         return Err(refuse(
@@ -221,13 +229,18 @@ pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission,
         ));
     }
     if ctx.workspace_active >= limits.max_active_per_workspace {
-        return Err(refuse(
-            Reason::WorkspaceQuotaExceeded,
+        let message = if counts {
             format!(
                 "workspace quota exceeded: {} of {} sessions are active",
                 ctx.workspace_active, limits.max_active_per_workspace
-            ),
-        ));
+            )
+        } else {
+            format!(
+                "workspace quota exceeded: the workspace holds its most active sessions ({})",
+                limits.max_active_per_workspace
+            )
+        };
+        return Err(refuse(Reason::WorkspaceQuotaExceeded, message));
     }
     let deadline_ms = admit_budget(ctx.budget, ctx.accounts, ctx.now_ms)?;
     let parent_spawn_tat_ms = match rate_check(parent.spawn_tat_ms, ctx.now_ms, limits) {

@@ -94,6 +94,70 @@ async fn tree_child_and_workspace_quotas_refuse_with_their_reasons() {
     server.stop().await;
 }
 
+/// A sandboxed spawner's quota refusals name the limit, never a count of
+/// sessions it may not see: its tree and its workspace hold direct ones.
+#[tokio::test]
+async fn a_sandboxed_spawners_refusals_count_nothing_it_cannot_see() {
+    let server = TestServer::start_with(|c| {
+        c.limits = Limits {
+            max_tree_sessions: 3,
+            max_active_per_workspace: 5,
+            spawn_rate_per_sec: 0.0,
+            ..Limits::default()
+        }
+    })
+    .await;
+    let (_, mut root, _) = server.root("alpha", TrustLevel::Direct).await;
+    let sandboxed = |title: &str| pb::CreateSessionRequest {
+        trust_level: TrustLevel::Sandboxed as i32,
+        ..child(title)
+    };
+    let kid = root
+        .create_session(sandboxed("kid"))
+        .await
+        .expect("kid")
+        .into_inner()
+        .session
+        .expect("session");
+    spawn(&mut root, "direct sibling")
+        .await
+        .expect("third in tree");
+    let mut as_kid = server.act_as(&kid.session_id).await;
+    let status = as_kid
+        .create_session(sandboxed("fourth"))
+        .await
+        .expect_err("the tree is full");
+    assert_eq!(reason(&status), "TREE_QUOTA_EXCEEDED");
+    assert!(
+        status.message().contains("its most sessions (3)"),
+        "{status:?}"
+    );
+    assert!(!status.message().contains("3 of 3"), "{status:?}");
+
+    // The workspace: three direct roots more (five active); the sandboxed
+    // root's spawn is refused without the count.
+    server.root("alpha", TrustLevel::Direct).await;
+    let (_, mut lone, _) = server.root("alpha", TrustLevel::Sandboxed).await;
+    let status = lone
+        .create_session(sandboxed("one more"))
+        .await
+        .expect_err("the workspace is full");
+    assert_eq!(reason(&status), "WORKSPACE_QUOTA_EXCEEDED");
+    assert!(
+        status.message().contains("its most active sessions (5)"),
+        "{status:?}"
+    );
+    assert!(!status.message().contains("5 of 5"), "{status:?}");
+    // A direct spawner is told the count.
+    let status = spawn(&mut root, "direct").await.expect_err("full");
+    assert!(
+        status.message().contains("of 5 sessions are active")
+            || status.message().contains("of 3 sessions"),
+        "{status:?}"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn spawn_rate_is_limited_per_session_with_retry_info() {
     let server = TestServer::start_with(|c| {
