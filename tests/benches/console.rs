@@ -56,6 +56,7 @@ use troupe_tests::{
     bench::percentile,
     browser::Browser,
     child,
+    ports::free_addr,
     process::{SessionProcess, Stopped},
 };
 
@@ -117,12 +118,6 @@ fn binary() -> String {
         path.display()
     );
     path.display().to_string()
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
 }
 
 /// Milliseconds since the Unix epoch, with the fraction.

@@ -43,14 +43,6 @@ fn binary() -> String {
     })
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn latencies(service: &SessionProcess, calls: usize) -> Vec<Duration> {
     let mut operator = service.operator().await;
     let mut out = Vec::with_capacity(calls);
@@ -160,7 +152,7 @@ async fn main() {
         "---\nname: worker\ndescription: bench agent\ncommand: [\"/bin/cat\"]\n---\n",
     )
     .unwrap();
-    let console_port = free_port();
+    let console_port = troupe_tests::ports::free_addr().port();
     let log = dir.path().join("session.log");
     let service = SessionProcess::start_logging(
         &binary(),

@@ -43,19 +43,12 @@ pub fn screenshot_dir() -> PathBuf {
     target.join("console-screenshots")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 impl Browser {
     /// Starts chromedriver on a free loopback port and a headless Chromium
     /// through it, with a fresh profile; panics if either is missing or no
     /// browser session opens within [`PAGE_WAIT`].
     pub async fn start() -> Browser {
-        let port = free_port();
+        let port = crate::ports::free_addr().port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())

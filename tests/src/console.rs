@@ -23,23 +23,16 @@ pub const LIMIT: Duration = Duration::from_secs(10);
 /// The content type of every console POST.
 pub const JSON: (&str, &str) = ("content-type", "application/json");
 
-/// A free loopback port.
-pub fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
-
 /// A service with its console on a loopback port (and `adjust`ed); the
 /// console's address.
 pub async fn server(adjust: impl FnOnce(&mut Config)) -> (TestServer, SocketAddr) {
-    let addr = free_addr();
-    let server = TestServer::start_with(|c| {
+    let addr = crate::ports::free_addr();
+    let mut server = TestServer::start_with(|c| {
         c.console.console_listen = Some(addr);
         adjust(c);
     })
     .await;
-    http::wait_listening(addr).await;
+    server.wait_listening(addr).await;
     (server, addr)
 }
 
@@ -136,6 +129,6 @@ pub async fn server_with_trees(trees: usize, children: usize) -> (TestServer, St
         seed_trees(&store, trees, children).await
     };
     server.start_again().await;
-    http::wait_listening(addr).await;
+    server.wait_listening(addr).await;
     (server, format!("http://{addr}"), roots)
 }

@@ -15,6 +15,7 @@
 //! - [`raw`]: calls made of hand-written wire bytes (fields that are not UTF-8).
 //! - [`stores`]: stores opened directly, on either backend.
 //! - [`upstream`]: a scripted model provider speaking the Anthropic Messages API.
+//! - [`ports`]: loopback ports for servers started on an address chosen first.
 //! - [`postgres`]: the backend switch (`TROUPE_TEST_BACKEND`) and fresh
 //!   PostgreSQL databases.
 
@@ -26,6 +27,7 @@ pub mod flags_doc;
 pub mod gateway;
 pub mod http;
 pub mod otlp;
+pub mod ports;
 pub mod postgres;
 pub mod process;
 pub mod raw;
@@ -164,6 +166,24 @@ impl TestServer {
                 let _ = rx.await;
             },
         )));
+    }
+
+    /// Waits until something accepts connections at `addr`, a listener of
+    /// this server's (its console, say), within a minute; panics with the
+    /// server's own error if it stopped instead.
+    pub async fn wait_listening(&mut self, addr: SocketAddr) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if self.task.as_ref().is_some_and(JoinHandle::is_finished) {
+                let ended = self.task.take().expect("the task").await;
+                panic!("the server stopped before {addr} listened: {ended:?}");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nothing listens on {addr}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Stops the server, waits for it, and starts it again on the same data.

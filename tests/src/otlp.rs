@@ -45,11 +45,7 @@ where
             .unwrap();
         return runtime.block_on(async move { body(Receiver::serve(listener)).await });
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::ports::free_addr().port();
     let status = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture"])
         .env(RECEIVER_PORT, port.to_string())

@@ -56,11 +56,7 @@ impl SessionProcess {
         env: &[(&str, &str)],
         log: Option<&std::path::Path>,
     ) -> SessionProcess {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::ports::free_addr().port();
         let mut command = Command::new(binary);
         command.args(["--listen", &format!("127.0.0.1:{port}")]);
         // No Unix socket unless the flags name one.

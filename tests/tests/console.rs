@@ -6,7 +6,7 @@
 //! hashes kept, expiry) and of a session's messages, on both backends. The
 //! page itself, in a real browser, is `runner-svc/tests/console.rs`.
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
@@ -18,23 +18,16 @@ use troupe_session_svc::{
 };
 use troupe_tests::{
     OPERATOR_TOKEN, TestServer, http,
+    ports::free_addr,
     stores::{new_session, operator_audit},
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
-
 /// A service with its console on a loopback port; its base URL.
 async fn console_server() -> (TestServer, String) {
-    let addr = free_addr();
-    let server = TestServer::start_with(|c| c.console.console_listen = Some(addr)).await;
-    http::wait_listening(addr).await;
+    let (server, addr) = troupe_tests::console::server(|_| {}).await;
     (server, format!("http://{addr}"))
 }
 
@@ -300,14 +293,11 @@ async fn sign_in_from(base: &str, from: &str, token: &str) -> http::Answer {
 
 #[tokio::test]
 async fn failed_sign_ins_are_throttled_per_client_and_in_all() {
-    let addr = free_addr();
     // The defaults per client (5 a minute), and 8 a minute in all.
-    let server = TestServer::start_with(|c| {
-        c.console.console_listen = Some(addr);
+    let (server, addr) = troupe_tests::console::server(|c| {
         c.console.console_sign_in_global_failures_per_minute = 8;
     })
     .await;
-    http::wait_listening(addr).await;
     let base = format!("http://{addr}");
     let wrong = "not-the-operator-token-000";
     for n in 0..5 {

@@ -157,7 +157,7 @@ async fn an_allowed_host_that_is_not_a_host_stops_the_start() {
     for bad in ["http://console.example", "console.example/x", "a@b"] {
         let dir = tempfile::tempdir().expect("a directory");
         let mut config = troupe_session_svc::Config::with_data_dir(dir.path());
-        config.console.console_listen = Some(console::free_addr());
+        config.console.console_listen = Some(troupe_tests::ports::free_addr());
         config.console.console_allowed_hosts = vec![bad.to_owned()];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

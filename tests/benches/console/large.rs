@@ -14,7 +14,8 @@ use std::{
 use troupe_session_svc::store::SqliteStore;
 use troupe_tests::{browser::Browser, process::SessionProcess};
 
-use super::{FLAGS, free_addr, open, sign_out, stats};
+use super::{FLAGS, open, sign_out, stats};
+use troupe_tests::ports::free_addr;
 
 /// Sessions a tree holds in the large workspace.
 const TREE: usize = 100;

@@ -6,16 +6,10 @@ use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use troupe_tests::{OPERATOR_TOKEN, TestServer, http, postgres::Backend};
+use troupe_tests::{OPERATOR_TOKEN, TestServer, http, ports::free_addr, postgres::Backend};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const JSON: (&str, &str) = ("content-type", "application/json");
-
-fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
 
 #[tokio::test]
 async fn a_console_sign_in_on_one_replica_holds_on_another() {
