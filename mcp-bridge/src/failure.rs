@@ -216,6 +216,10 @@ fn advice(reason: &Reason, retry_ms: Option<u128>) -> Option<String> {
             "One message may reach only so many sessions (the message says how many): \
              broadcast to a narrower scope (children, subtree) or post to a smaller group."
         }
+        Reason::InboxFull => {
+            "That session's inbox holds as many unread bytes as one may: wait until it has \
+             read its messages (wait_for_session, or its reply), or send less."
+        }
         Reason::GroupNotFound => {
             "No group of that name that this session is a member of: list_groups shows \
              this session's groups; create_group makes one."

@@ -287,8 +287,9 @@ rule is send_message's for every recipient: a sandboxed session reaches only san
 sessions (not even its direct parent: use reply_to_parent for that). Each recipient gets it \
 once. Every recipient counts against this session's message rate, and one message reaches at \
 most the service's fan-out limit (64 by default): past either, nothing is sent and the call \
-is refused (RATE_LIMITED, FAN_OUT_EXCEEDED). Returns each recipient and what it got: \
-\"delivered\" (message_id, sequence, delivery) or \"ended\".",
+is refused (RATE_LIMITED, FAN_OUT_EXCEEDED); the rate counts bytes too, the whole message \
+once per recipient. Returns each recipient and what it got: \"delivered\" (message_id, \
+sequence, delivery), \"ended\", or \"inbox_full\" (it has too much unread: nothing stored).",
         annotations(
             read_only_hint = false,
             destructive_hint = false,

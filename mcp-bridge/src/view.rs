@@ -139,6 +139,12 @@ pub fn fanned_out(recipients: &[pb::Recipient]) -> Value {
                     "delivery": delivery,
                 })
             }
+            pb::RecipientOutcome::InboxFull => json!({
+                "session_id": r.session_id,
+                "outcome": "inbox_full",
+                "note": "its inbox holds as many unread bytes as one may: nothing stored; \
+                         retry once it has read some",
+            }),
             _ => json!({
                 "session_id": r.session_id,
                 "outcome": "ended",

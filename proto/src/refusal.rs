@@ -49,6 +49,8 @@ pub enum Reason {
     /// A broadcast or group post would reach more sessions than one message
     /// may, or a group would grow past that.
     FanOutExceeded,
+    /// The recipient's inbox holds as many unread bytes as one may.
+    InboxFull,
     /// No group of that name that the caller is a member of.
     GroupNotFound,
     /// Another session's group has that name in the workspace.
@@ -93,6 +95,7 @@ impl Reason {
         Reason::RunnerLost,
         Reason::BudgetExceeded,
         Reason::FanOutExceeded,
+        Reason::InboxFull,
         Reason::GroupNotFound,
         Reason::GroupExists,
         Reason::SessionHintMismatch,
@@ -131,6 +134,7 @@ impl Reason {
             "RUNNER_LOST" => Reason::RunnerLost,
             "BUDGET_EXCEEDED" => Reason::BudgetExceeded,
             "FAN_OUT_EXCEEDED" => Reason::FanOutExceeded,
+            "INBOX_FULL" => Reason::InboxFull,
             "GROUP_NOT_FOUND" => Reason::GroupNotFound,
             "GROUP_EXISTS" => Reason::GroupExists,
             "SESSION_HINT_MISMATCH" => Reason::SessionHintMismatch,
@@ -171,6 +175,7 @@ impl Reason {
             Reason::RunnerLost => "RUNNER_LOST",
             Reason::BudgetExceeded => "BUDGET_EXCEEDED",
             Reason::FanOutExceeded => "FAN_OUT_EXCEEDED",
+            Reason::InboxFull => "INBOX_FULL",
             Reason::GroupNotFound => "GROUP_NOT_FOUND",
             Reason::GroupExists => "GROUP_EXISTS",
             Reason::SessionHintMismatch => "SESSION_HINT_MISMATCH",

@@ -136,8 +136,9 @@ pub struct Config {
 
 /// Limits of messages: every message a session stores in another's inbox
 /// (`SendMessage`, `ReplyToParent`, and each recipient of a `Broadcast` or a
-/// `PostToGroup`) counts against its rate; one broadcast or post reaches at
-/// most `max_fan_out` sessions.
+/// `PostToGroup`) counts against its rates, in messages and in bytes; one
+/// broadcast or post reaches at most `max_fan_out` sessions; an inbox holds
+/// at most `max_unread_bytes` not yet delivered.
 #[derive(Clone, Copy, Debug, Args)]
 pub struct MessageLimits {
     /// Sustained messages per second one session may send; each recipient of
@@ -155,6 +156,22 @@ pub struct MessageLimits {
     #[arg(long, env = "TROUPE_MAX_FAN_OUT", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_fan_out: u32,
+    /// Sustained bytes per second of messages one session may send; each
+    /// recipient of a broadcast or a group post counts the whole body.
+    /// 0 disables the limit.
+    #[arg(long, env = "TROUPE_MESSAGE_BYTES_RATE", default_value_t = 64 * 1024)]
+    pub message_bytes_per_sec: u64,
+    /// Bytes of messages one session may send in a burst above the sustained
+    /// byte rate: at least one message of the largest size (256 KiB).
+    #[arg(long, env = "TROUPE_MESSAGE_BYTES_BURST", default_value_t = 2 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(crate::service::MAX_MESSAGE_BYTES as u64..))]
+    pub message_bytes_burst: u64,
+    /// Most bytes of messages a session's inbox holds not yet delivered to
+    /// it (at least one message of the largest size, 256 KiB): a message
+    /// past it is refused (INBOX_FULL), or left out of a broadcast.
+    #[arg(long, env = "TROUPE_MAX_UNREAD_BYTES", default_value_t = 8 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(crate::service::MAX_MESSAGE_BYTES as u64..))]
+    pub max_unread_bytes: u64,
 }
 
 impl Default for MessageLimits {
@@ -163,6 +180,9 @@ impl Default for MessageLimits {
             message_rate_per_sec: 10.0,
             message_burst: 100,
             max_fan_out: 64,
+            message_bytes_per_sec: 64 * 1024,
+            message_bytes_burst: 2 * 1024 * 1024,
+            max_unread_bytes: 8 * 1024 * 1024,
         }
     }
 }

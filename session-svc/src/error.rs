@@ -50,6 +50,8 @@ pub enum Reason {
     /// A broadcast or group post would reach more sessions than one message
     /// may, or a group would grow past that.
     FanOutExceeded,
+    /// The recipient's inbox holds as many unread bytes as one may.
+    InboxFull,
     /// No group of that name that the caller is a member of.
     GroupNotFound,
     /// Another session's group has that name in the workspace.
@@ -90,6 +92,7 @@ impl Reason {
             Reason::RunnerLost => "RUNNER_LOST",
             Reason::BudgetExceeded => "BUDGET_EXCEEDED",
             Reason::FanOutExceeded => "FAN_OUT_EXCEEDED",
+            Reason::InboxFull => "INBOX_FULL",
             Reason::GroupNotFound => "GROUP_NOT_FOUND",
             Reason::GroupExists => "GROUP_EXISTS",
         }
@@ -113,7 +116,8 @@ impl Reason {
             | Reason::WorkspaceQuotaExceeded
             | Reason::RateLimited
             | Reason::BudgetExceeded
-            | Reason::FanOutExceeded => Code::ResourceExhausted,
+            | Reason::FanOutExceeded
+            | Reason::InboxFull => Code::ResourceExhausted,
             Reason::ParentNotRunning
             | Reason::NoParent
             | Reason::SessionEnded
@@ -436,6 +440,7 @@ mod tests {
             Reason::RunnerLost => Wire::RunnerLost,
             Reason::BudgetExceeded => Wire::BudgetExceeded,
             Reason::FanOutExceeded => Wire::FanOutExceeded,
+            Reason::InboxFull => Wire::InboxFull,
             Reason::GroupNotFound => Wire::GroupNotFound,
             Reason::GroupExists => Wire::GroupExists,
         }
@@ -472,6 +477,7 @@ mod tests {
         Reason::RunnerLost,
         Reason::BudgetExceeded,
         Reason::FanOutExceeded,
+        Reason::InboxFull,
         Reason::GroupNotFound,
         Reason::GroupExists,
     ];

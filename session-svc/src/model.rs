@@ -12,6 +12,7 @@ mod budget;
 mod console;
 mod finish;
 mod groups;
+mod messages;
 mod shared;
 mod values;
 
@@ -26,6 +27,7 @@ pub use console::{
 };
 pub use finish::{Finish, Outcome};
 pub use groups::{Audience, FannedOut, GroupName, GroupRow, Reach, Reached, new_message_id};
+pub use messages::{MessageRate, Sending};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
 pub use values::{EventKind, ExitReason, ParentEnd, Principal};

@@ -27,7 +27,9 @@ mod parent_end;
 use std::time::Duration;
 
 pub use budget::{admit_budget, admit_charge, deadline, left as budget_left};
-pub use messaging::{admit_group_size, admit_messages, plan_fan_out, reach, reach_member};
+pub use messaging::{
+    admit_group_size, admit_inbox, admit_messages, plan_fan_out, reach, reach_member,
+};
 pub use parent_end::{Member, ParentEnded, notice_reason, parent_end};
 
 use troupe_proto::{scope::SANDBOXED_AREA, session::SessionStatus, status::is_ended};

@@ -298,6 +298,23 @@ impl TestServer {
         text
     }
 
+    /// What `sql`, a query of one BIGINT (write `CAST(... AS BIGINT)` for a
+    /// sum), answers on this server's database, read on a connection of the
+    /// test's own.
+    pub async fn stored_number(&self, sql: &'static str) -> i64 {
+        use sqlx::Connection;
+        let url = self.config.database_url();
+        if postgres::is_postgres(&url) {
+            let mut db = sqlx::PgConnection::connect(&url).await.expect("connect");
+            sqlx::query_scalar(sql).fetch_one(&mut db).await
+        } else {
+            let url = url.replace("mode=rwc", "mode=ro");
+            let mut db = sqlx::SqliteConnection::connect(&url).await.expect("open");
+            sqlx::query_scalar(sql).fetch_one(&mut db).await
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     /// A client carrying `token` (or none).
     pub async fn client(&self, token: Option<&str>) -> Client {
         let channel = troupe_proto::endpoint::connect(&format!("http://{}", self.addr))

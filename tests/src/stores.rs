@@ -2,9 +2,20 @@
 //! backends: a SQLite file in a temp dir, and a fresh PostgreSQL database.
 
 use troupe_session_svc::{
+    error::SessionError,
     model::{AuditRecord, NewSession, Principal, Trust},
-    store::{PgStore, SqliteStore},
+    store::{Bounds, PgStore, SqliteStore},
 };
+
+/// No bound on a message a test stores directly: no rate, any inbox.
+pub const UNBOUNDED: Bounds<'static> = Bounds {
+    throttle: None,
+    inbox: &any_inbox,
+};
+
+fn any_inbox(_unread: u64, _bytes: u64) -> Result<(), SessionError> {
+    Ok(())
+}
 
 /// A SQLite store on a new file; the dir lives as long as it is kept.
 pub async fn sqlite() -> (tempfile::TempDir, SqliteStore) {

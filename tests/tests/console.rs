@@ -522,7 +522,7 @@ async fn messages_contract(store: impl Store) {
                     },
                     None,
                     operator_audit("test", to),
-                    None,
+                    troupe_tests::stores::UNBOUNDED,
                     &|_| Ok(()),
                 )
                 .await

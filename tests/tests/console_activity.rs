@@ -35,7 +35,7 @@ async fn send<S: Store>(store: &S, to: &str, n: u32) {
             },
             None,
             operator_audit("send_message", to),
-            None,
+            troupe_tests::stores::UNBOUNDED,
             &|_| Ok(()),
         )
         .await

@@ -132,7 +132,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
                 },
                 None,
                 audit("send", to),
-                None,
+                troupe_tests::stores::UNBOUNDED,
                 &|_| Ok(()),
             )
             .await

@@ -175,7 +175,14 @@ async fn send<S: Store>(store: &S, id: &str, idem: Option<Idempotency>) -> (u64,
         body: id.to_owned(),
     };
     let sent = store
-        .send_message("p", message, idem, audit("send", "p"), None, &|_| Ok(()))
+        .send_message(
+            "p",
+            message,
+            idem,
+            audit("send", "p"),
+            troupe_tests::stores::UNBOUNDED,
+            &|_| Ok(()),
+        )
         .await
         .expect("send");
     (sent.sequence, sent.replayed)

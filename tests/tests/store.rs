@@ -155,7 +155,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                         },
                         request_id(i, "send_message"),
                         audit("send_message", &parent),
-                        None,
+                        troupe_tests::stores::UNBOUNDED,
                         &|_| Ok(()),
                     )
                     .await

@@ -85,6 +85,9 @@ async fn broadcast(ctx: &mut Ctx, args: &BroadcastArgs) -> anyhow::Result<()> {
                     "sequence": r.sequence,
                     "delivery": render::delivery_str(r.delivery()),
                 }),
+                RecipientOutcome::InboxFull => {
+                    json!({"session_id": r.session_id, "outcome": "inbox_full"})
+                }
                 _ => json!({"session_id": r.session_id, "outcome": "ended"}),
             })
             .collect();
@@ -99,6 +102,10 @@ async fn broadcast(ctx: &mut Ctx, args: &BroadcastArgs) -> anyhow::Result<()> {
                 render::delivery_str(r.delivery()),
                 r.session_id,
                 r.sequence
+            )),
+            RecipientOutcome::InboxFull => text.push_str(&format!(
+                "{}'s inbox is full: nothing stored\n",
+                r.session_id
             )),
             _ => text.push_str(&format!("{} has ended: nothing stored\n", r.session_id)),
         }

@@ -60,6 +60,9 @@ pub enum Reach {
     /// The sender may not see it (or it is the sender): neither a recipient
     /// nor named in the answer.
     Hidden,
+    /// It would get the message, but its inbox holds as many unread bytes
+    /// as one may: reported, nothing stored, nothing counted.
+    InboxFull,
 }
 
 /// What one recipient got.
@@ -73,12 +76,17 @@ pub enum Reached {
     Ended {
         session_id: String,
     },
+    InboxFull {
+        session_id: String,
+    },
 }
 
 impl Reached {
     pub fn session_id(&self) -> &str {
         match self {
-            Reached::Delivered { session_id, .. } | Reached::Ended { session_id } => session_id,
+            Reached::Delivered { session_id, .. }
+            | Reached::Ended { session_id }
+            | Reached::InboxFull { session_id } => session_id,
         }
     }
 }

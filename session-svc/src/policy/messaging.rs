@@ -1,7 +1,8 @@
 //! The rules of messages to many: who a broadcast or a group post reaches
 //! ([`reach`], [`plan_fan_out`]: `may_message` for every recipient), how
-//! many at once ([`plan_fan_out`], [`admit_group_size`]), and the message
-//! rate every message a session sends counts against ([`admit_messages`]).
+//! many at once ([`plan_fan_out`], [`admit_group_size`]), the message
+//! rates every message a session sends counts against, in messages and in
+//! bytes ([`admit_messages`]), and what an inbox holds ([`admit_inbox`]).
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use super::{can_see, may_message, trust_sees};
 use crate::{
     config::MessageLimits,
     error::{Reason, SessionError},
-    model::{Caller, Reach, SessionRow},
+    model::{Caller, MessageRate, Reach, Sending, SessionRow},
 };
 
 /// What `target` is to a message from `caller`: a recipient if `caller`
@@ -92,47 +93,88 @@ pub fn admit_group_size(
     Ok(())
 }
 
-/// The message rate, as the generic cell rate algorithm: `count` messages
-/// sent at `now_ms` by a session whose rate state is `tat_ms`. Returns the
-/// new state, or refuses (RATE_LIMITED, with how long to wait) without
-/// sending any: a broadcast counts each recipient, all of them or none. A
-/// rate of zero or less disables the limit.
+/// The message rates, as the generic cell rate algorithm: what `sending`
+/// (messages, and their bytes once per recipient) at `now_ms` does to a
+/// session whose rate state is `rate`. Returns the new state, or refuses
+/// (RATE_LIMITED, with how long to wait) without sending any: a broadcast
+/// counts each recipient, all of them or none. A rate of zero or less
+/// disables that limit.
 pub fn admit_messages(
-    tat_ms: i64,
-    count: usize,
+    rate: MessageRate,
+    sending: Sending,
     now_ms: i64,
     limits: &MessageLimits,
-) -> Result<i64, SessionError> {
-    if count == 0 || limits.message_rate_per_sec <= 0.0 {
-        return Ok(tat_ms);
-    }
-    let burst = limits.message_burst.max(1);
-    let rate = format!("{} per second, burst {burst}", limits.message_rate_per_sec);
-    if count > burst as usize {
-        return Err(SessionError::refused(
-            Reason::RateLimited,
-            format!("{count} messages at once are more than the message rate allows ({rate})"),
-        ));
-    }
-    let interval = (1000.0 / limits.message_rate_per_sec).ceil() as i64;
-    let count = count as i64;
-    let tat = tat_ms
-        .max(now_ms)
-        .saturating_add(interval.saturating_mul(count));
-    let allowed = now_ms.saturating_add(interval.saturating_mul(i64::from(burst)));
-    if tat <= allowed {
-        return Ok(tat);
-    }
-    let wait = Duration::from_millis((tat - allowed) as u64);
-    Err(SessionError::Refused {
-        reason: Reason::RateLimited,
-        message: format!(
-            "message rate exceeded ({rate}): retry in {} ms",
-            wait.as_millis()
-        ),
-        quota: None,
-        retry_after: Some(wait),
+) -> Result<MessageRate, SessionError> {
+    let messages = Cell {
+        per_sec: limits.message_rate_per_sec,
+        burst: f64::from(limits.message_burst.max(1)),
+        unit: "messages",
+    };
+    let bytes = Cell {
+        per_sec: limits.message_bytes_per_sec as f64,
+        burst: limits.message_bytes_burst as f64,
+        unit: "bytes",
+    };
+    Ok(MessageRate {
+        messages_tat_ms: messages.admit(rate.messages_tat_ms, sending.messages as f64, now_ms)?,
+        bytes_tat_ms: bytes.admit(rate.bytes_tat_ms, sending.bytes as f64, now_ms)?,
     })
+}
+
+/// One rate of [`admit_messages`]: `per_sec` units a second, `burst` above it.
+struct Cell {
+    per_sec: f64,
+    burst: f64,
+    unit: &'static str,
+}
+
+impl Cell {
+    fn admit(&self, tat_ms: i64, count: f64, now_ms: i64) -> Result<i64, SessionError> {
+        if count <= 0.0 || self.per_sec <= 0.0 {
+            return Ok(tat_ms);
+        }
+        let (per_sec, burst, unit) = (self.per_sec, self.burst, self.unit);
+        let rate = format!("{per_sec} {unit} per second, burst {burst}");
+        if count > burst {
+            return Err(SessionError::refused(
+                Reason::RateLimited,
+                format!("{count} {unit} at once are more than the message rate allows ({rate})"),
+            ));
+        }
+        let ms = |units: f64| (units * 1000.0 / per_sec).ceil() as i64;
+        let tat = tat_ms.max(now_ms).saturating_add(ms(count));
+        let allowed = now_ms.saturating_add(ms(burst));
+        if tat <= allowed {
+            return Ok(tat);
+        }
+        let wait = Duration::from_millis((tat - allowed) as u64);
+        Err(SessionError::Refused {
+            reason: Reason::RateLimited,
+            message: format!(
+                "message rate exceeded ({rate}): retry in {} ms",
+                wait.as_millis()
+            ),
+            quota: None,
+            retry_after: Some(wait),
+        })
+    }
+}
+
+/// Whether an inbox holding `unread` bytes not yet delivered takes a
+/// message of `bytes` more: refused (INBOX_FULL) past the limit. The answer
+/// names the limit, not what the inbox holds.
+pub fn admit_inbox(unread: u64, bytes: u64, limits: &MessageLimits) -> Result<(), SessionError> {
+    if unread.saturating_add(bytes) <= limits.max_unread_bytes {
+        return Ok(());
+    }
+    Err(SessionError::refused(
+        Reason::InboxFull,
+        format!(
+            "the recipient's inbox is full: it holds at most {} bytes of messages not yet \
+             delivered; retry once it has read some",
+            limits.max_unread_bytes
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -143,26 +185,80 @@ mod tests {
         MessageLimits {
             message_rate_per_sec: rate,
             message_burst: burst,
-            max_fan_out: 64,
+            message_bytes_per_sec: 0,
+            ..MessageLimits::default()
+        }
+    }
+
+    fn at(messages_tat_ms: i64) -> MessageRate {
+        MessageRate {
+            messages_tat_ms,
+            bytes_tat_ms: 0,
+        }
+    }
+
+    fn messages(n: usize) -> Sending {
+        Sending {
+            messages: n,
+            bytes: n as u64,
         }
     }
 
     #[test]
     fn messages_fill_the_burst_then_wait_per_message() {
         let l = limits(10.0, 5);
-        let tat = admit_messages(0, 5, 1_000, &l).expect("a full burst at once");
-        assert_eq!(tat, 1_500);
-        let refused = admit_messages(tat, 1, 1_000, &l).expect_err("past the burst");
+        let rate = admit_messages(at(0), messages(5), 1_000, &l).expect("a full burst at once");
+        assert_eq!(rate.messages_tat_ms, 1_500);
+        let refused = admit_messages(rate, messages(1), 1_000, &l).expect_err("past the burst");
         assert_eq!(refused.reason(), Reason::RateLimited);
         assert!(
-            admit_messages(tat, 1, 1_100, &l).is_ok(),
+            admit_messages(rate, messages(1), 1_100, &l).is_ok(),
             "one interval later"
         );
     }
 
     #[test]
     fn more_at_once_than_the_burst_is_refused_and_zero_rate_is_unlimited() {
-        assert!(admit_messages(0, 6, 1_000, &limits(10.0, 5)).is_err());
-        assert_eq!(admit_messages(7, 1_000, 1_000, &limits(0.0, 1)).unwrap(), 7);
+        assert!(admit_messages(at(0), messages(6), 1_000, &limits(10.0, 5)).is_err());
+        let unlimited = admit_messages(at(7), messages(1_000), 1_000, &limits(0.0, 1));
+        assert_eq!(unlimited.unwrap().messages_tat_ms, 7);
+    }
+
+    #[test]
+    fn bytes_count_once_per_recipient_against_their_own_rate() {
+        let l = MessageLimits {
+            message_rate_per_sec: 0.0,
+            message_bytes_per_sec: 1_000,
+            message_bytes_burst: 10_000,
+            ..MessageLimits::default()
+        };
+        let body = "x".repeat(2_500);
+        let four = admit_messages(MessageRate::default(), Sending::to_each(4, &body), 0, &l)
+            .expect("10,000 bytes: the whole burst");
+        assert_eq!(four.bytes_tat_ms, 10_000);
+        let more = admit_messages(four, Sending::to_each(1, &body), 0, &l);
+        assert_eq!(more.expect_err("past it").reason(), Reason::RateLimited);
+        let five = admit_messages(MessageRate::default(), Sending::to_each(5, &body), 0, &l);
+        assert_eq!(
+            five.expect_err("more than a burst at once").reason(),
+            Reason::RateLimited
+        );
+        assert!(
+            admit_messages(four, Sending::to_each(1, &body), 2_500, &l).is_ok(),
+            "2.5 s later, room for 2,500 bytes"
+        );
+    }
+
+    #[test]
+    fn an_inbox_takes_messages_up_to_its_limit_and_says_only_the_limit() {
+        let l = MessageLimits {
+            max_unread_bytes: 1_000,
+            ..MessageLimits::default()
+        };
+        assert!(admit_inbox(600, 400, &l).is_ok());
+        let full = admit_inbox(600, 401, &l).expect_err("one byte past");
+        assert_eq!(full.reason(), Reason::InboxFull);
+        assert!(!full.to_string().contains("600"), "{full}");
+        assert!(admit_inbox(u64::MAX, 1, &l).is_err());
     }
 }

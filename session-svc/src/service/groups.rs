@@ -6,10 +6,13 @@
 
 use troupe_proto::session as pb;
 
-use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency, message::throttle, view};
+use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency, message::bounds, view};
 use crate::{
     error::{Reason, SessionError},
-    model::{Audience, Caller, FannedOut, GroupName, GroupRow, Idempotency, Reached, SessionRow},
+    model::{
+        Audience, Caller, FannedOut, GroupName, GroupRow, Idempotency, MessageRate, Reached,
+        Sending, SessionRow,
+    },
     policy,
     store::{FanOut, Store},
 };
@@ -256,13 +259,14 @@ async fn fan_out<S: Store>(
         _ => policy::reach,
     };
     let plan = |rows: &[SessionRow]| policy::plan_fan_out(caller, rows, &limits, reach);
-    let rate = |tat: i64, count: usize| {
-        policy::admit_messages(tat, count, crate::model::now_ms(), &limits)
+    let rate = |rate: MessageRate, sending: Sending| {
+        policy::admit_messages(rate, sending, crate::model::now_ms(), &limits)
     };
+    let inbox = |unread: u64, bytes: u64| policy::admit_inbox(unread, bytes, &limits);
     let audit = allowed(caller, action, target, String::new());
     let FannedOut { reached, .. } = inner
         .store
-        .fan_out(&out, idem, audit, throttle(caller, &rate), &plan)
+        .fan_out(&out, idem, audit, bounds(caller, &rate, &inbox), &plan)
         .await?;
     let mut recipients = Vec::with_capacity(reached.len());
     for r in reached {
@@ -294,6 +298,11 @@ async fn fan_out<S: Store>(
             Reached::Ended { session_id } => pb::Recipient {
                 session_id,
                 outcome: pb::RecipientOutcome::Ended as i32,
+                ..Default::default()
+            },
+            Reached::InboxFull { session_id } => pb::Recipient {
+                session_id,
+                outcome: pb::RecipientOutcome::InboxFull as i32,
                 ..Default::default()
             },
         });

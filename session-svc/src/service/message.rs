@@ -5,21 +5,27 @@ use troupe_proto::session as pb;
 use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency};
 use crate::{
     error::SessionError,
-    model::{Caller, Idempotency, NewMessage},
+    model::{Caller, Idempotency, MessageRate, NewMessage, Sending},
     policy,
-    store::{MessageCheck, RateCheck, Sent, Store, Throttle},
+    store::{Bounds, InboxCheck, MessageCheck, RateCheck, Sent, Store, Throttle},
 };
 
-/// The message rate a session's messages count against; the operator's
-/// count against none.
-pub(super) fn throttle<'a>(caller: &'a Caller, rate: RateCheck<'a>) -> Option<Throttle<'a>> {
-    match caller {
+/// The bounds a message from `caller` holds: the recipient's inbox, and
+/// the rates a session's messages count against (the operator's count
+/// against none).
+pub(super) fn bounds<'a>(
+    caller: &'a Caller,
+    rate: RateCheck<'a>,
+    inbox: InboxCheck<'a>,
+) -> Bounds<'a> {
+    let throttle = match caller {
         Caller::Session(me) => Some(Throttle {
             sender: &me.session_id,
             check: rate,
         }),
         Caller::Operator => None,
-    }
+    };
+    Bounds { throttle, inbox }
 }
 
 pub async fn send<S: Store>(
@@ -82,9 +88,10 @@ pub(super) async fn store_and_deliver<S: Store>(
         recipient,
         format!("message {}", message.message_id),
     );
-    let rate = |tat: i64, count: usize| {
-        policy::admit_messages(tat, count, crate::model::now_ms(), &inner.messaging)
+    let rate = |rate: MessageRate, sending: Sending| {
+        policy::admit_messages(rate, sending, crate::model::now_ms(), &inner.messaging)
     };
+    let inbox = |unread: u64, bytes: u64| policy::admit_inbox(unread, bytes, &inner.messaging);
     let sent = inner
         .store
         .send_message(
@@ -92,7 +99,7 @@ pub(super) async fn store_and_deliver<S: Store>(
             message,
             idem,
             audit,
-            throttle(caller, &rate),
+            bounds(caller, &rate, &inbox),
             check,
         )
         .await?;

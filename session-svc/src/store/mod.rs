@@ -56,8 +56,8 @@ pub use postgres::{
 };
 pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
 pub use writes::{
-    ChargeCheck, Created, EventPage, FanOut, FanOutCheck, Maintenance, MembersCheck, MessageCheck,
-    RateCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,
+    Bounds, ChargeCheck, Created, EventPage, FanOut, FanOutCheck, InboxCheck, Maintenance,
+    MembersCheck, MessageCheck, RateCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,
 };
 
 use crate::{
@@ -118,24 +118,26 @@ pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
         check: SpawnCheck<'_>,
     ) -> impl Future<Output = Result<Created, SessionError>> + Send;
 
-    /// Appends a message to `recipient`'s inbox if `check` allows it and,
-    /// with a `throttle`, its sender's rate does (the rate state updated in
-    /// the same transaction).
+    /// Appends a message to `recipient`'s inbox if `check` allows it, the
+    /// recipient's inbox takes its bytes and, with a throttle, its sender's
+    /// rates do (the rate state updated in the same transaction). Its body
+    /// is stored once, beside the inbox entry.
     fn send_message(
         &self,
         recipient: &str,
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: MessageCheck<'_>,
     ) -> impl Future<Output = Result<Sent, SessionError>> + Send;
 
     /// Stores one message to many in one transaction: resolves the
     /// audience's candidates (their rows), lets `check` plan who gets it,
-    /// counts those against the throttle's rate, and appends a message
-    /// (its own id, the recipient's next inbox sequence, its event) to each
-    /// inbox, with `audit` (its detail: who got what). A group audience's
+    /// leaves out those whose inbox is full (`bounds.inbox`), counts the
+    /// rest against the throttle's rates, stores the body once and appends
+    /// a message (its own id, the recipient's next inbox sequence, its
+    /// event) to each inbox, with `audit` (its detail: who got what). A group audience's
     /// poster must be a member, else GROUP_NOT_FOUND. With a request id, a
     /// retry replays the whole answer.
     fn fan_out(
@@ -143,7 +145,7 @@ pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
         out: &FanOut,
         idem: Option<Idempotency>,
         audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: FanOutCheck<'_>,
     ) -> impl Future<Output = Result<FannedOut, SessionError>> + Send;
 

@@ -1,14 +1,33 @@
 //! Decisions both stores make the same way, without I/O: what a request id
-//! stores and replays, the detail of a process change's event, and where
-//! an output drop stops.
+//! stores and replays, which recipients of a fan-out have room, the detail
+//! of a process change's event, and where an output drop stops.
 
 use serde_json::json;
 
-use super::{Created, Sent};
+use super::{Created, InboxCheck, Sent};
 use crate::{
     error::{QuotaLeft, SessionError},
-    model::{FannedOut, ProcessChange, Reached},
+    model::{FannedOut, ProcessChange, Reach, Reached, Sending},
 };
+
+/// Marks the recipients of a fan-out's plan whose inbox would not take a
+/// body of `bytes` (`unread`: what each inbox holds not yet delivered) as
+/// [`Reach::InboxFull`]; returns what the rest send, for the sender's rates.
+pub(crate) fn fill_inboxes(
+    plan: &mut [(String, Reach)],
+    unread: impl Fn(&str) -> u64,
+    body: &str,
+    inbox: InboxCheck<'_>,
+) -> Sending {
+    let bytes = body.len() as u64;
+    for (session_id, reach) in plan.iter_mut() {
+        if *reach == Reach::Deliver && inbox(unread(session_id), bytes).is_err() {
+            *reach = Reach::InboxFull;
+        }
+    }
+    let delivered = plan.iter().filter(|(_, r)| *r == Reach::Deliver).count();
+    Sending::to_each(delivered, body)
+}
 
 /// The detail of a delivery's event (`EventKind::Delivered`): the inbox's
 /// messages up to `through` are the agent's now.
@@ -85,6 +104,9 @@ pub(crate) fn fan_out_record(reached: &[Reached]) -> serde_json::Value {
                 sequence,
             } => json!({"session_id": session_id, "message_id": message_id, "sequence": sequence}),
             Reached::Ended { session_id } => json!({"session_id": session_id, "ended": true}),
+            Reached::InboxFull { session_id } => {
+                json!({"session_id": session_id, "inbox_full": true})
+            }
         })
         .collect();
     json!({ "recipients": entries })
@@ -99,6 +121,9 @@ pub(crate) fn replayed_fan_out(result: &serde_json::Value) -> Result<FannedOut, 
             let session_id = e["session_id"].as_str().ok_or_else(bad_record)?.to_owned();
             if e["ended"].as_bool() == Some(true) {
                 return Ok(Reached::Ended { session_id });
+            }
+            if e["inbox_full"].as_bool() == Some(true) {
+                return Ok(Reached::InboxFull { session_id });
             }
             Ok(Reached::Delivered {
                 session_id,

@@ -4,7 +4,7 @@
 
 use crate::{
     error::{QuotaLeft, SessionError},
-    model::{Account, Audience, EventRow, Principal, Reach, SessionRow},
+    model::{Account, Audience, EventRow, MessageRate, Principal, Reach, Sending, SessionRow},
     policy::{Admission, SpawnContext},
 };
 
@@ -14,9 +14,13 @@ pub type SpawnCheck<'a> = &'a (dyn Fn(&SpawnContext<'_>) -> Result<Admission, Se
 pub type RootCheck<'a> = &'a (dyn Fn(u32) -> Result<QuotaLeft, SessionError> + Sync);
 /// Checks a message given its recipient.
 pub type MessageCheck<'a> = &'a (dyn Fn(&SessionRow) -> Result<(), SessionError> + Sync);
-/// Counts messages against their sender's rate: given its rate state and
-/// how many messages, returns its new state, or refuses them all.
-pub type RateCheck<'a> = &'a (dyn Fn(i64, usize) -> Result<i64, SessionError> + Sync);
+/// Counts messages against their sender's rates: given its rate state and
+/// what a write sends, returns its new state, or refuses them all.
+pub type RateCheck<'a> =
+    &'a (dyn Fn(MessageRate, Sending) -> Result<MessageRate, SessionError> + Sync);
+/// Checks that an inbox holding the first number of unread bytes takes a
+/// message of the second.
+pub type InboxCheck<'a> = &'a (dyn Fn(u64, u64) -> Result<(), SessionError> + Sync);
 /// Plans a message to many given its candidate recipients, as the store
 /// resolved them inside the write's transaction: each to reach, once.
 pub type FanOutCheck<'a> =
@@ -32,6 +36,14 @@ pub type MembersCheck<'a> =
 pub struct Throttle<'a> {
     pub sender: &'a str,
     pub check: RateCheck<'a>,
+}
+
+/// The bounds a message write holds inside its transaction: its sender's
+/// rates (none for the operator's) and each recipient's unread inbox bytes.
+#[derive(Clone, Copy)]
+pub struct Bounds<'a> {
+    pub throttle: Option<Throttle<'a>>,
+    pub inbox: InboxCheck<'a>,
 }
 
 /// A message to many, as a [`Store::fan_out`] stores it.

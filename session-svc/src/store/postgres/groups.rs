@@ -11,17 +11,17 @@ use sqlx::{PgConnection, Row};
 use super::{
     PgStore, events,
     open::{RawSession, session_columns},
-    sessions::insert_message,
+    sessions::{insert_body, insert_entry},
 };
 use crate::{
     error::{Reason, SessionError},
     model::{
-        Audience, AuditRecord, FannedOut, GroupName, GroupRow, Idempotency, NewMessage, Reach,
-        Reached, SessionRow, new_message_id, now_ms,
+        Audience, AuditRecord, FannedOut, GroupName, GroupRow, Idempotency, MessageRate,
+        NewMessage, Reach, Reached, SessionRow, new_message_id, now_ms,
     },
     store::{
-        FanOut, FanOutCheck, MembersCheck, Throttle,
-        shared::{fan_out_record, replayed_fan_out},
+        Bounds, FanOut, FanOutCheck, MembersCheck,
+        shared::{fan_out_record, fill_inboxes, replayed_fan_out},
     },
 };
 
@@ -38,7 +38,7 @@ impl PgStore {
         out: &FanOut,
         idem: Option<&Idempotency>,
         audit: &AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: FanOutCheck<'_>,
     ) -> Result<FannedOut, SessionError> {
         let mut tx = self.begin().await?;
@@ -47,20 +47,24 @@ impl PgStore {
         {
             return replayed_fan_out(&result);
         }
-        let tat = match throttle {
-            Some(t) => Some(lock_tat(&mut tx, t.sender).await?),
+        let rate = match bounds.throttle {
+            Some(t) => Some(lock_rate(&mut tx, t.sender).await?),
             None => None,
         };
         let ids = candidate_ids(&mut tx, &out.audience).await?;
         let rows = lock_sessions(&mut tx, &ids).await?;
-        let plan = check(&rows)?;
-        let count = plan.iter().filter(|(_, r)| *r == Reach::Deliver).count();
-        if let (Some(t), Some(tat)) = (throttle, tat) {
-            let new_tat = (t.check)(tat, count)?;
-            set_tat(&mut tx, t.sender, new_tat).await?;
+        let mut plan = check(&rows)?;
+        let unread = unread_bytes(&mut tx, &ids).await?;
+        let unread = |id: &str| unread.get(id).copied().unwrap_or(0);
+        let sending = fill_inboxes(&mut plan, unread, &out.body, bounds.inbox);
+        if let (Some(t), Some(rate)) = (bounds.throttle, rate) {
+            let new_rate = (t.check)(rate, sending)?;
+            set_rate(&mut tx, t.sender, new_rate).await?;
         }
         let mut reached = Vec::with_capacity(plan.len());
         let mut written = Vec::new();
+        // The body once, under the first recipient's message id.
+        let mut body_id: Option<String> = None;
         for (session_id, reach) in plan {
             match reach {
                 Reach::Deliver => {
@@ -69,7 +73,14 @@ impl PgStore {
                         sender: out.sender.clone(),
                         body: out.body.clone(),
                     };
-                    let sequence = insert_message(&mut tx, &session_id, &message).await?;
+                    let body_id = match &body_id {
+                        Some(id) => id,
+                        None => {
+                            insert_body(&mut tx, &message.message_id, &out.body).await?;
+                            body_id.insert(message.message_id.clone())
+                        }
+                    };
+                    let sequence = insert_entry(&mut tx, &session_id, &message, body_id).await?;
                     let status = rows
                         .iter()
                         .find(|r| r.session_id == session_id)
@@ -89,6 +100,7 @@ impl PgStore {
                     });
                 }
                 Reach::Ended => reached.push(Reached::Ended { session_id }),
+                Reach::InboxFull => reached.push(Reached::InboxFull { session_id }),
                 Reach::Hidden => {}
             }
         }
@@ -210,33 +222,56 @@ impl PgStore {
     }
 }
 
-/// A session's message rate row, made if it has none and locked; returns
-/// its state (0: it has sent nothing yet).
-pub(super) async fn lock_tat(
+/// Locks a session's message rate row (made at zero if it has none) and
+/// returns its state.
+pub(super) async fn lock_rate(
     conn: &mut PgConnection,
     session_id: &str,
-) -> Result<i64, SessionError> {
-    Ok(sqlx::query_scalar(
+) -> Result<MessageRate, SessionError> {
+    let (messages_tat_ms, bytes_tat_ms): (i64, i64) = sqlx::query_as(
         "INSERT INTO message_rates (session_id, tat_ms) VALUES ($1, 0) \
-         ON CONFLICT (session_id) DO UPDATE SET tat_ms = message_rates.tat_ms RETURNING tat_ms",
+         ON CONFLICT (session_id) DO UPDATE SET tat_ms = message_rates.tat_ms \
+         RETURNING tat_ms, bytes_tat_ms",
     )
     .bind(session_id)
     .fetch_one(conn)
-    .await?)
+    .await?;
+    Ok(MessageRate {
+        messages_tat_ms,
+        bytes_tat_ms,
+    })
 }
 
 /// Sets a locked message rate row.
-pub(super) async fn set_tat(
+pub(super) async fn set_rate(
     conn: &mut PgConnection,
     session_id: &str,
-    tat_ms: i64,
+    rate: MessageRate,
 ) -> Result<(), SessionError> {
-    sqlx::query("UPDATE message_rates SET tat_ms = $2 WHERE session_id = $1")
+    sqlx::query("UPDATE message_rates SET tat_ms = $2, bytes_tat_ms = $3 WHERE session_id = $1")
         .bind(session_id)
-        .bind(tat_ms)
+        .bind(rate.messages_tat_ms)
+        .bind(rate.bytes_tat_ms)
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// The bytes each of `ids`' inboxes holds not yet delivered (their rows
+/// locked by the caller).
+pub(super) async fn unread_bytes(
+    conn: &mut PgConnection,
+    ids: &[String],
+) -> Result<std::collections::HashMap<String, u64>, SessionError> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT session_id, unread_bytes FROM sessions WHERE session_id = ANY($1)")
+            .bind(ids)
+            .fetch_all(conn)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, bytes)| (id, bytes.max(0) as u64))
+        .collect())
 }
 
 /// The ids of an audience's candidate recipients, in the order they are

@@ -52,9 +52,9 @@ use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::watch;
 
 use super::{
-    ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
+    Bounds, ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
     Maintenance, MembersCheck, MessageCheck, OutputBudget, RESERVATION_RELEASE_BATCH,
-    RESERVATION_STALE_AFTER, RootCheck, Sent, SpawnCheck, Store, TerminateCheck, Throttle,
+    RESERVATION_STALE_AFTER, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
@@ -151,7 +151,7 @@ impl Store for PgStore {
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
         let sent = retrying!(self.send_message_once(
@@ -159,7 +159,7 @@ impl Store for PgStore {
             &message,
             idem.as_ref(),
             &audit,
-            throttle,
+            bounds,
             check
         ))?;
         if !sent.replayed {
@@ -173,10 +173,10 @@ impl Store for PgStore {
         out: &FanOut,
         idem: Option<Idempotency>,
         audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: FanOutCheck<'_>,
     ) -> Result<FannedOut, SessionError> {
-        let done = retrying!(self.fan_out_once(out, idem.as_ref(), &audit, throttle, check))?;
+        let done = retrying!(self.fan_out_once(out, idem.as_ref(), &audit, bounds, check))?;
         if !done.replayed {
             self.published(false);
         }

@@ -187,7 +187,9 @@ impl PgStore {
         session_id: &str,
     ) -> Result<Vec<InboxMessage>, SessionError> {
         let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
-            "SELECT m.seq, m.message_id, m.sender, m.body FROM messages m \
+            "SELECT m.seq, m.message_id, m.sender, COALESCE(b.body, m.body) \
+             FROM messages m \
+             LEFT JOIN message_bodies b ON b.body_id = m.body_id \
              LEFT JOIN processes p ON p.session_id = m.session_id \
              WHERE m.session_id = $1 AND m.seq > COALESCE(p.delivered_seq, 0) ORDER BY m.seq",
         )
@@ -250,6 +252,17 @@ impl PgStore {
         .await?
         .rows_affected()
             > 0;
+        // The inbox's unread bytes less those delivered now, then the entries.
+        sqlx::query(
+            "UPDATE sessions SET unread_bytes = unread_bytes - ( \
+               SELECT COALESCE(SUM(bytes), 0) FROM messages \
+               WHERE session_id = $1 AND seq <= $2 AND delivered_at_ms IS NULL) \
+             WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .bind(seq as i64)
+        .execute(&mut *tx)
+        .await?;
         sqlx::query(
             "UPDATE messages SET delivered_at_ms = $1 \
              WHERE session_id = $2 AND seq <= $3 AND delivered_at_ms IS NULL",

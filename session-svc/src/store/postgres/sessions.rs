@@ -17,11 +17,12 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
+        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, Sending,
+        SessionRow, now_ms,
     },
     policy::{self, SpawnContext},
     store::{
-        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,
+        Bounds, Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
         accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
@@ -153,7 +154,7 @@ impl PgStore {
         message: &NewMessage,
         idem: Option<&Idempotency>,
         audit: &AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
         let mut tx = self.begin().await?;
@@ -163,15 +164,19 @@ impl PgStore {
             return replayed_sent(&result);
         }
         // The sender's rate row before any session row (see `locks`).
-        let tat = match throttle {
-            Some(t) => Some(groups::lock_tat(&mut tx, t.sender).await?),
+        let rate = match bounds.throttle {
+            Some(t) => Some(groups::lock_rate(&mut tx, t.sender).await?),
             None => None,
         };
         let (target, _) = locks::session(&mut tx, recipient).await?;
         check(&target)?;
-        if let (Some(t), Some(tat)) = (throttle, tat) {
-            let new_tat = (t.check)(tat, 1)?;
-            groups::set_tat(&mut tx, t.sender, new_tat).await?;
+        let unread =
+            groups::unread_bytes(&mut tx, std::slice::from_ref(&target.session_id)).await?;
+        let unread = unread.get(&target.session_id).copied().unwrap_or(0);
+        (bounds.inbox)(unread, message.body.len() as u64)?;
+        if let (Some(t), Some(rate)) = (bounds.throttle, rate) {
+            let new_rate = (t.check)(rate, Sending::to_each(1, &message.body))?;
+            groups::set_rate(&mut tx, t.sender, new_rate).await?;
         }
         let sequence = insert_message(&mut tx, recipient, message).await?;
         events::remember(
@@ -347,28 +352,59 @@ async fn insert_session(
     Ok(session)
 }
 
-/// Appends a message to an inbox (the recipient's row is locked by the
-/// caller, or new); returns its sequence.
+/// Appends a message to one inbox, its body stored with it (the
+/// recipient's row is locked by the caller, or new); returns its sequence.
 pub(super) async fn insert_message(
     conn: &mut PgConnection,
     recipient: &str,
     message: &NewMessage,
 ) -> Result<i64, SessionError> {
+    insert_body(&mut *conn, &message.message_id, &message.body).await?;
+    insert_entry(conn, recipient, message, &message.message_id).await
+}
+
+/// Stores a message's body once, under `body_id`.
+pub(super) async fn insert_body(
+    conn: &mut PgConnection,
+    body_id: &str,
+    body: &str,
+) -> Result<(), SessionError> {
+    sqlx::query("INSERT INTO message_bodies (body_id, body) VALUES ($1, $2)")
+        .bind(body_id)
+        .bind(body)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Appends `message` to an inbox, its body the one stored under `body_id`
+/// (the recipient's row is locked by the caller, or new), and counts its
+/// bytes unread; returns its sequence.
+pub(super) async fn insert_entry(
+    conn: &mut PgConnection,
+    recipient: &str,
+    message: &NewMessage,
+    body_id: &str,
+) -> Result<i64, SessionError> {
+    let bytes = message.body.len() as i64;
     let seq: i64 = sqlx::query_scalar(
-        "UPDATE sessions SET inbox_seq = inbox_seq + 1 WHERE session_id = $1 RETURNING inbox_seq",
+        "UPDATE sessions SET inbox_seq = inbox_seq + 1, unread_bytes = unread_bytes + $2 \
+         WHERE session_id = $1 RETURNING inbox_seq",
     )
     .bind(recipient)
+    .bind(bytes)
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query(
-        "INSERT INTO messages (message_id, session_id, seq, sender, body, created_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO messages (message_id, session_id, seq, sender, body, body_id, bytes, \
+         created_at_ms) VALUES ($1, $2, $3, $4, '', $5, $6, $7)",
     )
     .bind(&message.message_id)
     .bind(recipient)
     .bind(seq)
     .bind(message.sender.to_string())
-    .bind(&message.body)
+    .bind(body_id)
+    .bind(bytes)
     .bind(now_ms())
     .execute(conn)
     .await?;

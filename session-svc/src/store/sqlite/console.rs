@@ -72,9 +72,11 @@ impl ConsoleStore for SqliteStore {
         limit: u32,
     ) -> Result<Vec<MessageRecord>, SessionError> {
         let rows: Vec<MessageColumns> = sqlx::query_as(
-            "SELECT message_id, session_id, seq, sender, body, created_at_ms, delivered_at_ms \
-             FROM messages WHERE session_id = ?1 OR sender = ?2 \
-             ORDER BY created_at_ms DESC, message_id DESC LIMIT ?3",
+            "SELECT m.message_id, m.session_id, m.seq, m.sender, \
+               COALESCE(b.body, m.body) AS body, m.created_at_ms, m.delivered_at_ms \
+             FROM messages m LEFT JOIN message_bodies b ON b.body_id = m.body_id \
+             WHERE m.session_id = ?1 OR m.sender = ?2 \
+             ORDER BY m.created_at_ms DESC, m.message_id DESC LIMIT ?3",
         )
         .bind(session_id)
         .bind(Principal::Session(session_id.to_owned()).to_string())

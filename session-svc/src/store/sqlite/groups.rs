@@ -10,12 +10,12 @@ use super::{SqliteStore, write::Write, writer::Begun};
 use crate::{
     error::{Reason, SessionError},
     model::{
-        Audience, AuditRecord, FannedOut, GroupName, GroupRow, Idempotency, NewMessage, Reach,
-        Reached, SessionRow, new_message_id, now_ms,
+        Audience, AuditRecord, FannedOut, GroupName, GroupRow, Idempotency, MessageRate,
+        NewMessage, Reach, Reached, SessionRow, new_message_id, now_ms,
     },
     store::{
-        FanOut, FanOutCheck, MembersCheck, Throttle,
-        shared::{fan_out_record, replayed_fan_out},
+        Bounds, FanOut, FanOutCheck, MembersCheck,
+        shared::{fan_out_record, fill_inboxes, replayed_fan_out},
     },
 };
 
@@ -32,7 +32,7 @@ impl SqliteStore {
         out: &FanOut,
         idem: Option<Idempotency>,
         mut audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: FanOutCheck<'_>,
     ) -> Result<FannedOut, SessionError> {
         let mut w = self.writer().await?;
@@ -43,18 +43,28 @@ impl SqliteStore {
         let candidates = self.candidates(&mut w.conn, &out.audience).await;
         let candidates = w.or_abandon(candidates).await?;
         let plan = check(&candidates);
-        let plan = w.or_abandon(plan).await?;
-        let count = plan.iter().filter(|(_, r)| *r == Reach::Deliver).count();
-        if let Some(throttle) = throttle {
-            let tat = message_tat(&mut w.conn, throttle.sender).await;
-            let tat = w.or_abandon(tat).await?;
-            let admitted = (throttle.check)(tat, count);
-            let new_tat = w.or_abandon(admitted).await?;
-            if new_tat != tat {
-                batch.set_message_tat(throttle.sender, new_tat);
+        let mut plan = w.or_abandon(plan).await?;
+        let mut unread = std::collections::HashMap::new();
+        for (session_id, reach) in &plan {
+            if *reach == Reach::Deliver {
+                let bytes = unread_bytes(&mut w.conn, session_id).await;
+                unread.insert(session_id.clone(), w.or_abandon(bytes).await?);
+            }
+        }
+        let unread = |id: &str| unread.get(id).copied().unwrap_or(0);
+        let sending = fill_inboxes(&mut plan, unread, &out.body, bounds.inbox);
+        if let Some(throttle) = bounds.throttle {
+            let rate = message_rate(&mut w.conn, throttle.sender).await;
+            let rate = w.or_abandon(rate).await?;
+            let admitted = (throttle.check)(rate, sending);
+            let new_rate = w.or_abandon(admitted).await?;
+            if new_rate != rate {
+                batch.set_message_rate(throttle.sender, new_rate);
             }
         }
         let mut reached = Vec::with_capacity(plan.len());
+        // The body once, under the first recipient's message id.
+        let mut body_id: Option<String> = None;
         for (session_id, reach) in plan {
             match reach {
                 Reach::Deliver => {
@@ -67,7 +77,14 @@ impl SqliteStore {
                         sender: out.sender.clone(),
                         body: out.body.clone(),
                     };
-                    batch.message(&session_id, &message);
+                    let body_id = match &body_id {
+                        Some(id) => id,
+                        None => {
+                            batch.body(&message.message_id, &out.body);
+                            body_id.insert(message.message_id.clone())
+                        }
+                    };
+                    batch.entry(&session_id, &message, body_id);
                     reached.push(Reached::Delivered {
                         session_id,
                         message_id: message.message_id,
@@ -75,6 +92,7 @@ impl SqliteStore {
                     });
                 }
                 Reach::Ended => reached.push(Reached::Ended { session_id }),
+                Reach::InboxFull => reached.push(Reached::InboxFull { session_id }),
                 Reach::Hidden => {}
             }
         }
@@ -89,7 +107,7 @@ impl SqliteStore {
                     sequence,
                     ..
                 } => Some((session_id.as_str(), *sequence)),
-                Reached::Ended { .. } => None,
+                Reached::Ended { .. } | Reached::InboxFull { .. } => None,
             })
             .collect();
         w.unsettled = delivered.iter().map(|(id, _)| (*id).to_owned()).collect();
@@ -379,15 +397,33 @@ async fn insert_member(
     Ok(())
 }
 
-/// A session's message rate state (0: it has sent nothing yet).
-pub(super) async fn message_tat(
+/// A session's message rate state (zeros: it has sent nothing yet).
+pub(super) async fn message_rate(
     conn: &mut SqliteConnection,
     session_id: &str,
-) -> Result<i64, SessionError> {
-    let tat: Option<i64> =
-        sqlx::query_scalar("SELECT tat_ms FROM message_rates WHERE session_id = ?")
+) -> Result<MessageRate, SessionError> {
+    let tats: Option<(i64, i64)> =
+        sqlx::query_as("SELECT tat_ms, bytes_tat_ms FROM message_rates WHERE session_id = ?")
             .bind(session_id)
             .fetch_optional(conn)
             .await?;
-    Ok(tat.unwrap_or(0))
+    Ok(
+        tats.map_or_else(MessageRate::default, |(messages, bytes)| MessageRate {
+            messages_tat_ms: messages,
+            bytes_tat_ms: bytes,
+        }),
+    )
+}
+
+/// The bytes a session's inbox holds not yet delivered.
+pub(super) async fn unread_bytes(
+    conn: &mut SqliteConnection,
+    session_id: &str,
+) -> Result<u64, SessionError> {
+    let bytes: Option<i64> =
+        sqlx::query_scalar("SELECT unread_bytes FROM sessions WHERE session_id = ?")
+            .bind(session_id)
+            .fetch_optional(conn)
+            .await?;
+    Ok(bytes.unwrap_or(0).max(0) as u64)
 }

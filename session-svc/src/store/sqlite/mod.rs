@@ -56,9 +56,8 @@ use self::{
     write::{Write, insert_audit, rollback},
 };
 use super::{
-    ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
+    Bounds, ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
     Maintenance, MembersCheck, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
-    Throttle,
 };
 use crate::{
     error::SessionError,
@@ -191,10 +190,10 @@ impl Store for SqliteStore {
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
-        self.send_message_impl(recipient, message, idem, audit, throttle, check)
+        self.send_message_impl(recipient, message, idem, audit, bounds, check)
             .await
     }
 
@@ -203,10 +202,10 @@ impl Store for SqliteStore {
         out: &FanOut,
         idem: Option<Idempotency>,
         audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: FanOutCheck<'_>,
     ) -> Result<FannedOut, SessionError> {
-        self.fan_out_impl(out, idem, audit, throttle, check).await
+        self.fan_out_impl(out, idem, audit, bounds, check).await
     }
 
     async fn create_group(

@@ -6,7 +6,7 @@ use troupe_proto::session::SessionStatus;
 
 use super::{
     SqliteStore,
-    write::{Write, entry_from_row, session_columns},
+    write::{INSERT_BODY, INSERT_ENTRY, Write, entry_from_row, session_columns},
 };
 use crate::{
     error::SessionError,
@@ -84,18 +84,20 @@ pub(super) async fn apply(
         if reached.policy == ParentEnd::Notify {
             // As every message: its event and the inbox's sequence by trigger.
             let message = notice(&reached, ended);
-            let seq: i64 = sqlx::query_scalar(
-                "INSERT INTO messages (message_id, session_id, seq, sender, body, created_at_ms) \
-                 SELECT ?1, session_id, inbox_seq + 1, ?2, ?3, ?4 FROM sessions \
-                 WHERE session_id = ?5 RETURNING seq",
-            )
-            .bind(&message.message_id)
-            .bind(message.sender.to_string())
-            .bind(&message.body)
-            .bind(now_ms())
-            .bind(id)
-            .fetch_one(tx.conn())
-            .await?;
+            sqlx::query(INSERT_BODY)
+                .bind(&message.message_id)
+                .bind(&message.body)
+                .execute(tx.conn())
+                .await?;
+            let seq: i64 = sqlx::query_scalar(INSERT_ENTRY)
+                .bind(&message.message_id)
+                .bind(message.sender.to_string())
+                .bind(&message.message_id)
+                .bind(message.body.len() as i64)
+                .bind(now_ms())
+                .bind(id)
+                .fetch_one(tx.conn())
+                .await?;
             row.inbox_seq = seq;
         }
         rows.push((rowid, row));

@@ -192,7 +192,9 @@ impl SqliteStore {
         session_id: &str,
     ) -> Result<Vec<InboxMessage>, SessionError> {
         let rows = sqlx::query(
-            "SELECT m.seq, m.message_id, m.sender, m.body FROM messages m \
+            "SELECT m.seq, m.message_id, m.sender, COALESCE(b.body, m.body) AS body \
+             FROM messages m \
+             LEFT JOIN message_bodies b ON b.body_id = m.body_id \
              LEFT JOIN processes p ON p.session_id = m.session_id \
              WHERE m.session_id = ? AND m.seq > COALESCE(p.delivered_seq, 0) ORDER BY m.seq",
         )
@@ -254,6 +256,17 @@ impl SqliteStore {
         .await?
         .rows_affected()
             > 0;
+        // The inbox's unread bytes less those delivered now, then the entries.
+        sqlx::query(
+            "UPDATE sessions SET unread_bytes = unread_bytes - ( \
+               SELECT COALESCE(SUM(bytes), 0) FROM messages \
+               WHERE session_id = ?1 AND seq <= ?2 AND delivered_at_ms IS NULL) \
+             WHERE session_id = ?1",
+        )
+        .bind(session_id)
+        .bind(seq as i64)
+        .execute(tx.conn())
+        .await?;
         sqlx::query(
             "UPDATE messages SET delivered_at_ms = ? \
              WHERE session_id = ? AND seq <= ? AND delivered_at_ms IS NULL",

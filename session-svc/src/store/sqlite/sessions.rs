@@ -14,11 +14,12 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, SessionRow, now_ms,
+        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, Sending,
+        SessionRow, now_ms,
     },
     policy::{self, SpawnContext},
     store::{
-        Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,
+        Bounds, Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
         accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
@@ -128,7 +129,7 @@ impl SqliteStore {
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
-        throttle: Option<Throttle<'_>>,
+        bounds: Bounds<'_>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
         let mut w = self.writer().await?;
@@ -145,13 +146,17 @@ impl SqliteStore {
         let target = w.or_abandon(target).await?;
         let checked = check(&target);
         w.or_abandon(checked).await?;
-        if let Some(throttle) = throttle {
-            let tat = groups::message_tat(&mut w.conn, throttle.sender).await;
-            let tat = w.or_abandon(tat).await?;
-            let admitted = (throttle.check)(tat, 1);
-            let new_tat = w.or_abandon(admitted).await?;
-            if new_tat != tat {
-                batch.set_message_tat(throttle.sender, new_tat);
+        let unread = groups::unread_bytes(&mut w.conn, &target.session_id).await;
+        let unread = w.or_abandon(unread).await?;
+        let room = (bounds.inbox)(unread, message.body.len() as u64);
+        w.or_abandon(room).await?;
+        if let Some(throttle) = bounds.throttle {
+            let rate = groups::message_rate(&mut w.conn, throttle.sender).await;
+            let rate = w.or_abandon(rate).await?;
+            let admitted = (throttle.check)(rate, Sending::to_each(1, &message.body));
+            let new_rate = w.or_abandon(admitted).await?;
+            if new_rate != rate {
+                batch.set_message_rate(throttle.sender, new_rate);
             }
         }
         // The sequence the message will get: the ledger holds the committed

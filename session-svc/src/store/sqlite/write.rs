@@ -22,7 +22,10 @@ use troupe_proto::{session::SessionStatus, status::status_str};
 use super::open::RawSession;
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, EventKind, Idempotency, NewMessage, NewSession, SessionRow, now_ms},
+    model::{
+        AuditRecord, EventKind, Idempotency, MessageRate, NewMessage, NewSession, SessionRow,
+        now_ms,
+    },
     store::lease::PRUNED_ACTIONS,
 };
 
@@ -160,18 +163,30 @@ impl Batch {
         self
     }
 
-    /// Appends a message to an inbox (its event follows by trigger); returns its `seq`.
+    /// Appends a message to one inbox, its body stored with it; returns its `seq`.
     pub fn message(&mut self, recipient: &str, message: &NewMessage) -> &mut Batch {
-        self.statement(
-            "INSERT INTO messages (message_id, session_id, seq, sender, body, created_at_ms) \
-             SELECT ?, session_id, inbox_seq + 1, ?, ?, ? FROM sessions WHERE session_id = ? \
-             RETURNING seq",
-        )
-        .bind(message.message_id.clone())
-        .bind(message.sender.to_string())
-        .bind(message.body.clone())
-        .bind(now_ms())
-        .bind(recipient.to_owned())
+        self.body(&message.message_id, &message.body)
+            .entry(recipient, message, &message.message_id)
+    }
+
+    /// Stores a message's body once, under `body_id`.
+    pub fn body(&mut self, body_id: &str, body: &str) -> &mut Batch {
+        self.statement(INSERT_BODY)
+            .bind(body_id.to_owned())
+            .bind(body.to_owned())
+    }
+
+    /// Appends `message` to an inbox, its body the one stored under
+    /// `body_id` (its event, the inbox's sequence and unread bytes follow by
+    /// trigger); returns its `seq`.
+    pub fn entry(&mut self, recipient: &str, message: &NewMessage, body_id: &str) -> &mut Batch {
+        self.statement(INSERT_ENTRY)
+            .bind(message.message_id.clone())
+            .bind(message.sender.to_string())
+            .bind(body_id.to_owned())
+            .bind(message.body.len() as i64)
+            .bind(now_ms())
+            .bind(recipient.to_owned())
     }
 
     /// Inserts a new session's account: its budget's limits (as stored,
@@ -203,13 +218,15 @@ impl Batch {
     }
 
     /// Sets a session's message rate state.
-    pub fn set_message_tat(&mut self, session_id: &str, tat_ms: i64) -> &mut Batch {
+    pub fn set_message_rate(&mut self, session_id: &str, rate: MessageRate) -> &mut Batch {
         self.statement(
-            "INSERT INTO message_rates (session_id, tat_ms) VALUES (?, ?) \
-             ON CONFLICT (session_id) DO UPDATE SET tat_ms = excluded.tat_ms",
+            "INSERT INTO message_rates (session_id, tat_ms, bytes_tat_ms) VALUES (?, ?, ?) \
+             ON CONFLICT (session_id) DO UPDATE \
+             SET tat_ms = excluded.tat_ms, bytes_tat_ms = excluded.bytes_tat_ms",
         )
         .bind(session_id.to_owned())
-        .bind(tat_ms)
+        .bind(rate.messages_tat_ms)
+        .bind(rate.bytes_tat_ms)
     }
 
     pub fn audit(&mut self, record: &AuditRecord) -> &mut Batch {
@@ -389,6 +406,17 @@ impl<'c> Write<'c> {
 }
 
 /// The audit insert, its values in [`AuditRecord`]'s order after the time.
+/// Stores a body: its id, its text.
+/// (Plain `?`s, bound in order: a [`Batch`] numbers its parameters across
+/// its statements.)
+pub(super) const INSERT_BODY: &str = "INSERT INTO message_bodies (body_id, body) VALUES (?, ?)";
+/// Appends an inbox entry: message id, sender, body id, bytes, time,
+/// recipient; returns its `seq`. The body's text stays in `message_bodies`.
+pub(super) const INSERT_ENTRY: &str = "INSERT INTO messages (message_id, session_id, seq, sender, body, body_id, bytes, \
+     created_at_ms) \
+     SELECT ?, session_id, inbox_seq + 1, ?, '', ?, ?, ? FROM sessions WHERE session_id = ? \
+     RETURNING seq";
+
 const INSERT_AUDIT: &str = "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
      VALUES (?, ?, ?, ?, ?, ?, ?)";
 
