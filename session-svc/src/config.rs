@@ -122,6 +122,13 @@ pub struct Config {
     /// calls are refused as not served.
     #[arg(long, env = "TROUPE_GATEWAY_CONFIG")]
     pub gateway_config: Option<PathBuf>,
+    /// Store this service's limits (the spawn and message limits below) in
+    /// the database in place of those stored there, for every service on it
+    /// (replicas follow within a second). Without it a service whose limits
+    /// differ from the database's refuses to start on PostgreSQL, naming
+    /// the flags; on SQLite, where a service is alone, its own always win.
+    #[arg(long, env = "TROUPE_ADOPT_LIMITS")]
+    pub adopt_limits: bool,
     #[command(flatten)]
     pub limits: Limits,
     #[command(flatten)]
@@ -139,7 +146,8 @@ pub struct Config {
 /// `PostToGroup`) counts against its rates, in messages and in bytes; one
 /// broadcast or post reaches at most `max_fan_out` sessions; an inbox holds
 /// at most `max_unread_bytes` not yet delivered.
-#[derive(Clone, Copy, Debug, Args)]
+#[derive(Clone, Copy, Debug, PartialEq, Args, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct MessageLimits {
     /// Sustained messages per second one session may send; each recipient of
     /// a broadcast or a group post counts as one. 0 disables the limit.
@@ -188,7 +196,8 @@ impl Default for MessageLimits {
 }
 
 /// Spawn limits (Pinocchio's `NestedSpawnConfig`, Parachute's spawn-bomb guards).
-#[derive(Clone, Copy, Debug, Args)]
+#[derive(Clone, Copy, Debug, PartialEq, Args, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Limits {
     /// Deepest allowed session (a root is depth 0).
     #[arg(long, env = "TROUPE_MAX_DEPTH", default_value_t = 2)]
@@ -229,6 +238,14 @@ impl Config {
         let mut config = Config::parse_from(["troupe-session"]);
         config.data_dir = data_dir.into();
         config
+    }
+
+    /// This service's spawn and message limits, as one set.
+    pub fn limit_set(&self) -> crate::rules::LimitSet {
+        crate::rules::LimitSet {
+            limits: self.limits,
+            messaging: self.messaging,
+        }
     }
 
     pub fn database_url(&self) -> String {

@@ -37,6 +37,7 @@ pub mod operator;
 pub mod owner;
 pub mod placement;
 pub mod policy;
+pub mod rules;
 pub mod service;
 pub mod store;
 
@@ -120,6 +121,9 @@ async fn serve_with_store<S: Store + Clone + 'static>(
     console: Option<console::Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // A SQLite service is alone on its database: its own limits win there.
+    let adopt = config.adopt_limits || !store::is_postgres_url(&config.database_url());
+    let rules = rules::settle(&store, config.limit_set(), adopt).await?;
     let cancel = CancellationToken::new();
     let timing = config.lease_timing()?;
     let agent_files = config.definition_files();
@@ -164,8 +168,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
     let service = Service::new(Inner {
         store: store.clone(),
         tokens,
-        limits: config.limits,
-        messaging: config.messaging,
+        rules: rules.clone(),
         workspaces_dir: config.workspaces_dir(),
         agent_files,
         shutdown: cancel.clone(),
@@ -177,6 +180,10 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         },
     });
     metrics::observe_active(store.clone());
+    if store::is_postgres_url(&config.database_url()) {
+        // Replicas: a limit another one adopted is in force here too.
+        tokio::spawn(rules::follow(store.clone(), rules, cancel.clone()));
+    }
     let upkeep = tokio::spawn(upkeep(store.clone(), cancel.clone()));
 
     let service_name = <SessionServiceServer<Service<S>> as tonic::server::NamedService>::NAME;

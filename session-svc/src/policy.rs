@@ -147,6 +147,8 @@ pub struct SpawnContext<'a> {
     pub parent: &'a SessionRow,
     /// Sessions the parent's tree holds, ended ones included.
     pub tree_sessions: u32,
+    /// Of those, the sandboxed ones: all a sandboxed parent may see.
+    pub tree_sandboxed: u32,
     /// Children the parent has ever created.
     pub children: u32,
     /// Sessions of the workspace that are pending or running.
@@ -184,8 +186,18 @@ pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission,
         ));
     }
     let depth = parent.depth + 1;
+    // A sandboxed spawner is told the limit, never a count of sessions it
+    // may not see (its tree's and its workspace's include direct ones): what
+    // is left of its tree counts the sessions it may see, and the tree may
+    // run out sooner.
+    let counts = parent.trust == Trust::Direct;
+    let tree_seen = if counts {
+        ctx.tree_sessions
+    } else {
+        ctx.tree_sandboxed
+    };
     let left_now = QuotaLeft {
-        tree_sessions_remaining: limits.max_tree_sessions.saturating_sub(ctx.tree_sessions),
+        tree_sessions_remaining: limits.max_tree_sessions.saturating_sub(tree_seen),
         depth_remaining: limits.max_depth.saturating_sub(parent.depth),
         children_remaining: limits.max_children.saturating_sub(ctx.children),
     };
@@ -204,9 +216,6 @@ pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission,
             ),
         ));
     }
-    // A sandboxed spawner is told the limit, never a count of sessions it
-    // may not see (its tree's and its workspace's include direct ones).
-    let counts = parent.trust == Trust::Direct;
     if ctx.tree_sessions >= limits.max_tree_sessions {
         let message = if counts {
             format!(
@@ -265,7 +274,7 @@ pub fn admit_spawn(ctx: &SpawnContext<'_>, limits: &Limits) -> Result<Admission,
         depth,
         parent_spawn_tat_ms,
         quota: QuotaLeft {
-            tree_sessions_remaining: left_now.tree_sessions_remaining - 1,
+            tree_sessions_remaining: left_now.tree_sessions_remaining.saturating_sub(1),
             depth_remaining: limits.max_depth - depth,
             children_remaining: left_now.children_remaining - 1,
         },

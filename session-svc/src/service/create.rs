@@ -199,7 +199,7 @@ pub async fn root<S: Store>(
         )
     };
     let audit = allowed(caller, "create_root_session", &new.session_id, audit_note);
-    let limits = inner.limits;
+    let limits = inner.rules.limits();
     let created = inner
         .store
         .create_root(new, idem, audit, &|active| {
@@ -340,7 +340,7 @@ pub async fn child<S: Store>(
             parent_end_note(on_parent_end)
         ),
     );
-    let limits = inner.limits;
+    let limits = inner.rules.limits();
     let created = inner
         .store
         .create_child(&parent.session_id, new, idem, audit, &|ctx| {

@@ -133,10 +133,11 @@ pub async fn add<S: Store>(
             "name at least one session",
         ));
     }
-    if req.session_ids.len() > inner.messaging.max_fan_out as usize {
+    let max_fan_out = inner.rules.messaging().max_fan_out;
+    if req.session_ids.len() > max_fan_out as usize {
         return Err(SessionError::invalid(
             "session_ids",
-            format!("at most {} at once", inner.messaging.max_fan_out),
+            format!("at most {max_fan_out} at once"),
         ));
     }
     for id in &req.session_ids {
@@ -148,7 +149,7 @@ pub async fn add<S: Store>(
         &req.group,
         serde_json::json!({ "added": req.session_ids }).to_string(),
     );
-    let limits = inner.messaging;
+    let limits = inner.rules.messaging();
     let check = |rows: &[SessionRow], after: &[SessionRow]| {
         for row in rows {
             policy::may_message(caller, row)?;
@@ -253,7 +254,7 @@ async fn fan_out<S: Store>(
         sender: caller.principal(),
         body: body.to_owned(),
     };
-    let limits = inner.messaging;
+    let limits = inner.rules.messaging();
     let reach = match out.audience {
         Audience::Group { .. } => policy::reach_member,
         _ => policy::reach,

@@ -88,10 +88,11 @@ pub(super) async fn store_and_deliver<S: Store>(
         recipient,
         format!("message {}", message.message_id),
     );
+    let limits = inner.rules.messaging();
     let rate = |rate: MessageRate, sending: Sending| {
-        policy::admit_messages(rate, sending, crate::model::now_ms(), &inner.messaging)
+        policy::admit_messages(rate, sending, crate::model::now_ms(), &limits)
     };
-    let inbox = |unread: u64, bytes: u64| policy::admit_inbox(unread, bytes, &inner.messaging);
+    let inbox = |unread: u64, bytes: u64| policy::admit_inbox(unread, bytes, &limits);
     let sent = inner
         .store
         .send_message(

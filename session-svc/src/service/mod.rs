@@ -38,7 +38,6 @@ use spans::{caller_span, spawn_span, spawning};
 
 use crate::{
     auth::{Tokens, bearer},
-    config::{Limits, MessageLimits},
     driver::Driver,
     error::SessionError,
     metrics,
@@ -55,9 +54,9 @@ pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 pub struct Inner<S> {
     pub store: S,
     pub tokens: Arc<Tokens>,
-    pub limits: Limits,
-    /// The message rate and the fan-out limit.
-    pub messaging: MessageLimits,
+    /// The spawn and message limits in force, the database's
+    /// ([`crate::rules`]).
+    pub rules: crate::rules::Rules,
     pub workspaces_dir: PathBuf,
     /// Where agent definition files are read from.
     pub agent_files: crate::agents::DefinitionFiles,

@@ -71,6 +71,15 @@ use crate::{
     placement::Place,
 };
 
+/// Stores a shared setting unless one of that name is stored or, with the
+/// fourth parameter, in its place; returns the stored value. One text for
+/// both backends (SQLite numbers `$N` by first appearance, in order here).
+const CLAIM_SETTING: &str = "INSERT INTO settings (name, value, updated_at_ms) VALUES ($1, $2, $3) \
+     ON CONFLICT (name) DO UPDATE SET \
+       value = CASE WHEN $4 THEN excluded.value ELSE settings.value END, \
+       updated_at_ms = CASE WHEN $4 THEN excluded.updated_at_ms ELSE settings.updated_at_ms END \
+     RETURNING value";
+
 /// Parses a value's stored text (`what` names it for the log): an unknown
 /// text is a storage error, never a panic.
 /// A write scope as the `writable_paths` column keeps it: a JSON array.
@@ -540,6 +549,21 @@ pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
         message: NewMessage,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<Option<Sent>, SessionError>> + Send;
+
+    /// Returns the shared setting `name` after storing `offered` as its
+    /// value if it has none or, with `replace`, in place of the one it has.
+    fn claim_setting(
+        &self,
+        name: &str,
+        offered: &str,
+        replace: bool,
+    ) -> impl Future<Output = Result<String, SessionError>> + Send;
+
+    /// The shared setting `name`, if one is stored.
+    fn setting(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, SessionError>> + Send;
 
     /// Stores `candidate` as the operator token unless one is stored
     /// already, in one statement that never replaces it, then returns the

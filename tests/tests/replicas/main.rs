@@ -12,6 +12,7 @@
 mod conflicts;
 mod console;
 mod events;
+mod limits;
 mod shared;
 mod spawns;
 

@@ -59,14 +59,19 @@ pub(super) async fn workspace(
     Ok(active.max(0) as u32)
 }
 
-/// Locks a tree's counter row; returns the sessions it ever held.
-pub(super) async fn tree(conn: &mut PgConnection, tree_id: &str) -> Result<u32, SessionError> {
-    let sessions: i32 =
-        sqlx::query_scalar("SELECT sessions FROM trees WHERE tree_id = $1 FOR NO KEY UPDATE")
-            .bind(tree_id)
-            .fetch_one(conn)
-            .await?;
-    Ok(sessions.max(0) as u32)
+/// Locks a tree's counter row; returns the sessions it ever held, and how
+/// many of them are sandboxed.
+pub(super) async fn tree(
+    conn: &mut PgConnection,
+    tree_id: &str,
+) -> Result<(u32, u32), SessionError> {
+    let (sessions, sandboxed): (i32, i32) = sqlx::query_as(
+        "SELECT sessions, sandboxed FROM trees WHERE tree_id = $1 FOR NO KEY UPDATE",
+    )
+    .bind(tree_id)
+    .fetch_one(conn)
+    .await?;
+    Ok((sessions.max(0) as u32, sandboxed.max(0) as u32))
 }
 
 /// Locks a session's row (after its workspace and tree, if the caller

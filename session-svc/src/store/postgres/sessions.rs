@@ -18,7 +18,7 @@ use crate::{
     error::SessionError,
     model::{
         AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, Sending,
-        SessionRow, now_ms,
+        SessionRow, Trust, now_ms,
     },
     policy::{self, SpawnContext},
     store::{
@@ -53,8 +53,9 @@ impl PgStore {
         .await?;
         let quota = check(active.max(0) as u32)?;
         let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
-        sqlx::query("INSERT INTO trees (tree_id, sessions) VALUES ($1, 1)")
+        sqlx::query("INSERT INTO trees (tree_id, sessions, sandboxed) VALUES ($1, 1, $2)")
             .bind(&tree_id)
+            .bind(i32::from(new.trust == Trust::Sandboxed))
             .execute(&mut *tx)
             .await?;
         let session = insert_session(&mut tx, new, None, &tree_id, 0).await?;
@@ -92,7 +93,7 @@ impl PgStore {
         }
         let (workspace_id, tree_id) = locks::place(&mut tx, parent_id).await?;
         let workspace_active = locks::workspace(&mut tx, &workspace_id).await?;
-        let tree_sessions = locks::tree(&mut tx, &tree_id).await?;
+        let (tree_sessions, tree_sandboxed) = locks::tree(&mut tx, &tree_id).await?;
         let (parent, children) = locks::session(&mut tx, parent_id).await?;
         // Read, not locked: a reservation racing this create only makes the
         // check stricter, and every call is checked against every ancestor.
@@ -100,16 +101,21 @@ impl PgStore {
         let admission = check(&SpawnContext {
             parent: &parent,
             tree_sessions,
+            tree_sandboxed,
             children,
             workspace_active,
             accounts: &accounts,
             budget: &new.budget,
             now_ms: now_ms(),
         })?;
-        sqlx::query("UPDATE trees SET sessions = sessions + 1 WHERE tree_id = $1")
-            .bind(&tree_id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE trees SET sessions = sessions + 1, sandboxed = sandboxed + $2 \
+             WHERE tree_id = $1",
+        )
+        .bind(&tree_id)
+        .bind(i32::from(new.trust == Trust::Sandboxed))
+        .execute(&mut *tx)
+        .await?;
         sqlx::query(
             "UPDATE sessions SET children = children + 1, spawn_tat_ms = $2 WHERE session_id = $1",
         )

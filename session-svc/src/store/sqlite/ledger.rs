@@ -45,6 +45,8 @@ pub(super) struct SpawnFacts {
     pub parent: SessionRow,
     /// Sessions of the parent's tree, ended ones included.
     pub tree_sessions: u32,
+    /// Of those, the sandboxed ones.
+    pub tree_sandboxed: u32,
     /// Children the parent ever created.
     pub children: u32,
     /// Pending or running sessions of the parent's workspace.
@@ -56,8 +58,8 @@ pub(super) struct SpawnFacts {
 pub(super) struct Ledger {
     sessions: HashMap<String, Entry>,
     workspaces: HashMap<String, Workspace>,
-    /// Sessions per tree.
-    trees: HashMap<String, u32>,
+    /// Sessions per tree, direct and sandboxed ([`trust_index`]).
+    trees: HashMap<String, [u32; 2]>,
     /// Children of each session, by rowid.
     children: HashMap<String, Vec<(i64, String)>>,
     /// Sessions that ended since the ledger was loaded.
@@ -89,7 +91,7 @@ impl Ledger {
                 self.ended += u64::from(old.row.is_active() && !row.is_active());
             }
             None => {
-                *self.trees.entry(row.tree_id.clone()).or_default() += 1;
+                self.trees.entry(row.tree_id.clone()).or_default()[trust_index(row.trust)] += 1;
                 if let Some(parent) = &row.parent_session_id {
                     let siblings = self.children.entry(parent.clone()).or_default();
                     let at = siblings.partition_point(|(r, _)| *r < rowid);
@@ -119,8 +121,14 @@ impl Ledger {
 
     pub fn spawn_facts(&self, parent_id: &str) -> Option<SpawnFacts> {
         let parent = self.sessions.get(parent_id)?;
+        let tree = self
+            .trees
+            .get(&parent.row.tree_id)
+            .copied()
+            .unwrap_or_default();
         Some(SpawnFacts {
-            tree_sessions: self.trees.get(&parent.row.tree_id).copied().unwrap_or(0),
+            tree_sessions: tree.iter().sum(),
+            tree_sandboxed: tree[trust_index(Trust::Sandboxed)],
             children: self.children.get(parent_id).map_or(0, |c| c.len() as u32),
             workspace_active: self.active_in_workspace(&parent.row.workspace_id),
             parent: SessionRow::clone(&parent.row),

@@ -556,6 +556,31 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn claim_setting(
+        &self,
+        name: &str,
+        offered: &str,
+        replace: bool,
+    ) -> Result<String, SessionError> {
+        let mut w = self.writer().await?;
+        Ok(sqlx::query_scalar(super::CLAIM_SETTING)
+            .bind(name)
+            .bind(offered)
+            .bind(now_ms())
+            .bind(replace)
+            .fetch_one(&mut w.conn)
+            .await?)
+    }
+
+    async fn setting(&self, name: &str) -> Result<Option<String>, SessionError> {
+        Ok(
+            sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
     async fn claim_operator_token(
         &self,
         candidate: &OperatorToken,

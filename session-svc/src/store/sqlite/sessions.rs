@@ -83,6 +83,7 @@ impl SqliteStore {
         let admission = check(&SpawnContext {
             parent: &facts.parent,
             tree_sessions: facts.tree_sessions,
+            tree_sandboxed: facts.tree_sandboxed,
             children: facts.children,
             workspace_active: facts.workspace_active,
             accounts: &accounts,
