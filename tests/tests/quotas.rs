@@ -94,6 +94,47 @@ async fn tree_child_and_workspace_quotas_refuse_with_their_reasons() {
     server.stop().await;
 }
 
+/// What a sandboxed spawner is told is left of its tree counts only the
+/// sessions it may see: direct sessions of its tree change nothing of it.
+#[tokio::test]
+async fn a_sandboxed_spawners_quota_left_counts_only_what_it_sees() {
+    let server = TestServer::start_with(|c| {
+        c.limits = Limits {
+            max_tree_sessions: 6,
+            spawn_rate_per_sec: 0.0,
+            ..Limits::default()
+        }
+    })
+    .await;
+    let sandboxed = |title: &str| pb::CreateSessionRequest {
+        trust_level: TrustLevel::Sandboxed as i32,
+        ..child(title)
+    };
+    let mut told = Vec::new();
+    for directs in [0, 2] {
+        let (_, mut root, _) = server.root("alpha", TrustLevel::Direct).await;
+        let kid = create_child(&mut root, sandboxed("kid")).await;
+        for n in 0..directs {
+            spawn(&mut root, &format!("direct {n}"))
+                .await
+                .expect("a direct sibling");
+        }
+        let quota = server
+            .act_as(&kid.session_id)
+            .await
+            .create_session(sandboxed("grandchild"))
+            .await
+            .expect("room in the tree")
+            .into_inner()
+            .quota
+            .expect("quota");
+        told.push(quota.tree_sessions_remaining);
+    }
+    // Six, less the kid and its child: the direct root and siblings unseen.
+    assert_eq!(told, vec![4, 4]);
+    server.stop().await;
+}
+
 /// A sandboxed spawner's quota refusals name the limit, never a count of
 /// sessions it may not see: its tree and its workspace hold direct ones.
 #[tokio::test]
