@@ -1,6 +1,11 @@
 //! Everything the runner asks of the Docker engine: the persistent
 //! container of each workspace and the `docker exec`s inside it. Nothing
 //! else in Troupe talks to Docker.
+//!
+//! Containers are made, checked and made again when they are not what the
+//! runner would make. Every call has a deadline ([`PING_TIMEOUT`],
+//! [`CALL_TIMEOUT`], [`CONTAINER_TIMEOUT`]), past which the engine counts as
+//! unreachable.
 
 use std::{
     collections::HashMap,
