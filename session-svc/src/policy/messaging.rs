@@ -2,6 +2,14 @@
 //! ([`reach`], [`plan_fan_out`]: `may_message` for every recipient), how
 //! many at once ([`plan_fan_out`], [`admit_group_size`]), and the message
 //! rate every message a session sends counts against ([`admit_messages`]).
+//!
+//! The rate counts each recipient: what it bounds is messages agents read
+//! and pay a model to answer, and counting a broadcast once would let one
+//! call do what the rate forbids a hundred. So a broadcast larger than the
+//! burst is never allowed (`--message-burst`, 100 by default, is above
+//! `--max-fan-out`, 64). The rate's state is a table of its own
+//! (`message_rates`), not a session column, so the ledger and the session
+//! rows stay as they were.
 
 use std::time::Duration;
 
