@@ -18,7 +18,7 @@
 //! the gRPC fallback's empty 200). `count_tokens` reserves one call of no
 //! tokens, so it is refused once any budget of the path is spent. Refusals
 //! are audited: a token's with the reason the gRPC side gives the same
-//! token, as [`identify`] audits a gRPC call's.
+//! token, as `identify` audits a gRPC call's.
 //!
 //! - [`config`]: providers, keys, prices, access, timeouts.
 //! - [`shape`]: errors in each API's own shape.
