@@ -1,5 +1,7 @@
 //! A spawn tree in memory, assembled from `GetSession` answers, and its text
-//! form with box-drawing branches.
+//! form with box-drawing branches: each session's own and subtree cost and
+//! tokens in aligned columns, from the usage those answers carry (no call
+//! more).
 
 use std::collections::{HashMap, HashSet};
 

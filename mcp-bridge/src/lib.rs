@@ -12,7 +12,7 @@
 //! - [`caller`]: where a tool call's token comes from, and the check of the
 //!   `X-Agent-Session-Id` hint against it.
 //! - [`backend`]: the channel to the session service and the authenticated calls.
-//! - [`tools`]: the seven tools, their arguments (JSON schemas) and descriptions.
+//! - [`tools`]: the fourteen tools, their arguments (JSON schemas) and descriptions.
 //! - [`view`]: the JSON the tools return.
 //! - [`failure`]: refusals as MCP tool errors (reason, quota left, advice).
 //! - [`http`]: the streamable HTTP service mounted in axum.

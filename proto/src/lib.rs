@@ -3,7 +3,10 @@
 //!
 //! - [`session`]: the session service (spawn tree ledger).
 //! - [`runner`]: the runner service (agent processes in workspace containers).
-//! - [`fleet`]: the runners' registration with the session service.
+//! - [`fleet`]: the runners' registration with the session service
+//!   (`RegisterRunner`, `ListRunners`): a service of its own, served beside
+//!   the session service, so that the session service's file stays the
+//!   agents' and the operator's API.
 //! - [`trust`]: text forms of trust levels, with the `trusted`/`untrusted` aliases.
 //! - [`status`]: text forms of session statuses and event kinds.
 //! - [`paths`]: the default data directory and the operator token.

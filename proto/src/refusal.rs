@@ -2,6 +2,9 @@
 //! reduced to its code name, message, and the `google.rpc.ErrorInfo` reason
 //! and metadata (what is left of a quota, the field at fault). The CLI prints
 //! it; the MCP bridge hands it to the agent as a tool error.
+//!
+//! Clients match on [`Reason`]; the session service's own `Reason` is held
+//! to the same wire names by a test.
 
 use tonic::{Code, Status};
 use tonic_types::StatusExt;

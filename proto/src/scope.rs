@@ -4,6 +4,11 @@
 //! is never wider than its parent's. A sandboxed session given no scope
 //! writes only in [`SANDBOXED_AREA`], so that nothing a direct agent reads
 //! or runs elsewhere in the workspace was written by a sandboxed one.
+//!
+//! [`WritablePath`] (absolute, under `/workspace`, normalised, no `..`) and
+//! [`WriteScope`] (its paths) with [`WriteScope::narrows_to`] are the one
+//! containment rule: the session service's policy, the runner's checks, the
+//! CLI and the MCP bridge all parse scopes through them.
 
 use std::fmt;
 

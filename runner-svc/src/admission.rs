@@ -12,6 +12,11 @@
 //! fits in the container's limit. The agents of a workspace together can
 //! then never take what a start needs; a start beyond that is refused at
 //! once, with a reason that says so, rather than made to fail inside.
+//!
+//! An exec counts until its exit is published, which comes after its uid
+//! was killed. A start without room is `RESOURCE_EXHAUSTED`; one whose
+//! agent finds no process left has its supervisor end the log with reason
+//! `NO_RESOURCES`.
 
 use std::{
     collections::HashMap,

@@ -1,5 +1,6 @@
 //! Configuration of the runner: the `troupe-runner` flags, each with a
-//! `TROUPE_*` variable.
+//! `TROUPE_*` variable; and [`AgentSocket`], the socket agents reach the
+//! session service through (the service's own on this host, or the relay's).
 
 use std::{
     net::SocketAddr,

@@ -1,6 +1,13 @@
 //! Everything the runner asks of the Docker engine: the persistent
 //! container of each workspace and the `docker exec`s inside it. Nothing
 //! else in Troupe talks to Docker.
+//!
+//! Containers are made, checked and made again when they are not what the
+//! runner would make. Every call has a deadline ([`PING_TIMEOUT`],
+//! [`CALL_TIMEOUT`], [`CONTAINER_TIMEOUT`]), past which the engine counts as
+//! unreachable. The label [`SPEC_LABEL`] hashes the creation request: a
+//! container made otherwise is kept while execs of its workspace run or
+//! start, and made again by the first start that finds none.
 
 use std::{
     collections::HashMap,

@@ -21,7 +21,12 @@
 //!   (`--session-endpoint`).
 //! - [`metrics`]: exec start latency, container recreations, the relay.
 //!
-//! [`serve`] runs the whole service on a listener the caller bound.
+//! [`serve`] runs the whole service on a listener the caller bound: it copies
+//! the tools to `<data-dir>/runner/tools` (unless given a tools directory),
+//! binds the relay's socket (with `--session-endpoint`), connects to
+//! Docker, recovers the execs of a
+//! previous run, and serves `RunnerService` (every call of it needs the
+//! operator token), health and reflection.
 
 pub mod admission;
 pub mod config;

@@ -10,7 +10,10 @@
 //! the agent's `$HOME` and `$TMPDIR` (in its exec directory), and a few
 //! character devices (`/dev/null`, ...). A kernel that cannot enforce all
 //! of it (no Landlock, or older than its ABI 3, which handles truncation)
-//! refuses the start: a scoped agent never runs unscoped.
+//! refuses the start: a scoped agent never runs unscoped. The scope's
+//! directories are opened with `openat2` (`RESOLVE_NO_SYMLINKS`): a missing
+//! one, or one reached through a symlink, refuses the start too (the
+//! supervisor exits 126).
 
 use std::{
     os::fd::OwnedFd,

@@ -1,5 +1,6 @@
 //! Configuration of the session service: the `troupe-session` flags (each
-//! with a `TROUPE_*` variable) and the spawn [`Limits`].
+//! with a `TROUPE_*` variable), the spawn [`Limits`] and the
+//! [`MessageLimits`] (the message rate, the fan-out cap).
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 

@@ -1,5 +1,9 @@
 //! [`SessionError`]: every way a call can fail, and the single table that
 //! turns it into a `tonic::Status` with a `google.rpc.ErrorInfo` detail.
+//! Messages are cut to [`MAX_STATUS_MESSAGE`] (1 KiB), to fit the answer's
+//! headers. A database's failure is a `StorageError` of a backend-neutral
+//! [`StorageKind`]: `Unavailable` and `Conflict` answer UNAVAILABLE,
+//! `Other` INTERNAL.
 
 use std::{collections::HashMap, time::Duration};
 

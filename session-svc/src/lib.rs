@@ -20,7 +20,13 @@
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
 //! - [`model`], [`error`]: shared records and the error table.
 //!
-//! [`serve`] runs the whole service on a listener the caller bound.
+//! [`serve`] runs the whole service on a listener the caller bound: it opens
+//! the store, settles the operator token with it, loads the signing keys,
+//! starts the background work's lease ([`owner`]) and the store's own upkeep
+//! ([`upkeep`]: `Store::maintain` every second), and serves `SessionService`,
+//! `FleetService`, health and reflection, with the gateway's routes, on TCP
+//! and on `<data-dir>/run/session.sock` (mode 0666; none with `--socket
+//! none`), and the console on a listener of its own.
 
 pub mod agents;
 pub mod auth;

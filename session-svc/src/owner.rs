@@ -8,6 +8,11 @@
 //! renewal fails or is late (past the lease's time on this process's
 //! monotonic clock), when a write is refused as fenced, or when the service
 //! stops (then the lease is released, so another takes over at once).
+//!
+//! The first try is made before the service serves ([`first_try`]): if it
+//! wins, old events are pruned at once. The wall-clock budgets are read
+//! every [`DEADLINES_EVERY`]: each subtree whose deadline passed ends (end
+//! reason `budget`, fenced and audited).
 
 use std::{sync::Arc, time::Instant};
 

@@ -13,12 +13,14 @@
 //! - `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`: the sampler (parent
 //!   based, always on, by default).
 //!
-//! Spans are exported in batches from a thread of their own: an export that
-//! fails (no receiver) is logged and dropped, and never delays a call.
+//! Spans are exported in batches from a thread of their own, at a lower CPU
+//! priority than the threads that serve calls: an export that fails (no
+//! receiver) is logged and dropped, and never delays a call.
 //!
 //! [`LifeSpan`] plans spans that last as long as a session does;
 //! [`request_span`], [`continue_remote`] and [`traceparent_of`] carry a
-//! trace across calls in W3C `traceparent` form.
+//! trace across calls in W3C `traceparent` form; [`set_strings`] sets a
+//! string-array attribute, which a `tracing` field cannot carry.
 
 mod life;
 mod metrics;

@@ -4,7 +4,8 @@
 //! The runner adds only what is its own (`HOME`, `TMPDIR`, `PATH`,
 //! `TRACEPARENT`, the endpoint inside the container), and for a caller that
 //! starts an exec by hand, the session id and workspace defaults and the
-//! [`ALIASES`] ([`add_aliases`]).
+//! [`ALIASES`] ([`add_aliases`]). [`is_reserved`] names the variables an
+//! agent definition's `env` may not set.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,7 @@
 //! The lines of an agent's stdin: one [`MessageLine`] per message, in
-//! order, and the [`SessionEnded`] notice Troupe sends a callback-mode
-//! parent as the `message` of one of them.
+//! order, and the notices Troupe sends as the `message` of one of them:
+//! [`SessionEnded`] to a callback-mode parent, [`ParentEnded`] to a
+//! `notify` child whose parent ended.
 //!
 //! Fields are declared in the order they are written (by name), so a line
 //! is the same bytes whoever writes it.

@@ -6,6 +6,13 @@
 //! a repeated frame (another owner of the session, a restarted runner) is
 //! skipped. A runner that stops between the write and the record writes
 //! those frames again: at least once there, exactly once otherwise.
+//!
+//! Stdin is written only once the supervisor holds the FIFO (after its
+//! first record): a FIFO's buffer goes with its last descriptor, so bytes
+//! written earlier would be lost when the runner closed its end or
+//! restarted. Each frame is one `write` of at most `PIPE_BUF` bytes, taken
+//! whole or not at all; control lines are written without waiting
+//! (`try_write`), since the agent can fill the FIFO.
 
 use std::{
     sync::{Arc, atomic::Ordering},

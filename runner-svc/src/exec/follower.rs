@@ -2,7 +2,11 @@
 //! appends it (woken by inotify), names its supervisor's host process,
 //! keeps its log within bounds, checks that it still runs and keeps its
 //! deadline, and publishes its end. When the supervisor can no longer
-//! record an exit, the follower writes it.
+//! record an exit, the follower writes it (container lost, or killed),
+//! after cutting any partial record, and only once the engine says the
+//! supervisor's exec has ended, or, while the engine does not answer, once
+//! its host process is gone: one writer of the log at a time. Every process
+//! of the exec's uid is killed before its exit is published.
 
 use std::{fs::File, os::unix::fs::FileExt, sync::Arc, time::Duration};
 

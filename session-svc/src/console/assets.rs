@@ -1,6 +1,13 @@
 //! The page, compiled into the binary (plain ES modules and a stylesheet:
 //! no build step, nothing fetched at run time), and the headers every
-//! answer of the console carries.
+//! answer of the console carries (the Content-Security-Policy first).
+//!
+//! Each module of `web/` says what it owns in its opening comment: `dom.js`
+//! (every node by `createElement` and text), `api.js` (the CSRF token in
+//! memory only), `live.js` (`EventSource`, each cursor applied once),
+//! `ansi.js`, `output.js`, `tree.js` (a tree's snapshot page after page,
+//! then events; only changed rows and lists redrawn), `session.js`,
+//! `workspaces.js`, `app.js` (sign-in and routes).
 
 use std::sync::Arc;
 

@@ -8,6 +8,9 @@
 //! answer and sends back in the [`CSRF_HEADER`] of every state-changing
 //! request. Every POST must also be `application/json`, which no
 //! cross-site form can send.
+//!
+//! `Console::signed` finds the cookie's live sign-in (else 401);
+//! `Console::acting` also requires JSON and the CSRF header (else 403).
 
 use std::{net::SocketAddr, sync::Arc};
 

@@ -1,7 +1,8 @@
 //! How the console acts: through the session service's own gRPC handlers,
 //! in process, with the operator's token on each request, so that every
 //! rule, audit entry and event is what the same call over gRPC gives. And
-//! how their refusals become HTTP answers.
+//! how their refusals become HTTP answers ([`ApiError`]: gRPC's HTTP
+//! mapping of the status, a JSON body, never cached).
 
 use axum::{
     Json,

@@ -1,4 +1,6 @@
-//! The console's flags (`--console-*`), flattened into the service's.
+//! The console's flags (`--console-*`), flattened into the service's, and
+//! [`TraceUrl`] (`--console-trace-url`: an `http://` or `https://` URL that
+//! names `{trace_id}`).
 
 use std::{net::SocketAddr, time::Duration};
 

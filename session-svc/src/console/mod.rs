@@ -20,6 +20,11 @@
 //! make, with the same rules, audit entries and events, and the console
 //! adds an audit entry of its own (`console_*`) naming the sign-in it came
 //! through.
+//!
+//! Its listener is bound before the database opens, like the gRPC one, and
+//! the service's drain stops it: its event streams are `WatchSessions`
+//! streams, ended by the drain's token, then the server waits for what is
+//! still open.
 
 mod api;
 mod assets;

@@ -1,4 +1,5 @@
-//! Throttling failed sign-ins. Each client address may fail
+//! Throttling failed sign-ins. Each client address (an IPv6 client's /64,
+//! an IPv4-mapped one as IPv4) may fail
 //! `--console-sign-in-failures-per-minute` times at once, then once per
 //! share of a minute: past that, its sign-ins are refused (429,
 //! `Retry-After`) before their token is looked at, so guessing from one

@@ -2,6 +2,11 @@
 //! each, in order, each as a stdin frame numbered by its sequence: the
 //! runner writes a sequence once per exec, so a message written by an owner
 //! that died before recording it, or by a stale owner, is not written again.
+//!
+//! Frames go from the process's `delivered_seq`; the `stdin_sequence` the
+//! runner answers is recorded by `Store::mark_delivered`, which also sets
+//! the messages' `delivered_at_ms` and, when `delivered_seq` advanced,
+//! writes one `delivered` event, in the same transaction.
 
 use std::sync::Arc;
 

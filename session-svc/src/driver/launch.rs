@@ -1,6 +1,12 @@
 //! Starting a session's agent: the start request (its environment, its
 //! pending messages as initial stdin), its retries while the runner is
 //! unavailable, within the session's start deadline; and stopping agents.
+//!
+//! `RESOURCE_EXHAUSTED` fails the session `no_resources`, any other refusal
+//! `lost`. A session that ended while its start was on the way has the new
+//! process stopped. The messages are marked delivered only when this start
+//! was the one the runner took: after `ALREADY_EXISTS` the follower's
+//! delivery sends the frames, and the runner skips what it has.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 

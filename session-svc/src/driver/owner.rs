@@ -3,7 +3,8 @@
 //! registers anew), and takes the work that any service recorded in the
 //! store, woken by the store's commits
 //! (LISTEN/NOTIFY across PostgreSQL replicas) and at least every
-//! [`WORK_POLL`].
+//! [`WORK_POLL`]. With no runner at all nothing can be driven: the store is
+//! read only at that poll, for runners.
 
 use std::{sync::Arc, time::Duration};
 

@@ -2,7 +2,9 @@
 //! anew): what to do with each active session placed on it, given what the
 //! runner reports of its exec, and with each exec the runner runs for a
 //! session that is no longer active (stopped, unless the session finished
-//! its task and its grace is not over).
+//! its task and its grace is not over). `decide` (follow, start or fail a
+//! session), `orphans` (the execs to stop) and `in_finish_grace` are pure
+//! functions.
 
 use std::{collections::HashSet, sync::Arc};
 

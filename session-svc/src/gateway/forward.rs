@@ -9,6 +9,9 @@
 //! provider's key: an error answer up to [`MAX_ERROR_BYTES`], a JSON answer
 //! up to [`MAX_ANSWER_BYTES`], the headers by allowlist
 //! ([`super::headers`]).
+//!
+//! Each provider has one pooled [`Client`] (hyper-util's, HTTP/1.1, over
+//! TLS with hyper-rustls for `https://`).
 
 use std::time::Duration;
 

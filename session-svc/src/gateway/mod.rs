@@ -14,6 +14,11 @@
 //! provider do ([`reach`]), and the answer's headers relayed, its key
 //! scrubbed from all it says ([`scrub`]). A request's token is checked from
 //! its headers before its body is read, and the body is bounded ([`body`]).
+//! Any other path or method under `/v1/` is a `404` in the API's shape (not
+//! the gRPC fallback's empty 200). `count_tokens` reserves one call of no
+//! tokens, so it is refused once any budget of the path is spent. Refusals
+//! are audited: a token's with the reason the gRPC side gives the same
+//! token, as `identify` audits a gRPC call's.
 //!
 //! - [`config`]: providers, keys, prices, access, timeouts.
 //! - [`shape`]: errors in each API's own shape.

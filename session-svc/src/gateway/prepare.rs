@@ -2,7 +2,8 @@
 //! reads it ([`strict`]), its model served to the caller's workspace by a
 //! provider of the route's API, what it may make the provider do
 //! ([`reach`]), and its worst case: every completion it asks for (OpenAI's
-//! `n`) at its output bound, plus its bytes as input.
+//! `n`) at its output bound, plus its bytes as input. The upstream path
+//! carries no query but Anthropic's `beta=true`.
 
 use axum::{body::Bytes, http::HeaderMap};
 use serde_json::Value;

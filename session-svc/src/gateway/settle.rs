@@ -3,7 +3,9 @@
 //! count that is absurd, negative or overflows its price) or its final
 //! usage was never seen where it must be, to the reservation's worst case,
 //! never less. A settlement whose task ends otherwise is released when
-//! dropped.
+//! dropped. It holds the call's `model_call` span (under the caller's life
+//! span), records the usage and outcome on it, and counts the call in the
+//! model metrics.
 
 use std::time::Instant;
 

@@ -8,6 +8,13 @@
 //! (negative, fractional, absurd, a usage that is not an object) makes the
 //! call's usage unreadable ([`Reported::unreadable`]): it is then charged
 //! its reservation, never less.
+//!
+//! The [`Meter`] finds each event's end with `memchr`, searching each byte
+//! once, and keeps only an unfinished event's start, up to
+//! `MAX_EVENT_BYTES`. Anthropic's content deltas, block starts and stops
+//! and pings carry no usage: they pass unparsed, by the name of their
+//! `event:` line; any other event is parsed. An OpenAI stream is parsed
+//! chunk by chunk (its chunks have no event names).
 
 use serde_json::Value;
 

@@ -1,5 +1,7 @@
 //! What every service on one database shares instead of reading it from its
-//! own disk: the operator token, and agent definitions kept in the database.
+//! own disk: the operator token ([`OperatorToken`], a secret: no `Debug`
+//! of it, compared in constant time), and agent definitions kept in the
+//! database ([`AgentScope`]: one workspace, or all).
 
 use std::fmt;
 

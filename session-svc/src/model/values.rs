@@ -1,5 +1,6 @@
 //! The domain's small values with a stored text form: event kinds, exit
-//! reasons, principals. Each is parsed once, where the store reads it; an
+//! reasons, principals (`operator`, `session:<id>`, `troupe`,
+//! `anonymous`). Each is parsed once, where the store reads it; an
 //! unknown stored text is a storage error, never a panic.
 
 use std::fmt;

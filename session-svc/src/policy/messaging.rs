@@ -3,6 +3,15 @@
 //! many at once ([`plan_fan_out`], [`admit_group_size`]), the message
 //! rates every message a session sends counts against, in messages and in
 //! bytes ([`admit_messages`]), and what an inbox holds ([`admit_inbox`]).
+//!
+//! The rates count each recipient: what they bound is messages agents read
+//! and pay a model to answer (and bytes the database keeps for them), and
+//! counting a broadcast once would let one call do what the rate forbids a
+//! hundred. So a broadcast larger than a burst is never allowed
+//! (`--message-burst`, 100 by default, is above `--max-fan-out`, 64; a body
+//! to 64 recipients passes the byte burst, 2 MiB, only up to 32 KiB). The
+//! rates' state is a table of its own (`message_rates`), not a session
+//! column, so the ledger and the session rows stay as they were.
 
 use std::time::Duration;
 

@@ -1,4 +1,7 @@
 //! `FinishSession`: a session ends its own task with its result.
+//! [`Finishing`]: the longest result (`--max-result-bytes`) and the grace a
+//! finished session's process has to exit before it is stopped
+//! (`--finish-grace-ms`).
 
 use troupe_proto::session as pb;
 

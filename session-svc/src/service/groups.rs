@@ -3,6 +3,11 @@
 //! Who gets a message is `policy::plan_fan_out`'s to decide (SendMessage's
 //! rule for every recipient), inside the store's transaction; each
 //! recipient's message is then delivered as SendMessage's is.
+//!
+//! A recipient is whoever the sender may message: a sandboxed child does not
+//! reach its direct parent by broadcast (`ReplyToParent` is its way up), and
+//! a direct member's post reaches a sandboxed member as a direct session's
+//! message does (its sender unnamed on stdin).
 
 use troupe_proto::session as pb;
 

@@ -1,4 +1,9 @@
 //! `SendMessage`: stores a message in the recipient's inbox.
+//!
+//! `store_and_deliver` is the one path of a single message, `SendMessage`'s
+//! and `ReplyToParent`'s: stored and audited in one transaction, counted
+//! against the sender's rate, then delivered at once where this replica
+//! owns the recipient's runner.
 
 use troupe_proto::session as pb;
 

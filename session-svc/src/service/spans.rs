@@ -1,6 +1,8 @@
 //! The spans of spawn requests: a spawn's span is its request's, under the
 //! caller's span when it names one, with the session it made (or why it was
-//! refused) recorded on it.
+//! refused) recorded on it. A spawn request has this one span, refusals
+//! included, and `LifeSpan::adopt` sets its parent (the parent session's
+//! life) before anything starts under it, so its parent is final.
 
 use opentelemetry::trace::SpanContext;
 use tonic::Request;

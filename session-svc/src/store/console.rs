@@ -4,6 +4,13 @@
 //! replaying the workspace's events (each session's inbox and last
 //! progress, the spawns refused to it), each one query whatever the number
 //! of sessions.
+//!
+//! Both backends keep sign-ins in `console_sessions` (the id's hash, the
+//! CSRF token, the expiry; expired ones removed at each sign-in), read an
+//! inbox as `sessions.inbox_seq` against `processes.delivered_seq` and the
+//! last progress from `sessions.last_progress` (written with each progress
+//! event), and find refused spawns through the partial index
+//! `audit_refused_spawns`.
 
 use std::future::Future;
 

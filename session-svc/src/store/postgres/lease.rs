@@ -4,7 +4,12 @@
 //! A fenced write reads the lease row `FOR SHARE` first of all (before the
 //! locks of `locks`), checking holder, epoch and expiry on the database's
 //! clock: a takeover updates the row, so it comes only after the writes of
-//! the term it ends, and every later write of that term is refused.
+//! the term it ends, and every later write of that term is refused. A try
+//! for the lease while a write holds the row fails at once, never waits,
+//! so a new term starts with all its time. A stalled owner holds the row
+//! no longer than a term: its fenced write's transaction may sit idle for
+//! the lease's time to live, at most `IDLE_IN_TRANSACTION` (5 s, after
+//! which PostgreSQL ends the connection).
 
 use std::time::Duration;
 

@@ -7,7 +7,10 @@
 //! the workspace's counter row, then the tree's, then session rows. A write
 //! that ends sessions takes the same locks, in the same order, and keeps the
 //! counters true. A transaction that still loses a deadlock or a
-//! serialization check is run again (`retrying!`).
+//! serialization check is run again (`retrying!`). Every transaction
+//! starts in `PgStore::begin`, whose `BEGIN` runs in a task of its own
+//! (sqlx's is not cancel-safe), so a write dropped midway leaves no pooled
+//! connection inside a transaction.
 //!
 //! Events are written last in their transaction, under one advisory lock
 //! held until commit, so their ids (the watchers' cursors) are handed out in

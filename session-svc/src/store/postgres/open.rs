@@ -1,6 +1,7 @@
 //! Opening the store: the pool, the migrations (under PostgreSQL's migration
 //! lock, so replicas starting together migrate once), the wake-up tasks;
-//! and the session row as stored.
+//! and the session row as stored. Messages and logs name the URL without
+//! its password ([`redacted`]).
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 

@@ -1,5 +1,7 @@
 //! A session's own end (`FinishSession`): its result stored, its end, its
 //! subtree terminated as a termination's is, its callback and its stop.
+//! The result lives in `sessions.outcome` and `result`, read apart from the
+//! row (`Store::finished`): the ledger does not hold it.
 
 use serde_json::json;
 use troupe_proto::session::SessionStatus;

@@ -2,6 +2,8 @@
 //!
 //! Each output event is stored with its size, and each session's process
 //! row counts the output it keeps (`output_bytes`) and what was dropped.
+//! Budgets count bytes as printed; an event holds them as base64, about
+//! 4/3 of that on disk.
 //! Past a session's budget, the session's oldest output events go until it
 //! keeps three quarters of it; past the total budget, the sessions keeping
 //! the most lose their oldest output likewise, so a noisy agent cannot push

@@ -2,6 +2,13 @@
 //! and cut back past its limit, and the database, which returns the pages
 //! it no longer needs (incremental auto-vacuum). [`Store::maintain`](crate::store::Store::maintain) does
 //! both, every second.
+//!
+//! The writer runs with `wal_autocheckpoint=0`: no call checkpoints while
+//! the log is under its limit ([`WAL_LIMIT`](super::WAL_LIMIT), 64 MiB);
+//! past it, the next writer truncates it first, so it stays within the
+//! limit plus one write transaction. Free pages past 1 MiB are returned, at
+//! most 4 MiB a pass. An older database without incremental auto-vacuum is
+//! rewritten once by `VACUUM` at open.
 
 use sqlx::{AssertSqlSafe, SqlitePool};
 

@@ -1,6 +1,14 @@
 //! The writer's discipline: taking the one writer connection (settling what
 //! a cancelled write left), beginning a write that may carry a request id,
 //! and running a batch whose results go to the ledger.
+//!
+//! A write marks the sessions it changes as unsettled before its first
+//! statement and clears them once the ledger has its result. If its future
+//! is dropped in between (a client hung up), the next writer rolls back
+//! what is open and rereads those rows; so it does when a write that opened
+//! its transaction ahead of its batch (a request id's lookup) was dropped.
+//! Whoever takes the writer lock (tokio's, fair) while the write-ahead log
+//! is past its limit first cuts it back.
 
 use sqlx::{Row, sqlite::SqliteRow};
 use tokio::sync::MutexGuard;
