@@ -10,7 +10,7 @@ use troupe_session_svc::Config;
 
 /// The list path builds and frees thousands of small strings per call; after
 /// a long run of writes the system allocator's fragmented heap made a list of
-/// 1,000 take half again as long (BENCHMARKS.md, "What has been tried").
+/// 1,000 take half again as long (measured with the `session` bench).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

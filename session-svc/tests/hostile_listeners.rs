@@ -16,7 +16,7 @@ use std::{
 
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 use troupe_proto::session::ListWorkspaceSessionsRequest;
-use troupe_tests::process::SessionProcess;
+use troupe_tests::{floods, ports, process::SessionProcess};
 
 /// The open-file limit the service runs under (soft and hard).
 const LIMIT: u32 = 512;
@@ -37,31 +37,6 @@ fn limited(dir: &Path) -> String {
     .unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path.display().to_string()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Opens [`FLOOD`] connections to `console` that each send half a request
-/// head and stall.
-async fn flood_console(console: std::net::SocketAddr) -> Vec<TcpStream> {
-    let mut held = Vec::new();
-    for _ in 0..FLOOD {
-        if let Ok(Ok(mut stream)) =
-            tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(console)).await
-        {
-            let _ = stream
-                .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-                .await;
-            held.push(stream);
-        }
-    }
-    held
 }
 
 /// A process of another uid that holds [`FLOOD`] connections to the
@@ -97,8 +72,8 @@ async fn a_flood_on_one_listener_leaves_the_others_and_the_database_working() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let socket = dir.path().join("run/session.sock");
     let script = limited(dir.path());
-    let console_port = free_port();
-    let metrics_port = free_port();
+    let console_port = ports::free_addr().port();
+    let metrics_port = ports::free_addr().port();
     let log = dir.path().join("session.log");
     let data = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(data.path().join("data/agents")).unwrap();
@@ -126,7 +101,7 @@ async fn a_flood_on_one_listener_leaves_the_others_and_the_database_working() {
     let root = service.create_root().await;
 
     let console: std::net::SocketAddr = format!("127.0.0.1:{console_port}").parse().unwrap();
-    let held = flood_console(console).await;
+    let held = floods::stall(console, FLOOD, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n").await;
     let mut agent = flood_socket(&socket);
     let mut opened = String::new();
     {

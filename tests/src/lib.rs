@@ -6,6 +6,7 @@
 //! - [`Client`]: a `SessionService` client that sends `authorization: Bearer <token>`.
 //! - [`reason`]: the `ErrorInfo` reason of a refusal.
 //! - [`drain`]: what clients see of a server that stops.
+//! - [`floods`]: hostile clients of a listener (stalled heads, silent connections).
 //! - [`flags_doc`]: docs/flags.md against the binaries' `--help`.
 //! - [`bench`]: percentiles of sequential calls, for the benchmarks.
 //! - [`console`]: the web console over HTTP: a service serving it, a sign-in.
@@ -24,6 +25,7 @@ pub mod browser;
 pub mod console;
 pub mod drain;
 pub mod flags_doc;
+pub mod floods;
 pub mod gateway;
 pub mod http;
 pub mod otlp;
