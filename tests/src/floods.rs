@@ -14,7 +14,8 @@ use tokio::{
 pub async fn stall(addr: SocketAddr, n: usize, head: &[u8]) -> Vec<TcpStream> {
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
-        let connected = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await;
+        let connected =
+            tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await;
         if let Ok(Ok(mut stream)) = connected {
             if !head.is_empty() {
                 let _ = stream.write_all(head).await;
