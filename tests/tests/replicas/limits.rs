@@ -35,6 +35,8 @@ fn limits(max_children: u32) -> Limits {
 #[tokio::test]
 async fn a_replica_with_other_limits_refuses_to_start_and_one_that_adopts_them_changes_all() {
     let first = TestServer::start_on(Backend::Postgres, |c| c.limits = limits(20)).await;
+    // Answering, it has stored its limits.
+    let (root, mut on_first, _) = first.root("alpha", TrustLevel::Direct).await;
 
     let dir = tempfile::tempdir().expect("dir");
     let mut other = first.config.clone();
@@ -55,7 +57,6 @@ async fn a_replica_with_other_limits_refuses_to_start_and_one_that_adopts_them_c
             c.adopt_limits = true;
         })
         .await;
-    let (root, mut on_first, _) = first.root("alpha", TrustLevel::Direct).await;
     tokio::time::sleep(troupe_session_svc::rules::FOLLOW_EVERY * 3).await;
     for n in 0..3 {
         on_first
