@@ -6,8 +6,8 @@
 //!
 //! Each sender sends the largest body its limits let through at once (with
 //! the byte bounds on, the byte burst shared by 63 recipients; off, the
-//! largest message, 256 KiB) and, refused RATE_LIMITED, waits what the
-//! refusal says. Prints per run: the broadcasts and messages (recipients)
+//! largest message, 256 KiB), of printable bytes no compression shrinks
+//! much, and, refused RATE_LIMITED, waits what the refusal says. Prints per run: the broadcasts and messages (recipients)
 //! stored, the bytes the agents would read (body × recipients), and the
 //! database's growth (SQLite: the database file and its WAL; PostgreSQL:
 //! `pg_database_size`).
@@ -72,6 +72,20 @@ async fn flood(mut client: Client, body: String, until: Instant) -> Sent {
     sent
 }
 
+/// `len` letters that no compression shrinks much (PostgreSQL compresses
+/// long values): a hostile sender's body, not a run of one byte.
+fn incompressible(len: usize) -> String {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            char::from(b'!' + (state % 94) as u8)
+        })
+        .collect()
+}
+
 /// The database's size in bytes.
 async fn database_bytes(server: &TestServer) -> u64 {
     let url = server.config.database_url();
@@ -106,7 +120,7 @@ async fn run(name: &str, limits: MessageLimits) {
     } else {
         (limits.message_bytes_burst as usize / (SESSIONS - 1)).min(LARGEST)
     };
-    let body = "b".repeat(body_len);
+    let body = incompressible(body_len);
     let before = database_bytes(&server).await;
     let until = Instant::now() + FLOOD;
     let floods: Vec<_> = senders
