@@ -37,10 +37,10 @@ async fn stalled_heads_are_capped_per_peer_and_cut_after_the_header_timeout() {
     .await;
     let addr = address(&bridge.url);
     let head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
-    let mut held = floods::stall(addr, PER_PEER, head).await;
+    let mut held = floods::stall_from(floods::FLOODER, addr, PER_PEER, head).await;
     assert_eq!(held.len(), PER_PEER, "the cap's worth connect");
 
-    let mut past = floods::stall(addr, 1, head).await;
+    let mut past = floods::stall_from(floods::FLOODER, addr, 1, head).await;
     assert!(
         floods::closed_within(&mut past[0], Duration::from_secs(2)).await,
         "a connection past the per-peer cap is closed at once"

@@ -29,9 +29,9 @@ async fn silent_connections_are_capped_per_peer_and_closed_when_idle() {
         .expect("the runner starts");
     http::wait_listening(addr).await;
 
-    let mut held = floods::stall(addr, PER_PEER, b"").await;
+    let mut held = floods::stall_from(floods::FLOODER, addr, PER_PEER, b"").await;
     assert_eq!(held.len(), PER_PEER, "the cap's worth connect");
-    let mut past = floods::stall(addr, 1, b"").await;
+    let mut past = floods::stall_from(floods::FLOODER, addr, 1, b"").await;
     assert!(
         floods::closed_within(&mut past[0], Duration::from_secs(2)).await,
         "a connection past the per-peer cap is closed at once"
