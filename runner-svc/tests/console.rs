@@ -13,13 +13,11 @@ mod common;
 #[path = "console/http.rs"]
 mod http;
 
-use std::net::SocketAddr;
-
 use anyhow::ensure;
 use common::pair::*;
 use hyper::{Method, StatusCode};
 use troupe_proto::session::{ExecutionMode, SessionStatus};
-use troupe_tests::{OPERATOR_TOKEN, browser::Browser, otlp::exporting_test};
+use troupe_tests::{OPERATOR_TOKEN, browser::Browser, otlp::exporting_test, ports::free_addr};
 
 /// What a payload would set if the page ever ran it.
 const XSS_TITLE: &str = "<img src=x onerror=\"window.__xss='title'\">";
@@ -28,12 +26,6 @@ const XSS_MESSAGE: &str = "<img src=x onerror=\"window.__xss='message'\"><b>hi a
 const TALKER: &str = "printf 'hello \\033[31mred\\033[0m world\\n'; \
     echo '<script>window.__xss=\"output\"</script><img src=x onerror=\"window.__xss=1\">'; \
     while read line; do echo \"got: $line\"; done";
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
 
 /// The script that says whether any payload ran or made an element.
 const NOTHING_RAN: &str = "return window.__xss === undefined \

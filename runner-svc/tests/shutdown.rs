@@ -25,10 +25,7 @@ const DRAIN_MS: u64 = 1500;
 async fn a_stop_ends_every_stream_and_exits_within_the_drain_time() {
     require_engine();
     let dir = tempfile::tempdir().unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = troupe_tests::ports::free_addr();
     let mut runner = tokio::process::Command::new(env!("CARGO_BIN_EXE_troupe-runner"))
         .arg("--listen")
         .arg(addr.to_string())

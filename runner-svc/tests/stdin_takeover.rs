@@ -29,10 +29,7 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
     let url = troupe_tests::postgres::fresh_database().await;
     // The runner comes up only once the test holds the delivery's rows:
     // until then the owner's start is refused (UNAVAILABLE) and retried.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = troupe_tests::ports::free_addr();
     let endpoint = format!("http://{addr}");
     let store = PgStore::open(&url).await.unwrap();
     let mut first = replica(&url, &endpoint);

@@ -71,11 +71,7 @@ async fn a_model_call_is_a_span_of_its_sessions_life_and_counted_in_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let file = config(dir.path(), &upstream.base_url());
     let metrics = {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = troupe_tests::ports::free_addr().port();
         std::net::SocketAddr::from(([127, 0, 0, 1], port))
     };
     let log = dir.path().join("session.log");

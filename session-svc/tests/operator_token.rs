@@ -39,11 +39,7 @@ impl Service {
     /// operator token `configured` in its environment if given (and none
     /// otherwise), logging everything.
     fn start(dir: &Path, name: &str, url: &str, configured: Option<&str>) -> Service {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = troupe_tests::ports::free_addr().port();
         let data = dir.join(name);
         let log = dir.join(format!("{name}.log"));
         let mut command = Command::new(BINARY);

@@ -427,11 +427,7 @@ async fn a_spawn_tree_is_one_trace_shaped_like_the_tree() {
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_are_scraped_and_exported() {
     let (receiver, endpoint) = Receiver::start().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = troupe_tests::ports::free_addr().port();
     let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let listen = metrics.to_string();
     let service = start(

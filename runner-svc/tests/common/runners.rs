@@ -45,11 +45,7 @@ impl RunnerProcess {
     /// agents reach the service through `socket`.
     pub async fn start(name: &str, capacity: u32, service: &str, socket: &Path) -> RunnerProcess {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = troupe_tests::ports::free_addr().port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let prefix = format!("troupe-t{}-{name}", std::process::id());
         let args = [
