@@ -128,8 +128,13 @@ async fn serve_with_store<S: Store + Clone + 'static>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // A SQLite service is alone on its database: its own limits win there.
-    let adopt = config.adopt_limits || !store::is_postgres_url(&config.database_url());
-    let rules = rules::settle(&store, config.limit_set(), adopt).await?;
+    let replicated = store::is_postgres_url(&config.database_url());
+    let rules = rules::settle(
+        &store,
+        config.limit_set(),
+        config.adopt_limits || !replicated,
+    )
+    .await?;
     let cancel = CancellationToken::new();
     let timing = config.lease_timing()?;
     let agent_files = config.definition_files();
@@ -186,7 +191,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         },
     });
     metrics::observe_active(store.clone());
-    if store::is_postgres_url(&config.database_url()) {
+    if replicated {
         // Replicas: a limit another one adopted is in force here too.
         tokio::spawn(rules::follow(store.clone(), rules, cancel.clone()));
     }

@@ -57,3 +57,29 @@ pub async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
     };
     tokio::time::timeout(within, closed).await.is_ok()
 }
+
+/// Plays one address against a listener that admits `per_peer` connections
+/// per address and cuts a stalled one after `timeout`: the cap's worth of
+/// connections from [`FLOODER`], each sending `head`, are admitted and
+/// held; one more is closed at once, unread; the held ones stay open until
+/// their timeout and are cut within a few seconds of it. Panics, saying
+/// which, if any of that fails.
+pub async fn capped_then_cut(addr: SocketAddr, per_peer: usize, head: &[u8], timeout: Duration) {
+    let mut held = stall_from(FLOODER, addr, per_peer, head).await;
+    assert_eq!(held.len(), per_peer, "the cap's worth connect");
+    let mut past = stall_from(FLOODER, addr, 1, head).await;
+    assert!(
+        closed_within(&mut past[0], Duration::from_secs(2)).await,
+        "a connection past the per-peer cap is closed at once"
+    );
+    assert!(
+        !closed_within(&mut held[0], Duration::from_millis(300)).await,
+        "the admitted ones wait for their timeout"
+    );
+    for (n, stream) in held.iter_mut().enumerate() {
+        assert!(
+            closed_within(stream, timeout + Duration::from_secs(5)).await,
+            "held connection {n} is cut after the timeout"
+        );
+    }
+}

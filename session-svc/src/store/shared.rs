@@ -2,6 +2,8 @@
 //! stores and replays, which recipients of a fan-out have room, the detail
 //! of a process change's event, and where an output drop stops.
 
+use std::collections::HashMap;
+
 use serde_json::json;
 
 use super::{Created, InboxCheck, Sent};
@@ -10,18 +12,22 @@ use crate::{
     model::{FannedOut, ProcessChange, Reach, Reached, Sending},
 };
 
-/// Marks the recipients of a fan-out's plan whose inbox would not take a
-/// body of `bytes` (`unread`: what each inbox holds not yet delivered) as
+/// What each of some inboxes holds not yet delivered, in bytes, by session id.
+pub(crate) type Unread = HashMap<String, u64>;
+
+/// Marks the recipients of a fan-out's plan whose inbox would not take
+/// `body` (`unread`: what each holds not yet delivered) as
 /// [`Reach::InboxFull`]; returns what the rest send, for the sender's rates.
 pub(crate) fn fill_inboxes(
     plan: &mut [(String, Reach)],
-    unread: impl Fn(&str) -> u64,
+    unread: &Unread,
     body: &str,
     inbox: InboxCheck<'_>,
 ) -> Sending {
     let bytes = body.len() as u64;
     for (session_id, reach) in plan.iter_mut() {
-        if *reach == Reach::Deliver && inbox(unread(session_id), bytes).is_err() {
+        let held = unread.get(session_id.as_str()).copied().unwrap_or(0);
+        if *reach == Reach::Deliver && inbox(held, bytes).is_err() {
             *reach = Reach::InboxFull;
         }
     }

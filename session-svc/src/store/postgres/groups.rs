@@ -21,7 +21,7 @@ use crate::{
     },
     store::{
         Bounds, FanOut, FanOutCheck, MembersCheck,
-        shared::{fan_out_record, fill_inboxes, replayed_fan_out},
+        shared::{Unread, fan_out_record, fill_inboxes, replayed_fan_out},
     },
 };
 
@@ -55,8 +55,7 @@ impl PgStore {
         let rows = lock_sessions(&mut tx, &ids).await?;
         let mut plan = check(&rows)?;
         let unread = unread_bytes(&mut tx, &ids).await?;
-        let unread = |id: &str| unread.get(id).copied().unwrap_or(0);
-        let sending = fill_inboxes(&mut plan, unread, &out.body, bounds.inbox);
+        let sending = fill_inboxes(&mut plan, &unread, &out.body, bounds.inbox);
         if let (Some(t), Some(rate)) = (bounds.throttle, rate) {
             let new_rate = (t.check)(rate, sending)?;
             set_rate(&mut tx, t.sender, new_rate).await?;
@@ -262,7 +261,7 @@ pub(super) async fn set_rate(
 pub(super) async fn unread_bytes(
     conn: &mut PgConnection,
     ids: &[String],
-) -> Result<std::collections::HashMap<String, u64>, SessionError> {
+) -> Result<Unread, SessionError> {
     let rows: Vec<(String, i64)> =
         sqlx::query_as("SELECT session_id, unread_bytes FROM sessions WHERE session_id = ANY($1)")
             .bind(ids)

@@ -176,10 +176,10 @@ impl PgStore {
         };
         let (target, _) = locks::session(&mut tx, recipient).await?;
         check(&target)?;
-        let unread =
-            groups::unread_bytes(&mut tx, std::slice::from_ref(&target.session_id)).await?;
-        let unread = unread.get(&target.session_id).copied().unwrap_or(0);
-        (bounds.inbox)(unread, message.body.len() as u64)?;
+        let recipient_id = std::slice::from_ref(&target.session_id);
+        let unread = groups::unread_bytes(&mut tx, recipient_id).await?;
+        let held = unread.get(&target.session_id).copied().unwrap_or(0);
+        (bounds.inbox)(held, message.body.len() as u64)?;
         if let (Some(t), Some(rate)) = (bounds.throttle, rate) {
             let new_rate = (t.check)(rate, Sending::to_each(1, &message.body))?;
             groups::set_rate(&mut tx, t.sender, new_rate).await?;

@@ -15,7 +15,7 @@ use crate::{
     },
     store::{
         Bounds, FanOut, FanOutCheck, MembersCheck,
-        shared::{fan_out_record, fill_inboxes, replayed_fan_out},
+        shared::{Unread, fan_out_record, fill_inboxes, replayed_fan_out},
     },
 };
 
@@ -44,15 +44,14 @@ impl SqliteStore {
         let candidates = w.or_abandon(candidates).await?;
         let plan = check(&candidates);
         let mut plan = w.or_abandon(plan).await?;
-        let mut unread = std::collections::HashMap::new();
-        for (session_id, reach) in &plan {
-            if *reach == Reach::Deliver {
-                let bytes = unread_bytes(&mut w.conn, session_id).await;
-                unread.insert(session_id.clone(), w.or_abandon(bytes).await?);
-            }
-        }
-        let unread = |id: &str| unread.get(id).copied().unwrap_or(0);
-        let sending = fill_inboxes(&mut plan, unread, &out.body, bounds.inbox);
+        let recipients: Vec<String> = plan
+            .iter()
+            .filter(|(_, reach)| *reach == Reach::Deliver)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let unread = unread_bytes(&mut w.conn, &recipients).await;
+        let unread = w.or_abandon(unread).await?;
+        let sending = fill_inboxes(&mut plan, &unread, &out.body, bounds.inbox);
         if let Some(throttle) = bounds.throttle {
             let rate = message_rate(&mut w.conn, throttle.sender).await;
             let rate = w.or_abandon(rate).await?;
@@ -415,15 +414,20 @@ pub(super) async fn message_rate(
     )
 }
 
-/// The bytes a session's inbox holds not yet delivered.
+/// The bytes each of `ids`' inboxes holds not yet delivered, in one query.
 pub(super) async fn unread_bytes(
     conn: &mut SqliteConnection,
-    session_id: &str,
-) -> Result<u64, SessionError> {
-    let bytes: Option<i64> =
-        sqlx::query_scalar("SELECT unread_bytes FROM sessions WHERE session_id = ?")
-            .bind(session_id)
-            .fetch_optional(conn)
-            .await?;
-    Ok(bytes.unwrap_or(0).max(0) as u64)
+    ids: &[String],
+) -> Result<Unread, SessionError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT session_id, unread_bytes FROM sessions \
+         WHERE session_id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(serde_json::Value::from(ids).to_string())
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, bytes)| (id, bytes.max(0) as u64))
+        .collect())
 }

@@ -147,9 +147,11 @@ impl SqliteStore {
         let target = w.or_abandon(target).await?;
         let checked = check(&target);
         w.or_abandon(checked).await?;
-        let unread = groups::unread_bytes(&mut w.conn, &target.session_id).await;
+        let recipient_id = std::slice::from_ref(&target.session_id);
+        let unread = groups::unread_bytes(&mut w.conn, recipient_id).await;
         let unread = w.or_abandon(unread).await?;
-        let room = (bounds.inbox)(unread, message.body.len() as u64);
+        let held = unread.get(&target.session_id).copied().unwrap_or(0);
+        let room = (bounds.inbox)(held, message.body.len() as u64);
         w.or_abandon(room).await?;
         if let Some(throttle) = bounds.throttle {
             let rate = groups::message_rate(&mut w.conn, throttle.sender).await;
