@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use troupe_session_svc::{
     error::QuotaLeft,
     model::{AuditRecord, EventFilter, EventRow, NewSession, Principal, ProcessChange, Trust},
-    store::{Created, EventPage, Fence, Holder, OutputBudget, SqliteStore, Store},
+    store::{Created, EventPage, Fence, Holder, LogStore, OutputBudget, SqliteStore, Store},
 };
 
 const TAIL: usize = 16 << 10;

@@ -22,7 +22,7 @@ use troupe_session_svc::{
         Trust,
     },
     policy,
-    store::{Created, EventPage, Fence, Holder, SqliteStore, Store},
+    store::{Created, EventPage, Fence, Holder, LogStore, SqliteStore, Store},
 };
 
 fn new_session(id: &str, initial_message: bool) -> NewSession {

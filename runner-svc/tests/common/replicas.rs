@@ -8,7 +8,7 @@ use base64::Engine as _;
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
     model::{EventFilter, EventKind},
-    store::{EventPage, PgStore, Store},
+    store::{EventPage, LogStore, PgStore},
 };
 use troupe_tests::process::SessionProcess;
 

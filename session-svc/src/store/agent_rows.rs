@@ -35,6 +35,12 @@ pub(super) struct AgentRow {
 }
 
 impl AgentRow {
+    /// What definitions are listed by: workspace (every workspace's first),
+    /// then name, byte by byte.
+    pub(super) fn order_key(&self) -> (&str, &str) {
+        (&self.workspace_id, &self.name)
+    }
+
     pub(super) fn into_stored(self) -> Result<StoredAgent, SessionError> {
         let command: Vec<String> = parse_stored("agent command", &self.command, |text| {
             serde_json::from_str(text).ok()

@@ -28,8 +28,12 @@
 
 mod accounts;
 mod agent_rows;
+mod backends;
+mod catalog;
 mod console;
 mod console_rows;
+mod inbox;
+mod journal;
 mod lease;
 mod parent_end;
 mod postgres;
@@ -44,8 +48,10 @@ use tokio::sync::watch;
 use troupe_proto::scope::WriteScope;
 
 pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
+pub use catalog::CatalogStore;
 pub use console::ConsoleStore;
 pub(crate) use console_rows::{ActivityColumns, AuditColumns, MessageColumns, audit_row};
+pub use journal::LogStore;
 pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
     REQUEST_ID_PRUNE_BATCH,
@@ -63,22 +69,12 @@ pub use writes::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
-        Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage,
-        NewSession, OperatorToken, Principal, ProcessChange, ProcessRow, ReceivedMessage,
-        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust,
+        Account, AuditRecord, Charge, Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency,
+        InboxMessage, ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow,
+        ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, Trust,
     },
     placement::Place,
 };
-
-/// Stores a shared setting unless one of that name is stored or, with the
-/// fourth parameter, in its place; returns the stored value. One text for
-/// both backends (SQLite numbers `$N` by first appearance, in order here).
-const CLAIM_SETTING: &str = "INSERT INTO settings (name, value, updated_at_ms) VALUES ($1, $2, $3) \
-     ON CONFLICT (name) DO UPDATE SET \
-       value = CASE WHEN $4 THEN excluded.value ELSE settings.value END, \
-       updated_at_ms = CASE WHEN $4 THEN excluded.updated_at_ms ELSE settings.updated_at_ms END \
-     RETURNING value";
 
 /// Parses a value's stored text (`what` names it for the log): an unknown
 /// text is a storage error, never a panic.
@@ -107,7 +103,7 @@ pub(crate) fn parse_stored<T>(
 }
 
 /// The ledger's storage.
-pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
+pub trait Store: ConsoleStore + CatalogStore + LogStore + Send + Sync + Clone + 'static {
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
         &self,
@@ -261,14 +257,6 @@ pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<(Vec<Arc<SessionRow>>, Option<i64>), SessionError>> + Send;
 
-    /// Returns up to `limit` events after `after` that match `filter`.
-    fn events_after(
-        &self,
-        filter: &EventFilter,
-        after: i64,
-        limit: u32,
-    ) -> impl Future<Output = Result<EventPage, SessionError>> + Send;
-
     /// Deletes all but the newest `keep` events; returns the highest id
     /// pruned. Background work: refused unless `fence` is the lease's term.
     fn prune_events(
@@ -308,34 +296,6 @@ pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
     /// Returns a receiver that changes after every commit that ended
     /// sessions (a subset of [`Store::subscribe`]'s).
     fn subscribe_ends(&self) -> watch::Receiver<u64>;
-
-    /// Returns the id of the newest event stored (0 if none).
-    fn newest_event(&self) -> impl Future<Output = Result<i64, SessionError>> + Send;
-
-    fn append_audit(
-        &self,
-        record: AuditRecord,
-    ) -> impl Future<Output = Result<(), SessionError>> + Send;
-
-    /// Returns audit entries after `after_id`, optionally only those naming `session_id`.
-    fn list_audit(
-        &self,
-        session_id: Option<&str>,
-        after_id: i64,
-        limit: u32,
-    ) -> impl Future<Output = Result<Vec<AuditRow>, SessionError>> + Send;
-
-    /// Returns every token signing key, `(kid, secret)`, newest first.
-    fn signing_keys(
-        &self,
-    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, SessionError>> + Send;
-
-    /// Stores a new token signing key.
-    fn add_signing_key(
-        &self,
-        kid: &str,
-        secret: &[u8],
-    ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
     /// Creates the process record of a session about to start, with the
     /// session's CALLBACK choice, on the runner [`crate::placement::place`]
@@ -549,60 +509,4 @@ pub trait Store: ConsoleStore + Send + Sync + Clone + 'static {
         message: NewMessage,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<Option<Sent>, SessionError>> + Send;
-
-    /// Returns the shared setting `name` after storing `offered` as its
-    /// value if it has none or, with `replace`, in place of the one it has.
-    fn claim_setting(
-        &self,
-        name: &str,
-        offered: &str,
-        replace: bool,
-    ) -> impl Future<Output = Result<String, SessionError>> + Send;
-
-    /// The shared setting `name`, if one is stored.
-    fn setting(
-        &self,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<String>, SessionError>> + Send;
-
-    /// Stores `candidate` as the operator token unless one is stored
-    /// already, in one statement that never replaces it, then returns the
-    /// stored one: the first service to start on a database sets it.
-    fn claim_operator_token(
-        &self,
-        candidate: &OperatorToken,
-    ) -> impl Future<Output = Result<OperatorToken, SessionError>> + Send;
-
-    /// Stores an agent definition, replacing the one of the same scope and
-    /// name, with its audit entry, in one transaction; returns it as stored.
-    fn apply_agent(
-        &self,
-        agent: NewAgent,
-        audit: AuditRecord,
-    ) -> impl Future<Output = Result<StoredAgent, SessionError>> + Send;
-
-    /// Returns the stored agent definitions of `scope`, or all of them
-    /// (`None`): those for every workspace first, then by workspace and name.
-    fn list_agents(
-        &self,
-        scope: Option<&AgentScope>,
-    ) -> impl Future<Output = Result<Vec<StoredAgent>, SessionError>> + Send;
-
-    /// Removes the agent definition of `scope` named `name`, with its audit
-    /// entry, in one transaction; returns what was removed, or `None` (and
-    /// writes nothing) if there was none.
-    fn remove_agent(
-        &self,
-        scope: &AgentScope,
-        name: &str,
-        audit: AuditRecord,
-    ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
-
-    /// Returns the stored definition a session of `workspace_id` named
-    /// `name` runs: the workspace's own, else the one for every workspace.
-    fn find_agent(
-        &self,
-        workspace_id: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
 }

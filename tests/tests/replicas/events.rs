@@ -14,7 +14,7 @@ use sqlx::{Connection, PgConnection};
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{
     model::EventFilter,
-    store::{EventPage, PG_LISTENER_NAME, PgStore, Store},
+    store::{EventPage, LogStore, PG_LISTENER_NAME, PgStore},
 };
 use troupe_tests::message;
 

@@ -341,7 +341,7 @@ impl PgStore {
         let ids: Vec<String> = ended.iter().map(|r| r.session_id.clone()).collect();
         let mut audit = audit.clone();
         audit.detail = json!({"terminated": ids}).to_string();
-        events::insert_audit(&mut tx, &audit).await?;
+        PgStore::insert_audit(&mut tx, &audit).await?;
         let terminated: Vec<NewEvent> = ids
             .iter()
             .map(|id| {

@@ -23,7 +23,7 @@ use troupe_proto::{session::SessionStatus, status::status_str};
 use super::{PgStore, lease};
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, EventKind, Idempotency, now_ms},
+    model::{EventKind, Idempotency, now_ms},
     store::{Fence, lease::PRUNED_ACTIONS},
 };
 
@@ -229,27 +229,6 @@ pub(super) async fn prune_request_ids(
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
-}
-
-/// Appends an audit entry.
-pub(super) async fn insert_audit(
-    conn: &mut PgConnection,
-    record: &AuditRecord,
-) -> Result<(), SessionError> {
-    sqlx::query(
-        "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(now_ms())
-    .bind(record.caller.to_string())
-    .bind(record.action)
-    .bind(&record.target)
-    .bind(record.allowed)
-    .bind(&record.reason)
-    .bind(&record.detail)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Claims a request id as the first statement of its transaction. `None`:

@@ -71,7 +71,7 @@ impl PgStore {
             json!({"outcome": finish.outcome.as_str(), "result_bytes": finish.result.len(),
                               "terminated": terminated})
             .to_string();
-        events::insert_audit(&mut tx, &audit).await?;
+        PgStore::insert_audit(&mut tx, &audit).await?;
         let kind = match status {
             SessionStatus::Completed => EventKind::Completed,
             _ => EventKind::Failed,

@@ -107,7 +107,7 @@ impl PgStore {
         let mut audit = audit.clone();
         audit.detail = record.to_string();
         events::remember(&mut tx, idem, record).await?;
-        events::insert_audit(&mut tx, &audit).await?;
+        PgStore::insert_audit(&mut tx, &audit).await?;
         events::write(&mut tx, &written, false).await?;
         tx.commit().await?;
         Ok(FannedOut {
@@ -141,7 +141,7 @@ impl PgStore {
             .ok_or_else(|| SessionError::Internal("a group just stored is missing".to_owned()))?;
         if inserted.rows_affected() == 1 {
             insert_member(&mut tx, &found.group_id, creator).await?;
-            events::insert_audit(&mut tx, audit).await?;
+            PgStore::insert_audit(&mut tx, audit).await?;
         } else if found.created_by != creator {
             return Err(SessionError::refused(
                 Reason::GroupExists,
@@ -185,7 +185,7 @@ impl PgStore {
         for id in &new {
             insert_member(&mut tx, &found.group_id, id).await?;
         }
-        events::insert_audit(&mut tx, audit).await?;
+        PgStore::insert_audit(&mut tx, audit).await?;
         let group = group_row(&mut tx, workspace_id, name, found).await?;
         tx.commit().await?;
         Ok(group)

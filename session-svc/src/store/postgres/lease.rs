@@ -254,7 +254,7 @@ impl PgStore {
             sent_record(&message.message_id, sequence as u64),
         )
         .await?;
-        events::insert_audit(&mut tx, audit).await?;
+        PgStore::insert_audit(&mut tx, audit).await?;
         let event = events::message(
             &target.session_id,
             target.status,

@@ -25,10 +25,8 @@
 //! agent definitions, which the replicas share).
 
 #[macro_use]
-mod retry;
-mod agents;
+pub(in crate::store) mod retry;
 mod budgets;
-mod console;
 mod events;
 mod finish;
 mod groups;
@@ -49,23 +47,22 @@ pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 
 use std::{sync::Arc, time::Duration};
 
-use self::retry::{RETRIES, pause, retryable};
+pub(in crate::store) use self::retry::retrying;
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction, pool::PoolConnection};
 use tokio::sync::watch;
 
 use super::{
-    Bounds, ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
+    Bounds, ChargeCheck, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease,
     Maintenance, MembersCheck, MessageCheck, OutputBudget, RESERVATION_RELEASE_BATCH,
     RESERVATION_STALE_AFTER, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
-        Finish, GroupName, GroupRow, Idempotency, InboxMessage, ModelCall, NewAgent, NewMessage,
-        NewSession, OperatorToken, Principal, ProcessChange, ProcessRow, ReceivedMessage,
-        Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent, Trust, now_ms,
+        Account, AuditRecord, Charge, Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency,
+        InboxMessage, ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow,
+        ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, Trust, now_ms,
     },
     placement::Place,
 };
@@ -76,7 +73,7 @@ pub const POOL_SIZE: u32 = 10;
 /// The PostgreSQL store.
 #[derive(Clone, Debug)]
 pub struct PgStore {
-    pool: PgPool,
+    pub(in crate::store) pool: PgPool,
     /// How much agents' output is kept.
     output_budget: OutputBudget,
     /// Bumped after every commit that wrote events, here or elsewhere.
@@ -108,6 +105,18 @@ impl PgStore {
         }
     }
 
+    /// Begins a write transaction (see `store::backends`).
+    pub(in crate::store) async fn tx(&self) -> Result<Tx, SessionError> {
+        Ok(Tx(self.begin().await?))
+    }
+
+    /// A pooled connection, for a write of one statement.
+    pub(in crate::store) async fn write_conn(
+        &self,
+    ) -> Result<PoolConnection<Postgres>, SessionError> {
+        Ok(self.pool.acquire().await?)
+    }
+
     /// Wakes the local watchers after a commit.
     fn published(&self, ended: bool) {
         self.events_written.send_modify(|n| *n = n.wrapping_add(1));
@@ -116,6 +125,30 @@ impl PgStore {
         }
     }
 }
+
+/// A write transaction, for code written once for both backends (see
+/// `store::backends`); dropped before its commit, it rolls back.
+pub(in crate::store) struct Tx(Transaction<'static, Postgres>);
+
+impl Tx {
+    /// The transaction's connection.
+    pub(in crate::store) fn conn(&mut self) -> &mut PgConnection {
+        &mut self.0
+    }
+
+    pub(in crate::store) async fn commit(self) -> Result<(), SessionError> {
+        Ok(self.0.commit().await?)
+    }
+}
+
+/// "In the JSON array of texts bound as parameter `$n`", in PostgreSQL's
+/// words.
+macro_rules! ids_in {
+    ($n:literal) => {
+        concat!("(SELECT json_array_elements_text(CAST($", $n, " AS json)))")
+    };
+}
+pub(in crate::store) use ids_in;
 
 impl Store for PgStore {
     async fn create_root(
@@ -274,15 +307,6 @@ impl Store for PgStore {
             .await
     }
 
-    async fn events_after(
-        &self,
-        filter: &EventFilter,
-        after: i64,
-        limit: u32,
-    ) -> Result<EventPage, SessionError> {
-        self.events_after_impl(filter, after, limit).await
-    }
-
     async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
         retrying!(self.prune_events_once(fence, keep))
     }
@@ -367,38 +391,6 @@ impl Store for PgStore {
 
     fn subscribe_ends(&self) -> watch::Receiver<u64> {
         self.sessions_ended.subscribe()
-    }
-
-    async fn newest_event(&self) -> Result<i64, SessionError> {
-        self.newest_event_impl().await
-    }
-
-    async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {
-        let mut conn = self.pool.acquire().await?;
-        events::insert_audit(&mut conn, &record).await
-    }
-
-    async fn list_audit(
-        &self,
-        session_id: Option<&str>,
-        after_id: i64,
-        limit: u32,
-    ) -> Result<Vec<AuditRow>, SessionError> {
-        self.list_audit_impl(session_id, after_id, limit).await
-    }
-
-    async fn signing_keys(&self) -> Result<Vec<(String, Vec<u8>)>, SessionError> {
-        self.signing_keys_impl().await
-    }
-
-    async fn add_signing_key(&self, kid: &str, secret: &[u8]) -> Result<(), SessionError> {
-        sqlx::query("INSERT INTO signing_keys (kid, secret, created_at_ms) VALUES ($1, $2, $3)")
-            .bind(kid)
-            .bind(secret)
-            .bind(crate::model::now_ms())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
     }
 
     async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<Place, SessionError> {
@@ -543,68 +535,5 @@ impl Store for PgStore {
             self.published(false);
         }
         Ok(sent)
-    }
-
-    async fn claim_setting(
-        &self,
-        name: &str,
-        offered: &str,
-        replace: bool,
-    ) -> Result<String, SessionError> {
-        Ok(sqlx::query_scalar(super::CLAIM_SETTING)
-            .bind(name)
-            .bind(offered)
-            .bind(now_ms())
-            .bind(replace)
-            .fetch_one(&self.pool)
-            .await?)
-    }
-
-    async fn setting(&self, name: &str) -> Result<Option<String>, SessionError> {
-        Ok(
-            sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
-    }
-
-    async fn claim_operator_token(
-        &self,
-        candidate: &OperatorToken,
-    ) -> Result<OperatorToken, SessionError> {
-        self.claim_operator_token_impl(candidate).await
-    }
-
-    async fn apply_agent(
-        &self,
-        agent: NewAgent,
-        audit: AuditRecord,
-    ) -> Result<StoredAgent, SessionError> {
-        retrying!(self.apply_agent_once(&agent, &audit))
-    }
-
-    async fn list_agents(
-        &self,
-        scope: Option<&AgentScope>,
-    ) -> Result<Vec<StoredAgent>, SessionError> {
-        self.list_agents_impl(scope).await
-    }
-
-    async fn remove_agent(
-        &self,
-        scope: &AgentScope,
-        name: &str,
-        audit: AuditRecord,
-    ) -> Result<Option<StoredAgent>, SessionError> {
-        retrying!(self.remove_agent_once(scope, name, &audit))
-    }
-
-    async fn find_agent(
-        &self,
-        workspace_id: &str,
-        name: &str,
-    ) -> Result<Option<StoredAgent>, SessionError> {
-        self.find_agent_impl(workspace_id, name).await
     }
 }

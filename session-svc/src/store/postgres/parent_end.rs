@@ -141,7 +141,7 @@ pub(super) async fn apply(
         reached.applied.record(r);
     }
     if !reached.applied.is_empty() {
-        events::insert_audit(&mut *conn, &reached.applied.audit(&ended.session_id)).await?;
+        super::PgStore::insert_audit(&mut *conn, &reached.applied.audit(&ended.session_id)).await?;
     }
     Ok(reached)
 }

@@ -301,7 +301,7 @@ impl PgStore {
             .bind(detail.to_string())
             .execute(&mut *tx)
             .await?;
-        events::insert_audit(&mut tx, audit).await?;
+        PgStore::insert_audit(&mut tx, audit).await?;
         let event = NewEvent {
             session_id: session_id.to_owned(),
             kind: EventKind::Progress,
@@ -354,7 +354,7 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         }
-        events::insert_audit(&mut tx, audit).await?;
+        PgStore::insert_audit(&mut tx, audit).await?;
         if let (true, Some(kind), Some(status)) = (ended, step.event, step.status) {
             let own = locks::session(&mut tx, session_id).await?.0;
             let mut new_events = vec![NewEvent::new(

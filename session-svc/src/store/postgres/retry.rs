@@ -5,12 +5,12 @@ use crate::error::{SessionError, StorageKind};
 
 /// Times a transaction that lost a deadlock or a serialization check is
 /// run again before its error is returned.
-pub(super) const RETRIES: u32 = 5;
+pub(in crate::store) const RETRIES: u32 = 5;
 
 /// Whether an error is a lost deadlock (40P01) or serialization check
 /// (40001), which `sqlx_error` classifies as a conflict: the transaction
 /// was rolled back and may simply run again.
-pub(super) fn retryable(error: &SessionError) -> bool {
+pub(in crate::store) fn retryable(error: &SessionError) -> bool {
     matches!(error, SessionError::Storage(e) if e.kind == StorageKind::Conflict)
 }
 
@@ -22,18 +22,22 @@ macro_rules! retrying {
         let mut tries = 0u32;
         loop {
             match $attempt.await {
-                Err(e) if retryable(&e) && tries < RETRIES => {
+                Err(e)
+                    if $crate::store::postgres::retry::retryable(&e)
+                        && tries < $crate::store::postgres::retry::RETRIES =>
+                {
                     tries += 1;
-                    pause(tries, &e).await;
+                    $crate::store::postgres::retry::pause(tries, &e).await;
                 }
                 result => break result,
             }
         }
     }};
 }
+pub(in crate::store) use retrying;
 
 /// The pause before running a transaction again.
-pub(super) async fn pause(tries: u32, error: &SessionError) {
+pub(in crate::store) async fn pause(tries: u32, error: &SessionError) {
     tracing::debug!(error = %error, tries, "transaction lost a lock conflict; running it again");
     let jitter = u64::from(rand::random::<u8>() % 10);
     tokio::time::sleep(std::time::Duration::from_millis(

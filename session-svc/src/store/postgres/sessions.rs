@@ -68,7 +68,7 @@ impl PgStore {
         )
         .await?;
         events::remember(&mut tx, idem, create_record(&new.session_id, &quota)).await?;
-        events::insert_audit(&mut tx, audit).await?;
+        PgStore::insert_audit(&mut tx, audit).await?;
         events::write(&mut tx, &created_events(new), false).await?;
         tx.commit().await?;
         Ok(Created::New {
@@ -145,7 +145,7 @@ impl PgStore {
             create_record(&new.session_id, &admission.quota),
         )
         .await?;
-        events::insert_audit(&mut tx, audit).await?;
+        PgStore::insert_audit(&mut tx, audit).await?;
         events::write(&mut tx, &created_events(new), false).await?;
         tx.commit().await?;
         Ok(Created::New {
@@ -191,7 +191,7 @@ impl PgStore {
             sent_record(&message.message_id, sequence as u64),
         )
         .await?;
-        events::insert_audit(&mut tx, audit).await?;
+        PgStore::insert_audit(&mut tx, audit).await?;
         let event = events::message(
             recipient,
             target.status,
@@ -274,7 +274,7 @@ impl PgStore {
         }
         let mut audit = audit.clone();
         audit.detail = json!({"terminated": ids}).to_string();
-        events::insert_audit(&mut tx, &audit).await?;
+        PgStore::insert_audit(&mut tx, &audit).await?;
         events::write(&mut tx, &new_events, !ids.is_empty()).await?;
         tx.commit().await?;
         let row = ended

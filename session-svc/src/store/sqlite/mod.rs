@@ -24,9 +24,7 @@
 //! audit, keys, on the read pool), `upkeep` (the WAL, free pages) and
 //! `agents` (the operator token and agent definitions, shared by replicas).
 
-mod agents;
 mod budgets;
-mod console;
 mod finish;
 mod groups;
 mod lease;
@@ -35,7 +33,6 @@ mod open;
 mod output;
 mod parent_end;
 mod process;
-mod reads;
 mod runners;
 mod sessions;
 mod upkeep;
@@ -53,24 +50,24 @@ use tokio::sync::{Mutex, watch};
 
 use self::{
     ledger::Ledger,
-    write::{Write, insert_audit, rollback},
+    write::{Write, rollback},
 };
 use super::{
-    Bounds, ChargeCheck, Created, DriverWork, EventPage, FanOut, FanOutCheck, Fence, Holder, Lease,
+    Bounds, ChargeCheck, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease,
     Maintenance, MembersCheck, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
-        Account, AgentScope, AuditRecord, AuditRow, Charge, EventFilter, Failure, FannedOut,
-        Finish, GroupName, GroupRow, Idempotency, ModelCall, NewAgent, NewMessage, NewSession,
-        OperatorToken, Principal, Reservation, RunnerRow, RunnerSpec, SessionRow, StoredAgent,
-        Trust, now_ms,
+        Account, AuditRecord, Charge, Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency,
+        ModelCall, NewMessage, NewSession, Principal, Reservation, RunnerRow, RunnerSpec,
+        SessionRow, Trust,
     },
     placement::Place,
 };
 
 pub use self::output::OutputBudget;
+pub(in crate::store) use self::writer::{Tx, ids_in, retrying};
 
 /// Default size of the write-ahead log past which a checkpoint makes
 /// writers wait while it starts the log over.
@@ -82,7 +79,7 @@ const WAL_FRAME_HEADER: u64 = 24;
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     /// Readers.
-    pool: SqlitePool,
+    pub(in crate::store) pool: SqlitePool,
     /// The one connection every write goes through.
     writer: Arc<Mutex<Writer>>,
     /// The sessions table, in memory.
@@ -297,15 +294,6 @@ impl Store for SqliteStore {
             .list(workspace_id, sandboxed_only, include_ended, after, limit))
     }
 
-    async fn events_after(
-        &self,
-        filter: &EventFilter,
-        after: i64,
-        limit: u32,
-    ) -> Result<EventPage, SessionError> {
-        self.events_after_impl(filter, after, limit).await
-    }
-
     async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
         let mut w = self.writer().await?;
         let mut tx = Write::begin(&mut w.conn).await?;
@@ -343,37 +331,6 @@ impl Store for SqliteStore {
 
     async fn active_counts(&self) -> Result<Vec<(String, Trust, u32)>, SessionError> {
         Ok(self.ledger().active_counts())
-    }
-
-    async fn newest_event(&self) -> Result<i64, SessionError> {
-        self.newest_event_impl().await
-    }
-
-    async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {
-        insert_audit(&mut self.writer().await?.conn, &record).await
-    }
-
-    async fn list_audit(
-        &self,
-        session_id: Option<&str>,
-        after_id: i64,
-        limit: u32,
-    ) -> Result<Vec<AuditRow>, SessionError> {
-        self.list_audit_impl(session_id, after_id, limit).await
-    }
-
-    async fn signing_keys(&self) -> Result<Vec<(String, Vec<u8>)>, SessionError> {
-        self.signing_keys_impl().await
-    }
-
-    async fn add_signing_key(&self, kid: &str, secret: &[u8]) -> Result<(), SessionError> {
-        sqlx::query("INSERT INTO signing_keys (kid, secret, created_at_ms) VALUES (?, ?, ?)")
-            .bind(kid)
-            .bind(secret)
-            .bind(now_ms())
-            .execute(&mut self.writer().await?.conn)
-            .await?;
-        Ok(())
     }
 
     async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<Place, SessionError> {
@@ -554,69 +511,5 @@ impl Store for SqliteStore {
     ) -> Result<Option<Sent>, SessionError> {
         self.write_callback_impl(fence, child_id, message, audit)
             .await
-    }
-
-    async fn claim_setting(
-        &self,
-        name: &str,
-        offered: &str,
-        replace: bool,
-    ) -> Result<String, SessionError> {
-        let mut w = self.writer().await?;
-        Ok(sqlx::query_scalar(super::CLAIM_SETTING)
-            .bind(name)
-            .bind(offered)
-            .bind(now_ms())
-            .bind(replace)
-            .fetch_one(&mut w.conn)
-            .await?)
-    }
-
-    async fn setting(&self, name: &str) -> Result<Option<String>, SessionError> {
-        Ok(
-            sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
-    }
-
-    async fn claim_operator_token(
-        &self,
-        candidate: &OperatorToken,
-    ) -> Result<OperatorToken, SessionError> {
-        self.claim_operator_token_impl(candidate).await
-    }
-
-    async fn apply_agent(
-        &self,
-        agent: NewAgent,
-        audit: AuditRecord,
-    ) -> Result<StoredAgent, SessionError> {
-        self.apply_agent_impl(agent, audit).await
-    }
-
-    async fn list_agents(
-        &self,
-        scope: Option<&AgentScope>,
-    ) -> Result<Vec<StoredAgent>, SessionError> {
-        self.list_agents_impl(scope).await
-    }
-
-    async fn remove_agent(
-        &self,
-        scope: &AgentScope,
-        name: &str,
-        audit: AuditRecord,
-    ) -> Result<Option<StoredAgent>, SessionError> {
-        self.remove_agent_impl(scope, name, audit).await
-    }
-
-    async fn find_agent(
-        &self,
-        workspace_id: &str,
-        name: &str,
-    ) -> Result<Option<StoredAgent>, SessionError> {
-        self.find_agent_impl(workspace_id, name).await
     }
 }

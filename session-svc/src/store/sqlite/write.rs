@@ -335,7 +335,7 @@ impl<'c> Write<'c> {
     }
 
     pub async fn audit(&mut self, record: &AuditRecord) -> Result<(), SessionError> {
-        insert_audit(&mut self.tx, record).await
+        super::SqliteStore::insert_audit(&mut self.tx, record).await
     }
 
     /// Ends a session (status, time, reason); returns its new row, or `None`
@@ -419,21 +419,3 @@ pub(super) const INSERT_ENTRY: &str = "INSERT INTO messages (message_id, session
 
 const INSERT_AUDIT: &str = "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
      VALUES (?, ?, ?, ?, ?, ?, ?)";
-
-/// Appends an audit entry on `conn`, inside or outside a transaction.
-pub(super) async fn insert_audit(
-    conn: &mut SqliteConnection,
-    record: &AuditRecord,
-) -> Result<(), SessionError> {
-    sqlx::query(INSERT_AUDIT)
-        .bind(now_ms())
-        .bind(record.caller.to_string())
-        .bind(record.action)
-        .bind(&record.target)
-        .bind(record.allowed)
-        .bind(&record.reason)
-        .bind(&record.detail)
-        .execute(conn)
-        .await?;
-    Ok(())
-}

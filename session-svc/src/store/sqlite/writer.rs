@@ -10,8 +10,8 @@
 //! Whoever takes the writer lock (tokio's, fair) while the write-ahead log
 //! is past its limit first cuts it back.
 
-use sqlx::{Row, sqlite::SqliteRow};
-use tokio::sync::MutexGuard;
+use sqlx::{Row, SqliteConnection, sqlite::SqliteRow};
+use tokio::sync::{MappedMutexGuard, MutexGuard};
 
 use super::{
     SqliteStore, Writer,
@@ -30,7 +30,60 @@ pub(super) enum Begun {
     Batch(Batch),
 }
 
+/// A write transaction of its own on the writer (`BEGIN IMMEDIATE`), for
+/// code written once for both backends (see `store::backends`). Dropped
+/// before its commit, the next writer rolls it back.
+pub(in crate::store) struct Tx<'s> {
+    w: MutexGuard<'s, Writer>,
+}
+
+impl Tx<'_> {
+    /// The transaction's connection.
+    pub(in crate::store) fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.w.conn
+    }
+
+    pub(in crate::store) async fn commit(mut self) -> Result<(), SessionError> {
+        let done = sqlx::query("COMMIT").execute(&mut self.w.conn).await;
+        let done = self.w.or_abandon(done.map_err(SessionError::from)).await;
+        self.w.open = false;
+        done.map(drop)
+    }
+}
+
+/// Runs one whole transaction: SQLite's writer never loses a lock conflict,
+/// so once (PostgreSQL's runs it again; see `store::backends`).
+macro_rules! retrying {
+    ($attempt:expr) => {
+        $attempt.await
+    };
+}
+pub(in crate::store) use retrying;
+
+/// "In the JSON array of texts bound as parameter `$n`", in SQLite's words.
+macro_rules! ids_in {
+    ($n:literal) => {
+        concat!("(SELECT value FROM json_each($", $n, "))")
+    };
+}
+pub(in crate::store) use ids_in;
+
 impl SqliteStore {
+    /// Begins a write transaction on the writer.
+    pub(in crate::store) async fn tx(&self) -> Result<Tx<'_>, SessionError> {
+        let mut w = self.writer().await?;
+        w.open = true;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
+        Ok(Tx { w })
+    }
+
+    /// The writer's connection, for a write of one statement.
+    pub(in crate::store) async fn write_conn(
+        &self,
+    ) -> Result<MappedMutexGuard<'_, SqliteConnection>, SessionError> {
+        Ok(MutexGuard::map(self.writer().await?, |w| &mut w.conn))
+    }
+
     /// Takes the writer, first settling what a cancelled write left, and
     /// cutting the write-ahead log back if it is past its limit.
     pub(super) async fn writer(&self) -> Result<MutexGuard<'_, Writer>, SessionError> {

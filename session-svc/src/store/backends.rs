@@ -1,0 +1,45 @@
+//! One text for both backends: [`each_backend!`] expands the code given to
+//! it once for SQLite and once for PostgreSQL, each in a module of its own
+//! (`sqlite`, `postgres`), where these names stand for that backend's:
+//!
+//! - `This`: the store type ([`super::SqliteStore`], [`super::PgStore`]),
+//!   whose `pool` is the pool reads run on;
+//! - `Tx`, begun by `This::tx`: a write transaction (SQLite: `BEGIN
+//!   IMMEDIATE` on the one writer; PostgreSQL: a pooled connection), with
+//!   `conn()` and `commit()`; one dropped before its commit is rolled back;
+//! - `This::write_conn`: a connection for a write of one statement;
+//! - `Conn`: the backend's connection type;
+//! - `retrying!(attempt)`: runs a whole transaction, again while it loses a
+//!   lock conflict (PostgreSQL; once on SQLite, whose writer never does);
+//! - `ids_in!(n)`: SQL for "in the JSON array of texts bound as `$n`".
+//!
+//! SQL in such code is written in what both dialects accept: `$N`
+//! placeholders (sqlx's SQLite driver numbers them too), `CAST($1 AS TEXT)`
+//! where PostgreSQL must know a parameter's type, `NOT $1` for a bound
+//! boolean, `excluded` in upserts, and integer columns read at the width
+//! PostgreSQL stores them (SQLite's integers read at any width).
+//!
+//! What really differs stays in `sqlite` and `postgres`: SQLite's writer
+//! lock, batches and in-memory ledger; PostgreSQL's lock order, retries and
+//! `NOTIFY`.
+
+/// Expands its items once per backend, in modules `sqlite` and `postgres`.
+macro_rules! each_backend {
+    ($($body:tt)*) => {
+        pub(in crate::store) mod sqlite {
+            #[allow(unused_imports)]
+            use crate::store::sqlite::{SqliteStore as This, Tx, ids_in, retrying};
+            #[allow(unused_imports)]
+            use sqlx::SqliteConnection as Conn;
+            $($body)*
+        }
+        pub(in crate::store) mod postgres {
+            #[allow(unused_imports)]
+            use crate::store::postgres::{PgStore as This, Tx, ids_in, retrying};
+            #[allow(unused_imports)]
+            use sqlx::PgConnection as Conn;
+            $($body)*
+        }
+    };
+}
+pub(super) use each_backend;
