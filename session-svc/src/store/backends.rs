@@ -8,10 +8,14 @@
 //!   IMMEDIATE` on the one writer; PostgreSQL: a pooled connection), with
 //!   `conn()` and `commit()`; one dropped before its commit is rolled back;
 //! - `This::write_conn`: a connection for a write of one statement;
-//! - `Conn`: the backend's connection type;
+//! - `Db` and `Conn`: the backend's sqlx database and connection types;
 //! - `retrying!(attempt)`: runs a whole transaction, again while it loses a
 //!   lock conflict (PostgreSQL; once on SQLite, whose writer never does);
-//! - `ids_in!(n)`: SQL for "in the JSON array of texts bound as `$n`".
+//! - `ids_in!(n)`: SQL for "in the JSON array of texts bound as `$n`";
+//! - `for_update!()`: what locks the rows a `SELECT` reads (nothing on
+//!   SQLite, whose writer lock serialises every write);
+//! - `This::rows_of(conn, ids)`: the session rows of `ids` (SQLite: its
+//!   ledger; PostgreSQL: a query on the transaction's connection).
 //!
 //! SQL in such code is written in what both dialects accept: `$N`
 //! placeholders (sqlx's SQLite driver numbers them too), `CAST($1 AS TEXT)`
@@ -28,16 +32,16 @@ macro_rules! each_backend {
     ($($body:tt)*) => {
         pub(in crate::store) mod sqlite {
             #[allow(unused_imports)]
-            use crate::store::sqlite::{SqliteStore as This, Tx, ids_in, retrying};
+            use crate::store::sqlite::{SqliteStore as This, Tx, for_update, ids_in, retrying};
             #[allow(unused_imports)]
-            use sqlx::SqliteConnection as Conn;
+            use sqlx::{Sqlite as Db, SqliteConnection as Conn};
             $($body)*
         }
         pub(in crate::store) mod postgres {
             #[allow(unused_imports)]
-            use crate::store::postgres::{PgStore as This, Tx, ids_in, retrying};
+            use crate::store::postgres::{PgStore as This, Tx, for_update, ids_in, retrying};
             #[allow(unused_imports)]
-            use sqlx::PgConnection as Conn;
+            use sqlx::{PgConnection as Conn, Postgres as Db};
             $($body)*
         }
     };

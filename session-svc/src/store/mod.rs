@@ -32,6 +32,7 @@ mod backends;
 mod catalog;
 mod console;
 mod console_rows;
+mod groups;
 mod inbox;
 mod journal;
 mod lease;
@@ -51,6 +52,7 @@ pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
 pub use catalog::CatalogStore;
 pub use console::ConsoleStore;
 pub(crate) use console_rows::{ActivityColumns, AuditColumns, MessageColumns, audit_row};
+pub use groups::GroupStore;
 pub use journal::LogStore;
 pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
@@ -69,9 +71,9 @@ pub use writes::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        Account, AuditRecord, Charge, Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency,
-        InboxMessage, ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow,
-        ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, Trust,
+        Account, AuditRecord, Charge, Failure, FannedOut, Finish, Idempotency, InboxMessage,
+        ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage,
+        Reservation, RunnerRow, RunnerSpec, SessionRow, Trust,
     },
     placement::Place,
 };
@@ -103,7 +105,9 @@ pub(crate) fn parse_stored<T>(
 }
 
 /// The ledger's storage.
-pub trait Store: ConsoleStore + CatalogStore + LogStore + Send + Sync + Clone + 'static {
+pub trait Store:
+    ConsoleStore + CatalogStore + GroupStore + LogStore + Send + Sync + Clone + 'static
+{
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
         &self,
@@ -153,39 +157,6 @@ pub trait Store: ConsoleStore + CatalogStore + LogStore + Send + Sync + Clone + 
         bounds: Bounds<'_>,
         check: FanOutCheck<'_>,
     ) -> impl Future<Output = Result<FannedOut, SessionError>> + Send;
-
-    /// Creates the group `name` of `workspace_id` with `creator` as its
-    /// first member, with `audit`; the creator's own group of that name is
-    /// returned as it is (nothing written), another's is GROUP_EXISTS.
-    fn create_group(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        creator: &str,
-        audit: AuditRecord,
-    ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
-
-    /// Adds `members` to the group `name` of `workspace_id` if `adder` is a
-    /// member (else GROUP_NOT_FOUND) and `check` allows them all, in one
-    /// transaction (members already in stay, once), with `audit`. Returns
-    /// the group after.
-    fn add_group_members(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        adder: &str,
-        members: &[String],
-        audit: AuditRecord,
-        check: MembersCheck<'_>,
-    ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
-
-    /// Returns the groups of `workspace_id`, by name: every one, or only
-    /// those `member` is a member of.
-    fn groups(
-        &self,
-        workspace_id: &str,
-        member: Option<&str>,
-    ) -> impl Future<Output = Result<Vec<GroupRow>, SessionError>> + Send;
 
     /// Ends `target` and every active descendant if `check` allows it.
     /// Returns the ids it ended (target first) and the target's new row.

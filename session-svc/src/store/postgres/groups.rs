@@ -6,31 +6,25 @@
 //! A group's row is locked by whoever changes its members, so concurrent
 //! additions count its size one after the other.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::{
     PgStore, events,
     open::{RawSession, session_columns},
     sessions::{insert_body, insert_entry},
 };
+use crate::store::groups::postgres::{member_ids, member_of};
 use crate::{
-    error::{Reason, SessionError},
+    error::SessionError,
     model::{
-        Audience, AuditRecord, FannedOut, GroupName, GroupRow, Idempotency, MessageRate,
-        NewMessage, Reach, Reached, SessionRow, new_message_id, now_ms,
+        Audience, AuditRecord, FannedOut, Idempotency, MessageRate, NewMessage, Reach, Reached,
+        SessionRow, new_message_id,
     },
     store::{
-        Bounds, FanOut, FanOutCheck, MembersCheck,
+        Bounds, FanOut, FanOutCheck,
         shared::{Unread, fan_out_record, fill_inboxes, replayed_fan_out},
     },
 };
-
-/// A group's row, without its members.
-struct Found {
-    group_id: String,
-    created_by: String,
-    created_at_ms: i64,
-}
 
 impl PgStore {
     pub(super) async fn fan_out_once(
@@ -114,110 +108,6 @@ impl PgStore {
             reached,
             replayed: false,
         })
-    }
-
-    pub(super) async fn create_group_once(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        creator: &str,
-        audit: &AuditRecord,
-    ) -> Result<GroupRow, SessionError> {
-        let mut tx = self.begin().await?;
-        let group_id = format!("grp_{}", uuid::Uuid::now_v7().simple());
-        let inserted = sqlx::query(
-            "INSERT INTO groups (group_id, workspace_id, name, created_by, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (workspace_id, name) DO NOTHING",
-        )
-        .bind(&group_id)
-        .bind(workspace_id)
-        .bind(name.as_str())
-        .bind(creator)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-        let found = find(&mut tx, workspace_id, name, false)
-            .await?
-            .ok_or_else(|| SessionError::Internal("a group just stored is missing".to_owned()))?;
-        if inserted.rows_affected() == 1 {
-            insert_member(&mut tx, &found.group_id, creator).await?;
-            PgStore::insert_audit(&mut tx, audit).await?;
-        } else if found.created_by != creator {
-            return Err(SessionError::refused(
-                Reason::GroupExists,
-                format!("a group named {:?} exists in this workspace", name.as_str()),
-            ));
-        }
-        let group = group_row(&mut tx, workspace_id, name, found).await?;
-        tx.commit().await?;
-        Ok(group)
-    }
-
-    pub(super) async fn add_group_members_once(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        adder: &str,
-        members: &[String],
-        audit: &AuditRecord,
-        check: MembersCheck<'_>,
-    ) -> Result<GroupRow, SessionError> {
-        let mut tx = self.begin().await?;
-        let found = member_of(&mut tx, workspace_id, name, adder, true).await?;
-        let current = member_ids(&mut tx, &found.group_id).await?;
-        let rows = sessions(&mut tx, members).await?;
-        if let Some(missing) = members
-            .iter()
-            .find(|id| !rows.iter().any(|r| &r.session_id == *id))
-        {
-            return Err(SessionError::not_found(missing));
-        }
-        let mut new: Vec<&str> = Vec::new();
-        for id in members {
-            if !current.iter().any(|m| m == id) && !new.contains(&id.as_str()) {
-                new.push(id);
-            }
-        }
-        let mut after = current.clone();
-        after.extend(new.iter().map(|id| (*id).to_owned()));
-        let after = sessions(&mut tx, &after).await?;
-        check(&rows, &after)?;
-        for id in &new {
-            insert_member(&mut tx, &found.group_id, id).await?;
-        }
-        PgStore::insert_audit(&mut tx, audit).await?;
-        let group = group_row(&mut tx, workspace_id, name, found).await?;
-        tx.commit().await?;
-        Ok(group)
-    }
-
-    pub(super) async fn groups_impl(
-        &self,
-        workspace_id: &str,
-        member: Option<&str>,
-    ) -> Result<Vec<GroupRow>, SessionError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows = sqlx::query(
-            "SELECT g.group_id, g.name, g.created_by, g.created_at_ms FROM groups g \
-             WHERE g.workspace_id = $1 AND ($2::text IS NULL OR EXISTS (SELECT 1 \
-               FROM group_members m WHERE m.group_id = g.group_id AND m.session_id = $2)) \
-             ORDER BY g.name",
-        )
-        .bind(workspace_id)
-        .bind(member)
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut groups = Vec::with_capacity(rows.len());
-        for row in rows {
-            let name = GroupName::stored(row.try_get("name")?);
-            let found = Found {
-                group_id: row.try_get("group_id")?,
-                created_by: row.try_get("created_by")?,
-                created_at_ms: row.try_get("created_at_ms")?,
-            };
-            groups.push(group_row(&mut conn, workspace_id, &name, found).await?);
-        }
-        Ok(groups)
     }
 }
 
@@ -328,133 +218,5 @@ async fn lock_sessions(
     .bind(ids)
     .fetch_all(conn)
     .await?;
-    in_order(raws, ids)
-}
-
-/// The rows of `ids` that exist, unlocked, in the order of `ids`.
-async fn sessions(
-    conn: &mut PgConnection,
-    ids: &[String],
-) -> Result<Vec<SessionRow>, SessionError> {
-    let raws: Vec<RawSession> = sqlx::query_as(concat!(
-        "SELECT ",
-        session_columns!(),
-        " FROM sessions WHERE session_id = ANY($1)"
-    ))
-    .bind(ids)
-    .fetch_all(conn)
-    .await?;
-    in_order(raws, ids)
-}
-
-fn in_order(raws: Vec<RawSession>, ids: &[String]) -> Result<Vec<SessionRow>, SessionError> {
-    let mut rows = raws
-        .into_iter()
-        .map(RawSession::into_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    rows.sort_by_key(|r| ids.iter().position(|id| *id == r.session_id));
-    Ok(rows)
-}
-
-async fn find(
-    conn: &mut PgConnection,
-    workspace_id: &str,
-    name: &GroupName,
-    lock: bool,
-) -> Result<Option<Found>, SessionError> {
-    let sql = if lock {
-        "SELECT group_id, created_by, created_at_ms FROM groups \
-         WHERE workspace_id = $1 AND name = $2 FOR UPDATE"
-    } else {
-        "SELECT group_id, created_by, created_at_ms FROM groups \
-         WHERE workspace_id = $1 AND name = $2"
-    };
-    let row = sqlx::query(sql)
-        .bind(workspace_id)
-        .bind(name.as_str())
-        .fetch_optional(conn)
-        .await?;
-    row.map(|row| {
-        Ok(Found {
-            group_id: row.try_get("group_id")?,
-            created_by: row.try_get("created_by")?,
-            created_at_ms: row.try_get("created_at_ms")?,
-        })
-    })
-    .transpose()
-}
-
-/// The group (locked, with `lock`), if `session_id` is one of its members;
-/// else it is answered as one that does not exist.
-async fn member_of(
-    conn: &mut PgConnection,
-    workspace_id: &str,
-    name: &GroupName,
-    session_id: &str,
-    lock: bool,
-) -> Result<Found, SessionError> {
-    let not_member = || {
-        SessionError::refused(
-            Reason::GroupNotFound,
-            format!(
-                "group not found: {:?} (or this session is not a member)",
-                name.as_str()
-            ),
-        )
-    };
-    let found = find(conn, workspace_id, name, lock)
-        .await?
-        .ok_or_else(not_member)?;
-    let ids = member_ids(conn, &found.group_id).await?;
-    if !ids.iter().any(|id| id == session_id) {
-        return Err(not_member());
-    }
-    Ok(found)
-}
-
-/// A group's members, oldest first.
-async fn member_ids(conn: &mut PgConnection, group_id: &str) -> Result<Vec<String>, SessionError> {
-    Ok(sqlx::query_scalar(
-        "SELECT session_id FROM group_members WHERE group_id = $1 \
-         ORDER BY added_at_ms, session_id",
-    )
-    .bind(group_id)
-    .fetch_all(conn)
-    .await?)
-}
-
-async fn insert_member(
-    conn: &mut PgConnection,
-    group_id: &str,
-    session_id: &str,
-) -> Result<(), SessionError> {
-    sqlx::query(
-        "INSERT INTO group_members (group_id, session_id, added_at_ms) VALUES ($1, $2, $3) \
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(group_id)
-    .bind(session_id)
-    .bind(now_ms())
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// A group with its members' rows.
-async fn group_row(
-    conn: &mut PgConnection,
-    workspace_id: &str,
-    name: &GroupName,
-    found: Found,
-) -> Result<GroupRow, SessionError> {
-    let ids = member_ids(conn, &found.group_id).await?;
-    let members = sessions(conn, &ids).await?;
-    Ok(GroupRow {
-        group_id: found.group_id,
-        workspace_id: workspace_id.to_owned(),
-        name: name.clone(),
-        created_by: found.created_by,
-        created_at_ms: found.created_at_ms,
-        members,
-    })
+    super::reads::in_order(raws, ids)
 }

@@ -54,15 +54,15 @@ use tokio::sync::watch;
 
 use super::{
     Bounds, ChargeCheck, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease,
-    Maintenance, MembersCheck, MessageCheck, OutputBudget, RESERVATION_RELEASE_BATCH,
-    RESERVATION_STALE_AFTER, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    Maintenance, MessageCheck, OutputBudget, RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER,
+    RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
-        Account, AuditRecord, Charge, Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency,
-        InboxMessage, ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow,
-        ReceivedMessage, Reservation, RunnerRow, RunnerSpec, SessionRow, Trust, now_ms,
+        Account, AuditRecord, Charge, Failure, FannedOut, Finish, Idempotency, InboxMessage,
+        ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage,
+        Reservation, RunnerRow, RunnerSpec, SessionRow, Trust, now_ms,
     },
     placement::Place,
 };
@@ -150,6 +150,14 @@ macro_rules! ids_in {
 }
 pub(in crate::store) use ids_in;
 
+/// Locks the rows a `SELECT` reads until the transaction ends.
+macro_rules! for_update {
+    () => {
+        " FOR UPDATE"
+    };
+}
+pub(in crate::store) use for_update;
+
 impl Store for PgStore {
     async fn create_root(
         &self,
@@ -217,36 +225,6 @@ impl Store for PgStore {
             self.published(false);
         }
         Ok(done)
-    }
-
-    async fn create_group(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        creator: &str,
-        audit: AuditRecord,
-    ) -> Result<GroupRow, SessionError> {
-        retrying!(self.create_group_once(workspace_id, name, creator, &audit))
-    }
-
-    async fn add_group_members(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        adder: &str,
-        members: &[String],
-        audit: AuditRecord,
-        check: MembersCheck<'_>,
-    ) -> Result<GroupRow, SessionError> {
-        retrying!(self.add_group_members_once(workspace_id, name, adder, members, &audit, check))
-    }
-
-    async fn groups(
-        &self,
-        workspace_id: &str,
-        member: Option<&str>,
-    ) -> Result<Vec<GroupRow>, SessionError> {
-        self.groups_impl(workspace_id, member).await
     }
 
     async fn terminate(

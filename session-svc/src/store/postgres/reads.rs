@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use sqlx::PgConnection;
+
 use super::{
     PgStore,
     open::{RawSession, rows, session_columns},
@@ -96,4 +98,35 @@ impl PgStore {
         }
         Ok(counts)
     }
+
+    /// The rows of the sessions `ids` that exist, unlocked, in the order of
+    /// `ids`, read on `conn` (a transaction's, to see its own writes).
+    pub(in crate::store) async fn rows_of(
+        &self,
+        conn: &mut PgConnection,
+        ids: &[String],
+    ) -> Result<Vec<SessionRow>, SessionError> {
+        let raws: Vec<RawSession> = sqlx::query_as(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE session_id = ANY($1)"
+        ))
+        .bind(ids)
+        .fetch_all(conn)
+        .await?;
+        in_order(raws, ids)
+    }
+}
+
+/// Session rows read, in the order of `ids`.
+pub(super) fn in_order(
+    raws: Vec<RawSession>,
+    ids: &[String],
+) -> Result<Vec<SessionRow>, SessionError> {
+    let mut rows = raws
+        .into_iter()
+        .map(RawSession::into_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.sort_by_key(|r| ids.iter().position(|id| *id == r.session_id));
+    Ok(rows)
 }

@@ -6,25 +6,19 @@
 
 use sqlx::{Row, SqliteConnection};
 
-use super::{SqliteStore, write::Write, writer::Begun};
+use super::{SqliteStore, writer::Begun};
+use crate::store::groups::sqlite::{member_ids, member_of};
 use crate::{
-    error::{Reason, SessionError},
+    error::SessionError,
     model::{
-        Audience, AuditRecord, FannedOut, GroupName, GroupRow, Idempotency, MessageRate,
-        NewMessage, Reach, Reached, SessionRow, new_message_id, now_ms,
+        Audience, AuditRecord, FannedOut, Idempotency, MessageRate, NewMessage, Reach, Reached,
+        SessionRow, new_message_id,
     },
     store::{
-        Bounds, FanOut, FanOutCheck, MembersCheck,
+        Bounds, FanOut, FanOutCheck,
         shared::{Unread, fan_out_record, fill_inboxes, replayed_fan_out},
     },
 };
-
-/// A group's row, without its members.
-struct Found {
-    group_id: String,
-    created_by: String,
-    created_at_ms: i64,
-}
 
 impl SqliteStore {
     pub(super) async fn fan_out_impl(
@@ -166,234 +160,13 @@ impl SqliteStore {
                 name,
                 poster,
             } => {
-                let group = member_of(conn, workspace_id, name, poster).await?;
+                let group = member_of(conn, workspace_id, name, poster, false).await?;
                 let mut ids = member_ids(conn, &group.group_id).await?;
                 ids.retain(|id| id != poster);
                 ledger_rows(ids)
             }
         })
     }
-
-    pub(super) async fn create_group_impl(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        creator: &str,
-        audit: AuditRecord,
-    ) -> Result<GroupRow, SessionError> {
-        let mut w = self.writer().await?;
-        if let Some(found) = find(&mut w.conn, workspace_id, name).await? {
-            if found.created_by != creator {
-                return Err(taken(name));
-            }
-            return self.group_row(&mut w.conn, workspace_id, name, found).await;
-        }
-        let found = Found {
-            group_id: format!("grp_{}", uuid::Uuid::now_v7().simple()),
-            created_by: creator.to_owned(),
-            created_at_ms: now_ms(),
-        };
-        let mut tx = Write::begin(&mut w.conn).await?;
-        sqlx::query(
-            "INSERT INTO groups (group_id, workspace_id, name, created_by, created_at_ms) \
-             VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(&found.group_id)
-        .bind(workspace_id)
-        .bind(name.as_str())
-        .bind(creator)
-        .bind(found.created_at_ms)
-        .execute(tx.conn())
-        .await?;
-        insert_member(tx.conn(), &found.group_id, creator).await?;
-        tx.audit(&audit).await?;
-        tx.commit().await?;
-        self.group_row(&mut w.conn, workspace_id, name, found).await
-    }
-
-    pub(super) async fn add_group_members_impl(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        adder: &str,
-        members: &[String],
-        audit: AuditRecord,
-        check: MembersCheck<'_>,
-    ) -> Result<GroupRow, SessionError> {
-        let mut w = self.writer().await?;
-        let found = member_of(&mut w.conn, workspace_id, name, adder).await?;
-        let mut current = member_ids(&mut w.conn, &found.group_id).await?;
-        let mut rows = Vec::with_capacity(members.len());
-        for id in members {
-            let row = self
-                .ledger()
-                .get(id)
-                .ok_or_else(|| SessionError::not_found(id))?;
-            rows.push(row);
-        }
-        let mut new: Vec<&str> = Vec::new();
-        for id in members {
-            if !current.iter().any(|m| m == id) && !new.contains(&id.as_str()) {
-                new.push(id);
-            }
-        }
-        let after: Vec<SessionRow> = current
-            .iter()
-            .map(String::as_str)
-            .chain(new.iter().copied())
-            .filter_map(|id| self.ledger().get(id))
-            .collect();
-        check(&rows, &after)?;
-        let mut tx = Write::begin(&mut w.conn).await?;
-        for id in &new {
-            insert_member(tx.conn(), &found.group_id, id).await?;
-        }
-        tx.audit(&audit).await?;
-        tx.commit().await?;
-        current.extend(new.iter().map(|id| (*id).to_owned()));
-        self.group_row(&mut w.conn, workspace_id, name, found).await
-    }
-
-    pub(super) async fn groups_impl(
-        &self,
-        workspace_id: &str,
-        member: Option<&str>,
-    ) -> Result<Vec<GroupRow>, SessionError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows = sqlx::query(
-            "SELECT g.group_id, g.name, g.created_by, g.created_at_ms FROM groups g \
-             WHERE g.workspace_id = ?1 AND (?2 IS NULL OR EXISTS (SELECT 1 FROM group_members m \
-               WHERE m.group_id = g.group_id AND m.session_id = ?2)) \
-             ORDER BY g.name",
-        )
-        .bind(workspace_id)
-        .bind(member)
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut groups = Vec::with_capacity(rows.len());
-        for row in rows {
-            let name = GroupName::stored(row.try_get("name")?);
-            let found = Found {
-                group_id: row.try_get("group_id")?,
-                created_by: row.try_get("created_by")?,
-                created_at_ms: row.try_get("created_at_ms")?,
-            };
-            groups.push(
-                self.group_row(&mut conn, workspace_id, &name, found)
-                    .await?,
-            );
-        }
-        Ok(groups)
-    }
-
-    /// A group with its members' rows, from the ledger.
-    async fn group_row(
-        &self,
-        conn: &mut SqliteConnection,
-        workspace_id: &str,
-        name: &GroupName,
-        found: Found,
-    ) -> Result<GroupRow, SessionError> {
-        let ids = member_ids(conn, &found.group_id).await?;
-        let ledger = self.ledger();
-        Ok(GroupRow {
-            group_id: found.group_id,
-            workspace_id: workspace_id.to_owned(),
-            name: name.clone(),
-            created_by: found.created_by,
-            created_at_ms: found.created_at_ms,
-            members: ids.iter().filter_map(|id| ledger.get(id)).collect(),
-        })
-    }
-}
-
-/// A group's name taken by another session's group.
-fn taken(name: &GroupName) -> SessionError {
-    SessionError::refused(
-        Reason::GroupExists,
-        format!("a group named {:?} exists in this workspace", name.as_str()),
-    )
-}
-
-/// A group the caller is not a member of, answered as one that does not exist.
-fn not_member(name: &GroupName) -> SessionError {
-    SessionError::refused(
-        Reason::GroupNotFound,
-        format!(
-            "group not found: {:?} (or this session is not a member)",
-            name.as_str()
-        ),
-    )
-}
-
-async fn find(
-    conn: &mut SqliteConnection,
-    workspace_id: &str,
-    name: &GroupName,
-) -> Result<Option<Found>, SessionError> {
-    let row = sqlx::query(
-        "SELECT group_id, created_by, created_at_ms FROM groups \
-         WHERE workspace_id = ? AND name = ?",
-    )
-    .bind(workspace_id)
-    .bind(name.as_str())
-    .fetch_optional(conn)
-    .await?;
-    row.map(|row| {
-        Ok(Found {
-            group_id: row.try_get("group_id")?,
-            created_by: row.try_get("created_by")?,
-            created_at_ms: row.try_get("created_at_ms")?,
-        })
-    })
-    .transpose()
-}
-
-/// The group, if `session_id` is one of its members.
-async fn member_of(
-    conn: &mut SqliteConnection,
-    workspace_id: &str,
-    name: &GroupName,
-    session_id: &str,
-) -> Result<Found, SessionError> {
-    let found = find(conn, workspace_id, name)
-        .await?
-        .ok_or_else(|| not_member(name))?;
-    let ids = member_ids(conn, &found.group_id).await?;
-    if !ids.iter().any(|id| id == session_id) {
-        return Err(not_member(name));
-    }
-    Ok(found)
-}
-
-/// A group's members, oldest first.
-async fn member_ids(
-    conn: &mut SqliteConnection,
-    group_id: &str,
-) -> Result<Vec<String>, SessionError> {
-    Ok(sqlx::query_scalar(
-        "SELECT session_id FROM group_members WHERE group_id = ? ORDER BY added_at_ms, rowid",
-    )
-    .bind(group_id)
-    .fetch_all(conn)
-    .await?)
-}
-
-async fn insert_member(
-    conn: &mut SqliteConnection,
-    group_id: &str,
-    session_id: &str,
-) -> Result<(), SessionError> {
-    sqlx::query(
-        "INSERT INTO group_members (group_id, session_id, added_at_ms) VALUES (?, ?, ?) \
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(group_id)
-    .bind(session_id)
-    .bind(now_ms())
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// A session's message rate state (zeros: it has sent nothing yet).

@@ -54,20 +54,19 @@ use self::{
 };
 use super::{
     Bounds, ChargeCheck, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease,
-    Maintenance, MembersCheck, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    Maintenance, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
-        Account, AuditRecord, Charge, Failure, FannedOut, Finish, GroupName, GroupRow, Idempotency,
-        ModelCall, NewMessage, NewSession, Principal, Reservation, RunnerRow, RunnerSpec,
-        SessionRow, Trust,
+        Account, AuditRecord, Charge, Failure, FannedOut, Finish, Idempotency, ModelCall,
+        NewMessage, NewSession, Principal, Reservation, RunnerRow, RunnerSpec, SessionRow, Trust,
     },
     placement::Place,
 };
 
 pub use self::output::OutputBudget;
-pub(in crate::store) use self::writer::{Tx, ids_in, retrying};
+pub(in crate::store) use self::writer::{Tx, for_update, ids_in, retrying};
 
 /// Default size of the write-ahead log past which a checkpoint makes
 /// writers wait while it starts the log over.
@@ -203,38 +202,6 @@ impl Store for SqliteStore {
         check: FanOutCheck<'_>,
     ) -> Result<FannedOut, SessionError> {
         self.fan_out_impl(out, idem, audit, bounds, check).await
-    }
-
-    async fn create_group(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        creator: &str,
-        audit: AuditRecord,
-    ) -> Result<GroupRow, SessionError> {
-        self.create_group_impl(workspace_id, name, creator, audit)
-            .await
-    }
-
-    async fn add_group_members(
-        &self,
-        workspace_id: &str,
-        name: &GroupName,
-        adder: &str,
-        members: &[String],
-        audit: AuditRecord,
-        check: MembersCheck<'_>,
-    ) -> Result<GroupRow, SessionError> {
-        self.add_group_members_impl(workspace_id, name, adder, members, audit, check)
-            .await
-    }
-
-    async fn groups(
-        &self,
-        workspace_id: &str,
-        member: Option<&str>,
-    ) -> Result<Vec<GroupRow>, SessionError> {
-        self.groups_impl(workspace_id, member).await
     }
 
     async fn terminate(

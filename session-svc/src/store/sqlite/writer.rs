@@ -68,6 +68,15 @@ macro_rules! ids_in {
 }
 pub(in crate::store) use ids_in;
 
+/// Locks the rows a `SELECT` reads, in SQLite's words: nothing (its writer
+/// lock serialises every write already).
+macro_rules! for_update {
+    () => {
+        ""
+    };
+}
+pub(in crate::store) use for_update;
+
 impl SqliteStore {
     /// Begins a write transaction on the writer.
     pub(in crate::store) async fn tx(&self) -> Result<Tx<'_>, SessionError> {
@@ -75,6 +84,18 @@ impl SqliteStore {
         w.open = true;
         sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
         Ok(Tx { w })
+    }
+
+    /// The rows of the sessions `ids` that exist, in the order of `ids`,
+    /// from the ledger (exact under the writer lock; `_conn` is the
+    /// transaction's, for PostgreSQL's reading of them).
+    pub(in crate::store) async fn rows_of(
+        &self,
+        _conn: &mut SqliteConnection,
+        ids: &[String],
+    ) -> Result<Vec<SessionRow>, SessionError> {
+        let ledger = self.ledger();
+        Ok(ids.iter().filter_map(|id| ledger.get(id)).collect())
     }
 
     /// The writer's connection, for a write of one statement.
