@@ -9,11 +9,41 @@
 
 use std::future::Future;
 
+use troupe_proto::session::SessionStatus;
+
 use super::{EventPage, backends::each_backend};
 use crate::{
     error::SessionError,
-    model::{AuditRecord, AuditRow, EventFilter},
+    model::{AuditRecord, AuditRow, EventFilter, EventKind},
 };
+
+/// An event to append, last in its transaction (`This::append_events`).
+pub(in crate::store) struct NewEvent {
+    pub session_id: String,
+    pub kind: EventKind,
+    /// The session's status when it is written.
+    pub status: SessionStatus,
+    pub detail: String,
+    /// Bytes printed, for output.
+    pub bytes: Option<i64>,
+}
+
+impl NewEvent {
+    pub fn new(
+        session_id: &str,
+        kind: EventKind,
+        status: SessionStatus,
+        detail: serde_json::Value,
+    ) -> NewEvent {
+        NewEvent {
+            session_id: session_id.to_owned(),
+            kind,
+            status,
+            detail: detail.to_string(),
+            bytes: None,
+        }
+    }
+}
 
 /// The events and the audit trail; every [`super::Store`] is one.
 pub trait LogStore: Send + Sync {

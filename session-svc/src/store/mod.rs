@@ -29,6 +29,7 @@
 mod accounts;
 mod agent_rows;
 mod backends;
+mod budgets;
 mod catalog;
 mod console;
 mod console_rows;
@@ -49,6 +50,7 @@ use tokio::sync::watch;
 use troupe_proto::scope::WriteScope;
 
 pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
+pub use budgets::BudgetStore;
 pub use catalog::CatalogStore;
 pub use console::ConsoleStore;
 pub(crate) use console_rows::{ActivityColumns, AuditColumns, MessageColumns, audit_row};
@@ -71,9 +73,9 @@ pub use writes::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        Account, AuditRecord, Charge, Failure, FannedOut, Finish, Idempotency, InboxMessage,
-        ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage,
-        Reservation, RunnerRow, RunnerSpec, SessionRow, Trust,
+        AuditRecord, Failure, FannedOut, Finish, Idempotency, InboxMessage, NewMessage, NewSession,
+        Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec, SessionRow,
+        Trust,
     },
     placement::Place,
 };
@@ -106,7 +108,7 @@ pub(crate) fn parse_stored<T>(
 
 /// The ledger's storage.
 pub trait Store:
-    ConsoleStore + CatalogStore + GroupStore + LogStore + Send + Sync + Clone + 'static
+    BudgetStore + ConsoleStore + CatalogStore + GroupStore + LogStore + Send + Sync + Clone + 'static
 {
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
@@ -395,55 +397,6 @@ pub trait Store:
 
     /// Returns the lease of the background work as it stands.
     fn lease(&self) -> impl Future<Output = Result<Option<Lease>, SessionError>> + Send;
-
-    /// Reserves `worst` for a model call of `session_id` if `check` admits
-    /// it against the accounts of the session's path (root first), in one
-    /// transaction: every account of the path counts it as reserved, and a
-    /// reservation row records it with its creation time. PostgreSQL locks
-    /// the path's accounts root-down first, so concurrent reservations in
-    /// one tree queue on their common ancestors and never deadlock.
-    fn reserve(
-        &self,
-        session_id: &str,
-        worst: Charge,
-        check: ChargeCheck<'_>,
-    ) -> impl Future<Output = Result<Reservation, SessionError>> + Send;
-
-    /// Replaces `reservation` with the call's real usage, in one
-    /// transaction: the call's row, its usage added to the session's own
-    /// counters and to the subtree counters of every account of its path,
-    /// the reservation taken off them and removed (if the upkeep released
-    /// it as stale meanwhile, the usage is added all the same), and a
-    /// `usage` event on the session. Returns the session's account after it.
-    fn settle(
-        &self,
-        reservation: &Reservation,
-        call: &ModelCall,
-    ) -> impl Future<Output = Result<Account, SessionError>> + Send;
-
-    /// Releases at most `limit` reservations made before `before_ms` (their
-    /// call's replica died mid-call): each is taken off its path's accounts
-    /// and removed, nothing billed. Returns how many. Part of
-    /// [`Store::maintain`] (with [`RESERVATION_STALE_AFTER`]).
-    fn release_stale_reservations(
-        &self,
-        before_ms: i64,
-        limit: u32,
-    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
-
-    /// Returns a session's account: its budget, deadline and usage.
-    fn account(
-        &self,
-        session_id: &str,
-    ) -> impl Future<Output = Result<Option<Account>, SessionError>> + Send;
-
-    /// Returns the active sessions whose deadline (their own wall-clock
-    /// budget's, or an ancestor's: an orphan's still holds after its
-    /// budgeted parent ended) passed by `now_ms`, shallowest first.
-    fn over_deadline(
-        &self,
-        now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<String>, SessionError>> + Send;
 
     /// Ends `session_id` and every active descendant as terminated with
     /// end reason `budget` (by `troupe`), with `audit`, if it is still

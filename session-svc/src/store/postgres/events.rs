@@ -58,33 +58,7 @@ impl PgStore {
 /// The advisory lock key that orders event ids by commit ("troupeev").
 pub const EVENTS_LOCK: i64 = 0x7472_6f75_7065_6576;
 
-/// An event to write at the end of a transaction.
-pub(super) struct NewEvent {
-    pub session_id: String,
-    pub kind: EventKind,
-    /// The session's status when it is written.
-    pub status: SessionStatus,
-    pub detail: String,
-    /// Bytes printed, for output.
-    pub bytes: Option<i64>,
-}
-
-impl NewEvent {
-    pub fn new(
-        session_id: &str,
-        kind: EventKind,
-        status: SessionStatus,
-        detail: serde_json::Value,
-    ) -> NewEvent {
-        NewEvent {
-            session_id: session_id.to_owned(),
-            kind,
-            status,
-            detail: detail.to_string(),
-            bytes: None,
-        }
-    }
-}
+pub(super) use crate::store::journal::NewEvent;
 
 /// Writes `events` as the transaction's last statements: each session's
 /// sequences (locking its row), then the events lock, then the ids and the

@@ -53,16 +53,16 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction, pool::PoolConnection};
 use tokio::sync::watch;
 
 use super::{
-    Bounds, ChargeCheck, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease,
-    Maintenance, MessageCheck, OutputBudget, RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER,
-    RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    Bounds, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease, Maintenance,
+    MessageCheck, OutputBudget, RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER, RootCheck,
+    Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
-        Account, AuditRecord, Charge, Failure, FannedOut, Finish, Idempotency, InboxMessage,
-        ModelCall, NewMessage, NewSession, Principal, ProcessChange, ProcessRow, ReceivedMessage,
-        Reservation, RunnerRow, RunnerSpec, SessionRow, Trust, now_ms,
+        AuditRecord, Failure, FannedOut, Finish, Idempotency, InboxMessage, NewMessage, NewSession,
+        Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec, SessionRow,
+        Trust, now_ms,
     },
     placement::Place,
 };
@@ -117,6 +117,21 @@ impl PgStore {
         Ok(self.pool.acquire().await?)
     }
 
+    /// Appends `events`, last in their transaction (see `events::write`).
+    pub(in crate::store) async fn append_events(
+        conn: &mut PgConnection,
+        events: &[events::NewEvent],
+        ended: bool,
+    ) -> Result<(), SessionError> {
+        events::write(conn, events, ended).await.map(drop)
+    }
+
+    /// Wakes the local watchers after a commit (and those of ends, if it
+    /// `ended` sessions).
+    pub(in crate::store) fn committed(&self, ended: bool) {
+        self.published(ended);
+    }
+
     /// Wakes the local watchers after a commit.
     fn published(&self, ended: bool) {
         self.events_written.send_modify(|n| *n = n.wrapping_add(1));
@@ -150,10 +165,14 @@ macro_rules! ids_in {
 }
 pub(in crate::store) use ids_in;
 
-/// Locks the rows a `SELECT` reads until the transaction ends.
+/// Locks the rows a `SELECT` reads until the transaction ends: ` FOR
+/// UPDATE`, or ` FOR` and the lock given.
 macro_rules! for_update {
     () => {
         " FOR UPDATE"
+    };
+    ($lock:literal) => {
+        concat!(" FOR ", $lock)
     };
 }
 pub(in crate::store) use for_update;
@@ -303,51 +322,13 @@ impl Store for PgStore {
         // pruning frees. Stale reservations are released, each in its own
         // transaction (any replica may; SKIP LOCKED keeps them apart).
         let before = now_ms().saturating_sub(RESERVATION_STALE_AFTER.as_millis() as i64);
-        let mut released = 0u32;
-        while released < RESERVATION_RELEASE_BATCH && retrying!(self.release_one_stale(before))? {
-            released += 1;
-        }
+        let released =
+            super::BudgetStore::release_stale_reservations(self, before, RESERVATION_RELEASE_BATCH)
+                .await?;
         if released > 0 {
             tracing::warn!(released, "stale model-call reservations released");
         }
         Ok(Maintenance::default())
-    }
-
-    async fn reserve(
-        &self,
-        session_id: &str,
-        worst: Charge,
-        check: ChargeCheck<'_>,
-    ) -> Result<Reservation, SessionError> {
-        retrying!(self.reserve_once(session_id, &worst, check))
-    }
-
-    async fn settle(
-        &self,
-        reservation: &Reservation,
-        call: &ModelCall,
-    ) -> Result<Account, SessionError> {
-        retrying!(self.settle_once(reservation, call))
-    }
-
-    async fn release_stale_reservations(
-        &self,
-        before_ms: i64,
-        limit: u32,
-    ) -> Result<u64, SessionError> {
-        let mut released = 0u64;
-        while released < u64::from(limit) && retrying!(self.release_one_stale(before_ms))? {
-            released += 1;
-        }
-        Ok(released)
-    }
-
-    async fn account(&self, session_id: &str) -> Result<Option<Account>, SessionError> {
-        self.account_impl(session_id).await
-    }
-
-    async fn over_deadline(&self, now_ms: i64) -> Result<Vec<String>, SessionError> {
-        self.over_deadline_impl(now_ms).await
     }
 
     async fn end_for_budget(

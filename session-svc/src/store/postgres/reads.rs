@@ -99,6 +99,24 @@ impl PgStore {
         Ok(counts)
     }
 
+    /// The row of the session `id`, unlocked, read on `conn`.
+    pub(in crate::store) async fn row_of(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+    ) -> Result<SessionRow, SessionError> {
+        let raw: RawSession = sqlx::query_as(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE session_id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| SessionError::not_found(id))?;
+        raw.into_row()
+    }
+
     /// The rows of the sessions `ids` that exist, unlocked, in the order of
     /// `ids`, read on `conn` (a transaction's, to see its own writes).
     pub(in crate::store) async fn rows_of(

@@ -97,7 +97,7 @@ impl PgStore {
         let (parent, children) = locks::session(&mut tx, parent_id).await?;
         // Read, not locked: a reservation racing this create only makes the
         // check stricter, and every call is checked against every ancestor.
-        let accounts = budgets::path(&mut tx, parent_id, false).await?;
+        let accounts = crate::store::budgets::postgres::path(&mut tx, parent_id, false).await?;
         let admission = check(&SpawnContext {
             parent: &parent,
             tree_sessions,

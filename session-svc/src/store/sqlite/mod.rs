@@ -53,14 +53,14 @@ use self::{
     write::{Write, rollback},
 };
 use super::{
-    Bounds, ChargeCheck, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease,
-    Maintenance, MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
+    Bounds, Created, DriverWork, FanOut, FanOutCheck, Fence, Holder, Lease, Maintenance,
+    MessageCheck, RootCheck, Sent, SpawnCheck, Store, TerminateCheck,
 };
 use crate::{
     error::SessionError,
     model::{
-        Account, AuditRecord, Charge, Failure, FannedOut, Finish, Idempotency, ModelCall,
-        NewMessage, NewSession, Principal, Reservation, RunnerRow, RunnerSpec, SessionRow, Trust,
+        AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession, Principal,
+        RunnerRow, RunnerSpec, SessionRow, Trust,
     },
     placement::Place,
 };
@@ -416,39 +416,6 @@ impl Store for SqliteStore {
 
     async fn driver_work(&self) -> Result<DriverWork, SessionError> {
         self.driver_work_impl().await
-    }
-
-    async fn reserve(
-        &self,
-        session_id: &str,
-        worst: Charge,
-        check: ChargeCheck<'_>,
-    ) -> Result<Reservation, SessionError> {
-        self.reserve_impl(session_id, worst, check).await
-    }
-
-    async fn settle(
-        &self,
-        reservation: &Reservation,
-        call: &ModelCall,
-    ) -> Result<Account, SessionError> {
-        self.settle_impl(reservation, call).await
-    }
-
-    async fn release_stale_reservations(
-        &self,
-        before_ms: i64,
-        limit: u32,
-    ) -> Result<u64, SessionError> {
-        self.release_stale_impl(before_ms, limit).await
-    }
-
-    async fn account(&self, session_id: &str) -> Result<Option<Account>, SessionError> {
-        self.account_impl(session_id).await
-    }
-
-    async fn over_deadline(&self, now_ms: i64) -> Result<Vec<String>, SessionError> {
-        self.over_deadline_impl(now_ms).await
     }
 
     async fn end_for_budget(

@@ -7,7 +7,7 @@ use serde_json::json;
 use troupe_proto::session::SessionStatus;
 
 use super::{
-    SqliteStore, budgets, groups, parent_end,
+    SqliteStore, groups, parent_end,
     write::Write,
     writer::{Begun, first_i64},
 };
@@ -77,7 +77,7 @@ impl SqliteStore {
             .spawn_facts(parent_id)
             .ok_or_else(|| SessionError::not_found(parent_id));
         let facts = w.or_abandon(facts).await?;
-        let accounts = budgets::path(&mut w.conn, parent_id).await;
+        let accounts = crate::store::budgets::sqlite::path(&mut w.conn, parent_id, false).await;
         let accounts = w.or_abandon(accounts).await?;
         let limits = w.or_abandon(stored_budget(&new.budget)).await?;
         let admission = check(&SpawnContext {

@@ -13,6 +13,7 @@
 use sqlx::{AssertSqlSafe, SqlitePool};
 
 use super::SqliteStore;
+use crate::store::BudgetStore;
 use crate::{
     error::SessionError,
     model::now_ms,
@@ -127,7 +128,7 @@ impl SqliteStore {
         };
         let stale_before = now_ms().saturating_sub(RESERVATION_STALE_AFTER.as_millis() as i64);
         match self
-            .release_stale_impl(stale_before, RESERVATION_RELEASE_BATCH)
+            .release_stale_reservations(stale_before, RESERVATION_RELEASE_BATCH)
             .await
         {
             Ok(0) => {}

@@ -19,8 +19,10 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{Idempotency, NewSession, SessionRow},
+    model::{Idempotency, NewSession, SessionRow, now_ms},
+    store::journal::NewEvent,
 };
+use troupe_proto::status::status_str;
 
 /// How a write that may carry a request id begins.
 pub(super) enum Begun {
@@ -68,10 +70,14 @@ macro_rules! ids_in {
 }
 pub(in crate::store) use ids_in;
 
-/// Locks the rows a `SELECT` reads, in SQLite's words: nothing (its writer
-/// lock serialises every write already).
+/// Locks the rows a `SELECT` reads (` FOR UPDATE`, or ` FOR` and the lock
+/// given), in SQLite's words: nothing (its writer lock serialises every
+/// write already).
 macro_rules! for_update {
     () => {
+        ""
+    };
+    ($lock:literal) => {
         ""
     };
 }
@@ -96,6 +102,48 @@ impl SqliteStore {
     ) -> Result<Vec<SessionRow>, SessionError> {
         let ledger = self.ledger();
         Ok(ids.iter().filter_map(|id| ledger.get(id)).collect())
+    }
+
+    /// The row of the session `id` (the ledger's, as [`SqliteStore::rows_of`]).
+    pub(in crate::store) async fn row_of(
+        &self,
+        _conn: &mut SqliteConnection,
+        id: &str,
+    ) -> Result<SessionRow, SessionError> {
+        self.ledger()
+            .get(id)
+            .ok_or_else(|| SessionError::not_found(id))
+    }
+
+    /// Appends `events`, each with its session's next sequence (the
+    /// `events_advance_session_seq` trigger moves it on).
+    pub(in crate::store) async fn append_events(
+        conn: &mut SqliteConnection,
+        events: &[NewEvent],
+        _ended: bool,
+    ) -> Result<(), SessionError> {
+        for event in events {
+            sqlx::query(
+                "INSERT INTO events (session_id, seq, kind, status, at_ms, detail, bytes) \
+                 SELECT session_id, event_seq + 1, $2, $3, $4, $5, $6 FROM sessions \
+                 WHERE session_id = $1",
+            )
+            .bind(&event.session_id)
+            .bind(event.kind.as_str())
+            .bind(status_str(event.status))
+            .bind(now_ms())
+            .bind(&event.detail)
+            .bind(event.bytes)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Wakes the watchers after a commit (those of ends if the ledger's
+    /// count of ended sessions moved; `_ended` is PostgreSQL's to say).
+    pub(in crate::store) fn committed(&self, _ended: bool) {
+        self.published();
     }
 
     /// The writer's connection, for a write of one statement.
