@@ -8,6 +8,7 @@ pub use troupe_proto::scope::WriteScope;
 use troupe_proto::session::{SessionStatus, TrustLevel};
 use troupe_telemetry::LifeSpan;
 
+mod action;
 mod budget;
 mod console;
 mod finish;
@@ -18,6 +19,7 @@ mod values;
 
 mod runner;
 
+pub use action::Action;
 pub use budget::{
     Account, Budget, BudgetLeft, CallOutcome, Charge, Cost, Dimension, ModelCall, OwnUsage,
     PRICE_DECIMALS, Price, Reservation, TokenUsage,
@@ -165,7 +167,7 @@ pub struct NewMessage {
 #[derive(Clone, Debug)]
 pub struct Idempotency {
     pub caller: Principal,
-    pub action: &'static str,
+    pub action: Action,
     pub request_id: String,
     pub payload_hash: String,
     /// Where the request id's window starts (ms since the Unix epoch): an
@@ -178,7 +180,7 @@ pub struct Idempotency {
 #[derive(Clone, Debug)]
 pub struct AuditRecord {
     pub caller: Principal,
-    pub action: &'static str,
+    pub action: Action,
     pub target: String,
     pub allowed: bool,
     pub reason: String,

@@ -206,7 +206,7 @@ async fn deadlines<S: Store>(store: S, driver: Option<Arc<Driver<S>>>, term: Ter
         for session_id in due {
             let audit = AuditRecord {
                 caller: Principal::Troupe,
-                action: "end_for_budget",
+                action: crate::model::Action::EndForBudget,
                 target: session_id.clone(),
                 allowed: true,
                 reason: Reason::BudgetExceeded.as_str().to_owned(),

@@ -3,6 +3,7 @@
 //! its store, if asked), and a sign-in's cookie and CSRF token.
 
 use std::{net::SocketAddr, time::Duration};
+use troupe_session_svc::model::Action;
 
 use futures::StreamExt;
 use hyper::{Method, StatusCode};
@@ -86,7 +87,7 @@ pub async fn seed_trees<S: Store>(store: &S, trees: usize, children: usize) -> V
                 .create_root(
                     new_session(&root, Trust::Sandboxed),
                     None,
-                    operator_audit("create_root_session", &root),
+                    operator_audit(Action::CreateRootSession, &root),
                     &|_| Ok(Default::default()),
                 )
                 .await
@@ -98,7 +99,7 @@ pub async fn seed_trees<S: Store>(store: &S, trees: usize, children: usize) -> V
                         &root,
                         new_session(&id, Trust::Sandboxed),
                         None,
-                        operator_audit("create_session", &id),
+                        operator_audit(Action::CreateSession, &id),
                         &|ctx| policy::admit_spawn(ctx, limits),
                     )
                     .await

@@ -3,7 +3,7 @@
 
 use troupe_session_svc::{
     error::SessionError,
-    model::{AuditRecord, NewSession, Principal, Trust},
+    model::{Action, AuditRecord, NewSession, Principal, Trust},
     store::{Bounds, PgStore, SqliteStore},
 };
 
@@ -56,7 +56,7 @@ pub fn new_session(id: &str, trust: Trust) -> NewSession {
 }
 
 /// An allowed audit entry of the operator's.
-pub fn operator_audit(action: &'static str, target: &str) -> AuditRecord {
+pub fn operator_audit(action: Action, target: &str) -> AuditRecord {
     AuditRecord {
         caller: Principal::Operator,
         action,

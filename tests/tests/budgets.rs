@@ -11,6 +11,7 @@
 //! Until the model gateway calls them, the store's methods are called
 //! directly, on the real store (`troupe_tests::stores`).
 
+use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     config::Limits,
     error::SessionError,
@@ -50,7 +51,7 @@ macro_rules! on_backend {
 fn audit(target: &str) -> AuditRecord {
     AuditRecord {
         caller: Principal::Operator,
-        action: "test",
+        action: Action::SendMessage,
         target: target.to_owned(),
         allowed: true,
         reason: "OK".to_owned(),

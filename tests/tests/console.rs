@@ -7,6 +7,7 @@
 //! page itself, in a real browser, is `runner-svc/tests/console.rs`.
 
 use std::time::Duration;
+use troupe_session_svc::model::Action;
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
@@ -502,7 +503,7 @@ async fn messages_contract(store: impl Store) {
             .create_root(
                 new_session(id, Trust::Sandboxed),
                 None,
-                operator_audit("test", id),
+                operator_audit(Action::CreateRootSession, id),
                 &|_| Ok(QuotaLeft::default()),
             )
             .await
@@ -521,7 +522,7 @@ async fn messages_contract(store: impl Store) {
                         body: body.to_owned(),
                     },
                     None,
-                    operator_audit("test", to),
+                    operator_audit(Action::SendMessage, to),
                     troupe_tests::stores::UNBOUNDED,
                     &|_| Ok(()),
                 )

@@ -6,6 +6,7 @@
 //! refused spawns of a workspace's sessions, after an audit cursor, newest
 //! first, bounded.
 
+use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::QuotaLeft,
     model::{
@@ -34,7 +35,7 @@ async fn send<S: Store>(store: &S, to: &str, n: u32) {
                 body: format!("message {n}"),
             },
             None,
-            operator_audit("send_message", to),
+            operator_audit(Action::SendMessage, to),
             troupe_tests::stores::UNBOUNDED,
             &|_| Ok(()),
         )
@@ -85,7 +86,12 @@ async fn inbox_contract<S: Store>(store: S) {
             body: "start".to_owned(),
         });
         store
-            .create_root(new, None, operator_audit("create_root", id), &root)
+            .create_root(
+                new,
+                None,
+                operator_audit(Action::CreateRootSession, id),
+                &root,
+            )
             .await
             .unwrap();
     }
@@ -106,7 +112,7 @@ async fn inbox_contract<S: Store>(store: S) {
         .record_progress(
             "sess_a",
             serde_json::json!({"progress": 40, "description": "half way"}),
-            operator_audit("report_progress", "sess_a"),
+            operator_audit(Action::ReportProgress, "sess_a"),
             &|_| Ok(()),
         )
         .await
@@ -181,7 +187,7 @@ async fn inbox_contract<S: Store>(store: S) {
     assert!(store.accounts(&[]).await.unwrap().is_empty());
 }
 
-fn refusal(target: &str, action: &'static str, allowed: bool) -> AuditRecord {
+fn refusal(target: &str, action: Action, allowed: bool) -> AuditRecord {
     AuditRecord {
         caller: Principal::Session(target.to_owned()),
         action,
@@ -198,16 +204,21 @@ async fn refused_contract<S: Store>(store: S) {
         let mut new = new_session(id, Trust::Sandboxed);
         new.workspace_id = workspace.to_owned();
         store
-            .create_root(new, None, operator_audit("create_root", id), &root)
+            .create_root(
+                new,
+                None,
+                operator_audit(Action::CreateRootSession, id),
+                &root,
+            )
             .await
             .unwrap();
     }
     for record in [
-        refusal("sess_a", "create_session", false),
-        refusal("sess_a", "create_session", true),
-        refusal("sess_a", "send_message", false),
-        refusal("sess_z", "create_session", false),
-        refusal("sess_a", "create_session", false),
+        refusal("sess_a", Action::CreateSession, false),
+        refusal("sess_a", Action::CreateSession, true),
+        refusal("sess_a", Action::SendMessage, false),
+        refusal("sess_z", Action::CreateSession, false),
+        refusal("sess_a", Action::CreateSession, false),
     ] {
         store.append_audit(record).await.unwrap();
     }
@@ -232,7 +243,7 @@ async fn refused_contract<S: Store>(store: S) {
             .is_empty()
     );
     store
-        .append_audit(refusal("sess_a", "create_session", false))
+        .append_audit(refusal("sess_a", Action::CreateSession, false))
         .await
         .unwrap();
     let (new, next) = store.refused_spawns("alpha", cursor, 10).await.unwrap();

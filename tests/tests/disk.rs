@@ -12,6 +12,7 @@ use std::{
     },
     time::Duration,
 };
+use troupe_session_svc::model::Action;
 
 use base64::Engine as _;
 use sqlx::Connection;
@@ -51,7 +52,7 @@ async fn running(store: &SqliteStore, id: &str) {
     };
     let audit = AuditRecord {
         caller: Principal::Operator,
-        action: "create_root",
+        action: Action::CreateRootSession,
         target: id.to_owned(),
         allowed: true,
         reason: "OK".into(),

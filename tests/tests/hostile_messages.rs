@@ -8,6 +8,7 @@
 
 use tonic::Code;
 use troupe_proto::session::{self as pb, TrustLevel};
+use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     MessageLimits,
     error::SessionError,
@@ -214,7 +215,7 @@ async fn delivery_frees_the_inbox(store: impl Store) {
         .create_root(
             root,
             None,
-            operator_audit("create_root_session", "inbox"),
+            operator_audit(Action::CreateRootSession, "inbox"),
             &|_| Ok(Default::default()),
         )
         .await
@@ -235,7 +236,7 @@ async fn delivery_frees_the_inbox(store: impl Store) {
             "inbox",
             send(n),
             None,
-            operator_audit("send_message", "inbox"),
+            operator_audit(Action::SendMessage, "inbox"),
             bounds,
             &|_| Ok(()),
         )

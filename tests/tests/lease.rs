@@ -4,6 +4,7 @@
 //! becomes due in the transaction that ends the child and is written once.
 
 use std::time::{Duration, Instant};
+use troupe_session_svc::model::Action;
 
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
@@ -26,7 +27,7 @@ fn new_session(id: &str, notify_parent: bool) -> NewSession {
     }
 }
 
-fn audit(action: &'static str, target: &str) -> AuditRecord {
+fn audit(action: Action, target: &str) -> AuditRecord {
     troupe_tests::stores::operator_audit(action, target)
 }
 
@@ -53,7 +54,7 @@ async fn family<S: Store>(store: &S, parent: &str, child: &str) {
         .create_root(
             new_session(parent, false),
             None,
-            audit("root", parent),
+            audit(Action::CreateRootSession, parent),
             &|_| Ok(QuotaLeft::default()),
         )
         .await
@@ -63,7 +64,7 @@ async fn family<S: Store>(store: &S, parent: &str, child: &str) {
             parent,
             new_session(child, true),
             None,
-            audit("child", child),
+            audit(Action::CreateSession, child),
             &admit,
         )
         .await
@@ -151,7 +152,13 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
     fenced(
         "fail_session",
         store
-            .fail_session(&old, "c", Failure::Lost, "x", audit("fail", "c"))
+            .fail_session(
+                &old,
+                "c",
+                Failure::Lost,
+                "x",
+                audit(Action::RunnerLost, "c"),
+            )
             .await,
         old.epoch,
     );
@@ -163,7 +170,7 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
     fenced(
         "write_callback",
         store
-            .write_callback(&old, "c", message("m0"), audit("cb", "p"))
+            .write_callback(&old, "c", message("m0"), audit(Action::Callback, "p"))
             .await,
         old.epoch,
     );
@@ -230,12 +237,12 @@ async fn a_due_callback_is_written_once<S: Store>(store: &S) {
     assert_eq!(store.driver_work().await.unwrap().callbacks_due, ["c"]);
     let inbox = store.inbox_count("p").await.unwrap();
     let first = store
-        .write_callback(&fence, "c", message("m1"), audit("cb", "p"))
+        .write_callback(&fence, "c", message("m1"), audit(Action::Callback, "p"))
         .await
         .unwrap();
     assert!(first.is_some(), "written");
     let again = store
-        .write_callback(&fence, "c", message("m2"), audit("cb", "p"))
+        .write_callback(&fence, "c", message("m2"), audit(Action::Callback, "p"))
         .await
         .unwrap();
     assert!(again.is_none(), "once");

@@ -20,6 +20,7 @@
 //! PostgreSQL too: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
 use troupe_proto::{agent::stdin::ParentEnded, session::SessionStatus};
+use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
@@ -38,7 +39,7 @@ fn new_session(id: &str, on_parent_end: ParentEnd, budget: Budget) -> NewSession
     }
 }
 
-fn audit(action: &'static str, target: &str) -> AuditRecord {
+fn audit(action: Action, target: &str) -> AuditRecord {
     troupe_tests::stores::operator_audit(action, target)
 }
 
@@ -69,7 +70,7 @@ async fn tree<S: Store>(
         .create_root(
             new_session("r", ParentEnd::Terminate, Budget::default()),
             None,
-            audit("create", "r"),
+            audit(Action::CreateSession, "r"),
             &|_| Ok(QuotaLeft::default()),
         )
         .await
@@ -85,7 +86,7 @@ async fn tree<S: Store>(
                 parent,
                 new_session(id, *policy, budget),
                 None,
-                audit("create", id),
+                audit(Action::CreateSession, id),
                 &admit,
             )
             .await
@@ -240,7 +241,7 @@ async fn on_exit<S: Store>(store: S) {
 async fn on_failure<S: Store>(store: S, failure: Failure, reason: &str) {
     let fence = tree(&store, &MIXED, &[]).await;
     let ended = store
-        .fail_session(&fence, "p", failure, "gone", audit("lost", "p"))
+        .fail_session(&fence, "p", failure, "gone", audit(Action::RunnerLost, "p"))
         .await
         .expect("fail");
     assert!(ended);
@@ -255,7 +256,7 @@ async fn on_terminate<S: Store>(store: S) {
             "p",
             &Principal::Operator,
             "my private reason",
-            audit("terminate_session", "p"),
+            audit(Action::TerminateSession, "p"),
             &|_, _| Ok(()),
         )
         .await
@@ -269,7 +270,7 @@ async fn on_terminate<S: Store>(store: S) {
             "p",
             &Principal::Operator,
             "",
-            audit("terminate_session", "p"),
+            audit(Action::TerminateSession, "p"),
             &|_, _| Ok(()),
         )
         .await
@@ -291,7 +292,7 @@ async fn on_finish<S: Store>(store: S) {
             "p",
             &finish,
             now_ms() + 3_600_000,
-            audit("finish_session", "p"),
+            audit(Action::FinishSession, "p"),
             &policy::may_finish,
         )
         .await
@@ -349,7 +350,7 @@ async fn on_budget<S: Store>(store: S) {
     assert!(due.contains(&"a".to_owned()), "{due:?}");
     for id in &due {
         store
-            .end_for_budget(&fence, id, audit("end_for_budget", id))
+            .end_for_budget(&fence, id, audit(Action::EndForBudget, id))
             .await
             .expect("end for budget");
     }

@@ -6,6 +6,7 @@
 //!
 //! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
+use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
@@ -48,7 +49,7 @@ async fn owner_fence<S: Store>(store: &S) -> Fence {
         .expect("lease free")
 }
 
-fn audit(action: &'static str, target: &str) -> AuditRecord {
+fn audit(action: Action, target: &str) -> AuditRecord {
     AuditRecord {
         caller: Principal::Operator,
         action,
@@ -98,7 +99,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .create_root(
             new_session("root", Some("hello")),
             None,
-            audit("create_root", "root"),
+            audit(Action::CreateRootSession, "root"),
             &root_quota,
         )
         .await
@@ -109,7 +110,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
                 parent,
                 new_session(id, Some("do it")),
                 None,
-                audit("create", id),
+                audit(Action::CreateSession, id),
                 &admit,
             )
             .await
@@ -131,7 +132,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
                     body: format!("body {i} ✓"),
                 },
                 None,
-                audit("send", to),
+                audit(Action::SendMessage, to),
                 troupe_tests::stores::UNBOUNDED,
                 &|_| Ok(()),
             )
@@ -187,7 +188,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .record_progress(
             "a1",
             serde_json::json!({"step": 1, "of": 3}),
-            audit("progress", "a1"),
+            audit(Action::ReportProgress, "a1"),
             &|_| Ok(()),
         )
         .await
@@ -215,7 +216,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
             "a2",
             Failure::NoResources,
             "no room",
-            audit("fail", "a2"),
+            audit(Action::RunnerLost, "a2"),
         )
         .await
         .expect("fail");
@@ -225,7 +226,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
             "root",
             &Principal::Operator,
             "enough",
-            audit("terminate", "root"),
+            audit(Action::TerminateSession, "root"),
             &|_, _| Ok(()),
         )
         .await

@@ -4,6 +4,7 @@
 //! idle, and concurrent placements of one workspace agreeing.
 
 use std::time::{Duration, Instant};
+use troupe_session_svc::model::Action;
 
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
@@ -53,7 +54,7 @@ async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
 fn audit(target: &str) -> AuditRecord {
     AuditRecord {
         caller: Principal::Operator,
-        action: "test",
+        action: Action::SendMessage,
         target: target.to_owned(),
         allowed: true,
         reason: "OK".to_owned(),

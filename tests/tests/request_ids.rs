@@ -5,6 +5,7 @@
 //! the harness's backend (`TROUPE_TEST_BACKEND`); the store tests on both.
 
 use std::time::{Duration, Instant};
+use troupe_session_svc::model::Action;
 
 use sqlx::Connection;
 use troupe_proto::session::{self as pb, TrustLevel};
@@ -119,7 +120,7 @@ async fn request_ids(url: &str) -> i64 {
     }
 }
 
-fn key(action: &'static str, request_id: &str, window_start_ms: i64) -> Option<Idempotency> {
+fn key(action: Action, request_id: &str, window_start_ms: i64) -> Option<Idempotency> {
     Some(Idempotency {
         caller: Principal::Operator,
         action,
@@ -129,7 +130,7 @@ fn key(action: &'static str, request_id: &str, window_start_ms: i64) -> Option<I
     })
 }
 
-fn audit(action: &'static str, target: &str) -> AuditRecord {
+fn audit(action: Action, target: &str) -> AuditRecord {
     AuditRecord {
         caller: Principal::Operator,
         action,
@@ -160,9 +161,12 @@ fn root(id: &str) -> NewSession {
 
 async fn create_root<S: Store>(store: &S, id: &str, idem: Option<Idempotency>) -> Created {
     store
-        .create_root(root(id), idem, audit("root", id), &|_| {
-            Ok(QuotaLeft::default())
-        })
+        .create_root(
+            root(id),
+            idem,
+            audit(Action::CreateRootSession, id),
+            &|_| Ok(QuotaLeft::default()),
+        )
         .await
         .expect("root")
 }
@@ -179,7 +183,7 @@ async fn send<S: Store>(store: &S, id: &str, idem: Option<Idempotency>) -> (u64,
             "p",
             message,
             idem,
-            audit("send", "p"),
+            audit(Action::SendMessage, "p"),
             troupe_tests::stores::UNBOUNDED,
             &|_| Ok(()),
         )
@@ -198,10 +202,10 @@ async fn pruned_in_batches_under_the_fence<S: Store>(store: &S) {
     create_root(store, "p", None).await;
     // Every action that carries a caller's request id is pruned alike.
     let actions = [
-        "send_message",
-        "reply_to_parent",
-        "broadcast",
-        "post_to_group",
+        Action::SendMessage,
+        Action::ReplyToParent,
+        Action::Broadcast,
+        Action::PostToGroup,
     ];
     for i in 0..20 {
         send(
@@ -211,13 +215,13 @@ async fn pruned_in_batches_under_the_fence<S: Store>(store: &S) {
         )
         .await;
     }
-    create_root(store, "q", key("create_root_session", "root", NEVER)).await;
+    create_root(store, "q", key(Action::CreateRootSession, "root", NEVER)).await;
     // The callback guard is a request-id record too, never pruned.
-    send(store, "guard", key("callback", "guard", NEVER)).await;
+    send(store, "guard", key(Action::Callback, "guard", NEVER)).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let cutoff = now_ms();
     tokio::time::sleep(Duration::from_millis(5)).await;
-    send(store, "new", key("send_message", "new", NEVER)).await;
+    send(store, "new", key(Action::SendMessage, "new", NEVER)).await;
 
     let fence = store
         .acquire_lease(&Holder::named("owner"), Duration::from_secs(3600))
@@ -243,30 +247,35 @@ async fn pruned_in_batches_under_the_fence<S: Store>(store: &S) {
     }
     assert_eq!(batches, [8, 8, 5], "21 records past the cutoff, 8 a batch");
 
-    let (seq, replayed) = send(store, "again", key("send_message", "old4", NEVER)).await;
+    let (seq, replayed) = send(store, "again", key(Action::SendMessage, "old4", NEVER)).await;
     assert!(!replayed, "a pruned request id is a new call");
     assert_eq!(seq, 23, "after 22 sends");
     assert!(matches!(
-        create_root(store, "q2", key("create_root_session", "root", NEVER)).await,
+        create_root(store, "q2", key(Action::CreateRootSession, "root", NEVER)).await,
         Created::New { .. }
     ));
     assert_eq!(
-        send(store, "new?", key("send_message", "new", NEVER)).await,
+        send(store, "new?", key(Action::SendMessage, "new", NEVER)).await,
         (22, true),
         "a record after the cutoff is kept"
     );
     assert!(
-        send(store, "guard?", key("callback", "guard", NEVER))
+        send(store, "guard?", key(Action::Callback, "guard", NEVER))
             .await
             .1,
         "the callback guard is kept"
     );
 
     // Past the key's own window, a record no longer replays, pruned or not.
-    let (seq, replayed) = send(store, "fresh", key("send_message", "new", now_ms() + 1)).await;
+    let (seq, replayed) = send(
+        store,
+        "fresh",
+        key(Action::SendMessage, "new", now_ms() + 1),
+    )
+    .await;
     assert!(!replayed, "a record past its window is a new call");
     assert_eq!(
-        send(store, "fresh?", key("send_message", "new", NEVER)).await,
+        send(store, "fresh?", key(Action::SendMessage, "new", NEVER)).await,
         (seq, true),
         "the new call's record replays in turn"
     );

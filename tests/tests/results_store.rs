@@ -7,6 +7,7 @@
 //! PostgreSQL too: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
 use troupe_proto::session::SessionStatus;
+use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{AuditRecord, Finish, NewSession, Outcome, Principal, ProcessChange, Trust, now_ms},
@@ -21,7 +22,7 @@ fn new_session(id: &str, notify_parent: bool) -> NewSession {
     }
 }
 
-fn audit(action: &'static str, target: &str) -> AuditRecord {
+fn audit(action: Action, target: &str) -> AuditRecord {
     AuditRecord {
         caller: Principal::Session(target.to_owned()),
         action,
@@ -50,9 +51,12 @@ async fn tree<S: Store>(store: &S) -> Fence {
         .expect("lease free");
     troupe_tests::embedded_runner(store, &fence).await;
     store
-        .create_root(new_session("p", false), None, audit("create", "p"), &|_| {
-            Ok(QuotaLeft::default())
-        })
+        .create_root(
+            new_session("p", false),
+            None,
+            audit(Action::CreateSession, "p"),
+            &|_| Ok(QuotaLeft::default()),
+        )
         .await
         .expect("root");
     for (parent, id) in [("p", "c"), ("c", "g")] {
@@ -61,7 +65,7 @@ async fn tree<S: Store>(store: &S) -> Fence {
                 parent,
                 new_session(id, id == "c"),
                 None,
-                audit("create", id),
+                audit(Action::CreateSession, id),
                 &admit,
             )
             .await
@@ -87,7 +91,7 @@ async fn contract<S: Store>(store: S) {
             "c",
             &finish,
             grace_end,
-            audit("finish_session", "c"),
+            audit(Action::FinishSession, "c"),
             &policy::may_finish,
         )
         .await
@@ -116,7 +120,7 @@ async fn contract<S: Store>(store: S) {
             "c",
             &finish,
             now_ms(),
-            audit("finish_session", "c"),
+            audit(Action::FinishSession, "c"),
             &policy::may_finish,
         )
         .await
@@ -145,7 +149,7 @@ async fn grace_over<S: Store>(store: S) {
             "c",
             &finish,
             now_ms() - 1,
-            audit("finish_session", "c"),
+            audit(Action::FinishSession, "c"),
             &policy::may_finish,
         )
         .await

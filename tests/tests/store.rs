@@ -12,6 +12,7 @@ use std::{
     task::Poll,
     time::Duration,
 };
+use troupe_session_svc::model::Action;
 
 use sqlx::{Connection, Row};
 use troupe_session_svc::{
@@ -57,7 +58,7 @@ async fn owner_fence<S: Store>(store: &S) -> Fence {
         .expect("lease free")
 }
 
-fn audit(action: &'static str, target: &str) -> AuditRecord {
+fn audit(action: Action, target: &str) -> AuditRecord {
     AuditRecord {
         caller: Principal::Operator,
         action,
@@ -70,7 +71,7 @@ fn audit(action: &'static str, target: &str) -> AuditRecord {
 
 /// Every other write carries a request id: its transaction opens before
 /// the batch, so a cut can fall between the two.
-fn request_id(i: u64, action: &'static str) -> Option<Idempotency> {
+fn request_id(i: u64, action: Action) -> Option<Idempotency> {
     (i % 8 < 4).then(|| Idempotency {
         caller: Principal::Operator,
         action,
@@ -119,7 +120,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
         .create_root(
             new_session(root, true),
             None,
-            audit("create_root", root),
+            audit(Action::CreateRootSession, root),
             &root_quota,
         )
         .await
@@ -139,8 +140,8 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                     .create_child(
                         &parent,
                         new_session(&id, i % 2 == 0),
-                        request_id(i, "create_session"),
-                        audit("create_session", &parent),
+                        request_id(i, Action::CreateSession),
+                        audit(Action::CreateSession, &parent),
                         &|ctx| policy::admit_spawn(ctx, &limits),
                     )
                     .await
@@ -153,8 +154,8 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                             sender: Principal::Operator,
                             body: format!("message {i}"),
                         },
-                        request_id(i, "send_message"),
-                        audit("send_message", &parent),
+                        request_id(i, Action::SendMessage),
+                        audit(Action::SendMessage, &parent),
                         troupe_tests::stores::UNBOUNDED,
                         &|_| Ok(()),
                     )
@@ -169,7 +170,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                         ids.last().expect("a session"),
                         &Principal::Operator,
                         "test",
-                        audit("terminate_session", &parent),
+                        audit(Action::TerminateSession, &parent),
                         &|_, _| Ok(()),
                     )
                     .await
@@ -199,7 +200,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
 
     // Any write settles what a cancelled one left.
     store
-        .append_audit(audit("get_session", root))
+        .append_audit(audit(Action::GetSession, root))
         .await
         .expect("audit");
     let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("reader");
@@ -271,7 +272,7 @@ async fn the_write_ahead_log_stays_bounded_under_writes_that_never_pause() {
         async move {
             while !stop.load(Ordering::Relaxed) {
                 store
-                    .append_audit(audit("list_workspace_sessions", "alpha"))
+                    .append_audit(audit(Action::ListWorkspaceSessions, "alpha"))
                     .await
                     .expect("write");
                 writes.fetch_add(1, Ordering::Relaxed);
@@ -313,7 +314,7 @@ async fn unknown_stored_text_is_a_storage_error() {
         .create_root(
             new_session(id, true),
             None,
-            audit("create_root", id),
+            audit(Action::CreateRootSession, id),
             &|_| Ok(QuotaLeft::default()),
         )
         .await

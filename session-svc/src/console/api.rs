@@ -3,6 +3,7 @@
 //! serves whole (a workspace's sessions' usage, a session's messages with
 //! their bodies) read the store, as the operator may read everything.
 
+use crate::model::Action;
 use std::{collections::BTreeMap, sync::Arc};
 
 use axum::{
@@ -321,7 +322,7 @@ pub async fn send<S: Store>(
     console
         .audit_console(
             &signed,
-            "console_send_message",
+            Action::ConsoleSendMessage,
             &id,
             result.as_ref().map(|_| ()),
         )
@@ -367,7 +368,7 @@ pub async fn terminate<S: Store>(
     console
         .audit_console(
             &signed,
-            "console_terminate_session",
+            Action::ConsoleTerminateSession,
             &id,
             result.as_ref().map(|_| ()),
         )
@@ -438,7 +439,7 @@ pub async fn create_root<S: Store>(
     console
         .audit_console(
             &signed,
-            "console_create_root_session",
+            Action::ConsoleCreateRootSession,
             &target,
             result.as_ref().map(|_| ()),
         )

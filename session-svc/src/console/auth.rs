@@ -12,6 +12,7 @@
 //! `Console::signed` finds the cookie's live sign-in (else 401);
 //! `Console::acting` also requires JSON and the CSRF header (else 403).
 
+use crate::model::Action;
 use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
@@ -82,7 +83,7 @@ pub async fn sign_in<S: Store>(
         console
             .audit(AuditRecord {
                 caller: Principal::Anonymous,
-                action: "console_sign_in",
+                action: crate::model::Action::ConsoleSignIn,
                 target: String::new(),
                 allowed: false,
                 reason: Reason::TokenInvalid.as_str().to_owned(),
@@ -104,7 +105,7 @@ pub async fn sign_in<S: Store>(
     console.inner.store.create_console_session(&session).await?;
     let signed = Signed { session };
     console
-        .audit_console(&signed, "console_sign_in", "", Ok(()))
+        .audit_console(&signed, Action::ConsoleSignIn, "", Ok(()))
         .await;
     let cookie = cookie_header(
         id.expose(),
@@ -155,7 +156,7 @@ pub async fn sign_out<S: Store>(
         .delete_console_session(&signed.session.id_hash)
         .await?;
     console
-        .audit_console(&signed, "console_sign_out", "", Ok(()))
+        .audit_console(&signed, Action::ConsoleSignOut, "", Ok(()))
         .await;
     let mut response = no_store(Json(serde_json::json!({"signed_out": true})).into_response());
     response.headers_mut().insert(

@@ -120,7 +120,7 @@ impl<S: Store> Console<S> {
     async fn audit_console(
         &self,
         signed: &auth::Signed,
-        action: &'static str,
+        action: crate::model::Action,
         target: &str,
         outcome: Result<(), &calls::ApiError>,
     ) {

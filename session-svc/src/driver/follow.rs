@@ -1,6 +1,7 @@
 //! The follower of a running exec: it watches the runner's events into the
 //! ledger, from the last one applied, mapping each to a [`ProcessChange`].
 
+use crate::model::Action;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -51,7 +52,7 @@ impl<S: Store> Driver<S> {
                 Ok(false) => {}
                 Err(status) if status.code() == Code::NotFound => {
                     let detail = "the runner has no process for this session";
-                    let audit = system_audit("reconcile", session_id, true, &detail);
+                    let audit = system_audit(Action::Reconcile, session_id, true, &detail);
                     self.fail(term, session_id, Failure::Lost, detail, audit)
                         .await;
                     return;

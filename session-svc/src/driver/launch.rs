@@ -8,6 +8,7 @@
 //! was the one the runner took: after `ALREADY_EXISTS` the follower's
 //! delivery sends the frames, and the runner skips what it has.
 
+use crate::model::Action;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tonic::Code;
@@ -66,7 +67,7 @@ impl<S: Store> Driver<S> {
             return;
         }
         tracing::warn!(session = %session.session_id, error = %e, "agent did not start");
-        let audit = system_audit("start_agent", &session.session_id, false, &e);
+        let audit = system_audit(Action::StartAgent, &session.session_id, false, &e);
         let failure = if e.is::<NoRoom>() {
             Failure::NoResources
         } else {

@@ -192,7 +192,7 @@ enum Job {
 
 /// An audit record of the driver's own doing.
 fn system_audit(
-    action: &'static str,
+    action: crate::model::Action,
     target: &str,
     allowed: bool,
     detail: &dyn std::fmt::Display,

@@ -6,6 +6,7 @@
 //! it in the one that writes the notice, so an owner that dies in between
 //! leaves it to the next (`Store::driver_work`'s `callbacks_due`).
 
+use crate::model::Action;
 use std::sync::Arc;
 
 use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType};
@@ -55,7 +56,12 @@ impl<S: Store> Driver<S> {
             sender: Principal::Troupe,
             body: notice(&row, &process, finished),
         };
-        let audit = system_audit("callback", &parent, true, &format!("{session_id} ended"));
+        let audit = system_audit(
+            Action::Callback,
+            &parent,
+            true,
+            &format!("{session_id} ended"),
+        );
         let sent = term.check(
             self.store
                 .write_callback(term.fence(), session_id, message, audit)
@@ -99,7 +105,7 @@ impl<S: Store> Driver<S> {
         };
         let runner = runner.map_or_else(|| "?".to_owned(), |r| r.to_string());
         let detail = format!("its runner {runner} stopped renewing its registration");
-        let mut audit = system_audit("runner_lost", session_id, true, &detail);
+        let mut audit = system_audit(Action::RunnerLost, session_id, true, &detail);
         audit.reason = Reason::RunnerLost.as_str().to_owned();
         tracing::warn!(session = session_id, %runner, "runner lost: failing the session");
         self.fail(term, session_id, Failure::RunnerLost, &detail, audit)

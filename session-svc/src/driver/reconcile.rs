@@ -6,6 +6,7 @@
 //! session), `orphans` (the execs to stop) and `in_finish_grace` are pure
 //! functions.
 
+use crate::model::Action;
 use std::{collections::HashSet, sync::Arc};
 
 use troupe_proto::{
@@ -109,7 +110,7 @@ impl<S: Store> Driver<S> {
                         continue;
                     }
                     let detail = "its process is gone (the runner does not know it)";
-                    let audit = system_audit("reconcile", &session.session_id, true, &detail);
+                    let audit = system_audit(Action::Reconcile, &session.session_id, true, &detail);
                     self.fail(term, &session.session_id, Failure::Lost, detail, audit)
                         .await;
                     self.release(Job::Launch, &session.session_id);
@@ -129,7 +130,7 @@ impl<S: Store> Driver<S> {
         orphans.retain(|id| !in_grace.contains(id));
         for id in &orphans {
             let audit = system_audit(
-                "reconcile",
+                Action::Reconcile,
                 id,
                 true,
                 &format!("stopping a process on runner {runner} whose session is not active"),

@@ -265,7 +265,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
     async fn caller(
         &self,
         headers: &HeaderMap,
-        action: &'static str,
+        action: crate::model::Action,
     ) -> Result<SessionRow, ApiError> {
         let identified = match token_of(headers) {
             None => Err(SessionError::refused(
@@ -300,7 +300,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
     async fn audit(
         &self,
         session: &SessionRow,
-        action: &'static str,
+        action: crate::model::Action,
         allowed: bool,
         reason: String,
         detail: &str,

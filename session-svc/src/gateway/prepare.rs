@@ -50,10 +50,10 @@ impl Route {
     }
 
     /// Its audit action.
-    pub fn action(self) -> &'static str {
+    pub fn action(self) -> crate::model::Action {
         match self {
-            Route::CountTokens => "count_tokens",
-            Route::Messages | Route::Chat => "model_call",
+            Route::CountTokens => crate::model::Action::CountTokens,
+            Route::Messages | Route::Chat => crate::model::Action::ModelCall,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `ApplyAgent`, `ListAgents`, `RemoveAgent`: agent definitions kept in the
 //! database, shared by every service on it. Operator only.
 
+use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, allowed, require_operator, view};
@@ -41,7 +42,7 @@ pub async fn apply<S: Store>(
     })?;
     let audit = allowed(
         caller,
-        "apply_agent",
+        Action::ApplyAgent,
         &StoredAgent::audit_target(&scope, &req.name),
         format!("command {:?}", definition.command),
     );
@@ -86,7 +87,7 @@ pub async fn remove<S: Store>(
     let scope = scope(&req.workspace_id)?;
     agents::validate_slug("name", &req.name)?;
     let target = StoredAgent::audit_target(&scope, &req.name);
-    let audit = allowed(caller, "remove_agent", &target, String::new());
+    let audit = allowed(caller, Action::RemoveAgent, &target, String::new());
     let removed = inner.store.remove_agent(&scope, &req.name, audit).await?;
     let removed = removed.ok_or_else(|| {
         let place = match &scope {

@@ -13,7 +13,7 @@ use crate::{
 /// earlier call's record older than `retention` no longer counts.
 pub(super) fn idempotency(
     caller: &Caller,
-    action: &'static str,
+    action: crate::model::Action,
     request_id: &str,
     payload: &[&str],
     retention: std::time::Duration,
@@ -50,7 +50,7 @@ pub(super) fn check_len(field: &'static str, value: &str, max: usize) -> Result<
 /// An allowed decision made inside a store transaction.
 pub(super) fn allowed(
     caller: &Caller,
-    action: &'static str,
+    action: crate::model::Action,
     target: &str,
     detail: String,
 ) -> AuditRecord {

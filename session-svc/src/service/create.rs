@@ -1,5 +1,6 @@
 //! `CreateRootSession` and `CreateSession`.
 
+use crate::model::Action;
 use troupe_proto::session as pb;
 use troupe_telemetry::LifeSpan;
 
@@ -178,7 +179,7 @@ pub async fn root<S: Store>(
     }
     let idem = idempotency(
         caller,
-        "create_root_session",
+        Action::CreateRootSession,
         &req.request_id,
         &payload,
         inner.request_id_retention,
@@ -198,7 +199,12 @@ pub async fn root<S: Store>(
             budget,
         )
     };
-    let audit = allowed(caller, "create_root_session", &new.session_id, audit_note);
+    let audit = allowed(
+        caller,
+        Action::CreateRootSession,
+        &new.session_id,
+        audit_note,
+    );
     let limits = inner.rules.limits();
     let created = inner
         .store
@@ -310,7 +316,7 @@ pub async fn child<S: Store>(
     }
     let idem = idempotency(
         caller,
-        "create_session",
+        Action::CreateSession,
         &req.request_id,
         &payload,
         inner.request_id_retention,
@@ -331,7 +337,7 @@ pub async fn child<S: Store>(
     };
     let audit = allowed(
         caller,
-        "create_session",
+        Action::CreateSession,
         &parent.session_id,
         format!(
             "created {}{}{}",

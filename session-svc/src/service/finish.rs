@@ -3,6 +3,7 @@
 //! finished session's process has to exit before it is stopped
 //! (`--finish-grace-ms`).
 
+use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, allowed, view};
@@ -50,7 +51,7 @@ pub async fn session<S: Store>(
         result: req.result.clone(),
     };
     let grace = i64::try_from(inner.finishing.grace.as_millis()).unwrap_or(i64::MAX);
-    let audit = allowed(caller, "finish_session", &me.session_id, String::new());
+    let audit = allowed(caller, Action::FinishSession, &me.session_id, String::new());
     let (terminated, row) = inner
         .store
         .finish(

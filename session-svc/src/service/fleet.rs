@@ -2,6 +2,7 @@
 //! operator only. A runner registers (and renews its lease) about every
 //! second, so only refusals are audited.
 
+use crate::model::Action;
 use std::time::Duration;
 
 use tonic::{Request, Response, Status, transport::Uri};
@@ -127,11 +128,13 @@ impl<S: Store> FleetService for Service<S> {
         &self,
         request: Request<pb::ListRunnersRequest>,
     ) -> Result<Response<pb::ListRunnersResponse>, Status> {
-        let caller = self.authenticate(&request, "list_runners").await?;
-        let result = list(&self.inner, &caller).await;
-        self.audit_outcome(&caller, "list_runners", "", &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::ListRunners,
+            |_, _| String::new(),
+            async |inner, caller, _| list(inner, caller).await,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "register_runner", skip_all, fields(runner = %request.get_ref().name))]
@@ -139,12 +142,13 @@ impl<S: Store> FleetService for Service<S> {
         &self,
         request: Request<pb::RegisterRunnerRequest>,
     ) -> Result<Response<pb::RegisterRunnerResponse>, Status> {
-        let caller = self.authenticate(&request, "register_runner").await?;
-        let req = request.into_inner();
-        let result = register(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "register_runner", &req.name, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::RegisterRunner,
+            |_, req| req.name.clone(),
+            register,
+        )
+        .await
     }
 }
 

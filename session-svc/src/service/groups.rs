@@ -9,6 +9,7 @@
 //! a direct member's post reaches a sandboxed member as a direct session's
 //! message does (its sender unnamed on stdin).
 
+use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency, message::bounds, view};
@@ -51,7 +52,7 @@ pub async fn broadcast<S: Store>(
     };
     let idem = message_checks(
         caller,
-        "broadcast",
+        Action::Broadcast,
         &req.message,
         &req.request_id,
         inner,
@@ -65,7 +66,7 @@ pub async fn broadcast<S: Store>(
     let recipients = fan_out(
         inner,
         caller,
-        "broadcast",
+        Action::Broadcast,
         &target,
         audience,
         &req.message,
@@ -84,7 +85,7 @@ pub async fn post<S: Store>(
     let name = GroupName::parse("group", &req.group)?;
     let idem = message_checks(
         caller,
-        "post_to_group",
+        Action::PostToGroup,
         &req.message,
         &req.request_id,
         inner,
@@ -98,7 +99,7 @@ pub async fn post<S: Store>(
     let recipients = fan_out(
         inner,
         caller,
-        "post_to_group",
+        Action::PostToGroup,
         &req.group,
         audience,
         &req.message,
@@ -115,7 +116,7 @@ pub async fn create<S: Store>(
 ) -> Result<pb::CreateGroupResponse, SessionError> {
     let me = session_only(caller)?;
     let name = GroupName::parse("name", &req.name)?;
-    let audit = allowed(caller, "create_group", &req.name, String::new());
+    let audit = allowed(caller, Action::CreateGroup, &req.name, String::new());
     let group = inner
         .store
         .create_group(&me.workspace_id, &name, &me.session_id, audit)
@@ -150,7 +151,7 @@ pub async fn add<S: Store>(
     }
     let audit = allowed(
         caller,
-        "add_group_members",
+        Action::AddGroupMembers,
         &req.group,
         serde_json::json!({ "added": req.session_ids }).to_string(),
     );
@@ -221,7 +222,7 @@ fn session_only(caller: &Caller) -> Result<&SessionRow, SessionError> {
 /// The message's own checks, and the call's request id.
 fn message_checks<S>(
     caller: &Caller,
-    action: &'static str,
+    action: crate::model::Action,
     message: &str,
     request_id: &str,
     inner: &Inner<S>,
@@ -248,7 +249,7 @@ fn message_checks<S>(
 async fn fan_out<S: Store>(
     inner: &Inner<S>,
     caller: &Caller,
-    action: &'static str,
+    action: crate::model::Action,
     target: &str,
     audience: Audience,
     body: &str,

@@ -5,6 +5,7 @@
 //! against the sender's rate, then delivered at once where this replica
 //! owns the recipient's runner.
 
+use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency};
@@ -47,7 +48,7 @@ pub async fn send<S: Store>(
     check_len("message", &req.message, MAX_MESSAGE_BYTES)?;
     let idem = idempotency(
         caller,
-        "send_message",
+        Action::SendMessage,
         &req.request_id,
         &[&req.session_id, &req.message],
         inner.request_id_retention,
@@ -55,7 +56,7 @@ pub async fn send<S: Store>(
     let (sent, delivery) = store_and_deliver(
         inner,
         caller,
-        "send_message",
+        Action::SendMessage,
         &req.session_id,
         &req.message,
         idem,
@@ -76,7 +77,7 @@ pub async fn send<S: Store>(
 pub(super) async fn store_and_deliver<S: Store>(
     inner: &Inner<S>,
     caller: &Caller,
-    action: &'static str,
+    action: crate::model::Action,
     recipient: &str,
     body: &str,
     idem: Option<Idempotency>,

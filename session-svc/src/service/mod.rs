@@ -22,6 +22,7 @@ mod token;
 pub(crate) mod view;
 mod watch;
 
+use crate::model::Action;
 use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};
 
 use futures::Stream;
@@ -100,7 +101,7 @@ impl<S: Store> Service<S> {
     async fn authenticate<T>(
         &self,
         request: &Request<T>,
-        action: &'static str,
+        action: crate::model::Action,
     ) -> Result<Caller, SessionError> {
         Ok(self.identified(request, action).await?.0)
     }
@@ -110,7 +111,7 @@ impl<S: Store> Service<S> {
     async fn authenticate_lasting<T>(
         &self,
         request: &Request<T>,
-        action: &'static str,
+        action: crate::model::Action,
     ) -> Result<(Caller, Lapse), SessionError> {
         let (caller, expires_at) = self.identified(request, action).await?;
         let token = bearer(request.metadata())?;
@@ -122,10 +123,12 @@ impl<S: Store> Service<S> {
     async fn identified<T>(
         &self,
         request: &Request<T>,
-        action: &'static str,
+        action: crate::model::Action,
     ) -> Result<(Caller, Option<u64>), SessionError> {
         let identified = match bearer(request.metadata()) {
-            Ok(token) if action == "finish_session" => identify_finishing(&self.inner, token).await,
+            Ok(token) if action == Action::FinishSession => {
+                identify_finishing(&self.inner, token).await
+            }
             Ok(token) => identify(&self.inner, token).await,
             Err(missing) => Err(missing),
         };
@@ -155,7 +158,7 @@ impl<S: Store> Service<S> {
     async fn audit_outcome<T>(
         &self,
         caller: &Caller,
-        action: &'static str,
+        action: crate::model::Action,
         target: &str,
         result: &Result<T, SessionError>,
         audit_allowed: bool,
@@ -176,6 +179,27 @@ impl<S: Store> Service<S> {
         .await;
     }
 
+    /// One call of `action`: the caller from its token (a refusal
+    /// audited), then `run`, then the audit entry of what it decided
+    /// outside a store transaction (see [`Service::audit_outcome`]),
+    /// naming `target`.
+    pub(super) async fn call<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        action: Action,
+        target: impl FnOnce(&Caller, &Req) -> String,
+        run: impl AsyncFnOnce(&Inner<S>, &Caller, &Req) -> Result<Resp, SessionError>,
+    ) -> Result<Response<Resp>, Status> {
+        let caller = self.authenticate(&request, action).await?;
+        let req = request.into_inner();
+        let result = run(&self.inner, &caller, &req).await;
+        let target = target(&caller, &req);
+        let audited = action.audits_allowed();
+        self.audit_outcome(&caller, action, &target, &result, audited)
+            .await;
+        Ok(Response::new(result?))
+    }
+
     /// `CreateRootSession`, in its spawn span (the request's span).
     async fn create_root(
         &self,
@@ -183,11 +207,13 @@ impl<S: Store> Service<S> {
     ) -> Result<pb::CreateRootSessionResponse, SessionError> {
         let span = spawn_span("create_root", caller_span(&request).as_ref());
         let spawn = async move {
-            let caller = self.authenticate(&request, "create_root_session").await?;
+            let caller = self
+                .authenticate(&request, Action::CreateRootSession)
+                .await?;
             let req = request.into_inner();
             let result = create::root(&self.inner, &caller, &req).await;
             let target = &req.workspace_id;
-            self.audit_outcome(&caller, "create_root_session", target, &result, false)
+            self.audit_outcome(&caller, Action::CreateRootSession, target, &result, false)
                 .await;
             result
         };
@@ -203,7 +229,7 @@ impl<S: Store> Service<S> {
         let call = caller_span(&request);
         let span = spawn_span("spawn", call.as_ref());
         let spawn = async move {
-            let (caller, expires_at) = self.identified(&request, "create_session").await?;
+            let (caller, expires_at) = self.identified(&request, Action::CreateSession).await?;
             // Only a sync create lasts: it waits on its child.
             let lapse = match request.get_ref().mode() {
                 pb::ExecutionMode::Sync => {
@@ -222,7 +248,7 @@ impl<S: Store> Service<S> {
                 (Caller::Session(me), "") => me.session_id.clone(),
                 (_, parent) => parent.to_owned(),
             };
-            self.audit_outcome(&caller, "create_session", &target, &result, false)
+            self.audit_outcome(&caller, Action::CreateSession, &target, &result, false)
                 .await;
             result
         };
@@ -239,6 +265,22 @@ impl<S: Store> Service<S> {
             Caller::Session(me) => me.trace,
             Caller::Operator => self.inner.store.get_session(named).await.ok()??.trace,
         }
+    }
+}
+
+/// The caller's own session (an operator's call names none).
+fn own_id(caller: &Caller) -> String {
+    match caller {
+        Caller::Session(me) => me.session_id.clone(),
+        Caller::Operator => String::new(),
+    }
+}
+
+/// The caller's parent session, if it has one.
+fn parent_id(caller: &Caller) -> String {
+    match caller {
+        Caller::Session(me) => me.parent_session_id.clone().unwrap_or_default(),
+        Caller::Operator => String::new(),
     }
 }
 
@@ -271,12 +313,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
-        let caller = self.authenticate(&request, "send_message").await?;
-        let req = request.into_inner();
-        let result = message::send(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "send_message", &req.session_id, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::SendMessage,
+            |_, req| req.session_id.clone(),
+            message::send,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "list", skip_all)]
@@ -284,20 +327,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::ListWorkspaceSessionsRequest>,
     ) -> Result<Response<pb::ListWorkspaceSessionsResponse>, Status> {
-        let caller = self
-            .authenticate(&request, "list_workspace_sessions")
-            .await?;
-        let req = request.into_inner();
-        let result = list::sessions(&self.inner, &caller, &req).await;
-        self.audit_outcome(
-            &caller,
-            "list_workspace_sessions",
-            &req.workspace_id,
-            &result,
-            true,
+        self.call(
+            request,
+            Action::ListWorkspaceSessions,
+            |_, req| req.workspace_id.clone(),
+            list::sessions,
         )
-        .await;
-        Ok(Response::new(result?))
+        .await
     }
 
     #[tracing::instrument(name = "get", skip_all)]
@@ -305,12 +341,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
-        let caller = self.authenticate(&request, "get_session").await?;
-        let req = request.into_inner();
-        let result = get::session(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "get_session", &req.session_id, &result, true)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::GetSession,
+            |_, req| req.session_id.clone(),
+            get::session,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "terminate", skip_all)]
@@ -318,18 +355,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::TerminateSessionRequest>,
     ) -> Result<Response<pb::TerminateSessionResponse>, Status> {
-        let caller = self.authenticate(&request, "terminate_session").await?;
-        let req = request.into_inner();
-        let result = terminate::session(&self.inner, &caller, &req).await;
-        self.audit_outcome(
-            &caller,
-            "terminate_session",
-            &req.session_id,
-            &result,
-            false,
+        self.call(
+            request,
+            Action::TerminateSession,
+            |_, req| req.session_id.clone(),
+            terminate::session,
         )
-        .await;
-        Ok(Response::new(result?))
+        .await
     }
 
     type WatchSessionsStream = EventStream;
@@ -340,7 +372,7 @@ impl<S: Store> SessionService for Service<S> {
         request: Request<pb::WatchSessionsRequest>,
     ) -> Result<Response<Self::WatchSessionsStream>, Status> {
         let (caller, lapse) = self
-            .authenticate_lasting(&request, "watch_sessions")
+            .authenticate_lasting(&request, Action::WatchSessions)
             .await?;
         let req = request.into_inner();
         let result = watch::start(Arc::clone(&self.inner), &caller, lapse, &req).await;
@@ -349,7 +381,7 @@ impl<S: Store> SessionService for Service<S> {
             .find(|t| !t.is_empty())
             .cloned()
             .unwrap_or_default();
-        self.audit_outcome(&caller, "watch_sessions", &target, &result, true)
+        self.audit_outcome(&caller, Action::WatchSessions, &target, &result, true)
             .await;
         Ok(Response::new(result?))
     }
@@ -359,18 +391,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::IssueSessionTokenRequest>,
     ) -> Result<Response<pb::IssueSessionTokenResponse>, Status> {
-        let caller = self.authenticate(&request, "issue_session_token").await?;
-        let req = request.into_inner();
-        let result = token::issue(&self.inner, &caller, &req).await;
-        self.audit_outcome(
-            &caller,
-            "issue_session_token",
-            &req.session_id,
-            &result,
-            true,
+        self.call(
+            request,
+            Action::IssueSessionToken,
+            |_, req| req.session_id.clone(),
+            token::issue,
         )
-        .await;
-        Ok(Response::new(result?))
+        .await
     }
 
     #[tracing::instrument(name = "progress", skip_all)]
@@ -378,16 +405,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::ReportProgressRequest>,
     ) -> Result<Response<pb::ReportProgressResponse>, Status> {
-        let caller = self.authenticate(&request, "report_progress").await?;
-        let req = request.into_inner();
-        let result = progress::report(&self.inner, &caller, &req).await;
-        let target = match &caller {
-            Caller::Session(me) => me.session_id.clone(),
-            Caller::Operator => String::new(),
-        };
-        self.audit_outcome(&caller, "report_progress", &target, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::ReportProgress,
+            |caller, _| own_id(caller),
+            progress::report,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "finish", skip_all)]
@@ -395,16 +419,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::FinishSessionRequest>,
     ) -> Result<Response<pb::FinishSessionResponse>, Status> {
-        let caller = self.authenticate(&request, "finish_session").await?;
-        let req = request.into_inner();
-        let result = finish::session(&self.inner, &caller, &req).await;
-        let target = match &caller {
-            Caller::Session(me) => me.session_id.clone(),
-            Caller::Operator => String::new(),
-        };
-        self.audit_outcome(&caller, "finish_session", &target, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::FinishSession,
+            |caller, _| own_id(caller),
+            finish::session,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "reply", skip_all)]
@@ -412,16 +433,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::ReplyToParentRequest>,
     ) -> Result<Response<pb::ReplyToParentResponse>, Status> {
-        let caller = self.authenticate(&request, "reply_to_parent").await?;
-        let req = request.into_inner();
-        let result = reply::send(&self.inner, &caller, &req).await;
-        let target = match &caller {
-            Caller::Session(me) => me.parent_session_id.clone().unwrap_or_default(),
-            Caller::Operator => String::new(),
-        };
-        self.audit_outcome(&caller, "reply_to_parent", &target, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::ReplyToParent,
+            |caller, _| parent_id(caller),
+            reply::send,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "broadcast", skip_all)]
@@ -429,12 +447,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::BroadcastRequest>,
     ) -> Result<Response<pb::BroadcastResponse>, Status> {
-        let caller = self.authenticate(&request, "broadcast").await?;
-        let req = request.into_inner();
-        let result = groups::broadcast(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "broadcast", &req.workspace_id, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::Broadcast,
+            |_, req| req.workspace_id.clone(),
+            groups::broadcast,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "group", skip_all)]
@@ -442,12 +461,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::CreateGroupRequest>,
     ) -> Result<Response<pb::CreateGroupResponse>, Status> {
-        let caller = self.authenticate(&request, "create_group").await?;
-        let req = request.into_inner();
-        let result = groups::create(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "create_group", &req.name, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::CreateGroup,
+            |_, req| req.name.clone(),
+            groups::create,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "group", skip_all)]
@@ -455,12 +475,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::AddGroupMembersRequest>,
     ) -> Result<Response<pb::AddGroupMembersResponse>, Status> {
-        let caller = self.authenticate(&request, "add_group_members").await?;
-        let req = request.into_inner();
-        let result = groups::add(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "add_group_members", &req.group, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::AddGroupMembers,
+            |_, req| req.group.clone(),
+            groups::add,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "post", skip_all)]
@@ -468,12 +489,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::PostToGroupRequest>,
     ) -> Result<Response<pb::PostToGroupResponse>, Status> {
-        let caller = self.authenticate(&request, "post_to_group").await?;
-        let req = request.into_inner();
-        let result = groups::post(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "post_to_group", &req.group, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::PostToGroup,
+            |_, req| req.group.clone(),
+            groups::post,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "group", skip_all)]
@@ -481,12 +503,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::ListGroupsRequest>,
     ) -> Result<Response<pb::ListGroupsResponse>, Status> {
-        let caller = self.authenticate(&request, "list_groups").await?;
-        let req = request.into_inner();
-        let result = groups::list(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "list_groups", &req.workspace_id, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::ListGroups,
+            |_, req| req.workspace_id.clone(),
+            groups::list,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "audit", skip_all)]
@@ -494,12 +517,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::ListAuditRequest>,
     ) -> Result<Response<pb::ListAuditResponse>, Status> {
-        let caller = self.authenticate(&request, "list_audit").await?;
-        let req = request.into_inner();
-        let result = audit::list(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "list_audit", &req.session_id, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::ListAudit,
+            |_, req| req.session_id.clone(),
+            audit::list,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "apply_agent", skip_all)]
@@ -507,13 +531,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::ApplyAgentRequest>,
     ) -> Result<Response<pb::ApplyAgentResponse>, Status> {
-        let caller = self.authenticate(&request, "apply_agent").await?;
-        let req = request.into_inner();
-        let result = agents::apply(&self.inner, &caller, &req).await;
-        let target = agents::target(&req.workspace_id, &req.name);
-        self.audit_outcome(&caller, "apply_agent", &target, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::ApplyAgent,
+            |_, req| agents::target(&req.workspace_id, &req.name),
+            agents::apply,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "list_agents", skip_all)]
@@ -521,12 +545,13 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
-        let caller = self.authenticate(&request, "list_agents").await?;
-        let req = request.into_inner();
-        let result = agents::list(&self.inner, &caller, &req).await;
-        self.audit_outcome(&caller, "list_agents", &req.workspace_id, &result, true)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::ListAgents,
+            |_, req| req.workspace_id.clone(),
+            agents::list,
+        )
+        .await
     }
 
     #[tracing::instrument(name = "remove_agent", skip_all)]
@@ -534,12 +559,12 @@ impl<S: Store> SessionService for Service<S> {
         &self,
         request: Request<pb::RemoveAgentRequest>,
     ) -> Result<Response<pb::RemoveAgentResponse>, Status> {
-        let caller = self.authenticate(&request, "remove_agent").await?;
-        let req = request.into_inner();
-        let result = agents::remove(&self.inner, &caller, &req).await;
-        let target = agents::target(&req.workspace_id, &req.name);
-        self.audit_outcome(&caller, "remove_agent", &target, &result, false)
-            .await;
-        Ok(Response::new(result?))
+        self.call(
+            request,
+            Action::RemoveAgent,
+            |_, req| agents::target(&req.workspace_id, &req.name),
+            agents::remove,
+        )
+        .await
     }
 }

@@ -1,5 +1,6 @@
 //! `ReportProgress`: a session tells how far its own task has come.
 
+use crate::model::Action;
 use serde_json::json;
 use troupe_proto::session as pb;
 
@@ -32,7 +33,7 @@ pub async fn report<S: Store>(
     let detail = json!({"progress": req.progress, "description": req.description});
     let audit = allowed(
         caller,
-        "report_progress",
+        Action::ReportProgress,
         &me.session_id,
         format!("{}%", req.progress),
     );

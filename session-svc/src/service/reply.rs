@@ -1,6 +1,7 @@
 //! `ReplyToParent`: a session messages its own parent, which it need not
 //! be able to see.
 
+use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_MESSAGE_BYTES, check_len, idempotency, message};
@@ -35,7 +36,7 @@ pub async fn send<S: Store>(
     check_len("message", &req.message, MAX_MESSAGE_BYTES)?;
     let idem = idempotency(
         caller,
-        "reply_to_parent",
+        Action::ReplyToParent,
         &req.request_id,
         &[&req.message],
         inner.request_id_retention,
@@ -43,7 +44,7 @@ pub async fn send<S: Store>(
     let (sent, delivery) = message::store_and_deliver(
         inner,
         caller,
-        "reply_to_parent",
+        Action::ReplyToParent,
         &parent,
         &req.message,
         idem,

@@ -1,5 +1,6 @@
 //! `TerminateSession`: ends a session; its children apply their parent-end policies.
 
+use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_SHORT_TEXT, allowed, check_len, view};
@@ -19,7 +20,12 @@ pub async fn session<S: Store>(
     } else {
         req.reason.trim()
     };
-    let audit = allowed(caller, "terminate_session", &req.session_id, String::new());
+    let audit = allowed(
+        caller,
+        Action::TerminateSession,
+        &req.session_id,
+        String::new(),
+    );
     let (ended, row) = inner
         .store
         .terminate(

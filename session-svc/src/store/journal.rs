@@ -95,7 +95,7 @@ each_backend! {
             )
             .bind(now_ms())
             .bind(record.caller.to_string())
-            .bind(record.action)
+            .bind(record.action.as_str())
             .bind(&record.target)
             .bind(record.allowed)
             .bind(&record.reason)

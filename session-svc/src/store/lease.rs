@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use crate::model::Action;
+
 /// The name of the one lease (the table may hold others later).
 pub const BACKGROUND: &str = "background";
 
@@ -88,12 +90,12 @@ pub struct DriverWork {
 /// the calls that carry a caller's request id. The callback guard is one
 /// row per child session (whose rows are kept too), not per call.
 pub(crate) const PRUNED_ACTIONS: [&str; 6] = [
-    "create_root_session",
-    "create_session",
-    "send_message",
-    "reply_to_parent",
-    "broadcast",
-    "post_to_group",
+    Action::CreateRootSession.as_str(),
+    Action::CreateSession.as_str(),
+    Action::SendMessage.as_str(),
+    Action::ReplyToParent.as_str(),
+    Action::Broadcast.as_str(),
+    Action::PostToGroup.as_str(),
 ];
 
 /// How many request-id records one pruning transaction deletes at most.
@@ -103,7 +105,7 @@ pub const REQUEST_ID_PRUNE_BATCH: u32 = 1000;
 pub(crate) fn callback_guard(child_id: &str) -> crate::model::Idempotency {
     crate::model::Idempotency {
         caller: crate::model::Principal::Troupe,
-        action: "callback",
+        action: Action::Callback,
         request_id: child_id.to_owned(),
         payload_hash: child_id.to_owned(),
         // One notice per child, ever: this guard never expires, and is not

@@ -74,7 +74,7 @@ impl Applied {
     pub fn audit(&self, parent: &str) -> AuditRecord {
         AuditRecord {
             caller: Principal::Troupe,
-            action: "parent_ended",
+            action: crate::model::Action::ParentEnded,
             target: parent.to_owned(),
             allowed: true,
             reason: "OK".to_owned(),

@@ -224,7 +224,7 @@ pub(super) async fn claim(
            WHERE idempotency.created_at_ms < $6",
     )
     .bind(idem.caller.to_string())
-    .bind(idem.action)
+    .bind(idem.action.as_str())
     .bind(&idem.request_id)
     .bind(&idem.payload_hash)
     .bind(now_ms())
@@ -240,7 +240,7 @@ pub(super) async fn claim(
          WHERE caller = $1 AND action = $2 AND request_id = $3",
     )
     .bind(idem.caller.to_string())
-    .bind(idem.action)
+    .bind(idem.action.as_str())
     .bind(&idem.request_id)
     .fetch_one(&mut *conn)
     .await?;
@@ -272,7 +272,7 @@ pub(super) async fn remember(
          WHERE caller = $1 AND action = $2 AND request_id = $3",
     )
     .bind(idem.caller.to_string())
-    .bind(idem.action)
+    .bind(idem.action.as_str())
     .bind(&idem.request_id)
     .bind(result.to_string())
     .execute(conn)

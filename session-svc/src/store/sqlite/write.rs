@@ -117,7 +117,7 @@ impl Batch {
              VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(idem.caller.to_string())
-        .bind(idem.action)
+        .bind(idem.action.as_str())
         .bind(idem.request_id.clone())
         .bind(idem.payload_hash.clone())
         .bind(result.to_string())
@@ -233,7 +233,7 @@ impl Batch {
         self.statement(INSERT_AUDIT)
             .bind(now_ms())
             .bind(record.caller.to_string())
-            .bind(record.action)
+            .bind(record.action.as_str())
             .bind(record.target.clone())
             .bind(record.allowed)
             .bind(record.reason.clone())
@@ -259,7 +259,7 @@ pub(super) async fn replay(
          WHERE caller = ? AND action = ? AND request_id = ?",
     )
     .bind(idem.caller.to_string())
-    .bind(idem.action)
+    .bind(idem.action.as_str())
     .bind(&idem.request_id)
     .fetch_optional(&mut *conn)
     .await?;
@@ -268,7 +268,7 @@ pub(super) async fn replay(
     if created_at_ms < idem.window_start_ms {
         sqlx::query("DELETE FROM idempotency WHERE caller = ? AND action = ? AND request_id = ?")
             .bind(idem.caller.to_string())
-            .bind(idem.action)
+            .bind(idem.action.as_str())
             .bind(&idem.request_id)
             .execute(conn)
             .await?;
