@@ -3,8 +3,7 @@
 //! and metadata (what is left of a quota, the field at fault). The CLI prints
 //! it; the MCP bridge hands it to the agent as a tool error.
 //!
-//! Clients match on [`Reason`]; the session service's own `Reason` is held
-//! to the same wire names by a test.
+//! Clients match on [`Reason`], the type the session service refuses with.
 
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -103,6 +102,45 @@ impl Reason {
         Reason::GroupExists,
         Reason::SessionHintMismatch,
     ];
+
+    /// The gRPC code a refusal of this reason is sent with.
+    pub fn code(&self) -> Code {
+        match self {
+            Reason::TokenMissing
+            | Reason::TokenInvalid
+            | Reason::TokenExpired
+            | Reason::TokenRevoked => Code::Unauthenticated,
+            Reason::OperatorOnly
+            | Reason::SessionOnly
+            | Reason::ParentOverrideForbidden
+            | Reason::NotADescendant
+            | Reason::TrustEscalation
+            | Reason::ScopeEscalation => Code::PermissionDenied,
+            Reason::DepthExceeded
+            | Reason::TreeQuotaExceeded
+            | Reason::ChildQuotaExceeded
+            | Reason::WorkspaceQuotaExceeded
+            | Reason::RateLimited
+            | Reason::BudgetExceeded
+            | Reason::FanOutExceeded
+            | Reason::InboxFull => Code::ResourceExhausted,
+            Reason::ParentNotRunning
+            | Reason::NoParent
+            | Reason::SessionEnded
+            | Reason::AgentInvalid => Code::FailedPrecondition,
+            Reason::SessionNotFound
+            | Reason::WorkspaceNotFound
+            | Reason::AgentNotFound
+            | Reason::GroupNotFound => Code::NotFound,
+            Reason::InvalidArgument => Code::InvalidArgument,
+            Reason::IdempotencyConflict | Reason::GroupExists => Code::AlreadyExists,
+            Reason::CursorExpired => Code::OutOfRange,
+            Reason::Unavailable | Reason::RunnerLost => Code::Unavailable,
+            Reason::Internal => Code::Internal,
+            Reason::SessionHintMismatch => Code::PermissionDenied,
+            Reason::Unknown(_) => Code::Unknown,
+        }
+    }
 
     /// Parses a wire name; one this build does not know is [`Reason::Unknown`].
     pub fn parse(wire: &str) -> Self {

@@ -155,7 +155,7 @@ pub fn spawn<T>(kind: Spawn, elapsed: Duration, result: &Result<T, SessionError>
                 &[
                     kind,
                     outcome,
-                    KeyValue::new("troupe.refusal.reason", e.reason().as_str()),
+                    KeyValue::new("troupe.refusal.reason", e.reason().as_str().to_owned()),
                 ],
             );
         }

@@ -39,19 +39,19 @@ fn a_child_replies_to_its_own_active_parent_only() {
         (row("p", None, Trust::Direct, Running), Ok(())),
         (
             row("q", None, Trust::Direct, Running),
-            Err("INVALID_ARGUMENT"),
+            Err(Reason::InvalidArgument),
         ),
         (
             row("q", None, Trust::Sandboxed, Running),
-            Err("INVALID_ARGUMENT"),
+            Err(Reason::InvalidArgument),
         ),
         (
             row("p", None, Trust::Direct, Completed),
-            Err("PARENT_NOT_RUNNING"),
+            Err(Reason::ParentNotRunning),
         ),
     ];
     for (target, expected) in cases {
-        let got = may_reply(&child, &target).map_err(|e| e.reason().as_str());
+        let got = may_reply(&child, &target).map_err(|e| e.reason());
         assert_eq!(
             got, expected,
             "to {} {:?}",
