@@ -43,6 +43,48 @@ impl NewEvent {
             bytes: None,
         }
     }
+
+    /// A new session's `created` event.
+    pub fn created(session_id: &str, agent_name: &str, title: &str) -> NewEvent {
+        NewEvent::new(
+            session_id,
+            EventKind::Created,
+            SessionStatus::Pending,
+            created_detail(agent_name, title),
+        )
+    }
+
+    /// The `message` event of an inbox message (`status`: the recipient's;
+    /// `seq`: its inbox sequence).
+    pub fn message(
+        session_id: &str,
+        status: SessionStatus,
+        message_id: &str,
+        seq: i64,
+        body: &str,
+    ) -> NewEvent {
+        NewEvent::new(
+            session_id,
+            EventKind::Message,
+            status,
+            message_detail(message_id, seq, body.len()),
+        )
+    }
+}
+
+/// The detail of a `created` event.
+pub(in crate::store) fn created_detail(agent_name: &str, title: &str) -> serde_json::Value {
+    serde_json::json!({"agent_name": agent_name, "title": title})
+}
+
+/// The detail of a `message` event: the message, its inbox sequence, its
+/// body's size.
+pub(in crate::store) fn message_detail(
+    message_id: &str,
+    seq: i64,
+    bytes: usize,
+) -> serde_json::Value {
+    serde_json::json!({"message_id": message_id, "inbox_sequence": seq, "bytes": bytes})
 }
 
 /// The events and the audit trail; every [`super::Store`] is one.

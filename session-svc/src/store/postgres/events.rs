@@ -15,15 +15,14 @@
 //! `event_seq`) are taken before the events lock, which is the last lock of
 //! every transaction: no cycle can go through it.
 
-use serde_json::json;
 use sqlx::PgConnection;
 
-use troupe_proto::{session::SessionStatus, status::status_str};
+use troupe_proto::status::status_str;
 
 use super::{PgStore, lease};
 use crate::{
     error::{Reason, SessionError},
-    model::{EventKind, Idempotency, now_ms},
+    model::{Idempotency, now_ms},
     store::{Fence, lease::PRUNED_ACTIONS},
 };
 
@@ -278,30 +277,4 @@ pub(super) async fn remember(
     .execute(conn)
     .await?;
     Ok(())
-}
-
-/// The created event of a new session, as SQLite's trigger writes it.
-pub(super) fn created(session_id: &str, agent_name: &str, title: &str) -> NewEvent {
-    NewEvent::new(
-        session_id,
-        EventKind::Created,
-        SessionStatus::Pending,
-        json!({"agent_name": agent_name, "title": title}),
-    )
-}
-
-/// The message event of an inbox message, as SQLite's trigger writes it.
-pub(super) fn message(
-    session_id: &str,
-    status: SessionStatus,
-    message_id: &str,
-    seq: i64,
-    body: &str,
-) -> NewEvent {
-    NewEvent::new(
-        session_id,
-        EventKind::Message,
-        status,
-        json!({"message_id": message_id, "inbox_sequence": seq, "bytes": body.len()}),
-    )
 }

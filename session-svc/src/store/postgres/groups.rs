@@ -79,7 +79,7 @@ impl PgStore {
                         .find(|r| r.session_id == session_id)
                         .map(|r| r.status)
                         .unwrap_or_default();
-                    written.push(events::message(
+                    written.push(crate::store::journal::NewEvent::message(
                         &session_id,
                         status,
                         &message.message_id,

@@ -255,7 +255,7 @@ impl PgStore {
         )
         .await?;
         PgStore::insert_audit(&mut tx, audit).await?;
-        let event = events::message(
+        let event = crate::store::journal::NewEvent::message(
             &target.session_id,
             target.status,
             &message.message_id,

@@ -9,7 +9,7 @@ use sqlx::PgConnection;
 use troupe_proto::session::SessionStatus;
 
 use super::{
-    events::{self, NewEvent},
+    events::NewEvent,
     locks,
     open::{RawSession, session_columns},
     sessions::insert_message,
@@ -128,7 +128,7 @@ pub(super) async fn apply(
             if r.policy == ParentEnd::Notify {
                 let message = notice(r, ended);
                 row.inbox_seq = insert_message(&mut *conn, &r.session_id, &message).await?;
-                reached.events.push(events::message(
+                reached.events.push(NewEvent::message(
                     &r.session_id,
                     row.status,
                     &message.message_id,

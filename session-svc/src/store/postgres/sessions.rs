@@ -192,7 +192,7 @@ impl PgStore {
         )
         .await?;
         PgStore::insert_audit(&mut tx, audit).await?;
-        let event = events::message(
+        let event = NewEvent::message(
             recipient,
             target.status,
             &message.message_id,
@@ -287,13 +287,13 @@ impl PgStore {
 
 /// The events of a new session: created, and its initial message's.
 fn created_events(new: &NewSession) -> Vec<NewEvent> {
-    let mut out = vec![events::created(
+    let mut out = vec![NewEvent::created(
         &new.session_id,
         &new.agent_name,
         &new.title,
     )];
     if let Some(m) = &new.initial_message {
-        out.push(events::message(
+        out.push(NewEvent::message(
             &new.session_id,
             SessionStatus::Pending,
             &m.message_id,

@@ -77,7 +77,7 @@ impl SqliteStore {
                             body_id.insert(message.message_id.clone())
                         }
                     };
-                    batch.entry(&session_id, &message, body_id);
+                    batch.entry(&session_id, &message, body_id, sequence);
                     reached.push(Reached::Delivered {
                         session_id,
                         message_id: message.message_id,

@@ -226,7 +226,7 @@ impl SqliteStore {
         let sequence = target.inbox_seq as u64 + 1;
         batch
             .remember(Some(&idem), sent_record(&message.message_id, sequence))
-            .message(&target.session_id, &message)
+            .message(&target.session_id, &message, sequence)
             .audit(&audit)
             .statement("UPDATE processes SET callback_due = 0 WHERE session_id = ?")
             .bind(child_id.to_owned());

@@ -12,7 +12,10 @@ use crate::{
     error::SessionError,
     model::{EventKind, ParentEnd, Principal, SessionRow, now_ms},
     policy::{self, Member},
-    store::parent_end::{Applied, cascade_detail, notice, orphaned_detail},
+    store::{
+        journal::message_detail,
+        parent_end::{Applied, cascade_detail, notice, orphaned_detail},
+    },
 };
 
 impl SqliteStore {
@@ -82,7 +85,7 @@ pub(super) async fn apply(
         )
         .await?;
         if reached.policy == ParentEnd::Notify {
-            // As every message: its event and the inbox's sequence by trigger.
+            // As every message: its event, and the inbox's sequence by trigger.
             let message = notice(&reached, ended);
             sqlx::query(INSERT_BODY)
                 .bind(&message.message_id)
@@ -98,6 +101,13 @@ pub(super) async fn apply(
                 .bind(id)
                 .fetch_one(tx.conn())
                 .await?;
+            tx.event(
+                id,
+                EventKind::Message,
+                row.status,
+                message_detail(&message.message_id, seq, message.body.len()),
+            )
+            .await?;
             row.inbox_seq = seq;
         }
         rows.push((rowid, row));

@@ -167,7 +167,7 @@ impl SqliteStore {
         let sequence = target.inbox_seq as u64 + 1;
         batch
             .remember(idem.as_ref(), sent_record(&message.message_id, sequence))
-            .message(&target.session_id, &message)
+            .message(&target.session_id, &message, sequence)
             .audit(&audit);
         w.unsettled = vec![target.session_id.clone()];
         let rows = self.run_batch(&mut w, batch).await?;

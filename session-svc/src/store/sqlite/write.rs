@@ -26,7 +26,10 @@ use crate::{
         AuditRecord, EventKind, Idempotency, MessageRate, NewMessage, NewSession, SessionRow,
         now_ms,
     },
-    store::lease::PRUNED_ACTIONS,
+    store::{
+        journal::{created_detail, message_detail},
+        lease::PRUNED_ACTIONS,
+    },
 };
 
 /// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
@@ -124,8 +127,8 @@ impl Batch {
         .bind(now_ms())
     }
 
-    /// Inserts a pending session (its created event follows by trigger) and
-    /// its initial message; both return their rows, the session's first.
+    /// Inserts a pending session, its created event and its initial message;
+    /// the session and the message return their rows, the session's first.
     pub fn insert_session(
         &mut self,
         new: &NewSession,
@@ -133,6 +136,7 @@ impl Batch {
         tree_id: &str,
         depth: u32,
     ) -> &mut Batch {
+        let at = now_ms();
         self.statement(concat!(
             "INSERT INTO sessions (session_id, workspace_id, parent_session_id, parent_trust_level, \
              tree_id, depth, trust_level, agent_name, agent_command, title, status, created_by, \
@@ -151,22 +155,52 @@ impl Batch {
         .bind(new.agent_command.clone())
         .bind(new.title.clone())
         .bind(new.created_by.to_string())
-        .bind(now_ms())
+        .bind(at)
         .bind(new.trace.map(|t| t.traceparent()))
         .bind(new.trace.map(|t| t.spawn_span_id.to_string()))
         .bind(new.notify_parent)
         .bind(crate::store::scope_text(&new.write_scope))
         .bind(new.on_parent_end.as_str());
+        self.event(
+            &new.session_id,
+            EventKind::Created,
+            at,
+            created_detail(&new.agent_name, &new.title),
+        );
         if let Some(message) = &new.initial_message {
-            self.message(&new.session_id, message);
+            self.message(&new.session_id, message, 1);
         }
         self
     }
 
-    /// Appends a message to one inbox, its body stored with it; returns its `seq`.
-    pub fn message(&mut self, recipient: &str, message: &NewMessage) -> &mut Batch {
-        self.body(&message.message_id, &message.body)
-            .entry(recipient, message, &message.message_id)
+    /// Appends an event of `kind` to a session's, at its next sequence and
+    /// with its status as the transaction has it.
+    pub fn event(
+        &mut self,
+        session_id: &str,
+        kind: EventKind,
+        at_ms: i64,
+        detail: serde_json::Value,
+    ) -> &mut Batch {
+        self.statement(
+            "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
+             SELECT session_id, event_seq + 1, ?, status, ?, ? FROM sessions WHERE session_id = ?",
+        )
+        .bind(kind.as_str())
+        .bind(at_ms)
+        .bind(detail.to_string())
+        .bind(session_id.to_owned())
+    }
+
+    /// Appends a message to one inbox as its `sequence`, its body stored
+    /// with it; returns its `seq`.
+    pub fn message(&mut self, recipient: &str, message: &NewMessage, sequence: u64) -> &mut Batch {
+        self.body(&message.message_id, &message.body).entry(
+            recipient,
+            message,
+            &message.message_id,
+            sequence,
+        )
     }
 
     /// Stores a message's body once, under `body_id`.
@@ -176,17 +210,31 @@ impl Batch {
             .bind(body.to_owned())
     }
 
-    /// Appends `message` to an inbox, its body the one stored under
-    /// `body_id` (its event, the inbox's sequence and unread bytes follow by
-    /// trigger); returns its `seq`.
-    pub fn entry(&mut self, recipient: &str, message: &NewMessage, body_id: &str) -> &mut Batch {
+    /// Appends `message` to an inbox as its `sequence` (the one the ledger
+    /// expects: the caller checks the `seq` returned), its body the one
+    /// stored under `body_id`, and its event (the inbox's sequence and
+    /// unread bytes follow by trigger); returns its `seq`.
+    pub fn entry(
+        &mut self,
+        recipient: &str,
+        message: &NewMessage,
+        body_id: &str,
+        sequence: u64,
+    ) -> &mut Batch {
+        let at = now_ms();
         self.statement(INSERT_ENTRY)
             .bind(message.message_id.clone())
             .bind(message.sender.to_string())
             .bind(body_id.to_owned())
             .bind(message.body.len() as i64)
-            .bind(now_ms())
-            .bind(recipient.to_owned())
+            .bind(at)
+            .bind(recipient.to_owned());
+        self.event(
+            recipient,
+            EventKind::Message,
+            at,
+            message_detail(&message.message_id, sequence as i64, message.body.len()),
+        )
     }
 
     /// Inserts a new session's account: its budget's limits (as stored,
