@@ -23,7 +23,7 @@ use troupe_session_svc::{
         Trust,
     },
     policy,
-    store::{Created, EventPage, Fence, Holder, LogStore, SqliteStore, Store},
+    store::{Created, EventPage, Fence, Holder, InboxStore, LogStore, SqliteStore, Store},
 };
 
 fn new_session(id: &str, initial_message: bool) -> NewSession {

@@ -55,6 +55,7 @@ pub use catalog::CatalogStore;
 pub use console::ConsoleStore;
 pub(crate) use console_rows::{ActivityColumns, AuditColumns, MessageColumns, audit_row};
 pub use groups::GroupStore;
+pub use inbox::InboxStore;
 pub use journal::LogStore;
 pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
@@ -73,9 +74,8 @@ pub use writes::{
 use crate::{
     error::{SessionError, StorageKind},
     model::{
-        AuditRecord, Failure, FannedOut, Finish, Idempotency, InboxMessage, NewMessage, NewSession,
-        Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec, SessionRow,
-        Trust,
+        AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession, Principal,
+        ProcessChange, ProcessRow, RunnerRow, RunnerSpec, SessionRow, Trust,
     },
     placement::Place,
 };
@@ -108,7 +108,16 @@ pub(crate) fn parse_stored<T>(
 
 /// The ledger's storage.
 pub trait Store:
-    BudgetStore + ConsoleStore + CatalogStore + GroupStore + LogStore + Send + Sync + Clone + 'static
+    BudgetStore
+    + ConsoleStore
+    + CatalogStore
+    + GroupStore
+    + InboxStore
+    + LogStore
+    + Send
+    + Sync
+    + Clone
+    + 'static
 {
     /// Inserts a root session (a new tree whose id is the session id's tree).
     fn create_root(
@@ -204,19 +213,6 @@ pub trait Store:
         &self,
         session_id: &str,
     ) -> impl Future<Output = Result<Vec<SessionRow>, SessionError>> + Send;
-
-    /// Counts the messages in a session's inbox.
-    fn inbox_count(
-        &self,
-        session_id: &str,
-    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
-
-    /// Returns how many of a session's inbox messages its agent has not
-    /// been handed yet (`delivered_at_ms` unset).
-    fn unread_count(
-        &self,
-        session_id: &str,
-    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
     /// Lists a workspace's sessions in creation order, after `after` (a page
     /// token), at most `limit`. Returns the page (rows shared, not copied)
@@ -324,19 +320,6 @@ pub trait Store:
         &self,
         session_id: &str,
     ) -> impl Future<Output = Result<Option<ProcessRow>, SessionError>> + Send;
-
-    /// Returns the inbox messages not yet written to the agent, in order.
-    fn undelivered(
-        &self,
-        session_id: &str,
-    ) -> impl Future<Output = Result<Vec<InboxMessage>, SessionError>> + Send;
-
-    /// Returns the first `limit` messages a session received, in order.
-    fn received(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, SessionError>> + Send;
 
     /// Records that messages up to `seq` were written to the agent.
     fn mark_delivered(

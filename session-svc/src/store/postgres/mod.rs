@@ -60,9 +60,8 @@ use super::{
 use crate::{
     error::SessionError,
     model::{
-        AuditRecord, Failure, FannedOut, Finish, Idempotency, InboxMessage, NewMessage, NewSession,
-        Principal, ProcessChange, ProcessRow, ReceivedMessage, RunnerRow, RunnerSpec, SessionRow,
-        Trust, now_ms,
+        AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession, Principal,
+        ProcessChange, ProcessRow, RunnerRow, RunnerSpec, SessionRow, Trust, now_ms,
     },
     placement::Place,
 };
@@ -284,14 +283,6 @@ impl Store for PgStore {
         self.children_impl(session_id).await
     }
 
-    async fn inbox_count(&self, session_id: &str) -> Result<u64, SessionError> {
-        self.inbox_count_impl(session_id).await
-    }
-
-    async fn unread_count(&self, session_id: &str) -> Result<u64, SessionError> {
-        self.unread_count_impl(session_id).await
-    }
-
     async fn list_workspace(
         &self,
         workspace_id: &str,
@@ -390,18 +381,6 @@ impl Store for PgStore {
 
     async fn process(&self, session_id: &str) -> Result<Option<ProcessRow>, SessionError> {
         self.process_impl(session_id).await
-    }
-
-    async fn undelivered(&self, session_id: &str) -> Result<Vec<InboxMessage>, SessionError> {
-        self.undelivered_impl(session_id).await
-    }
-
-    async fn received(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> Result<Vec<ReceivedMessage>, SessionError> {
-        self.received_impl(session_id, limit).await
     }
 
     async fn mark_delivered(

@@ -3,7 +3,6 @@
 //! failures. Each write is one transaction; one that may end a session
 //! takes the workspace and tree locks first (see `locks`).
 
-use sqlx::Row;
 use troupe_proto::status::status_str;
 
 use super::{
@@ -15,13 +14,10 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{
-        AuditRecord, EventKind, ExitReason, Failure, InboxMessage, Principal, ProcessChange,
-        ProcessRow, ReceivedMessage, SessionRow, now_ms,
-    },
+    model::{AuditRecord, EventKind, Failure, Principal, ProcessChange, SessionRow, now_ms},
     policy,
     store::{
-        Fence, MessageCheck, parse_stored,
+        Fence, MessageCheck,
         shared::{delivered_detail, event_detail},
     },
 };
@@ -147,90 +143,6 @@ impl PgStore {
         }
         tx.commit().await?;
         Ok((Some(changed.unwrap_or(row)), ended))
-    }
-
-    pub(super) async fn process_impl(
-        &self,
-        session_id: &str,
-    ) -> Result<Option<ProcessRow>, SessionError> {
-        let row = sqlx::query(
-            "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent, \
-             callback_due, runner, stop_after_ms \
-             FROM processes WHERE session_id = $1",
-        )
-        .bind(session_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            let exit_reason: Option<&str> = row.try_get("exit_reason")?;
-            Ok(ProcessRow {
-                runner_seq: row.try_get::<i64, _>("runner_seq")? as u64,
-                exit_code: row.try_get("exit_code")?,
-                exit_reason: exit_reason
-                    .map(|r| parse_stored("exit reason", r, ExitReason::parse))
-                    .transpose()?,
-                output_tail: row.try_get("output_tail")?,
-                delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
-                notify_parent: row.try_get("notify_parent")?,
-                callback_due: row.try_get("callback_due")?,
-                stop_after_ms: row.try_get("stop_after_ms")?,
-                runner: row
-                    .try_get::<Option<String>, _>("runner")?
-                    .map(crate::model::RunnerName::stored),
-            })
-        })
-        .transpose()
-    }
-
-    pub(super) async fn undelivered_impl(
-        &self,
-        session_id: &str,
-    ) -> Result<Vec<InboxMessage>, SessionError> {
-        let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
-            "SELECT m.seq, m.message_id, m.sender, COALESCE(b.body, m.body) \
-             FROM messages m \
-             LEFT JOIN message_bodies b ON b.body_id = m.body_id \
-             LEFT JOIN processes p ON p.session_id = m.session_id \
-             WHERE m.session_id = $1 AND m.seq > COALESCE(p.delivered_seq, 0) ORDER BY m.seq",
-        )
-        .bind(session_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|(seq, message_id, sender, body)| {
-                Ok(InboxMessage {
-                    seq: seq as u64,
-                    message_id,
-                    sender: parse_stored("sender", &sender, Principal::parse)?,
-                    body,
-                })
-            })
-            .collect()
-    }
-
-    pub(super) async fn received_impl(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> Result<Vec<ReceivedMessage>, SessionError> {
-        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
-            "SELECT seq, message_id, sender, created_at_ms FROM messages \
-             WHERE session_id = $1 ORDER BY seq LIMIT $2",
-        )
-        .bind(session_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|(seq, message_id, sender, created_at_ms)| {
-                Ok(ReceivedMessage {
-                    seq: seq as u64,
-                    message_id,
-                    sender: parse_stored("sender", &sender, Principal::parse)?,
-                    created_at_ms,
-                })
-            })
-            .collect()
     }
 
     pub(super) async fn mark_delivered_once(

@@ -240,14 +240,6 @@ impl Store for SqliteStore {
         Ok(self.ledger().children(session_id))
     }
 
-    async fn inbox_count(&self, session_id: &str) -> Result<u64, SessionError> {
-        self.inbox_count_impl(session_id).await
-    }
-
-    async fn unread_count(&self, session_id: &str) -> Result<u64, SessionError> {
-        self.unread_count_impl(session_id).await
-    }
-
     async fn list_workspace(
         &self,
         workspace_id: &str,
@@ -337,21 +329,6 @@ impl Store for SqliteStore {
         session_id: &str,
     ) -> Result<Option<crate::model::ProcessRow>, SessionError> {
         self.process_impl(session_id).await
-    }
-
-    async fn undelivered(
-        &self,
-        session_id: &str,
-    ) -> Result<Vec<crate::model::InboxMessage>, SessionError> {
-        self.undelivered_impl(session_id).await
-    }
-
-    async fn received(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> Result<Vec<crate::model::ReceivedMessage>, SessionError> {
-        self.received_impl(session_id, limit).await
     }
 
     async fn mark_delivered(

@@ -2,8 +2,6 @@
 //! runner reported it, which messages reached its stdin, and the progress
 //! it reported.
 
-use sqlx::Row;
-
 use troupe_proto::status::status_str;
 
 use super::{
@@ -12,13 +10,10 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{
-        AuditRecord, EventKind, ExitReason, Failure, InboxMessage, Principal, ProcessChange,
-        ProcessRow, ReceivedMessage, SessionRow, now_ms,
-    },
+    model::{AuditRecord, EventKind, Failure, Principal, ProcessChange, SessionRow, now_ms},
     policy,
     store::{
-        Fence, MessageCheck, parse_stored,
+        Fence, MessageCheck,
         shared::{delivered_detail, event_detail},
     },
 };
@@ -152,90 +147,6 @@ impl SqliteStore {
         drop(w);
         self.published();
         Ok(Some(row))
-    }
-
-    pub(super) async fn process_impl(
-        &self,
-        session_id: &str,
-    ) -> Result<Option<ProcessRow>, SessionError> {
-        let row = sqlx::query(
-            "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, notify_parent, \
-             callback_due, runner, stop_after_ms \
-             FROM processes WHERE session_id = ?",
-        )
-        .bind(session_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            let exit_reason: Option<&str> = row.try_get("exit_reason")?;
-            Ok(ProcessRow {
-                runner_seq: row.try_get::<i64, _>("runner_seq")? as u64,
-                exit_code: row.try_get("exit_code")?,
-                exit_reason: exit_reason
-                    .map(|r| parse_stored("exit reason", r, ExitReason::parse))
-                    .transpose()?,
-                output_tail: row.try_get("output_tail")?,
-                delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
-                notify_parent: row.try_get("notify_parent")?,
-                callback_due: row.try_get("callback_due")?,
-                stop_after_ms: row.try_get("stop_after_ms")?,
-                runner: row
-                    .try_get::<Option<String>, _>("runner")?
-                    .map(crate::model::RunnerName::stored),
-            })
-        })
-        .transpose()
-    }
-
-    pub(super) async fn undelivered_impl(
-        &self,
-        session_id: &str,
-    ) -> Result<Vec<InboxMessage>, SessionError> {
-        let rows = sqlx::query(
-            "SELECT m.seq, m.message_id, m.sender, COALESCE(b.body, m.body) AS body \
-             FROM messages m \
-             LEFT JOIN message_bodies b ON b.body_id = m.body_id \
-             LEFT JOIN processes p ON p.session_id = m.session_id \
-             WHERE m.session_id = ? AND m.seq > COALESCE(p.delivered_seq, 0) ORDER BY m.seq",
-        )
-        .bind(session_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(InboxMessage {
-                    seq: row.try_get::<i64, _>("seq")? as u64,
-                    message_id: row.try_get("message_id")?,
-                    sender: parse_stored("sender", row.try_get("sender")?, Principal::parse)?,
-                    body: row.try_get("body")?,
-                })
-            })
-            .collect()
-    }
-
-    pub(super) async fn received_impl(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> Result<Vec<ReceivedMessage>, SessionError> {
-        let rows = sqlx::query(
-            "SELECT seq, message_id, sender, created_at_ms FROM messages \
-             WHERE session_id = ? ORDER BY seq LIMIT ?",
-        )
-        .bind(session_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ReceivedMessage {
-                    seq: row.try_get::<i64, _>("seq")? as u64,
-                    message_id: row.try_get("message_id")?,
-                    sender: parse_stored("sender", row.try_get("sender")?, Principal::parse)?,
-                    created_at_ms: row.try_get("created_at_ms")?,
-                })
-            })
-            .collect()
     }
 
     pub(super) async fn mark_delivered_impl(
