@@ -3,13 +3,12 @@
 //! its store, if asked), and a sign-in's cookie and CSRF token.
 
 use std::{net::SocketAddr, time::Duration};
-use troupe_session_svc::model::Action;
 
 use futures::StreamExt;
 use hyper::{Method, StatusCode};
 use troupe_session_svc::{
     Config, Limits,
-    model::Trust,
+    model::{Action, Trust},
     policy,
     store::{PgStore, SqliteStore, Store},
 };

@@ -11,13 +11,12 @@
 //! Until the model gateway calls them, the store's methods are called
 //! directly, on the real store (`troupe_tests::stores`).
 
-use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     config::Limits,
     error::SessionError,
     model::{
-        Account, AuditRecord, Budget, CallOutcome, Charge, Cost, Dimension, EventFilter, EventKind,
-        ModelCall, NewSession, Price, Principal, Reservation, TokenUsage, Trust, now_ms,
+        Account, Action, AuditRecord, Budget, CallOutcome, Charge, Cost, Dimension, EventFilter,
+        EventKind, ModelCall, NewSession, Price, Principal, Reservation, TokenUsage, Trust, now_ms,
     },
     policy,
     store::{Created, EventPage, PgStore, Store},

@@ -7,14 +7,15 @@
 //! page itself, in a real browser, is `runner-svc/tests/console.rs`.
 
 use std::time::Duration;
-use troupe_session_svc::model::Action;
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
 use troupe_proto::session::ListAuditRequest;
 use troupe_session_svc::{
     error::QuotaLeft,
-    model::{ConsoleSession, ConsoleSessionId, CsrfToken, NewMessage, Principal, Trust, now_ms},
+    model::{
+        Action, ConsoleSession, ConsoleSessionId, CsrfToken, NewMessage, Principal, Trust, now_ms,
+    },
     store::Store,
 };
 use troupe_tests::{

@@ -6,12 +6,11 @@
 //! refused spawns of a workspace's sessions, after an audit cursor, newest
 //! first, bounded.
 
-use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::QuotaLeft,
     model::{
-        AuditRecord, EventFilter, EventKind, NewMessage, Principal, ProcessChange, ProgressReport,
-        SessionActivity, Trust,
+        Action, AuditRecord, EventFilter, EventKind, NewMessage, Principal, ProcessChange,
+        ProgressReport, SessionActivity, Trust,
     },
     store::{EventPage, Fence, Holder, Store},
 };

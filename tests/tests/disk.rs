@@ -12,14 +12,15 @@ use std::{
     },
     time::Duration,
 };
-use troupe_session_svc::model::Action;
 
 use base64::Engine as _;
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 use troupe_session_svc::{
     error::QuotaLeft,
-    model::{AuditRecord, EventFilter, EventRow, NewSession, Principal, ProcessChange, Trust},
+    model::{
+        Action, AuditRecord, EventFilter, EventRow, NewSession, Principal, ProcessChange, Trust,
+    },
     store::{Created, EventPage, Fence, Holder, LogStore, OutputBudget, SqliteStore, Store},
 };
 

@@ -8,11 +8,10 @@
 
 use tonic::Code;
 use troupe_proto::session::{self as pb, TrustLevel};
-use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     MessageLimits,
     error::SessionError,
-    model::{NewMessage, Principal, Trust},
+    model::{Action, NewMessage, Principal, Trust},
     policy,
     store::{Bounds, Fence, Holder, Store},
 };

@@ -4,13 +4,12 @@
 //! becomes due in the transaction that ends the child and is written once.
 
 use std::time::{Duration, Instant};
-use troupe_session_svc::model::Action;
 
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, ExitReason, Failure, NewMessage, NewSession, Principal, ProcessChange,
+        Action, AuditRecord, ExitReason, Failure, NewMessage, NewSession, Principal, ProcessChange,
         ProcessExit, Trust,
     },
     policy::{Admission, SpawnContext},

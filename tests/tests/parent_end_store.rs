@@ -20,12 +20,12 @@
 //! PostgreSQL too: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
 use troupe_proto::{agent::stdin::ParentEnded, session::SessionStatus};
-use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, Budget, Charge, Cost, EventFilter, EventKind, ExitReason, Failure, Finish,
-        NewSession, Outcome, ParentEnd, Principal, ProcessChange, ProcessExit, Trust, now_ms,
+        Action, AuditRecord, Budget, Charge, Cost, EventFilter, EventKind, ExitReason, Failure,
+        Finish, NewSession, Outcome, ParentEnd, Principal, ProcessChange, ProcessExit, Trust,
+        now_ms,
     },
     policy::{self, Admission, SpawnContext},
     store::{EventPage, Fence, Holder, Store},

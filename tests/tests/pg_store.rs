@@ -6,11 +6,10 @@
 //!
 //! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
-use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        AuditRecord, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal,
+        Action, AuditRecord, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal,
         ProcessChange, ProcessExit, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},

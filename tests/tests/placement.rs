@@ -4,11 +4,10 @@
 //! idle, and concurrent placements of one workspace agreeing.
 
 use std::time::{Duration, Instant};
-use troupe_session_svc::model::Action;
 
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{AuditRecord, Failure, NewSession, Principal, RunnerName, RunnerSpec, Trust},
+    model::{Action, AuditRecord, Failure, NewSession, Principal, RunnerName, RunnerSpec, Trust},
     placement::Place,
     store::{Fence, Holder, Store},
 };

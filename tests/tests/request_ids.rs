@@ -5,13 +5,12 @@
 //! the harness's backend (`TROUPE_TEST_BACKEND`); the store tests on both.
 
 use std::time::{Duration, Instant};
-use troupe_session_svc::model::Action;
 
 use sqlx::Connection;
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{AuditRecord, Idempotency, NewMessage, NewSession, Principal, Trust, now_ms},
+    model::{Action, AuditRecord, Idempotency, NewMessage, NewSession, Principal, Trust, now_ms},
     store::{Created, Fence, Holder, PgStore, SqliteStore, Store},
 };
 use troupe_tests::{TestServer, child, postgres::is_postgres};

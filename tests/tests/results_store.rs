@@ -7,10 +7,11 @@
 //! PostgreSQL too: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
 use troupe_proto::session::SessionStatus;
-use troupe_session_svc::model::Action;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{AuditRecord, Finish, NewSession, Outcome, Principal, ProcessChange, Trust, now_ms},
+    model::{
+        Action, AuditRecord, Finish, NewSession, Outcome, Principal, ProcessChange, Trust, now_ms,
+    },
     policy::{self, Admission, SpawnContext},
     store::{Fence, Holder, Store},
 };

@@ -12,15 +12,14 @@ use std::{
     task::Poll,
     time::Duration,
 };
-use troupe_session_svc::model::Action;
 
 use sqlx::{Connection, Row};
 use troupe_session_svc::{
     Limits,
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        AuditRecord, EventFilter, Idempotency, NewMessage, NewSession, Principal, ProcessChange,
-        Trust,
+        Action, AuditRecord, EventFilter, Idempotency, NewMessage, NewSession, Principal,
+        ProcessChange, Trust,
     },
     policy,
     store::{Created, EventPage, Fence, Holder, InboxStore, LogStore, SqliteStore, Store},

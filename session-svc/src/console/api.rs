@@ -3,7 +3,6 @@
 //! serves whole (a workspace's sessions' usage, a session's messages with
 //! their bodies) read the store, as the operator may read everything.
 
-use crate::model::Action;
 use std::{collections::BTreeMap, sync::Arc};
 
 use axum::{
@@ -21,7 +20,7 @@ use super::{
     calls::{ApiError, as_operator},
     json, no_store,
 };
-use crate::store::Store;
+use crate::{model::Action, store::Store};
 
 /// Refused spawns a tree view is given at most (the newest).
 const MAX_REFUSED: u32 = 1_000;

@@ -12,7 +12,6 @@
 //! `Console::signed` finds the cookie's live sign-in (else 401);
 //! `Console::acting` also requires JSON and the CSRF header (else 403).
 
-use crate::model::Action;
 use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
@@ -27,7 +26,8 @@ use super::{Console, calls::ApiError, no_store, throttle::Failure};
 use crate::{
     error::Reason,
     model::{
-        AuditRecord, ConsoleSession, ConsoleSessionId, CsrfToken, OperatorToken, Principal, now_ms,
+        Action, AuditRecord, ConsoleSession, ConsoleSessionId, CsrfToken, OperatorToken, Principal,
+        now_ms,
     },
     store::Store,
 };

@@ -1,7 +1,6 @@
 //! The follower of a running exec: it watches the runner's events into the
 //! ledger, from the last one applied, mapping each to a [`ProcessChange`].
 
-use crate::model::Action;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -11,7 +10,7 @@ use troupe_proto::runner::{self as rpb, WatchExecRequest, exec_event};
 use super::{Driver, RETRY, Term, system_audit};
 use crate::{
     error::SessionError,
-    model::{ExitReason, Failure, ProcessChange, ProcessExit},
+    model::{Action, ExitReason, Failure, ProcessChange, ProcessExit},
     store::Store,
 };
 

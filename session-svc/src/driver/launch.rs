@@ -8,7 +8,6 @@
 //! was the one the runner took: after `ALREADY_EXISTS` the follower's
 //! delivery sends the frames, and the runner skips what it has.
 
-use crate::model::Action;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tonic::Code;
@@ -19,7 +18,7 @@ use troupe_proto::{
 
 use super::{Driver, Job, RETRY, Term, deliver::frames, system_audit};
 use crate::{
-    model::{Failure, RunnerName, SessionRow},
+    model::{Action, Failure, RunnerName, SessionRow},
     placement::Place,
     store::Store,
 };

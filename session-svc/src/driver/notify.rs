@@ -6,7 +6,6 @@
 //! it in the one that writes the notice, so an owner that dies in between
 //! leaves it to the next (`Store::driver_work`'s `callbacks_due`).
 
-use crate::model::Action;
 use std::sync::Arc;
 
 use troupe_proto::agent::stdin::{SessionEnded, SessionEndedType};
@@ -15,7 +14,8 @@ use super::{Driver, Job, Term, system_audit};
 use crate::{
     error::{Reason, SessionError},
     model::{
-        AuditRecord, ExitReason, Failure, Finish, NewMessage, Principal, ProcessRow, SessionRow,
+        Action, AuditRecord, ExitReason, Failure, Finish, NewMessage, Principal, ProcessRow,
+        SessionRow,
     },
     store::Store,
 };

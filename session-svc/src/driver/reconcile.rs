@@ -6,7 +6,6 @@
 //! session), `orphans` (the execs to stop) and `in_finish_grace` are pure
 //! functions.
 
-use crate::model::Action;
 use std::{collections::HashSet, sync::Arc};
 
 use troupe_proto::{
@@ -16,7 +15,7 @@ use troupe_proto::{
 
 use super::{Driver, Job, Term, system_audit};
 use crate::{
-    model::{Failure, ProcessRow, RunnerName, now_ms},
+    model::{Action, Failure, ProcessRow, RunnerName, now_ms},
     store::Store,
 };
 

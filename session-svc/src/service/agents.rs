@@ -1,14 +1,13 @@
 //! `ApplyAgent`, `ListAgents`, `RemoveAgent`: agent definitions kept in the
 //! database, shared by every service on it. Operator only.
 
-use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, allowed, require_operator, view};
 use crate::{
     agents,
     error::{Reason, SessionError},
-    model::{AgentScope, Caller, NewAgent, StoredAgent},
+    model::{Action, AgentScope, Caller, NewAgent, StoredAgent},
     store::Store,
 };
 

@@ -1,6 +1,5 @@
 //! `CreateRootSession` and `CreateSession`.
 
-use crate::model::Action;
 use troupe_proto::session as pb;
 use troupe_telemetry::LifeSpan;
 
@@ -11,7 +10,7 @@ use super::{
 use crate::{
     agents,
     error::{Reason, SessionError},
-    model::{Budget, Caller, Cost, NewMessage, NewSession, ParentEnd, Trust, WriteScope},
+    model::{Action, Budget, Caller, Cost, NewMessage, NewSession, ParentEnd, Trust, WriteScope},
     policy,
     store::{Created, Store},
 };

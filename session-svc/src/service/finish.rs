@@ -3,13 +3,12 @@
 //! finished session's process has to exit before it is stopped
 //! (`--finish-grace-ms`).
 
-use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, allowed, view};
 use crate::{
     error::{Reason, SessionError},
-    model::{Caller, Finish, Outcome, now_ms},
+    model::{Action, Caller, Finish, Outcome, now_ms},
     policy,
     store::Store,
 };

@@ -2,7 +2,6 @@
 //! operator only. A runner registers (and renews its lease) about every
 //! second, so only refusals are audited.
 
-use crate::model::Action;
 use std::time::Duration;
 
 use tonic::{Request, Response, Status, transport::Uri};
@@ -11,7 +10,7 @@ use troupe_proto::fleet::{self as pb, fleet_service_server::FleetService};
 use super::{Inner, Service, require_operator};
 use crate::{
     error::SessionError,
-    model::{Caller, RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER},
+    model::{Action, Caller, RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER},
     store::Store,
 };
 

@@ -9,15 +9,14 @@
 //! a direct member's post reaches a sandboxed member as a direct session's
 //! message does (its sender unnamed on stdin).
 
-use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency, message::bounds, view};
 use crate::{
     error::{Reason, SessionError},
     model::{
-        Audience, Caller, FannedOut, GroupName, GroupRow, Idempotency, MessageRate, Reached,
-        Sending, SessionRow,
+        Action, Audience, Caller, FannedOut, GroupName, GroupRow, Idempotency, MessageRate,
+        Reached, Sending, SessionRow,
     },
     policy,
     store::{FanOut, Store},

@@ -5,13 +5,12 @@
 //! against the sender's rate, then delivered at once where this replica
 //! owns the recipient's runner.
 
-use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency};
 use crate::{
     error::SessionError,
-    model::{Caller, Idempotency, MessageRate, NewMessage, Sending},
+    model::{Action, Caller, Idempotency, MessageRate, NewMessage, Sending},
     policy,
     store::{Bounds, InboxCheck, MessageCheck, RateCheck, Sent, Store, Throttle},
 };

@@ -22,7 +22,6 @@ mod token;
 pub(crate) mod view;
 mod watch;
 
-use crate::model::Action;
 use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};
 
 use futures::Stream;
@@ -42,7 +41,7 @@ use crate::{
     driver::Driver,
     error::SessionError,
     metrics,
-    model::{AuditRecord, Caller, Principal},
+    model::{Action, AuditRecord, Caller, Principal},
     store::Store,
 };
 

@@ -1,13 +1,12 @@
 //! `ReportProgress`: a session tells how far its own task has come.
 
-use crate::model::Action;
 use serde_json::json;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_SHORT_TEXT, allowed, check_len};
 use crate::{
     error::{Reason, SessionError},
-    model::Caller,
+    model::{Action, Caller},
     policy,
     store::Store,
 };

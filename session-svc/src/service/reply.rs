@@ -1,13 +1,12 @@
 //! `ReplyToParent`: a session messages its own parent, which it need not
 //! be able to see.
 
-use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_MESSAGE_BYTES, check_len, idempotency, message};
 use crate::{
     error::{Reason, SessionError},
-    model::Caller,
+    model::{Action, Caller},
     policy,
     store::Store,
 };

@@ -1,10 +1,14 @@
 //! `TerminateSession`: ends a session; its children apply their parent-end policies.
 
-use crate::model::Action;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_SHORT_TEXT, allowed, check_len, view};
-use crate::{error::SessionError, model::Caller, policy, store::Store};
+use crate::{
+    error::SessionError,
+    model::{Action, Caller},
+    policy,
+    store::Store,
+};
 
 pub async fn session<S: Store>(
     inner: &Inner<S>,
