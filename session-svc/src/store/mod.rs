@@ -39,6 +39,7 @@ mod journal;
 mod lease;
 mod parent_end;
 mod postgres;
+mod session_rows;
 mod shared;
 mod sqlite;
 mod sqlx_error;

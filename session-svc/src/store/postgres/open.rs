@@ -1,6 +1,5 @@
 //! Opening the store: the pool, the migrations (under PostgreSQL's migration
-//! lock, so replicas starting together migrate once), the wake-up tasks;
-//! and the session row as stored. Messages and logs name the URL without
+//! lock, so replicas starting together migrate once), the wake-up tasks. Messages and logs name the URL without
 //! its password ([`redacted`]).
 
 use std::{str::FromStr, sync::Arc, time::Duration};
@@ -10,15 +9,9 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 use tokio::sync::watch;
-use troupe_proto::status::parse_status;
-use troupe_telemetry::LifeSpan;
 
 use super::{POOL_SIZE, PgStore, wake};
-use crate::{
-    error::SessionError,
-    model::{ParentEnd, Principal, SessionRow, Trust},
-    store::{OutputBudget, parse_scope, parse_stored},
-};
+use crate::{error::SessionError, model::SessionRow, store::OutputBudget};
 
 /// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
 macro_rules! session_columns {
@@ -134,73 +127,7 @@ fn strip(error: &dyn std::fmt::Display, url: &str) -> String {
     error.to_string().replace(url, &redacted(url))
 }
 
-/// A session row as stored.
-#[derive(sqlx::FromRow)]
-pub(super) struct RawSession {
-    pub(super) row_id: i64,
-    session_id: String,
-    workspace_id: String,
-    parent_session_id: Option<String>,
-    parent_trust_level: Option<String>,
-    tree_id: String,
-    depth: i32,
-    trust_level: String,
-    agent_name: String,
-    agent_command: String,
-    title: String,
-    status: String,
-    created_by: String,
-    created_at_ms: i64,
-    ended_at_ms: Option<i64>,
-    end_reason: Option<String>,
-    spawn_tat_ms: i64,
-    inbox_seq: i64,
-    traceparent: Option<String>,
-    spawn_span_id: Option<String>,
-    writable_paths: String,
-    on_parent_end: String,
-    orphaned: bool,
-    pub(super) children: i32,
-}
-
-impl RawSession {
-    pub(super) fn into_row(self) -> Result<SessionRow, SessionError> {
-        Ok(SessionRow {
-            trust: parse_stored("trust level", &self.trust_level, Trust::from_db)?,
-            status: parse_stored("status", &self.status, parse_status)?,
-            parent_trust: self
-                .parent_trust_level
-                .as_deref()
-                .map(|t| parse_stored("trust level", t, Trust::from_db))
-                .transpose()?,
-            created_by: parse_stored("creator", &self.created_by, Principal::parse)?,
-            session_id: self.session_id,
-            workspace_id: self.workspace_id,
-            parent_session_id: self.parent_session_id,
-            tree_id: self.tree_id,
-            depth: self.depth as u32,
-            agent_name: self.agent_name,
-            agent_command: self.agent_command,
-            title: self.title,
-            created_at_ms: self.created_at_ms,
-            ended_at_ms: self.ended_at_ms,
-            end_reason: self.end_reason,
-            spawn_tat_ms: self.spawn_tat_ms,
-            inbox_seq: self.inbox_seq,
-            trace: match (&self.traceparent, &self.spawn_span_id) {
-                (Some(traceparent), Some(spawn)) => LifeSpan::parse(traceparent, spawn),
-                _ => None,
-            },
-            write_scope: parse_stored("write scope", &self.writable_paths, parse_scope)?,
-            on_parent_end: parse_stored(
-                "parent-end policy",
-                &self.on_parent_end,
-                ParentEnd::parse,
-            )?,
-            orphaned: self.orphaned,
-        })
-    }
-}
+pub(super) use crate::store::session_rows::RawSession;
 
 /// Reads session rows from a statement's result.
 pub(super) fn rows(raw: Vec<RawSession>) -> Result<Vec<SessionRow>, SessionError> {

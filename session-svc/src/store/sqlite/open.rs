@@ -14,8 +14,6 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 use tokio::sync::{Mutex, watch};
-use troupe_proto::status::parse_status;
-use troupe_telemetry::LifeSpan;
 
 use super::{
     OutputBudget, SqliteStore, WAL_FRAME_HEADER, WAL_LIMIT, Writer,
@@ -23,11 +21,7 @@ use super::{
     upkeep,
     write::{entry_from_row, session_columns},
 };
-use crate::{
-    error::SessionError,
-    model::{ParentEnd, Principal, SessionRow, Trust},
-    store::{parse_scope, parse_stored},
-};
+use crate::error::SessionError;
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `url`, runs the
@@ -145,69 +139,4 @@ fn claim(path: &std::path::Path) -> Result<Option<File>, SessionError> {
     }
 }
 
-/// A session row as stored.
-#[derive(sqlx::FromRow)]
-pub(super) struct RawSession {
-    pub(super) rowid: i64,
-    session_id: String,
-    workspace_id: String,
-    parent_session_id: Option<String>,
-    parent_trust_level: Option<String>,
-    tree_id: String,
-    depth: u32,
-    trust_level: String,
-    agent_name: String,
-    agent_command: String,
-    title: String,
-    status: String,
-    created_by: String,
-    created_at_ms: i64,
-    ended_at_ms: Option<i64>,
-    end_reason: Option<String>,
-    spawn_tat_ms: i64,
-    inbox_seq: i64,
-    traceparent: Option<String>,
-    spawn_span_id: Option<String>,
-    writable_paths: String,
-    on_parent_end: String,
-    orphaned: bool,
-}
-
-impl RawSession {
-    pub(super) fn into_row(self) -> Result<SessionRow, SessionError> {
-        Ok(SessionRow {
-            trust: parse_stored("trust level", &self.trust_level, Trust::from_db)?,
-            status: parse_stored("status", &self.status, parse_status)?,
-            parent_trust: self
-                .parent_trust_level
-                .as_deref()
-                .map(|t| parse_stored("trust level", t, Trust::from_db))
-                .transpose()?,
-            session_id: self.session_id,
-            workspace_id: self.workspace_id,
-            parent_session_id: self.parent_session_id,
-            tree_id: self.tree_id,
-            depth: self.depth,
-            agent_name: self.agent_name,
-            agent_command: self.agent_command,
-            title: self.title,
-            created_by: parse_stored("creator", &self.created_by, Principal::parse)?,
-            created_at_ms: self.created_at_ms,
-            ended_at_ms: self.ended_at_ms,
-            end_reason: self.end_reason,
-            spawn_tat_ms: self.spawn_tat_ms,
-            inbox_seq: self.inbox_seq,
-            trace: match (&self.traceparent, &self.spawn_span_id) {
-                (Some(traceparent), Some(spawn)) => LifeSpan::parse(traceparent, spawn),
-                _ => None,
-            },
-            write_scope: parse_stored("write scope", &self.writable_paths, parse_scope)?,
-            on_parent_end: parse_stored(
-                "parent-end policy",
-                &self.on_parent_end,
-                ParentEnd::parse,
-            )?,
-            orphaned: self.orphaned,
-        })
-    }
-}
+pub(super) use crate::store::session_rows::RawSession;

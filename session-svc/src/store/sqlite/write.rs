@@ -35,7 +35,7 @@ use crate::{
 /// Expands to the session columns, in [`RawSession`]'s field order, for `concat!`.
 macro_rules! session_columns {
     () => {
-        "rowid, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
+        "rowid AS row_id, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
          depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
          ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths, on_parent_end, orphaned"
     };
@@ -46,7 +46,7 @@ pub(super) use session_columns;
 pub(super) fn entry_from_row(row: &SqliteRow) -> Result<(i64, SessionRow), SessionError> {
     use sqlx::FromRow;
     let raw = RawSession::from_row(row)?;
-    Ok((raw.rowid, raw.into_row()?))
+    Ok((raw.row_id, raw.into_row()?))
 }
 
 /// Statements run as one transaction in one round trip. Each statement uses
