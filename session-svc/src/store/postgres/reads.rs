@@ -105,16 +105,10 @@ impl PgStore {
         conn: &mut PgConnection,
         id: &str,
     ) -> Result<SessionRow, SessionError> {
-        let raw: RawSession = sqlx::query_as(concat!(
-            "SELECT ",
-            session_columns!(),
-            " FROM sessions WHERE session_id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(conn)
-        .await?
-        .ok_or_else(|| SessionError::not_found(id))?;
-        raw.into_row()
+        self.rows_of(conn, &[id.to_owned()])
+            .await?
+            .pop()
+            .ok_or_else(|| SessionError::not_found(id))
     }
 
     /// The rows of the sessions `ids` that exist, unlocked, in the order of
