@@ -153,17 +153,17 @@ impl<S: Store> Service<S> {
     }
 
     /// Audits a decision made outside a store transaction: every refusal,
-    /// and the allowed reads.
+    /// and the allowed calls of the actions whose allowed calls are audited
+    /// ([`Action::audits_allowed`]: the reads).
     async fn audit_outcome<T>(
         &self,
         caller: &Caller,
-        action: crate::model::Action,
+        action: Action,
         target: &str,
         result: &Result<T, SessionError>,
-        audit_allowed: bool,
     ) {
         let (allowed, reason, detail) = match result {
-            Ok(_) if audit_allowed => (true, "OK".to_owned(), String::new()),
+            Ok(_) if action.audits_allowed() => (true, "OK".to_owned(), String::new()),
             Ok(_) => return,
             Err(e) => (false, e.reason().as_str().to_owned(), e.to_string()),
         };
@@ -193,9 +193,7 @@ impl<S: Store> Service<S> {
         let req = request.into_inner();
         let result = run(&self.inner, &caller, &req).await;
         let target = target(&caller, &req);
-        let audited = action.audits_allowed();
-        self.audit_outcome(&caller, action, &target, &result, audited)
-            .await;
+        self.audit_outcome(&caller, action, &target, &result).await;
         Ok(Response::new(result?))
     }
 
@@ -212,7 +210,7 @@ impl<S: Store> Service<S> {
             let req = request.into_inner();
             let result = create::root(&self.inner, &caller, &req).await;
             let target = &req.workspace_id;
-            self.audit_outcome(&caller, Action::CreateRootSession, target, &result, false)
+            self.audit_outcome(&caller, Action::CreateRootSession, target, &result)
                 .await;
             result
         };
@@ -247,7 +245,7 @@ impl<S: Store> Service<S> {
                 (Caller::Session(me), "") => me.session_id.clone(),
                 (_, parent) => parent.to_owned(),
             };
-            self.audit_outcome(&caller, Action::CreateSession, &target, &result, false)
+            self.audit_outcome(&caller, Action::CreateSession, &target, &result)
                 .await;
             result
         };
@@ -380,7 +378,7 @@ impl<S: Store> SessionService for Service<S> {
             .find(|t| !t.is_empty())
             .cloned()
             .unwrap_or_default();
-        self.audit_outcome(&caller, Action::WatchSessions, &target, &result, true)
+        self.audit_outcome(&caller, Action::WatchSessions, &target, &result)
             .await;
         Ok(Response::new(result?))
     }

@@ -14,8 +14,13 @@
 //! - `ids_in!(n)`: SQL for "in the JSON array of texts bound as `$n`";
 //! - `for_update!()`: what locks the rows a `SELECT` reads (nothing on
 //!   SQLite, whose writer lock serialises every write);
-//! - `This::rows_of(conn, ids)`: the session rows of `ids` (SQLite: its
-//!   ledger; PostgreSQL: a query on the transaction's connection).
+//! - `This::rows_of(conn, ids)` and `This::row_of(conn, id)`: session rows
+//!   (SQLite: its ledger; PostgreSQL: a query on the transaction's
+//!   connection);
+//! - `This::append_events(conn, events, ended)`: events, last in their
+//!   transaction (SQLite: inserts; PostgreSQL: in commit order under its
+//!   events lock), and `This::committed(ended)` after the commit, which wakes
+//!   the watchers.
 //!
 //! SQL in such code is written in what both dialects accept: `$N`
 //! placeholders (sqlx's SQLite driver numbers them too), `CAST($1 AS TEXT)`

@@ -10,7 +10,7 @@ use crate::{
 };
 
 /// A session row as both backends store it (SQLite's `rowid` read as
-/// `row_id`; PostgreSQL's child count, which SQLite's ledger keeps instead).
+/// `row_id`).
 #[derive(sqlx::FromRow)]
 pub(in crate::store) struct RawSession {
     pub(in crate::store) row_id: i64,
@@ -36,7 +36,8 @@ pub(in crate::store) struct RawSession {
     writable_paths: String,
     on_parent_end: String,
     orphaned: bool,
-    #[sqlx(default)]
+    /// PostgreSQL's count of the session's children, which its spawn rule
+    /// reads; SQLite's ledger counts them instead, and it selects 0.
     pub(in crate::store) children: i32,
 }
 

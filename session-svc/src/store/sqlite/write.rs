@@ -8,9 +8,10 @@
 //! - [`Write`]: an ordinary transaction, a round trip per statement, for the
 //!   writes whose later statements depend on what earlier ones returned.
 //!
-//! Sequence counters advance, and the created and message events are
-//! written, by trigger (see the migration). Changed session rows come back
-//! through `RETURNING`, for the ledger.
+//! Sequence counters advance by trigger (see the migrations); every event,
+//! the created and message ones included, is a statement of the write that
+//! causes it. Changed session rows come back through `RETURNING`, for the
+//! ledger.
 
 use sqlx::{
     Arguments, AssertSqlSafe, Encode, Row, Sqlite, SqliteConnection, Transaction, Type,
@@ -37,7 +38,8 @@ macro_rules! session_columns {
     () => {
         "rowid AS row_id, session_id, workspace_id, parent_session_id, parent_trust_level, tree_id, \
          depth, trust_level, agent_name, agent_command, title, status, created_by, created_at_ms, \
-         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths, on_parent_end, orphaned"
+         ended_at_ms, end_reason, spawn_tat_ms, inbox_seq, traceparent, spawn_span_id, writable_paths, on_parent_end, orphaned, \
+         0 AS children"
     };
 }
 pub(super) use session_columns;
