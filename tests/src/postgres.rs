@@ -53,21 +53,66 @@ pub fn admin_url() -> String {
     }
 }
 
-/// Creates a database named `troupe_<random>` on the admin server and
+/// Creates a database named `troupe_<pid>_<random>` on the admin server and
 /// returns its URL (the admin URL with the database name replaced).
+///
+/// Nothing drops a test's database when the test ends (its servers may
+/// still hold connections). Instead each call first drops the databases of
+/// processes of this machine that have exited ([`drop_orphans`]): a test
+/// binary's databases live until the next binary's first one, and a full
+/// run's disk stays that of one binary.
 pub async fn fresh_database() -> String {
     let admin = admin_url();
-    let name = format!("troupe_{}", uuid::Uuid::new_v4().simple());
+    let name = format!(
+        "troupe_{}_{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    );
     let mut connection = PgConnection::connect(&admin)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {URL_ENV}={admin}: {e}"));
-    // `name` is ours: a fixed prefix and hex digits.
+    drop_orphans(&mut connection).await;
+    // `name` is ours: a fixed prefix, digits and hex digits.
     sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut connection)
         .await
         .unwrap_or_else(|e| panic!("cannot create database {name} on {admin}: {e}"));
     let _ = connection.close().await;
     with_database(&admin, &name)
+}
+
+/// Drops the `troupe_<pid>_…` databases whose process no longer runs on
+/// this machine. A database someone is connected to is not dropped
+/// (`DROP DATABASE` without `FORCE` refuses it), nor one whose name does
+/// not carry a pid, nor any when this machine cannot tell (no `/proc`).
+pub async fn drop_orphans(connection: &mut PgConnection) {
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'troupe\\_%'")
+            .fetch_all(&mut *connection)
+            .await
+            .unwrap_or_default();
+    for name in names {
+        let Some(pid) = owner_pid(&name) else {
+            continue;
+        };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        // Another test may drop it first, or still be connected: either way it is left.
+        let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
+            .execute(&mut *connection)
+            .await;
+    }
+}
+
+/// The pid in a test database's name `troupe_<pid>_<hex>`, if it has that form.
+pub fn owner_pid(name: &str) -> Option<u32> {
+    let (pid, rest) = name.strip_prefix("troupe_")?.split_once('_')?;
+    let well_formed = !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit());
+    well_formed.then(|| pid.parse().ok()).flatten()
 }
 
 /// Returns `url` naming database `name` instead of its own (query kept).
@@ -108,6 +153,20 @@ mod tests {
     #[should_panic(expected = "TROUPE_TEST_BACKEND=\"mysql\" is not a test backend")]
     fn an_unknown_backend_is_a_clear_panic() {
         Backend::parse(Some("mysql"));
+    }
+
+    #[test]
+    fn only_names_of_the_test_form_carry_an_owner() {
+        assert_eq!(owner_pid("troupe_4242_0af3"), Some(4242));
+        for name in [
+            "troupe_0af3",
+            "troupe_x_0af3",
+            "troupe_4242_",
+            "troupe_4242_0af3; DROP",
+            "postgres",
+        ] {
+            assert_eq!(owner_pid(name), None, "{name}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `TROUPE_TEST_POSTGRES_URL`, and replicas on the same one. Needs that
 //! server (`source scripts/pg-env`).
 
-use sqlx::{Connection, postgres::PgConnection};
+use sqlx::{AssertSqlSafe, Connection, postgres::PgConnection};
 use troupe_tests::{
     TestServer,
     postgres::{self, Backend},
@@ -35,6 +35,58 @@ async fn fresh_database_makes_a_new_database_each_time() {
         assert!(database_of(url).starts_with("troupe_"), "{url}");
         assert_eq!(current_database(url).await, database_of(url));
     }
+}
+
+/// A database whose process has exited is dropped by the next fresh one;
+/// this process's own databases, and a name of another form, stay.
+#[tokio::test]
+async fn databases_of_exited_processes_are_dropped() {
+    let mut exited = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = exited.id();
+    exited.wait().expect("wait true");
+    let orphan = format!("troupe_{pid}_{}", uuid::Uuid::new_v4().simple());
+    let foreign = format!("troupe_{}", uuid::Uuid::new_v4().simple());
+    let admin = postgres::admin_url();
+    let mut connection = PgConnection::connect(&admin).await.expect("admin");
+    for name in [&orphan, &foreign] {
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut connection)
+            .await
+            .expect("create");
+    }
+    let ours = postgres::fresh_database().await;
+    postgres::fresh_database().await;
+
+    let exists = |name: String| {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)",
+        )
+        .bind(name)
+    };
+    assert!(
+        !exists(orphan)
+            .fetch_one(&mut connection)
+            .await
+            .expect("orphan")
+    );
+    assert!(
+        exists(foreign.clone())
+            .fetch_one(&mut connection)
+            .await
+            .expect("foreign")
+    );
+    assert!(
+        exists(database_of(&ours).to_owned())
+            .fetch_one(&mut connection)
+            .await
+            .expect("ours")
+    );
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE {foreign}")))
+        .execute(&mut connection)
+        .await
+        .expect("drop");
 }
 
 /// Each server gets a database of its own, which its replicas share with
