@@ -21,6 +21,12 @@
 //!   transaction (SQLite: inserts; PostgreSQL: in commit order under its
 //!   events lock), and `This::committed(ended)` after the commit, which wakes
 //!   the watchers.
+//! - on `Tx`, what ending sessions needs (`store::ends`): `lock_session`
+//!   and `lock_process` (PostgreSQL's lock order; the ledger's row on
+//!   SQLite), `ancestors`, `active_subtree`, `members_below`,
+//!   `end_sessions`, `orphan`, `set_status`, `insert_message` and
+//!   `record_output`; rows they change reach SQLite's ledger at the
+//!   commit. `This::check_fence` checks the background work's lease.
 //!
 //! SQL in such code is written in what both dialects accept: `$N`
 //! placeholders (sqlx's SQLite driver numbers them too), `CAST($1 AS TEXT)`

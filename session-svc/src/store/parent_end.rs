@@ -1,6 +1,11 @@
-//! What both stores write alike when a session's end reaches its children
-//! (`policy::parent_end` decides who and how): the events' details, the
-//! `parent_ended` notice, and the audit entry. No I/O.
+//! A session's end reaching its children, whatever ended it: who is
+//! reached and how is `policy::parent_end`'s to decide; `reach_children`,
+//! written once for both backends (see `backends`), applies it inside the
+//! transaction that ends the session, with the events' details, the
+//! `parent_ended` notice and the audit entry built here. On PostgreSQL the
+//! caller holds the workspace and tree locks (`Tx::lock_session`), so no
+//! spawn under the subtree and no other end in it commits meanwhile; the
+//! rows it changes are locked by its updates, after those.
 
 use serde_json::{Value, json};
 use troupe_proto::{
@@ -9,6 +14,7 @@ use troupe_proto::{
     status::status_str,
 };
 
+use super::{backends::each_backend, journal::NewEvent};
 use crate::{
     model::{AuditRecord, NewMessage, ParentEnd, Principal, SessionRow},
     policy::{self, ParentEnded},
@@ -81,6 +87,91 @@ impl Applied {
             detail: json!({"terminated": self.terminated, "abandoned": self.abandoned,
                            "notified": self.notified})
             .to_string(),
+        }
+    }
+}
+
+/// What applying a session's end to its children wrote, besides their rows.
+pub(in crate::store) struct Reached {
+    /// The events of the children it reached, to write after the ended
+    /// session's own.
+    pub events: Vec<NewEvent>,
+    pub applied: Applied,
+}
+
+each_backend! {
+    use troupe_proto::session::SessionStatus;
+
+    use super::{Applied, Reached, cascade_detail, notice, orphaned_detail};
+    use crate::{
+        error::SessionError,
+        model::{EventKind, ParentEnd, Principal, SessionRow},
+        policy::{self, ParentEnded},
+        store::journal::NewEvent,
+    };
+
+    impl Tx<'_> {
+        /// Applies `ended`'s end (its row as it ended, in this transaction)
+        /// to the active sessions below it, as `policy::parent_end` decides:
+        /// children terminated (by `by`), orphaned, sent their notice, and
+        /// one audit entry; their events are the caller's to write, last.
+        pub(in crate::store) async fn reach_children(
+            &mut self,
+            ended: &SessionRow,
+            by: &Principal,
+        ) -> Result<Reached, SessionError> {
+            let members = self.members_below(&ended.session_id).await?;
+            let plan = policy::parent_end(&ended.session_id, ended.status, &members);
+            let (terminate, orphan): (Vec<_>, Vec<_>) =
+                plan.iter().partition(|r| r.policy == ParentEnd::Terminate);
+            let ids = |reached: &[&ParentEnded]| -> Vec<String> {
+                reached.iter().map(|r| r.session_id.clone()).collect()
+            };
+            let terminated = self
+                .end_sessions(&ids(&terminate), SessionStatus::Terminated, "", "cascade", "cascade")
+                .await?;
+            let orphaned = self.orphan(&ids(&orphan)).await?;
+            let mut reached = Reached { events: Vec::new(), applied: Applied::default() };
+            for r in &plan {
+                let id = r.session_id.as_str();
+                if r.policy == ParentEnd::Terminate {
+                    if !terminated.iter().any(|t| t.session_id == id) {
+                        continue;
+                    }
+                    reached.events.push(NewEvent::new(
+                        id,
+                        EventKind::Terminated,
+                        SessionStatus::Terminated,
+                        cascade_detail(by, r.parent_status),
+                    ));
+                } else {
+                    let Some(row) = orphaned.iter().find(|o| o.session_id == id) else {
+                        continue;
+                    };
+                    reached.events.push(NewEvent::new(
+                        id,
+                        EventKind::Orphaned,
+                        row.status,
+                        orphaned_detail(r.policy, r.parent_status),
+                    ));
+                    if r.policy == ParentEnd::Notify {
+                        let message = notice(r, ended);
+                        let seq = self.insert_message(id, &message).await?;
+                        reached.events.push(NewEvent::message(
+                            id,
+                            row.status,
+                            &message.message_id,
+                            seq,
+                            &message.body,
+                        ));
+                    }
+                }
+                reached.applied.record(r);
+            }
+            if !reached.applied.is_empty() {
+                This::insert_audit(self.conn(), &reached.applied.audit(&ended.session_id)).await?;
+            }
+            Ok(reached)
         }
     }
 }

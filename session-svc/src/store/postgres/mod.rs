@@ -18,23 +18,22 @@
 //! `LISTEN`, and by polling (see `wake`).
 //!
 //! Its parts: `open` (connecting, migrations, rows), `locks` (the lock
-//! order and the counters), `sessions` (creates, messages, terminations),
-//! `process` and `output` (what the runner reports), `budgets` (model
-//! calls' reservations and usage, wall-clock budgets), `events` (writing and
-//! pruning events), `reads`, `wake`, and `agents` (the operator token and
-//! agent definitions, which the replicas share).
+//! order and the counters), `sessions` (creates, messages), `ends` (what
+//! the ends written once in `store::ends` need of it), `process` and
+//! `output` (deliveries, progress, the output's budgets), `budgets` (a new
+//! session's account), `events` (writing and pruning events), `groups`,
+//! `lease`, `runners`, `reads` and `wake`.
 
 #[macro_use]
 pub(in crate::store) mod retry;
 mod budgets;
+mod ends;
 mod events;
-mod finish;
 mod groups;
 mod lease;
 mod locks;
 mod open;
 mod output;
-mod parent_end;
 mod process;
 mod reads;
 mod runners;
@@ -105,8 +104,11 @@ impl PgStore {
     }
 
     /// Begins a write transaction (see `store::backends`).
-    pub(in crate::store) async fn tx(&self) -> Result<Tx, SessionError> {
-        Ok(Tx(self.begin().await?))
+    pub(in crate::store) async fn tx(&self) -> Result<Tx<'_>, SessionError> {
+        Ok(Tx {
+            tx: self.begin().await?,
+            store: self,
+        })
     }
 
     /// A pooled connection, for a write of one statement.
@@ -142,16 +144,19 @@ impl PgStore {
 
 /// A write transaction, for code written once for both backends (see
 /// `store::backends`); dropped before its commit, it rolls back.
-pub(in crate::store) struct Tx(Transaction<'static, Postgres>);
+pub(in crate::store) struct Tx<'s> {
+    tx: Transaction<'static, Postgres>,
+    pub(super) store: &'s PgStore,
+}
 
-impl Tx {
+impl Tx<'_> {
     /// The transaction's connection.
     pub(in crate::store) fn conn(&mut self) -> &mut PgConnection {
-        &mut self.0
+        &mut self.tx
     }
 
     pub(in crate::store) async fn commit(self) -> Result<(), SessionError> {
-        Ok(self.0.commit().await?)
+        Ok(self.tx.commit().await?)
     }
 }
 
@@ -253,9 +258,7 @@ impl Store for PgStore {
         audit: AuditRecord,
         check: TerminateCheck<'_>,
     ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        let done = retrying!(self.terminate_once(target, terminated_by, reason, &audit, check))?;
-        self.published(!done.0.is_empty());
-        Ok(done)
+        retrying!(self.terminate_once(target, terminated_by, reason, &audit, check))
     }
 
     async fn finish(
@@ -266,9 +269,7 @@ impl Store for PgStore {
         audit: AuditRecord,
         check: MessageCheck<'_>,
     ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        let done = retrying!(self.finish_once(session_id, finish, stop_after_ms, &audit, check))?;
-        self.published(true);
-        Ok(done)
+        retrying!(self.finish_once(session_id, finish, stop_after_ms, &audit, check))
     }
 
     async fn finished(&self, session_id: &str) -> Result<Option<Finish>, SessionError> {
@@ -371,12 +372,7 @@ impl Store for PgStore {
         change: ProcessChange,
         tail_max: usize,
     ) -> Result<Option<SessionRow>, SessionError> {
-        let (row, ended) =
-            retrying!(self.record_process_once(fence, session_id, runner_seq, &change, tail_max))?;
-        if row.is_some() {
-            self.published(ended);
-        }
-        Ok(row)
+        retrying!(self.record_process_once(fence, session_id, runner_seq, &change, tail_max))
     }
 
     async fn process(&self, session_id: &str) -> Result<Option<ProcessRow>, SessionError> {
@@ -419,9 +415,7 @@ impl Store for PgStore {
         detail: &str,
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
-        let ended = retrying!(self.fail_session_once(fence, session_id, failure, detail, &audit))?;
-        self.published(ended);
-        Ok(ended)
+        retrying!(self.fail_session_once(fence, session_id, failure, detail, &audit))
     }
 
     async fn acquire_lease(

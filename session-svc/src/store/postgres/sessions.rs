@@ -1,9 +1,8 @@
 //! The session write paths: creating a root or a child session, sending a
-//! message, terminating a subtree. Each is one transaction that locks what
+//! message (ends are written once, in `store::ends`). Each is one transaction that locks what
 //! its check reads (see `locks`), checks, writes, and writes its events
 //! last (see `events`).
 
-use serde_json::json;
 use sqlx::PgConnection;
 use troupe_proto::session::SessionStatus;
 
@@ -12,17 +11,13 @@ use super::{
     events::{self, NewEvent},
     groups, locks,
     open::{RawSession, session_columns},
-    parent_end,
 };
 use crate::{
     error::SessionError,
-    model::{
-        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, Sending,
-        SessionRow, Trust, now_ms,
-    },
+    model::{AuditRecord, Idempotency, NewMessage, NewSession, Sending, SessionRow, Trust, now_ms},
     policy::{self, SpawnContext},
     store::{
-        Bounds, Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        Bounds, Created, MessageCheck, RootCheck, Sent, SpawnCheck,
         accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
@@ -206,82 +201,6 @@ impl PgStore {
             sequence: sequence as u64,
             replayed: false,
         })
-    }
-
-    pub(super) async fn terminate_once(
-        &self,
-        target: &str,
-        terminated_by: &Principal,
-        reason: &str,
-        audit: &AuditRecord,
-        check: TerminateCheck<'_>,
-    ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        let mut tx = self.begin().await?;
-        // The workspace and tree first: from here on no spawn can commit
-        // under the subtree, and one committed before is seen below.
-        locks::place_of(&mut tx, target).await?;
-        let (row, _) = locks::session(&mut tx, target).await?;
-        let ancestors: Vec<String> = sqlx::query_scalar(
-            "WITH RECURSIVE up(session_id, parent, n) AS ( \
-               SELECT session_id, parent_session_id, 0 FROM sessions WHERE session_id = $1 \
-               UNION ALL \
-               SELECT s.session_id, s.parent_session_id, up.n + 1 \
-               FROM sessions s JOIN up ON s.session_id = up.parent) \
-             SELECT session_id FROM up WHERE n > 0 ORDER BY n",
-        )
-        .bind(target)
-        .fetch_all(&mut *tx)
-        .await?;
-        check(&row, &ancestors)?;
-        // An active target's end reaches its children by their policies; an
-        // ended one's active subtree (its orphans) is ended whole.
-        let subtree = if row.is_active() {
-            vec![target.to_owned()]
-        } else {
-            locks::active_subtree(&mut tx, target).await?
-        };
-        let mut ended = locks::end_sessions(
-            &mut tx,
-            &subtree,
-            SessionStatus::Terminated,
-            target,
-            reason,
-            "cascade",
-        )
-        .await?;
-        ended.sort_by_key(|r| subtree.iter().position(|id| *id == r.session_id));
-        let mut new_events: Vec<NewEvent> = ended
-            .iter()
-            .map(|r| {
-                let why = if r.session_id == target {
-                    reason
-                } else {
-                    "cascade"
-                };
-                NewEvent::new(
-                    &r.session_id,
-                    EventKind::Terminated,
-                    SessionStatus::Terminated,
-                    json!({"reason": why, "terminated_by": terminated_by.to_string()}),
-                )
-            })
-            .collect();
-        let mut ids: Vec<String> = ended.iter().map(|r| r.session_id.clone()).collect();
-        if let Some(own) = ended.iter().find(|r| r.session_id == target) {
-            let reached = parent_end::apply(&mut tx, own, terminated_by).await?;
-            ids.extend(reached.applied.terminated);
-            new_events.extend(reached.events);
-        }
-        let mut audit = audit.clone();
-        audit.detail = json!({"terminated": ids}).to_string();
-        PgStore::insert_audit(&mut tx, &audit).await?;
-        events::write(&mut tx, &new_events, !ids.is_empty()).await?;
-        tx.commit().await?;
-        let row = ended
-            .into_iter()
-            .find(|r| r.session_id == target)
-            .unwrap_or(row);
-        Ok((ids, row))
     }
 }
 

@@ -18,20 +18,17 @@
 //! Its parts: `ledger` (the sessions in memory, this store's own cache),
 //! `open` (the lock, the migrations, the ledger's load),
 //! `writer` (taking the writer, beginning and running a write), `write`
-//! (the statements), `sessions` (creates, messages, terminations),
-//! `process` and `output` (what the runner reports), `budgets` (model
-//! calls' reservations and usage, wall-clock budgets), `reads` (events,
-//! audit, keys, on the read pool), `upkeep` (the WAL, free pages) and
-//! `agents` (the operator token and agent definitions, shared by replicas).
+//! (the statements), `sessions` (creates, messages), `ends` (what the
+//! ends written once in `store::ends` need of it), `process` and `output`
+//! (deliveries, progress, the output's budgets), `groups`, `lease`,
+//! `runners` and `upkeep` (the WAL, free pages).
 
-mod budgets;
-mod finish;
+mod ends;
 mod groups;
 mod lease;
 mod ledger;
 mod open;
 mod output;
-mod parent_end;
 mod process;
 mod runners;
 mod sessions;
@@ -212,7 +209,7 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: TerminateCheck<'_>,
     ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        self.terminate_impl(target, terminated_by, reason, audit, check)
+        self.terminate_once(target, terminated_by, reason, &audit, check)
             .await
     }
 
@@ -224,7 +221,7 @@ impl Store for SqliteStore {
         audit: AuditRecord,
         check: MessageCheck<'_>,
     ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        self.finish_impl(session_id, finish, stop_after_ms, audit, check)
+        self.finish_once(session_id, finish, stop_after_ms, &audit, check)
             .await
     }
 
@@ -320,7 +317,7 @@ impl Store for SqliteStore {
         change: crate::model::ProcessChange,
         tail_max: usize,
     ) -> Result<Option<SessionRow>, SessionError> {
-        self.record_process_impl(fence, session_id, runner_seq, change, tail_max)
+        self.record_process_once(fence, session_id, runner_seq, &change, tail_max)
             .await
     }
 
@@ -363,7 +360,7 @@ impl Store for SqliteStore {
         detail: &str,
         audit: AuditRecord,
     ) -> Result<bool, SessionError> {
-        self.fail_session_impl(fence, session_id, failure, detail, audit)
+        self.fail_session_once(fence, session_id, failure, detail, &audit)
             .await
     }
 
@@ -401,7 +398,7 @@ impl Store for SqliteStore {
         session_id: &str,
         audit: AuditRecord,
     ) -> Result<Vec<String>, SessionError> {
-        self.end_for_budget_impl(fence, session_id, audit).await
+        self.end_for_budget_once(fence, session_id, &audit).await
     }
 
     async fn mark_stopped(

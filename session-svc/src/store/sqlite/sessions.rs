@@ -1,25 +1,18 @@
 //! The session write paths: creating a root or a child session, sending a
-//! message, terminating a subtree. Each checks its rule inside its
-//! transaction, against the ledger, and puts its results in the ledger
-//! after the commit.
-
-use serde_json::json;
-use troupe_proto::session::SessionStatus;
+//! message (ends are written once, in `store::ends`). Each checks its rule
+//! inside its transaction, against the ledger, and puts its results in the
+//! ledger after the commit.
 
 use super::{
-    SqliteStore, groups, parent_end,
-    write::Write,
+    SqliteStore, groups,
     writer::{Begun, first_i64},
 };
 use crate::{
     error::SessionError,
-    model::{
-        AuditRecord, EventKind, Idempotency, NewMessage, NewSession, Principal, Sending,
-        SessionRow, now_ms,
-    },
+    model::{AuditRecord, Idempotency, NewMessage, NewSession, Sending, now_ms},
     policy::{self, SpawnContext},
     store::{
-        Bounds, Created, MessageCheck, RootCheck, Sent, SpawnCheck, TerminateCheck,
+        Bounds, Created, MessageCheck, RootCheck, Sent, SpawnCheck,
         accounts::stored_budget,
         shared::{create_record, replayed_create, replayed_sent, sent_record},
     },
@@ -187,89 +180,5 @@ impl SqliteStore {
             sequence,
             replayed: false,
         })
-    }
-
-    pub(super) async fn terminate_impl(
-        &self,
-        target: &str,
-        terminated_by: &Principal,
-        reason: &str,
-        audit: AuditRecord,
-        check: TerminateCheck<'_>,
-    ) -> Result<(Vec<String>, SessionRow), SessionError> {
-        let mut w = self.writer().await?;
-        let (row, ancestors, subtree) = {
-            let ledger = self.ledger();
-            let row = ledger
-                .get(target)
-                .ok_or_else(|| SessionError::not_found(target))?;
-            (row, ledger.ancestors(target), ledger.active_subtree(target))
-        };
-        check(&row, &ancestors)?;
-        // An active target's end reaches its children by their policies; an
-        // ended one's active subtree (its orphans) is ended whole.
-        let members = if row.is_active() {
-            self.members_below(target)
-        } else {
-            Vec::new()
-        };
-        w.unsettled = subtree.clone();
-        let mut tx = Write::begin(&mut w.conn).await?;
-        let mut ended = Vec::with_capacity(subtree.len());
-        let by = terminated_by.to_string();
-        if row.is_active() {
-            if let Some(entry) = tx
-                .end_session(target, SessionStatus::Terminated, reason)
-                .await?
-            {
-                tx.event(
-                    target,
-                    EventKind::Terminated,
-                    SessionStatus::Terminated,
-                    json!({"reason": reason, "terminated_by": by}),
-                )
-                .await?;
-                let (below, _) =
-                    parent_end::apply(&mut tx, &entry.1, &members, terminated_by).await?;
-                ended.push(entry);
-                ended.extend(below);
-            }
-        } else {
-            for id in subtree.iter().filter(|id| *id != target) {
-                if let Some(entry) = tx
-                    .end_session(id, SessionStatus::Terminated, "cascade")
-                    .await?
-                {
-                    tx.event(
-                        id,
-                        EventKind::Terminated,
-                        SessionStatus::Terminated,
-                        json!({"reason": "cascade", "terminated_by": by}),
-                    )
-                    .await?;
-                    ended.push(entry);
-                }
-            }
-        }
-        let ids: Vec<String> = ended
-            .iter()
-            .filter(|(_, r)| r.status == SessionStatus::Terminated)
-            .map(|(_, r)| r.session_id.clone())
-            .collect();
-        let mut audit = audit;
-        audit.detail = json!({"terminated": ids}).to_string();
-        tx.audit(&audit).await?;
-        tx.commit().await?;
-        let row = {
-            let mut ledger = self.ledger_mut();
-            for (rowid, row) in ended {
-                ledger.put(rowid, row);
-            }
-            ledger.get(target).unwrap_or(row)
-        };
-        w.unsettled.clear();
-        drop(w);
-        self.published();
-        Ok((ids, row))
     }
 }

@@ -18,8 +18,6 @@ use sqlx::{
     sqlite::{SqliteArguments, SqliteRow},
 };
 
-use troupe_proto::{session::SessionStatus, status::status_str};
-
 use super::open::RawSession;
 use crate::{
     error::{Reason, SessionError},
@@ -362,52 +360,8 @@ impl<'c> Write<'c> {
         Ok(self.tx.commit().await?)
     }
 
-    /// Appends an event with the session's next sequence number.
-    pub async fn event(
-        &mut self,
-        session_id: &str,
-        kind: EventKind,
-        status: SessionStatus,
-        detail: serde_json::Value,
-    ) -> Result<(), SessionError> {
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
-             SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5 FROM sessions WHERE session_id = ?1",
-        )
-        .bind(session_id)
-        .bind(kind.as_str())
-        .bind(status_str(status))
-        .bind(now_ms())
-        .bind(detail.to_string())
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
-    }
-
     pub async fn audit(&mut self, record: &AuditRecord) -> Result<(), SessionError> {
         super::SqliteStore::insert_audit(&mut self.tx, record).await
-    }
-
-    /// Ends a session (status, time, reason); returns its new row, or `None`
-    /// if it had already ended.
-    pub async fn end_session(
-        &mut self,
-        session_id: &str,
-        status: SessionStatus,
-        reason: &str,
-    ) -> Result<Option<(i64, SessionRow)>, SessionError> {
-        let row = sqlx::query(concat!(
-            "UPDATE sessions SET status = ?1, ended_at_ms = ?2, end_reason = ?3 \
-             WHERE session_id = ?4 AND status IN ('pending', 'running') RETURNING ",
-            session_columns!()
-        ))
-        .bind(status_str(status))
-        .bind(now_ms())
-        .bind(reason)
-        .bind(session_id)
-        .fetch_optional(&mut *self.tx)
-        .await?;
-        row.as_ref().map(entry_from_row).transpose()
     }
 
     /// Deletes at most `limit` request-id records of callers' calls made

@@ -34,9 +34,30 @@ pub(super) enum Begun {
 
 /// A write transaction of its own on the writer (`BEGIN IMMEDIATE`), for
 /// code written once for both backends (see `store::backends`). Dropped
-/// before its commit, the next writer rolls it back.
+/// before its commit, the next writer rolls it back. The rows its
+/// statements change (through its own methods, see `ends`) reach the
+/// ledger at its commit.
 pub(in crate::store) struct Tx<'s> {
+    pub(super) store: &'s SqliteStore,
     w: MutexGuard<'s, Writer>,
+    changes: Vec<Change>,
+}
+
+/// A change of a session's row that the ledger takes at the commit.
+pub(super) enum Change {
+    /// The row as a statement returned it (with its rowid).
+    Row(i64, Box<SessionRow>),
+    /// A message appended to its inbox: its new sequence.
+    InboxSeq(String, i64),
+}
+
+impl Change {
+    fn session_id(&self) -> &str {
+        match self {
+            Change::Row(_, row) => &row.session_id,
+            Change::InboxSeq(id, _) => id,
+        }
+    }
 }
 
 impl Tx<'_> {
@@ -45,11 +66,34 @@ impl Tx<'_> {
         &mut self.w.conn
     }
 
+    /// Records `change` for the ledger, at the commit.
+    pub(super) fn changed(&mut self, change: Change) {
+        self.changes.push(change);
+    }
+
+    /// Commits, then puts the rows it changed in the ledger. Those rows are
+    /// unsettled from before `COMMIT` until the ledger has them: if the
+    /// caller goes away in between, the next writer rereads them.
     pub(in crate::store) async fn commit(mut self) -> Result<(), SessionError> {
+        self.w.unsettled = self
+            .changes
+            .iter()
+            .map(|c| c.session_id().to_owned())
+            .collect();
         let done = sqlx::query("COMMIT").execute(&mut self.w.conn).await;
         let done = self.w.or_abandon(done.map_err(SessionError::from)).await;
         self.w.open = false;
-        done.map(drop)
+        done?;
+        let mut ledger = self.store.ledger_mut();
+        for change in self.changes.drain(..) {
+            match change {
+                Change::Row(rowid, row) => ledger.put(rowid, *row),
+                Change::InboxSeq(id, seq) => ledger.update(&id, |row| row.inbox_seq = seq),
+            }
+        }
+        drop(ledger);
+        self.w.unsettled.clear();
+        Ok(())
     }
 }
 
@@ -89,7 +133,11 @@ impl SqliteStore {
         let mut w = self.writer().await?;
         w.open = true;
         sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
-        Ok(Tx { w })
+        Ok(Tx {
+            store: self,
+            w,
+            changes: Vec::new(),
+        })
     }
 
     /// The rows of the sessions `ids` that exist, in the order of `ids`,

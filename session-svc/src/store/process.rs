@@ -1,0 +1,107 @@
+//! What a session's runner reports of its process, applied once per event,
+//! written once for both backends (see `backends`): `runner_seq` orders a
+//! session's events and makes a repeated one a no-op; a step of
+//! `policy::process_step` says what the event does to the session (starts
+//! it, ends it) and which event it writes; output goes through its own
+//! budgets (`Tx::record_output`); an end reaches the children by their
+//! policies and makes the parent's callback due. Fenced by the lease of
+//! the background work.
+
+use super::backends::each_backend;
+
+each_backend! {
+    use crate::{
+        error::SessionError,
+        model::{EventKind, Principal, ProcessChange, SessionRow},
+        policy,
+        store::{Fence, journal::NewEvent, shared::event_detail},
+    };
+
+    impl This {
+        /// `Store::record_process`, one attempt; also says whether the
+        /// event ended the session.
+        pub(in crate::store) async fn record_process_once(
+            &self,
+            fence: &Fence,
+            session_id: &str,
+            runner_seq: u64,
+            change: &ProcessChange,
+            tail_max: usize,
+        ) -> Result<Option<SessionRow>, SessionError> {
+            let mut tx = self.tx().await?;
+            This::check_fence(tx.conn(), fence).await?;
+            let row = tx.lock_process(session_id, change).await?;
+            // A gap's first event: the one after the last applied.
+            let gap_from = match change {
+                ProcessChange::Truncated { .. } => {
+                    let last: Option<i64> =
+                        sqlx::query_scalar("SELECT runner_seq FROM processes WHERE session_id = $1")
+                            .bind(session_id)
+                            .fetch_optional(tx.conn())
+                            .await?;
+                    last.unwrap_or(0) as u64 + 1
+                }
+                _ => 0,
+            };
+            let applied: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO processes (session_id, runner_seq) VALUES ($1, $2) \
+                 ON CONFLICT (session_id) DO UPDATE SET runner_seq = $2 \
+                 WHERE processes.runner_seq < $2 RETURNING runner_seq",
+            )
+            .bind(session_id)
+            .bind(runner_seq as i64)
+            .fetch_optional(tx.conn())
+            .await?;
+            if applied.is_none() {
+                return Ok(None);
+            }
+            let step = policy::process_step(row.status, change);
+            let status = step.status.unwrap_or(row.status);
+            if let ProcessChange::Exited(exit) = change {
+                sqlx::query(
+                    "UPDATE processes SET exit_code = $1, exit_reason = $2, \
+                     callback_due = notify_parent WHERE session_id = $3",
+                )
+                .bind(exit.code)
+                .bind(exit.reason.as_str())
+                .bind(session_id)
+                .execute(tx.conn())
+                .await?;
+            }
+            let changed = match (step.status, &step.end_reason) {
+                (Some(status), Some(reason)) => tx
+                    .end_sessions(&[session_id.to_owned()], status, session_id, reason, reason)
+                    .await?
+                    .pop(),
+                (Some(status), None) => Some(tx.set_status(session_id, status).await?),
+                (None, _) => None,
+            };
+            let ended = step.end_reason.is_some() && changed.is_some();
+            let mut events = Vec::new();
+            match (step.event, change) {
+                (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
+                    tx.record_output(session_id, stream, status, data, tail_max).await?;
+                }
+                (Some(kind), change) => events.push(NewEvent::new(
+                    session_id,
+                    kind,
+                    status,
+                    event_detail(change, runner_seq, gap_from),
+                )),
+                (None, _) => {}
+            }
+            // Its end reaches its children by their policies.
+            if let (true, Some(own)) = (ended, &changed) {
+                events.extend(tx.reach_children(own, &Principal::Troupe).await?.events);
+            }
+            if step.event != Some(EventKind::Output) {
+                // Written even when empty: watchers look (an exit code that
+                // landed after the session ended).
+                This::append_events(tx.conn(), &events, ended).await?;
+            }
+            tx.commit().await?;
+            self.committed(ended);
+            Ok(Some(changed.unwrap_or(row)))
+        }
+    }
+}
