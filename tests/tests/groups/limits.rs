@@ -5,7 +5,7 @@ use tonic::Code;
 use troupe_proto::session as pb;
 use troupe_tests::{message, reason};
 
-use super::{World, broadcast, post};
+use super::{World, broadcast, new_group, post};
 
 #[tokio::test]
 async fn fan_out_over_the_cap_is_refused_before_anything_is_stored() {
@@ -28,16 +28,8 @@ async fn fan_out_over_the_cap_is_refused_before_anything_is_stored() {
         .await
         .expect("within the cap");
     let mut direct = w.client("direct");
-    direct
-        .create_group(pb::CreateGroupRequest {
-            name: "big".to_owned(),
-        })
-        .await
-        .expect("create");
-    let add = |names: &[&str]| pb::AddGroupMembersRequest {
-        group: "big".to_owned(),
-        session_ids: names.iter().map(|n| w.ids[n].clone()).collect(),
-    };
+    direct.create_group(new_group("big")).await.expect("create");
+    let add = |names: &[&str]| w.members("big", names);
     direct
         .add_group_members(add(&["sandboxed", "direct2", "sandboxed2"]))
         .await
@@ -58,15 +50,10 @@ async fn a_group_refusal_counts_only_what_the_adder_sees() {
     let w = World::start(|c| c.messaging.max_fan_out = 3).await;
     let mut direct = w.client("direct");
     direct
-        .create_group(pb::CreateGroupRequest {
-            name: "mixed".to_owned(),
-        })
+        .create_group(new_group("mixed"))
         .await
         .expect("create");
-    let add = |names: &[&str]| pb::AddGroupMembersRequest {
-        group: "mixed".to_owned(),
-        session_ids: names.iter().map(|n| w.ids[n].clone()).collect(),
-    };
+    let add = |names: &[&str]| w.members("mixed", names);
     direct
         .add_group_members(add(&["direct2", "sandboxed"]))
         .await
@@ -300,9 +287,7 @@ async fn concurrent_additions_never_grow_a_group_past_its_size() {
     };
     let mut creator = w.client("direct");
     creator
-        .create_group(pb::CreateGroupRequest {
-            name: "tight".to_owned(),
-        })
+        .create_group(new_group("tight"))
         .await
         .expect("create");
     let token = w.server.token_for(&w.ids["direct"]).await;
@@ -319,10 +304,7 @@ async fn concurrent_additions_never_grow_a_group_past_its_size() {
             } else {
                 other.clone()
             };
-            let request = pb::AddGroupMembersRequest {
-                group: "tight".to_owned(),
-                session_ids: vec![w.ids[name].clone()],
-            };
+            let request = w.members("tight", &[name]);
             async move { client.add_group_members(request).await }
         });
     let results = futures::future::join_all(adds).await;

@@ -3,9 +3,11 @@
 //! of sender and recipient, workspaces never crossed, each recipient once),
 //! ended recipients reported, the fan-out cap and the message rate refusing
 //! before anything is stored, a request id replaying the whole answer, and
-//! a sandboxed member's view of its groups.
+//! a sandboxed member's view of its groups; who may add members, and whose
+//! a group's name is.
 
 mod limits;
+mod membership;
 mod trust;
 
 use std::collections::BTreeMap;
@@ -68,6 +70,14 @@ impl World {
             .unwrap_or_else(|| panic!("unknown session {id}"))
     }
 
+    /// A request adding the sessions `names` to `group`.
+    pub fn members(&self, group: &str, names: &[&str]) -> pb::AddGroupMembersRequest {
+        pb::AddGroupMembersRequest {
+            group: group.to_owned(),
+            session_ids: names.iter().map(|n| self.ids[n].clone()).collect(),
+        }
+    }
+
     /// Every session's inbox count.
     pub async fn inboxes(&self) -> BTreeMap<&'static str, u64> {
         let mut out = BTreeMap::new();
@@ -108,6 +118,12 @@ pub fn broadcast(text: &str, scope: pb::BroadcastScope) -> pb::BroadcastRequest 
         message: text.to_owned(),
         scope: scope as i32,
         ..Default::default()
+    }
+}
+
+pub fn new_group(name: &str) -> pb::CreateGroupRequest {
+    pb::CreateGroupRequest {
+        name: name.to_owned(),
     }
 }
 

@@ -4,7 +4,7 @@ use tonic::Code;
 use troupe_proto::session as pb;
 use troupe_tests::{reason, terminate};
 
-use super::{DELIVERED, ENDED, World, broadcast, post};
+use super::{DELIVERED, ENDED, World, broadcast, new_group, post};
 
 #[tokio::test]
 async fn broadcast_reaches_exactly_the_sessions_the_sender_may_message_once_each() {
@@ -67,9 +67,7 @@ async fn group_posts_reach_members_the_poster_may_message_and_hide_the_others() 
     let w = World::start(|_| {}).await;
     let mut direct = w.client("direct");
     let created = direct
-        .create_group(pb::CreateGroupRequest {
-            name: "team".to_owned(),
-        })
+        .create_group(new_group("team"))
         .await
         .expect("create")
         .into_inner();
@@ -77,15 +75,8 @@ async fn group_posts_reach_members_the_poster_may_message_and_hide_the_others() 
         created.group.expect("group").member_ids,
         [w.ids["direct"].clone()]
     );
-    let members: Vec<String> = ["sandboxed", "direct2", "sandboxed2", "child"]
-        .iter()
-        .map(|n| w.ids[n].clone())
-        .collect();
     direct
-        .add_group_members(pb::AddGroupMembersRequest {
-            group: "team".to_owned(),
-            session_ids: members.clone(),
-        })
+        .add_group_members(w.members("team", &["sandboxed", "direct2", "sandboxed2", "child"]))
         .await
         .expect("add");
 
@@ -151,103 +142,15 @@ async fn group_posts_reach_members_the_poster_may_message_and_hide_the_others() 
 }
 
 #[tokio::test]
-async fn members_are_added_only_if_the_adder_may_message_them() {
-    let w = World::start(|_| {}).await;
-    let mut sandboxed = w.client("sandboxed");
-    sandboxed
-        .create_group(pb::CreateGroupRequest {
-            name: "low".to_owned(),
-        })
-        .await
-        .expect("create");
-    for target in ["direct", "beta_sandboxed", "beta_direct"] {
-        let refused = sandboxed
-            .add_group_members(pb::AddGroupMembersRequest {
-                group: "low".to_owned(),
-                session_ids: vec![w.ids["sandboxed2"].clone(), w.ids[target].clone()],
-            })
-            .await
-            .expect_err(target);
-        assert_eq!(refused.code(), Code::NotFound, "{target}: {refused:?}");
-    }
-    // None of a refused call's members were added.
-    let group = sandboxed
-        .list_groups(pb::ListGroupsRequest::default())
-        .await
-        .expect("list")
-        .into_inner()
-        .groups
-        .remove(0);
-    assert_eq!(group.member_ids, [w.ids["sandboxed"].clone()]);
-
-    // A non-member may not add, and a name is the first creator's.
-    let not_member = w
-        .client("direct")
-        .add_group_members(pb::AddGroupMembersRequest {
-            group: "low".to_owned(),
-            session_ids: vec![w.ids["direct"].clone()],
-        })
-        .await
-        .expect_err("not a member");
-    assert_eq!(reason(&not_member), "GROUP_NOT_FOUND");
-    let before = w.inboxes().await;
-    let not_member = w
-        .client("direct")
-        .post_to_group(post("low", "let me in"))
-        .await
-        .expect_err("a non-member posts");
-    assert_eq!(reason(&not_member), "GROUP_NOT_FOUND");
-    assert!(w.grown_once(&before).await.is_empty());
-    let taken = w
-        .client("direct")
-        .create_group(pb::CreateGroupRequest {
-            name: "low".to_owned(),
-        })
-        .await
-        .expect_err("taken");
-    assert_eq!(
-        (taken.code(), reason(&taken).as_str()),
-        (Code::AlreadyExists, "GROUP_EXISTS")
-    );
-    let again = sandboxed
-        .create_group(pb::CreateGroupRequest {
-            name: "low".to_owned(),
-        })
-        .await
-        .expect("the creator's retry answers its group");
-    assert_eq!(again.into_inner().group.expect("group").name, "low");
-    // Another workspace may use the name.
-    w.client("beta_sandboxed")
-        .create_group(pb::CreateGroupRequest {
-            name: "low".to_owned(),
-        })
-        .await
-        .expect("another workspace's own");
-    let refused = w
-        .client("direct")
-        .create_group(pb::CreateGroupRequest {
-            name: "../x".to_owned(),
-        })
-        .await
-        .expect_err("bad name");
-    assert_eq!(refused.code(), Code::InvalidArgument);
-}
-
-#[tokio::test]
 async fn ended_members_are_reported_and_the_rest_still_receive() {
     let w = World::start(|_| {}).await;
     let mut poster = w.client("sandboxed");
     poster
-        .create_group(pb::CreateGroupRequest {
-            name: "crew".to_owned(),
-        })
+        .create_group(new_group("crew"))
         .await
         .expect("create");
     poster
-        .add_group_members(pb::AddGroupMembersRequest {
-            group: "crew".to_owned(),
-            session_ids: vec![w.ids["sandboxed2"].clone(), w.ids["child"].clone()],
-        })
+        .add_group_members(w.members("crew", &["sandboxed2", "child"]))
         .await
         .expect("add");
     w.server
@@ -303,9 +206,7 @@ async fn the_operator_broadcasts_to_a_named_workspace_but_keeps_out_of_groups() 
         .expect_err("the operator has no subtree");
     assert_eq!(subtree.code(), Code::InvalidArgument);
     let group = operator
-        .create_group(pb::CreateGroupRequest {
-            name: "ops".to_owned(),
-        })
+        .create_group(new_group("ops"))
         .await
         .expect_err("sessions only");
     assert_eq!(reason(&group), "SESSION_ONLY");
@@ -321,9 +222,7 @@ async fn the_operator_broadcasts_to_a_named_workspace_but_keeps_out_of_groups() 
     assert_eq!(other.code(), Code::NotFound);
     // The operator lists a workspace's groups, every member shown.
     w.client("sandboxed")
-        .create_group(pb::CreateGroupRequest {
-            name: "seen".to_owned(),
-        })
+        .create_group(new_group("seen"))
         .await
         .expect("create");
     let listed = operator
