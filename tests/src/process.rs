@@ -237,6 +237,18 @@ impl SessionProcess {
             .expect("send");
     }
 
+    /// Terminates `session_id` and its subtree as the operator, with `reason`.
+    pub async fn terminate_session(&self, session_id: &str, reason: &str) {
+        self.operator()
+            .await
+            .terminate_session(pb::TerminateSessionRequest {
+                session_id: session_id.into(),
+                reason: reason.into(),
+            })
+            .await
+            .expect("terminate");
+    }
+
     /// Stops the service with SIGTERM, as an operator would; true if it
     /// exited cleanly.
     pub async fn stop(self) -> bool {
