@@ -24,9 +24,10 @@
 //! - on `Tx`, what ending sessions needs (`store::ends`): `lock_session`
 //!   and `lock_process` (PostgreSQL's lock order; the ledger's row on
 //!   SQLite), `ancestors`, `active_subtree`, `members_below`,
-//!   `end_sessions`, `orphan`, `set_status`, `insert_message` and
-//!   `record_output`; rows they change reach SQLite's ledger at the
-//!   commit. `This::check_fence` checks the background work's lease.
+//!   `end_sessions`, `orphan`, `set_status` and `insert_message`; rows
+//!   they change reach SQLite's ledger at the
+//!   commit. `This::check_fence` checks the background work's lease, and
+//!   `record_output` records a chunk of output under its budgets.
 //!
 //! SQL in such code is written in what both dialects accept: `$N`
 //! placeholders (sqlx's SQLite driver numbers them too), `CAST($1 AS TEXT)`
@@ -43,14 +44,18 @@ macro_rules! each_backend {
     ($($body:tt)*) => {
         pub(in crate::store) mod sqlite {
             #[allow(unused_imports)]
-            use crate::store::sqlite::{SqliteStore as This, Tx, for_update, ids_in, retrying};
+            use crate::store::sqlite::{
+                SqliteStore as This, Tx, for_update, ids_in, record_output, retrying,
+            };
             #[allow(unused_imports)]
             use sqlx::{Sqlite as Db, SqliteConnection as Conn};
             $($body)*
         }
         pub(in crate::store) mod postgres {
             #[allow(unused_imports)]
-            use crate::store::postgres::{PgStore as This, Tx, for_update, ids_in, retrying};
+            use crate::store::postgres::{
+                PgStore as This, Tx, for_update, ids_in, record_output, retrying,
+            };
             #[allow(unused_imports)]
             use sqlx::{PgConnection as Conn, Postgres as Db};
             $($body)*

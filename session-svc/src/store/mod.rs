@@ -45,6 +45,7 @@ mod session_rows;
 mod shared;
 mod sqlite;
 mod sqlx_error;
+mod trait_impl;
 mod writes;
 
 use std::{future::Future, sync::Arc};

@@ -3,7 +3,7 @@
 //! session's events and makes a repeated one a no-op; a step of
 //! `policy::process_step` says what the event does to the session (starts
 //! it, ends it) and which event it writes; output goes through its own
-//! budgets (`Tx::record_output`); an end reaches the children by their
+//! budgets (`record_output`); an end reaches the children by their
 //! policies and makes the parent's callback due. Fenced by the lease of
 //! the background work.
 
@@ -80,7 +80,9 @@ each_backend! {
             let mut events = Vec::new();
             match (step.event, change) {
                 (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
-                    tx.record_output(session_id, stream, status, data, tail_max).await?;
+                    let budget = self.output_budget;
+                    record_output(tx.conn(), session_id, stream, status, data, tail_max, budget)
+                        .await?;
                 }
                 (Some(kind), change) => events.push(NewEvent::new(
                     session_id,

@@ -75,29 +75,6 @@ impl Tx<'_> {
         raw.into_row()
     }
 
-    /// Records a chunk of `session_id`'s output under the total's lock
-    /// ([`Tx::lock_process`] took it; see `output::record`).
-    pub(in crate::store) async fn record_output(
-        &mut self,
-        session_id: &str,
-        stream: &str,
-        status: SessionStatus,
-        data: &[u8],
-        tail_max: usize,
-    ) -> Result<(), SessionError> {
-        let budget = self.store.output_budget;
-        output::record(
-            self.conn(),
-            session_id,
-            stream,
-            status,
-            data,
-            tail_max,
-            budget,
-        )
-        .await
-    }
-
     /// `session_id`'s ancestors, nearest first.
     pub(in crate::store) async fn ancestors(
         &mut self,

@@ -28,7 +28,7 @@ use crate::{
 
 /// The background work's pruning, each pass one fenced transaction.
 impl PgStore {
-    pub(super) async fn prune_events_once(
+    pub(in crate::store) async fn prune_events_once(
         &self,
         fence: &Fence,
         keep: u64,
@@ -40,7 +40,7 @@ impl PgStore {
         Ok(pruned)
     }
 
-    pub(super) async fn prune_request_ids_once(
+    pub(in crate::store) async fn prune_request_ids_once(
         &self,
         fence: &Fence,
         before_ms: i64,

@@ -27,7 +27,7 @@ use crate::{
 };
 
 impl PgStore {
-    pub(super) async fn fan_out_once(
+    pub(in crate::store) async fn fan_out_once(
         &self,
         out: &FanOut,
         idem: Option<&Idempotency>,
@@ -104,6 +104,7 @@ impl PgStore {
         PgStore::insert_audit(&mut tx, &audit).await?;
         events::write(&mut tx, &written, false).await?;
         tx.commit().await?;
+        self.published(false);
         Ok(FannedOut {
             reached,
             replayed: false,

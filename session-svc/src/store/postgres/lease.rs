@@ -55,7 +55,7 @@ pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), 
 }
 
 impl PgStore {
-    pub(super) async fn acquire_lease_impl(
+    pub(in crate::store) async fn acquire_lease_once(
         &self,
         holder: &Holder,
         ttl: Duration,
@@ -88,7 +88,7 @@ impl PgStore {
         }))
     }
 
-    pub(super) async fn renew_lease_impl(
+    pub(in crate::store) async fn renew_lease_once(
         &self,
         fence: &Fence,
         ttl: Duration,
@@ -106,7 +106,10 @@ impl PgStore {
         Ok(renewed.rows_affected() == 1)
     }
 
-    pub(super) async fn release_lease_impl(&self, fence: &Fence) -> Result<(), SessionError> {
+    pub(in crate::store) async fn release_lease_impl(
+        &self,
+        fence: &Fence,
+    ) -> Result<(), SessionError> {
         sqlx::query(
             "UPDATE leases SET expires_at = clock_timestamp() \
              WHERE name = $1 AND holder = $2 AND epoch = $3",
@@ -119,7 +122,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
+    pub(in crate::store) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
         let row: Option<(String, i64, bool)> = sqlx::query_as(
             "SELECT holder, epoch, expires_at > clock_timestamp() FROM leases WHERE name = $1",
         )
@@ -133,7 +136,7 @@ impl PgStore {
         }))
     }
 
-    pub(super) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
+    pub(in crate::store) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
         let unstarted: Vec<RawSession> = sqlx::query_as(concat!(
             "SELECT ",
             session_columns!(),
@@ -185,7 +188,7 @@ impl PgStore {
         })
     }
 
-    pub(super) async fn mark_stopped_once(
+    pub(in crate::store) async fn mark_stopped_once(
         &self,
         fence: &Fence,
         session_id: &str,
@@ -210,7 +213,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn write_callback_once(
+    pub(in crate::store) async fn write_callback_once(
         &self,
         fence: &Fence,
         child_id: &str,
@@ -264,6 +267,7 @@ impl PgStore {
         );
         events::write(&mut tx, &[event], false).await?;
         tx.commit().await?;
+        self.published(false);
         Ok(Some(Sent {
             message_id: message.message_id.clone(),
             sequence: sequence as u64,

@@ -28,7 +28,7 @@ pub(super) async fn lock_total(conn: &mut PgConnection) -> Result<(), SessionErr
 /// Records a chunk of a session's output in the open transaction (which
 /// holds the total's lock): the tail, the event, the counters, and the
 /// drops the budgets call for.
-pub(super) async fn record(
+pub(in crate::store) async fn record(
     conn: &mut PgConnection,
     session_id: &str,
     stream: &str,

@@ -15,12 +15,12 @@ use crate::{
 };
 
 impl PgStore {
-    pub(super) async fn mark_delivered_once(
+    pub(in crate::store) async fn mark_delivered_once(
         &self,
         fence: &Fence,
         session_id: &str,
         seq: u64,
-    ) -> Result<bool, SessionError> {
+    ) -> Result<(), SessionError> {
         let mut tx = self.begin().await?;
         lease::check(&mut tx, fence).await?;
         // The session's row first, as every write that writes its events.
@@ -65,10 +65,13 @@ impl PgStore {
             events::write(&mut tx, &[event], false).await?;
         }
         tx.commit().await?;
-        Ok(advanced)
+        if advanced {
+            self.published(false);
+        }
+        Ok(())
     }
 
-    pub(super) async fn record_progress_once(
+    pub(in crate::store) async fn record_progress_once(
         &self,
         session_id: &str,
         detail: &serde_json::Value,
@@ -93,10 +96,13 @@ impl PgStore {
         };
         let written = events::write(&mut tx, &[event], false).await?;
         tx.commit().await?;
+        self.published(false);
         Ok(written.first().map_or(0, |(_, seq)| *seq as u64))
     }
 
-    pub(super) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
+    pub(in crate::store) async fn active_sessions_impl(
+        &self,
+    ) -> Result<Vec<SessionRow>, SessionError> {
         let raw: Vec<RawSession> = sqlx::query_as(concat!(
             "SELECT ",
             session_columns!(),

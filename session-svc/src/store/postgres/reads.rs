@@ -15,7 +15,7 @@ use crate::{
 };
 
 impl PgStore {
-    pub(super) async fn get_session_impl(
+    pub(in crate::store) async fn get_session_impl(
         &self,
         session_id: &str,
     ) -> Result<Option<SessionRow>, SessionError> {
@@ -30,7 +30,7 @@ impl PgStore {
         raw.map(RawSession::into_row).transpose()
     }
 
-    pub(super) async fn children_impl(
+    pub(in crate::store) async fn children_impl(
         &self,
         session_id: &str,
     ) -> Result<Vec<SessionRow>, SessionError> {
@@ -45,7 +45,7 @@ impl PgStore {
         rows(raw)
     }
 
-    pub(super) async fn list_workspace_impl(
+    pub(in crate::store) async fn list_workspace_impl(
         &self,
         workspace_id: &str,
         sandboxed_only: bool,
@@ -79,7 +79,7 @@ impl PgStore {
         Ok((page, more.then_some(last)))
     }
 
-    pub(super) async fn active_counts_impl(
+    pub(in crate::store) async fn active_counts_impl(
         &self,
     ) -> Result<Vec<(String, Trust, u32)>, SessionError> {
         let rows: Vec<(String, i32, i32)> = sqlx::query_as(

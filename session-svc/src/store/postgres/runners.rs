@@ -47,7 +47,7 @@ async fn load(conn: &mut PgConnection) -> Result<Vec<RunnerRow>, SessionError> {
 }
 
 impl PgStore {
-    pub(super) async fn register_runner_once(
+    pub(in crate::store) async fn register_runner_once(
         &self,
         spec: &RunnerSpec,
         ttl: Duration,
@@ -72,11 +72,11 @@ impl PgStore {
         })
     }
 
-    pub(super) async fn runners_impl(&self) -> Result<Vec<RunnerRow>, SessionError> {
+    pub(in crate::store) async fn runners_impl(&self) -> Result<Vec<RunnerRow>, SessionError> {
         load(&mut *self.pool.acquire().await?).await
     }
 
-    pub(super) async fn set_static_runner_once(
+    pub(in crate::store) async fn set_static_runner_once(
         &self,
         fence: &Fence,
         spec: Option<&RunnerSpec>,
@@ -105,7 +105,7 @@ impl PgStore {
 
     /// Records the process of a session about to start, on the runner
     /// placement chooses (its earlier choice, if it has a process already).
-    pub(super) async fn start_process_once(
+    pub(in crate::store) async fn start_process_once(
         &self,
         fence: &Fence,
         session_id: &str,

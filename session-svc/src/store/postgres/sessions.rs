@@ -24,7 +24,7 @@ use crate::{
 };
 
 impl PgStore {
-    pub(super) async fn create_root_once(
+    pub(in crate::store) async fn create_root_once(
         &self,
         new: &NewSession,
         idem: Option<&Idempotency>,
@@ -66,13 +66,14 @@ impl PgStore {
         PgStore::insert_audit(&mut tx, audit).await?;
         events::write(&mut tx, &created_events(new), false).await?;
         tx.commit().await?;
+        self.published(false);
         Ok(Created::New {
             session: Box::new(session),
             quota,
         })
     }
 
-    pub(super) async fn create_child_once(
+    pub(in crate::store) async fn create_child_once(
         &self,
         parent_id: &str,
         new: &NewSession,
@@ -143,13 +144,14 @@ impl PgStore {
         PgStore::insert_audit(&mut tx, audit).await?;
         events::write(&mut tx, &created_events(new), false).await?;
         tx.commit().await?;
+        self.published(false);
         Ok(Created::New {
             session: Box::new(session),
             quota: admission.quota,
         })
     }
 
-    pub(super) async fn send_message_once(
+    pub(in crate::store) async fn send_message_once(
         &self,
         recipient: &str,
         message: &NewMessage,
@@ -196,6 +198,7 @@ impl PgStore {
         );
         events::write(&mut tx, &[event], false).await?;
         tx.commit().await?;
+        self.published(false);
         Ok(Sent {
             message_id: message.message_id.clone(),
             sequence: sequence as u64,

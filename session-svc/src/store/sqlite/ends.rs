@@ -84,28 +84,6 @@ impl Tx<'_> {
             .ok_or_else(|| SessionError::not_found(session_id))
     }
 
-    /// Records a chunk of `session_id`'s output (see `output::record`).
-    pub(in crate::store) async fn record_output(
-        &mut self,
-        session_id: &str,
-        stream: &str,
-        status: SessionStatus,
-        data: &[u8],
-        tail_max: usize,
-    ) -> Result<(), SessionError> {
-        let budget = self.store.output_budget;
-        super::output::record(
-            self.conn(),
-            session_id,
-            stream,
-            status,
-            data,
-            tail_max,
-            budget,
-        )
-        .await
-    }
-
     /// `session_id`'s ancestors, nearest first.
     pub(in crate::store) async fn ancestors(
         &mut self,

@@ -21,16 +21,16 @@ use crate::{
 };
 
 impl SqliteStore {
-    pub(super) async fn fan_out_impl(
+    pub(in crate::store) async fn fan_out_once(
         &self,
         out: &FanOut,
-        idem: Option<Idempotency>,
-        mut audit: AuditRecord,
+        idem: Option<&Idempotency>,
+        audit: &AuditRecord,
         bounds: Bounds<'_>,
         check: FanOutCheck<'_>,
     ) -> Result<FannedOut, SessionError> {
         let mut w = self.writer().await?;
-        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+        let mut batch = match self.begin(&mut w, idem).await? {
             Begun::Replay(result) => return replayed_fan_out(&result),
             Begun::Batch(batch) => batch,
         };
@@ -90,8 +90,9 @@ impl SqliteStore {
             }
         }
         let record = fan_out_record(&reached);
+        let mut audit = audit.clone();
         audit.detail = record.to_string();
-        batch.remember(idem.as_ref(), record).audit(&audit);
+        batch.remember(idem, record).audit(&audit);
         let delivered: Vec<(&str, u64)> = reached
             .iter()
             .filter_map(|r| match r {

@@ -43,7 +43,7 @@ pub(super) async fn check(conn: &mut SqliteConnection, fence: &Fence) -> Result<
 }
 
 impl SqliteStore {
-    pub(super) async fn acquire_lease_impl(
+    pub(in crate::store) async fn acquire_lease_once(
         &self,
         holder: &Holder,
         ttl: Duration,
@@ -66,7 +66,7 @@ impl SqliteStore {
         }))
     }
 
-    pub(super) async fn renew_lease_impl(
+    pub(in crate::store) async fn renew_lease_once(
         &self,
         fence: &Fence,
         ttl: Duration,
@@ -84,7 +84,10 @@ impl SqliteStore {
         Ok(renewed.rows_affected() == 1)
     }
 
-    pub(super) async fn release_lease_impl(&self, fence: &Fence) -> Result<(), SessionError> {
+    pub(in crate::store) async fn release_lease_impl(
+        &self,
+        fence: &Fence,
+    ) -> Result<(), SessionError> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE leases SET expires_at_ms = {NOW_MS} WHERE name = ? AND holder = ? AND epoch = ?"
         )))
@@ -96,7 +99,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
+    pub(in crate::store) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
         let row: Option<(String, i64, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT holder, epoch, expires_at_ms > {NOW_MS} FROM leases WHERE name = ?"
         )))
@@ -110,7 +113,7 @@ impl SqliteStore {
         }))
     }
 
-    pub(super) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
+    pub(in crate::store) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
         let unstarted: Vec<String> = sqlx::query_scalar(
             "SELECT session_id FROM sessions s WHERE status = 'pending' \
              AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
@@ -158,7 +161,7 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn mark_stopped_impl(
+    pub(in crate::store) async fn mark_stopped_once(
         &self,
         fence: &Fence,
         session_id: &str,
@@ -182,12 +185,12 @@ impl SqliteStore {
         tx.commit().await
     }
 
-    pub(super) async fn write_callback_impl(
+    pub(in crate::store) async fn write_callback_once(
         &self,
         fence: &Fence,
         child_id: &str,
-        message: NewMessage,
-        audit: AuditRecord,
+        message: &NewMessage,
+        audit: &AuditRecord,
     ) -> Result<Option<Sent>, SessionError> {
         let mut w = self.writer().await?;
         let idem = callback_guard(child_id);
@@ -226,8 +229,8 @@ impl SqliteStore {
         let sequence = target.inbox_seq as u64 + 1;
         batch
             .remember(Some(&idem), sent_record(&message.message_id, sequence))
-            .message(&target.session_id, &message, sequence)
-            .audit(&audit)
+            .message(&target.session_id, message, sequence)
+            .audit(audit)
             .statement("UPDATE processes SET callback_due = 0 WHERE session_id = ?")
             .bind(child_id.to_owned());
         w.unsettled = vec![target.session_id.clone()];
@@ -239,7 +242,7 @@ impl SqliteStore {
         drop(w);
         self.published();
         Ok(Some(Sent {
-            message_id: message.message_id,
+            message_id: message.message_id.clone(),
             sequence: stored,
             replayed: false,
         }))

@@ -51,7 +51,7 @@ impl Default for OutputBudget {
 
 /// Records a chunk of a session's output in the open transaction: the
 /// tail, the event, the counters, and the drops the budgets call for.
-pub(super) async fn record(
+pub(in crate::store) async fn record(
     conn: &mut SqliteConnection,
     session_id: &str,
     stream: &str,

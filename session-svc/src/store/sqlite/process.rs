@@ -10,7 +10,7 @@ use crate::{
 };
 
 impl SqliteStore {
-    pub(super) async fn mark_delivered_impl(
+    pub(in crate::store) async fn mark_delivered_once(
         &self,
         fence: &Fence,
         session_id: &str,
@@ -70,15 +70,17 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
+    pub(in crate::store) async fn active_sessions_impl(
+        &self,
+    ) -> Result<Vec<SessionRow>, SessionError> {
         Ok(self.ledger().active())
     }
 
-    pub(super) async fn record_progress_impl(
+    pub(in crate::store) async fn record_progress_once(
         &self,
         session_id: &str,
-        detail: serde_json::Value,
-        audit: AuditRecord,
+        detail: &serde_json::Value,
+        audit: &AuditRecord,
         check: MessageCheck<'_>,
     ) -> Result<u64, SessionError> {
         let mut w = self.writer().await?;
@@ -105,7 +107,7 @@ impl SqliteStore {
             .bind(detail.to_string())
             .execute(tx.conn())
             .await?;
-        tx.audit(&audit).await?;
+        tx.audit(audit).await?;
         tx.commit().await?;
         drop(w);
         self.published();

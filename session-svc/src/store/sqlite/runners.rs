@@ -44,7 +44,7 @@ async fn load(conn: &mut SqliteConnection) -> Result<Vec<RunnerRow>, SessionErro
 }
 
 impl SqliteStore {
-    pub(super) async fn register_runner_impl(
+    pub(in crate::store) async fn register_runner_once(
         &self,
         spec: &RunnerSpec,
         ttl: Duration,
@@ -69,11 +69,11 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn runners_impl(&self) -> Result<Vec<RunnerRow>, SessionError> {
+    pub(in crate::store) async fn runners_impl(&self) -> Result<Vec<RunnerRow>, SessionError> {
         load(&mut *self.pool.acquire().await?).await
     }
 
-    pub(super) async fn set_static_runner_impl(
+    pub(in crate::store) async fn set_static_runner_once(
         &self,
         fence: &Fence,
         spec: Option<&RunnerSpec>,
@@ -102,7 +102,7 @@ impl SqliteStore {
 
     /// Records the process of a session about to start, on the runner
     /// placement chooses (its earlier choice, if it has a process already).
-    pub(super) async fn start_process_impl(
+    pub(in crate::store) async fn start_process_once(
         &self,
         fence: &Fence,
         session_id: &str,

@@ -19,15 +19,15 @@ use crate::{
 };
 
 impl SqliteStore {
-    pub(super) async fn create_root_impl(
+    pub(in crate::store) async fn create_root_once(
         &self,
-        new: NewSession,
-        idem: Option<Idempotency>,
-        audit: AuditRecord,
+        new: &NewSession,
+        idem: Option<&Idempotency>,
+        audit: &AuditRecord,
         check: RootCheck<'_>,
     ) -> Result<Created, SessionError> {
         let mut w = self.writer().await?;
-        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+        let mut batch = match self.begin(&mut w, idem).await? {
             Begun::Replay(result) => return replayed_create(&result),
             Begun::Batch(batch) => batch,
         };
@@ -36,32 +36,32 @@ impl SqliteStore {
         let limits = w.or_abandon(stored_budget(&new.budget)).await?;
         let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
         batch
-            .remember(idem.as_ref(), create_record(&new.session_id, &quota))
-            .insert_session(&new, None, &tree_id, 0)
+            .remember(idem, create_record(&new.session_id, &quota))
+            .insert_session(new, None, &tree_id, 0)
             .account(
                 &new.session_id,
                 0,
                 limits,
                 policy::deadline(&new.budget, &[], now_ms()),
             )
-            .audit(&audit);
-        let session = self.commit_create(&mut w, batch, &new, None).await?;
+            .audit(audit);
+        let session = self.commit_create(&mut w, batch, new, None).await?;
         Ok(Created::New {
             session: Box::new(session),
             quota,
         })
     }
 
-    pub(super) async fn create_child_impl(
+    pub(in crate::store) async fn create_child_once(
         &self,
         parent_id: &str,
-        new: NewSession,
-        idem: Option<Idempotency>,
-        audit: AuditRecord,
+        new: &NewSession,
+        idem: Option<&Idempotency>,
+        audit: &AuditRecord,
         check: SpawnCheck<'_>,
     ) -> Result<Created, SessionError> {
         let mut w = self.writer().await?;
-        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+        let mut batch = match self.begin(&mut w, idem).await? {
             Begun::Replay(result) => return replayed_create(&result),
             Begun::Batch(batch) => batch,
         };
@@ -85,29 +85,26 @@ impl SqliteStore {
         });
         let admission = w.or_abandon(admission).await?;
         let parent = &facts.parent;
-        batch.remember(
-            idem.as_ref(),
-            create_record(&new.session_id, &admission.quota),
-        );
+        batch.remember(idem, create_record(&new.session_id, &admission.quota));
         let tat = (admission.parent_spawn_tat_ms != parent.spawn_tat_ms)
             .then_some(admission.parent_spawn_tat_ms);
         if let Some(tat) = tat {
             batch.set_spawn_tat(&parent.session_id, tat);
         }
         batch
-            .insert_session(&new, Some(parent), &parent.tree_id, admission.depth)
+            .insert_session(new, Some(parent), &parent.tree_id, admission.depth)
             .account(
                 &new.session_id,
                 admission.depth,
                 limits,
                 admission.deadline_ms,
             )
-            .audit(&audit);
+            .audit(audit);
         let session = self
             .commit_create(
                 &mut w,
                 batch,
-                &new,
+                new,
                 tat.map(|t| (parent.session_id.as_str(), t)),
             )
             .await?;
@@ -117,17 +114,17 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn send_message_impl(
+    pub(in crate::store) async fn send_message_once(
         &self,
         recipient: &str,
-        message: NewMessage,
-        idem: Option<Idempotency>,
-        audit: AuditRecord,
+        message: &NewMessage,
+        idem: Option<&Idempotency>,
+        audit: &AuditRecord,
         bounds: Bounds<'_>,
         check: MessageCheck<'_>,
     ) -> Result<Sent, SessionError> {
         let mut w = self.writer().await?;
-        let mut batch = match self.begin(&mut w, idem.as_ref()).await? {
+        let mut batch = match self.begin(&mut w, idem).await? {
             Begun::Replay(result) => {
                 return replayed_sent(&result);
             }
@@ -159,9 +156,9 @@ impl SqliteStore {
         // inbox_seq and nothing else writes it.
         let sequence = target.inbox_seq as u64 + 1;
         batch
-            .remember(idem.as_ref(), sent_record(&message.message_id, sequence))
-            .message(&target.session_id, &message, sequence)
-            .audit(&audit);
+            .remember(idem, sent_record(&message.message_id, sequence))
+            .message(&target.session_id, message, sequence)
+            .audit(audit);
         w.unsettled = vec![target.session_id.clone()];
         let rows = self.run_batch(&mut w, batch).await?;
         let stored = first_i64(&rows)? as u64;
@@ -176,7 +173,7 @@ impl SqliteStore {
         drop(w);
         self.published();
         Ok(Sent {
-            message_id: message.message_id,
+            message_id: message.message_id.clone(),
             sequence,
             replayed: false,
         })

@@ -12,12 +12,10 @@
 
 use sqlx::{AssertSqlSafe, SqlitePool};
 
-use super::SqliteStore;
-use crate::store::BudgetStore;
+use super::{SqliteStore, write::Write};
 use crate::{
     error::SessionError,
-    model::now_ms,
-    store::{Maintenance, RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER},
+    store::{Fence, Maintenance},
 };
 
 /// Free bytes the database keeps for the writes to come before it returns
@@ -115,10 +113,11 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// The store's upkeep: returns free pages, then checkpoints (which
+    /// The store's own upkeep (`Store::maintain` releases stale
+    /// reservations first): returns free pages, then checkpoints (which
     /// then cuts the file to size). A failure to return pages is logged
     /// and the checkpoint still runs; a failed checkpoint is the error.
-    pub(super) async fn maintain_impl(&self) -> Result<Maintenance, SessionError> {
+    pub(in crate::store) async fn maintain_impl(&self) -> Result<Maintenance, SessionError> {
         let pages_returned = match self.reclaim().await {
             Ok(pages) => pages,
             Err(e) => {
@@ -126,16 +125,36 @@ impl SqliteStore {
                 0
             }
         };
-        let stale_before = now_ms().saturating_sub(RESERVATION_STALE_AFTER.as_millis() as i64);
-        match self
-            .release_stale_reservations(stale_before, RESERVATION_RELEASE_BATCH)
-            .await
-        {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(released = n, "stale model-call reservations released"),
-            Err(e) => tracing::warn!(error = %e, "releasing stale reservations failed"),
-        }
         self.checkpoint().await?;
         Ok(Maintenance { pages_returned })
+    }
+
+    /// `Store::prune_events`: fenced, in one write.
+    pub(in crate::store) async fn prune_events_once(
+        &self,
+        fence: &Fence,
+        keep: u64,
+    ) -> Result<i64, SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
+        let pruned = tx.prune_events(keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    /// `Store::prune_request_ids`: fenced, in one write.
+    pub(in crate::store) async fn prune_request_ids_once(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
+        let pruned = tx.prune_request_ids(before_ms, limit).await?;
+        tx.commit().await?;
+        Ok(pruned)
     }
 }
