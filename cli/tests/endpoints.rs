@@ -4,16 +4,14 @@
 //! on the next endpoint after its last cursor.
 
 use std::{
-    io::{BufRead, BufReader},
     path::Path,
     process::{Command, Output, Stdio},
-    time::Duration,
 };
 
 use serde_json::Value;
 use sqlx::{Connection, sqlite::SqliteConnection};
 use troupe_proto::session::TrustLevel;
-use troupe_tests::{OPERATOR_TOKEN, TestServer};
+use troupe_tests::{OPERATOR_TOKEN, TestServer, lines::JsonLines};
 
 const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
 
@@ -265,26 +263,10 @@ async fn a_watch_moves_on_to_the_next_endpoint_after_its_cursor() {
     .stderr(Stdio::piped())
     .spawn()
     .expect("watch runs");
-    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
-    let stdout = watch.stdout.take().expect("stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let event: Value = serde_json::from_str(&line).expect("a JSON line");
-            if lines_tx.send(event).is_err() {
-                break;
-            }
-        }
-    });
-    let next = async |lines: &mut tokio::sync::mpsc::UnboundedReceiver<Value>| {
-        tokio::time::timeout(Duration::from_secs(30), lines.recv())
-            .await
-            .expect("an event within 30 s")
-            .expect("the watch goes on")
-    };
+    let mut lines = JsonLines::read(watch.stdout.take().expect("stdout"));
     let mut seen = Vec::new();
     for _ in 0..2 {
-        seen.push(next(&mut lines).await);
+        seen.push(lines.next().await);
     }
     assert!(
         seen.iter()
@@ -295,7 +277,7 @@ async fn a_watch_moves_on_to_the_next_endpoint_after_its_cursor() {
     first.stop().await;
     // Cursors 3 to 8 of the second: its last three sessions' events.
     for _ in 0..6 {
-        seen.push(next(&mut lines).await);
+        seen.push(lines.next().await);
     }
     let _ = watch.kill();
     let _ = watch.wait();

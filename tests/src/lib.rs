@@ -13,6 +13,7 @@
 //! - [`browser`]: a headless Chromium driven through chromedriver (the console's).
 //! - [`otlp`]: a real OTLP receiver, what it got, and a Prometheus scrape.
 //! - [`process`]: a real `troupe-session` process, for its telemetry.
+//! - [`lines`]: the JSON lines a streaming command prints, as they come.
 //! - [`raw`]: calls made of hand-written wire bytes (fields that are not UTF-8).
 //! - [`stores`]: stores opened directly, on either backend.
 //! - [`upstream`]: a scripted model provider speaking the Anthropic Messages API.
@@ -28,6 +29,7 @@ pub mod flags_doc;
 pub mod floods;
 pub mod gateway;
 pub mod http;
+pub mod lines;
 pub mod otlp;
 pub mod ports;
 pub mod postgres;
