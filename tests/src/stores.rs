@@ -1,10 +1,12 @@
 //! Stores opened directly, for tests of the `Store` contract on both
 //! backends: a SQLite file in a temp dir, and a fresh PostgreSQL database.
 
+use std::time::Duration;
+
 use troupe_session_svc::{
     error::SessionError,
-    model::{Action, AuditRecord, NewSession, Principal, Trust},
-    store::{Bounds, PgStore, SqliteStore},
+    model::{Action, AuditRecord, NewSession, Principal, ProcessChange, Trust},
+    store::{Bounds, Fence, Holder, PgStore, SqliteStore, Store},
 };
 
 /// No bound on a message a test stores directly: no rate, any inbox.
@@ -65,4 +67,26 @@ pub fn operator_audit(action: Action, target: &str) -> AuditRecord {
         reason: "OK".to_owned(),
         detail: String::new(),
     }
+}
+
+/// The fence of a lease taken for an hour, with the embedded runner
+/// recorded ([`crate::embedded_runner`]): what a test of the store alone
+/// holds before it starts processes.
+pub async fn fence<S: Store>(store: &S) -> Fence {
+    let fence = store
+        .acquire_lease(&Holder::generate(), Duration::from_secs(3600))
+        .await
+        .expect("lease")
+        .expect("lease free");
+    crate::embedded_runner(store, &fence).await;
+    fence
+}
+
+/// Starts `id`'s process and records its start (the runner's event 1).
+pub async fn started<S: Store>(store: &S, fence: &Fence, id: &str) {
+    store.start_process(fence, id).await.expect("process");
+    store
+        .record_process(fence, id, 1, ProcessChange::Started, 1024)
+        .await
+        .expect("started");
 }

@@ -9,17 +9,16 @@
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{
-        Action, AuditRecord, Finish, NewSession, Outcome, Principal, ProcessChange, Trust, now_ms,
-    },
+    model::{Action, AuditRecord, Finish, NewSession, Outcome, Principal, Trust, now_ms},
     policy::{self, Admission, SpawnContext},
-    store::{Fence, Holder, Store},
+    store::{Fence, Store},
 };
+use troupe_tests::stores;
 
 fn new_session(id: &str, notify_parent: bool) -> NewSession {
     NewSession {
         notify_parent,
-        ..troupe_tests::stores::new_session(id, Trust::Sandboxed)
+        ..stores::new_session(id, Trust::Sandboxed)
     }
 }
 
@@ -45,12 +44,7 @@ fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
 
 /// A parent `p`, its CALLBACK child `c` (started) and `c`'s child `g`.
 async fn tree<S: Store>(store: &S) -> Fence {
-    let fence = store
-        .acquire_lease(&Holder::generate(), std::time::Duration::from_secs(3600))
-        .await
-        .expect("lease")
-        .expect("lease free");
-    troupe_tests::embedded_runner(store, &fence).await;
+    let fence = stores::fence(store).await;
     store
         .create_root(
             new_session("p", false),
@@ -71,11 +65,7 @@ async fn tree<S: Store>(store: &S) -> Fence {
             )
             .await
             .expect("child");
-        store.start_process(&fence, id).await.expect("process");
-        store
-            .record_process(&fence, id, 1, ProcessChange::Started, 1024)
-            .await
-            .expect("started");
+        stores::started(store, &fence, id).await;
     }
     fence
 }
@@ -164,14 +154,14 @@ async fn grace_over<S: Store>(store: S) {
 
 #[tokio::test]
 async fn a_finish_ends_the_session_with_its_result_on_sqlite() {
-    let (_dir, store) = troupe_tests::stores::sqlite().await;
+    let (_dir, store) = stores::sqlite().await;
     contract(store).await;
-    let (_dir, store) = troupe_tests::stores::sqlite().await;
+    let (_dir, store) = stores::sqlite().await;
     grace_over(store).await;
 }
 
 #[tokio::test]
 async fn a_finish_ends_the_session_with_its_result_on_postgres() {
-    contract(troupe_tests::stores::postgres().await).await;
-    grace_over(troupe_tests::stores::postgres().await).await;
+    contract(stores::postgres().await).await;
+    grace_over(stores::postgres().await).await;
 }

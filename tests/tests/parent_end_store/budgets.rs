@@ -61,11 +61,11 @@ async fn on_budget<S: Store>(store: S) {
 
 #[tokio::test]
 async fn budgets_hold_for_orphans_on_sqlite() {
-    let (_d, store) = troupe_tests::stores::sqlite().await;
+    let (_d, store) = stores::sqlite().await;
     on_budget(store).await;
 }
 
 #[tokio::test]
 async fn budgets_hold_for_orphans_on_postgres() {
-    on_budget(troupe_tests::stores::postgres().await).await;
+    on_budget(stores::postgres().await).await;
 }

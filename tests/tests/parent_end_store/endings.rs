@@ -159,33 +159,23 @@ async fn on_finish<S: Store>(store: S) {
 
 #[tokio::test]
 async fn a_parents_end_applies_its_childrens_policies_on_sqlite() {
-    let (_d, store) = troupe_tests::stores::sqlite().await;
+    let (_d, store) = stores::sqlite().await;
     on_exit(store).await;
-    let (_d, store) = troupe_tests::stores::sqlite().await;
+    let (_d, store) = stores::sqlite().await;
     on_failure(store, Failure::Lost, "lost").await;
-    let (_d, store) = troupe_tests::stores::sqlite().await;
+    let (_d, store) = stores::sqlite().await;
     on_failure(store, Failure::RunnerLost, "runner_lost").await;
-    let (_d, store) = troupe_tests::stores::sqlite().await;
+    let (_d, store) = stores::sqlite().await;
     on_terminate(store).await;
-    let (_d, store) = troupe_tests::stores::sqlite().await;
+    let (_d, store) = stores::sqlite().await;
     on_finish(store).await;
 }
 
 #[tokio::test]
 async fn a_parents_end_applies_its_childrens_policies_on_postgres() {
-    on_exit(troupe_tests::stores::postgres().await).await;
-    on_failure(
-        troupe_tests::stores::postgres().await,
-        Failure::Lost,
-        "lost",
-    )
-    .await;
-    on_failure(
-        troupe_tests::stores::postgres().await,
-        Failure::RunnerLost,
-        "runner_lost",
-    )
-    .await;
-    on_terminate(troupe_tests::stores::postgres().await).await;
-    on_finish(troupe_tests::stores::postgres().await).await;
+    on_exit(stores::postgres().await).await;
+    on_failure(stores::postgres().await, Failure::Lost, "lost").await;
+    on_failure(stores::postgres().await, Failure::RunnerLost, "runner_lost").await;
+    on_terminate(stores::postgres().await).await;
+    on_finish(stores::postgres().await).await;
 }

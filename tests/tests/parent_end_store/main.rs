@@ -28,8 +28,9 @@ use troupe_session_svc::{
         now_ms,
     },
     policy::{self, Admission, SpawnContext},
-    store::{EventPage, Fence, Holder, Store},
+    store::{EventPage, Fence, Store},
 };
+use troupe_tests::stores;
 
 mod budgets;
 mod endings;
@@ -38,12 +39,12 @@ fn new_session(id: &str, on_parent_end: ParentEnd, budget: Budget) -> NewSession
     NewSession {
         on_parent_end,
         budget,
-        ..troupe_tests::stores::new_session(id, Trust::Sandboxed)
+        ..stores::new_session(id, Trust::Sandboxed)
     }
 }
 
 fn audit(action: Action, target: &str) -> AuditRecord {
-    troupe_tests::stores::operator_audit(action, target)
+    stores::operator_audit(action, target)
 }
 
 fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
@@ -63,12 +64,7 @@ async fn tree<S: Store>(
     children: &[(&str, &str, ParentEnd)],
     budgeted: &[&str],
 ) -> Fence {
-    let fence = store
-        .acquire_lease(&Holder::generate(), std::time::Duration::from_secs(3600))
-        .await
-        .expect("lease")
-        .expect("lease free");
-    troupe_tests::embedded_runner(store, &fence).await;
+    let fence = stores::fence(store).await;
     store
         .create_root(
             new_session("r", ParentEnd::Terminate, Budget::default()),
@@ -94,11 +90,7 @@ async fn tree<S: Store>(
             )
             .await
             .expect("child");
-        store.start_process(&fence, id).await.expect("process");
-        store
-            .record_process(&fence, id, 1, ProcessChange::Started, 1024)
-            .await
-            .expect("started");
+        stores::started(store, &fence, id).await;
     }
     fence
 }
