@@ -11,6 +11,7 @@ use troupe_telemetry::LifeSpan;
 mod action;
 mod budget;
 mod console;
+mod event_detail;
 mod finish;
 mod groups;
 mod messages;
@@ -24,8 +25,10 @@ pub use budget::{
     Account, Budget, BudgetLeft, CallOutcome, Charge, Cost, Dimension, ModelCall, OwnUsage,
     PRICE_DECIMALS, Price, Reservation, TokenUsage,
 };
-pub use console::{
-    ConsoleSession, ConsoleSessionId, CsrfToken, MessageRecord, ProgressReport, SessionActivity,
+pub use console::{ConsoleSession, ConsoleSessionId, CsrfToken, MessageRecord, SessionActivity};
+pub use event_detail::{
+    Created, Delivered, Ended, EventDetail, Finished, MessageQueued, Nothing, Orphaned, Output,
+    OutputTruncated, OwnUsed, ProgressReport, Terminated, Usage, Used,
 };
 pub use finish::{Finish, Outcome};
 pub use groups::{Audience, FannedOut, GroupName, GroupRow, Reach, Reached, new_message_id};

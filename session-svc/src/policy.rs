@@ -3,7 +3,8 @@
 //!
 //! - visibility: [`can_see`] (workspace boundary, sandboxed never sees
 //!   direct), and for lists and watches [`visible_workspace`] and
-//!   [`sees_only_sandboxed`], the filter the store applies;
+//!   [`sees_only_sandboxed`], the filter the store applies; what a viewer
+//!   is told of a terminator, [`visible_terminator`];
 //! - trust: [`child_trust`] (inherit by default, never escalate);
 //! - write scopes: [`child_scope`] (inherit by default, only narrow; a
 //!   sandboxed session given none writes in the sandboxed area), [`run_scope`];
@@ -58,6 +59,18 @@ pub fn can_see(caller: &Caller, target: &SessionRow) -> bool {
 /// Returns true if a viewer of trust `viewer` may see a session of trust `target` in its workspace.
 pub fn trust_sees(viewer: Trust, target: Trust) -> bool {
     viewer == Trust::Direct || target == Trust::Sandboxed
+}
+
+/// Who a viewer is told terminated a session (an event's
+/// `terminated_by`): a sandboxed viewer is told only `session` for a
+/// session, which may be a direct ancestor it may not see.
+pub fn visible_terminator(viewer: &Caller, terminated_by: &str) -> String {
+    let sandboxed = matches!(viewer, Caller::Session(me) if me.trust == Trust::Sandboxed);
+    if sandboxed && terminated_by.starts_with("session:") {
+        "session".to_owned()
+    } else {
+        terminated_by.to_owned()
+    }
 }
 
 /// The workspace a caller's list or watch is about: an agent's own (named

@@ -110,7 +110,10 @@ async fn inbox_contract<S: Store>(store: S) {
     store
         .record_progress(
             "sess_a",
-            serde_json::json!({"progress": 40, "description": "half way"}),
+            ProgressReport {
+                progress: 40,
+                description: "half way".into(),
+            },
             operator_audit(Action::ReportProgress, "sess_a"),
             &|_| Ok(()),
         )

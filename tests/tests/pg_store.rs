@@ -10,7 +10,7 @@ use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
         Action, AuditRecord, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal,
-        ProcessChange, ProcessExit, SessionRow, Trust,
+        ProcessChange, ProcessExit, ProgressReport, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
     store::{Created, EventPage, Fence, Holder, OutputBudget, PgStore, SqliteStore, Store},
@@ -186,7 +186,10 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     let progress = store
         .record_progress(
             "a1",
-            serde_json::json!({"step": 1, "of": 3}),
+            ProgressReport {
+                progress: 33,
+                description: "step 1 of 3".into(),
+            },
             audit(Action::ReportProgress, "a1"),
             &|_| Ok(()),
         )

@@ -1,6 +1,7 @@
 //! The web console's sign-ins ([`crate::console`]): the secret a browser
 //! holds, and what the store keeps of it.
 
+use super::ProgressReport;
 use std::fmt;
 
 use base64::Engine as _;
@@ -107,25 +108,6 @@ pub struct MessageRecord {
 }
 
 /// A session's last progress report (`ReportProgress`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProgressReport {
-    /// Percent done, 0 to 100.
-    pub progress: u32,
-    pub description: String,
-}
-
-impl ProgressReport {
-    /// The report of a progress event's stored detail (`{"progress",
-    /// "description"}`); `None` unless it holds a percentage.
-    pub fn from_detail(detail: &str) -> Option<ProgressReport> {
-        let value: serde_json::Value = serde_json::from_str(detail).ok()?;
-        Some(ProgressReport {
-            progress: u32::try_from(value["progress"].as_u64()?).ok()?,
-            description: value["description"].as_str().unwrap_or_default().to_owned(),
-        })
-    }
-}
-
 /// What a tree's node shows of a session beyond its row: its inbox and its
 /// last progress report.
 #[derive(Clone, Debug, PartialEq, Eq)]

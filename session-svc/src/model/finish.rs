@@ -63,11 +63,11 @@ impl Finish {
     pub const END_REASON: &'static str = "finished";
 
     /// The detail of the event that ends the session.
-    pub fn event_detail(&self) -> serde_json::Value {
-        serde_json::json!({
-            "reason": Finish::END_REASON,
-            "outcome": self.outcome.as_str(),
-            "result": self.result,
+    pub fn event_detail(&self) -> super::EventDetail {
+        super::EventDetail::Finished(super::Finished {
+            reason: Finish::END_REASON.to_owned(),
+            outcome: self.outcome.as_str().to_owned(),
+            result: self.result.clone(),
         })
     }
 

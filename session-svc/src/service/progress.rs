@@ -1,12 +1,11 @@
 //! `ReportProgress`: a session tells how far its own task has come.
 
-use serde_json::json;
 use troupe_proto::session as pb;
 
 use super::{Inner, MAX_SHORT_TEXT, allowed, check_len};
 use crate::{
     error::{Reason, SessionError},
-    model::{Action, Caller},
+    model::{Action, Caller, ProgressReport},
     policy,
     store::Store,
 };
@@ -29,7 +28,10 @@ pub async fn report<S: Store>(
         ));
     }
     check_len("description", &req.description, MAX_SHORT_TEXT)?;
-    let detail = json!({"progress": req.progress, "description": req.description});
+    let report = ProgressReport {
+        progress: req.progress,
+        description: req.description.clone(),
+    };
     let audit = allowed(
         caller,
         Action::ReportProgress,
@@ -38,7 +40,7 @@ pub async fn report<S: Store>(
     );
     let sequence = inner
         .store
-        .record_progress(&me.session_id, detail, audit, &policy::may_report_progress)
+        .record_progress(&me.session_id, report, audit, &policy::may_report_progress)
         .await?;
     Ok(pb::ReportProgressResponse { sequence })
 }

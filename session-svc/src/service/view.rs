@@ -2,15 +2,15 @@
 //! of a direct session, even as a parent or creator.
 
 use prost_types::Timestamp;
-use troupe_proto::session::{self as pb, EventKind, session_event::Detail};
+use troupe_proto::session::{self as pb, session_event::Detail};
 
 use crate::{
     error::QuotaLeft,
     model::{
-        Account, AuditRow, Caller, EventRow, Finish, Outcome, Principal, ProcessRow, SessionRow,
-        Trust,
+        Account, AuditRow, Caller, EventDetail, EventRow, Finish, Outcome, Principal, ProcessRow,
+        SessionRow, Trust, Usage,
     },
-    policy::trust_sees,
+    policy::{self, trust_sees},
 };
 
 fn viewer_trust(viewer: &Caller) -> Trust {
@@ -102,43 +102,26 @@ pub fn with_account(session: &mut pb::Session, account: &Account) {
 
 /// A session's usage, own and of its subtree.
 pub fn usage(account: &Account) -> pb::SessionUsage {
-    let own = &account.own;
-    pb::SessionUsage {
-        own_calls: own.calls,
-        own_tokens: Some(pb::TokenCounts {
-            input: own.tokens.input,
-            output: own.tokens.output,
-            cache_read: own.tokens.cache_read,
-            cache_write: own.tokens.cache_write,
-        }),
-        own_cost_pico_usd: own.cost.0,
-        subtree_calls: account.subtree.calls,
-        subtree_tokens: account.subtree.tokens,
-        subtree_cost_pico_usd: account.subtree.cost.0,
-        reserved_calls: account.reserved.calls,
-        reserved_tokens: account.reserved.tokens,
-        reserved_cost_pico_usd: account.reserved.cost.0,
-    }
+    used(&Usage::of(account))
 }
 
-/// A `usage` event's detail (as `store::accounts::usage_detail` wrote it).
-fn usage_of_detail(detail: &serde_json::Value) -> pb::SessionUsage {
-    let n = |part: &str, key: &str| detail[part][key].as_u64().unwrap_or_default();
+/// Usage (an account's, a `usage` event's), as the API gives it.
+fn used(u: &Usage) -> pb::SessionUsage {
     pb::SessionUsage {
-        own_calls: n("own", "calls"),
+        own_calls: u.own.calls,
         own_tokens: Some(pb::TokenCounts {
-            input: n("own", "input_tokens"),
-            output: n("own", "output_tokens"),
-            cache_read: n("own", "cache_read_tokens"),
-            cache_write: n("own", "cache_write_tokens"),
+            input: u.own.input_tokens,
+            output: u.own.output_tokens,
+            cache_read: u.own.cache_read_tokens,
+            cache_write: u.own.cache_write_tokens,
         }),
-        own_cost_pico_usd: n("own", "cost_pico_usd"),
-        subtree_calls: n("subtree", "calls"),
-        subtree_tokens: n("subtree", "tokens"),
-        subtree_cost_pico_usd: n("subtree", "cost_pico_usd"),
-        reserved_calls: n("reserved", "calls"),
-        reserved_tokens: n("reserved", "tokens"),
-        reserved_cost_pico_usd: n("reserved", "cost_pico_usd"),
+        own_cost_pico_usd: u.own.cost_pico_usd,
+        subtree_calls: u.subtree.calls,
+        subtree_tokens: u.subtree.tokens,
+        subtree_cost_pico_usd: u.subtree.cost_pico_usd,
+        reserved_calls: u.reserved.calls,
+        reserved_tokens: u.reserved.tokens,
+        reserved_cost_pico_usd: u.reserved.cost_pico_usd,
     }
 }
 
@@ -167,84 +150,64 @@ pub fn quota(q: QuotaLeft) -> pb::QuotaInfo {
     }
 }
 
+/// An event's detail as `viewer` may see it.
+fn detail(viewer: &Caller, detail: EventDetail) -> Option<Detail> {
+    Some(match detail {
+        EventDetail::Created(c) => Detail::Created(pb::Created {
+            agent_name: c.agent_name,
+            title: c.title,
+        }),
+        EventDetail::Message(m) => Detail::Message(pb::MessageQueued {
+            message_id: m.message_id,
+            inbox_sequence: m.inbox_sequence,
+            bytes: m.bytes,
+        }),
+        EventDetail::Terminated(t) => Detail::Terminated(pb::Terminated {
+            reason: t.reason,
+            terminated_by: policy::visible_terminator(viewer, &t.terminated_by),
+            parent_ended: t.parent_ended.unwrap_or_default(),
+        }),
+        EventDetail::Orphaned(o) => Detail::Orphaned(pb::Orphaned {
+            policy: o.policy,
+            parent_status: o.parent_status,
+        }),
+        EventDetail::Delivered(d) => Detail::Delivered(pb::Delivered {
+            through_sequence: d.through_sequence,
+        }),
+        EventDetail::Output(o) => Detail::Output(pb::Output {
+            data: o.bytes(),
+            stream: o.stream,
+        }),
+        EventDetail::Progress(p) => Detail::Progress(pb::Progress {
+            progress: p.progress,
+            description: p.description,
+        }),
+        EventDetail::OutputTruncated(t) => Detail::OutputTruncated(pb::OutputTruncated {
+            dropped_bytes: t.dropped_bytes,
+            dropped_events: t.dropped_events,
+            by_runner: t.by_runner,
+        }),
+        EventDetail::Usage(u) => Detail::Usage(used(&u)),
+        EventDetail::Finished(f) => Detail::Finished(pb::Finished {
+            outcome: Outcome::parse(&f.outcome).map_or(pb::Outcome::Unspecified, Outcome::to_proto)
+                as i32,
+            result: f.result,
+        }),
+        EventDetail::Ended(e) => Detail::Ended(pb::Ended {
+            exit_code: e.exit_code,
+            reason: e.reason,
+            detail: e.detail,
+        }),
+        EventDetail::Nothing(_) => return None,
+    })
+}
+
 pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
-    let kind = row.kind.to_proto();
-    let detail_json: serde_json::Value = serde_json::from_str(&row.detail).unwrap_or_default();
-    let text = |key: &str| detail_json[key].as_str().unwrap_or_default().to_owned();
-    let number = |key: &str| detail_json[key].as_u64().unwrap_or_default();
-    let detail = match kind {
-        EventKind::Created => Some(Detail::Created(pb::Created {
-            agent_name: text("agent_name"),
-            title: text("title"),
-        })),
-        EventKind::Message => Some(Detail::Message(pb::MessageQueued {
-            message_id: text("message_id"),
-            inbox_sequence: number("inbox_sequence"),
-            bytes: number("bytes"),
-        })),
-        EventKind::Terminated => {
-            let by = text("terminated_by");
-            // The terminating session may be a direct ancestor the viewer may not see.
-            let by = if viewer_trust(viewer) == Trust::Sandboxed && by.starts_with("session:") {
-                "session".to_owned()
-            } else {
-                by
-            };
-            Some(Detail::Terminated(pb::Terminated {
-                reason: text("reason"),
-                terminated_by: by,
-                parent_ended: text("parent_ended"),
-            }))
-        }
-        EventKind::Orphaned => Some(Detail::Orphaned(pb::Orphaned {
-            policy: text("policy"),
-            parent_status: text("parent_status"),
-        })),
-        EventKind::Delivered => Some(Detail::Delivered(pb::Delivered {
-            through_sequence: number("through_sequence"),
-        })),
-        EventKind::Output => Some(Detail::Output(pb::Output {
-            stream: text("stream"),
-            data: {
-                use base64::Engine as _;
-                base64::engine::general_purpose::STANDARD
-                    .decode(text("data"))
-                    .unwrap_or_default()
-            },
-        })),
-        EventKind::Progress => Some(Detail::Progress(pb::Progress {
-            progress: number("progress") as u32,
-            description: text("description"),
-        })),
-        EventKind::OutputTruncated => Some(Detail::OutputTruncated(pb::OutputTruncated {
-            dropped_bytes: number("dropped_bytes"),
-            dropped_events: number("dropped_events"),
-            by_runner: detail_json["by_runner"].as_bool().unwrap_or(false),
-        })),
-        EventKind::Usage => Some(Detail::Usage(usage_of_detail(&detail_json))),
-        EventKind::Completed | EventKind::Failed
-            if detail_json["reason"].as_str() == Some(Finish::END_REASON) =>
-        {
-            Some(Detail::Finished(pb::Finished {
-                outcome: Outcome::parse(&text("outcome"))
-                    .map_or(pb::Outcome::Unspecified, Outcome::to_proto)
-                    as i32,
-                result: text("result"),
-            }))
-        }
-        EventKind::Completed | EventKind::Failed if detail_json.get("reason").is_some() => {
-            Some(Detail::Ended(pb::Ended {
-                exit_code: detail_json["exit_code"].as_i64().unwrap_or(-1) as i32,
-                reason: text("reason"),
-                detail: text("detail"),
-            }))
-        }
-        _ => None,
-    };
+    let detail = EventDetail::read(row.kind, &row.detail).and_then(|d| detail(viewer, d));
     pb::SessionEvent {
         cursor: row.id as u64,
         sequence: row.seq as u64,
-        kind: kind as i32,
+        kind: row.kind.to_proto() as i32,
         at: Some(timestamp(row.at_ms)),
         session_id: row.session_id.clone(),
         parent_session_id: visible_parent(

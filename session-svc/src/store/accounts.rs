@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::{
     error::{SessionError, StorageKind},
     model::{Account, Budget, Charge, Cost, OwnUsage, TokenUsage},
@@ -123,29 +121,4 @@ pub(crate) fn stored_budget(budget: &Budget) -> Result<[Option<i64>; 4], Session
         budget.calls.map(stored).transpose()?,
         budget.wall_ms.map(stored).transpose()?,
     ])
-}
-
-/// The detail of a `usage` event: the session's own usage and its
-/// subtree's, after the call that settled.
-pub(crate) fn usage_detail(account: &Account) -> serde_json::Value {
-    json!({
-        "own": {
-            "calls": account.own.calls,
-            "input_tokens": account.own.tokens.input,
-            "output_tokens": account.own.tokens.output,
-            "cache_read_tokens": account.own.tokens.cache_read,
-            "cache_write_tokens": account.own.tokens.cache_write,
-            "cost_pico_usd": account.own.cost.0,
-        },
-        "subtree": {
-            "calls": account.subtree.calls,
-            "tokens": account.subtree.tokens,
-            "cost_pico_usd": account.subtree.cost.0,
-        },
-        "reserved": {
-            "calls": account.reserved.calls,
-            "tokens": account.reserved.tokens,
-            "cost_pico_usd": account.reserved.cost.0,
-        },
-    })
 }

@@ -83,10 +83,10 @@ each_backend! {
     use super::{BudgetStore, PATH};
     use crate::{
         error::SessionError,
-        model::{Account, Charge, Cost, EventKind, ModelCall, Reservation, now_ms},
+        model::{Account, Charge, Cost, EventDetail, EventKind, ModelCall, Reservation, Usage, now_ms},
         store::{
             ChargeCheck,
-            accounts::{RawAccount, account_columns, path_of, stored, usage_detail},
+            accounts::{RawAccount, account_columns, path_of, stored},
             journal::NewEvent,
         },
     };
@@ -258,7 +258,8 @@ each_backend! {
             let account = read_account(tx.conn(), session_id)
                 .await?
                 .ok_or_else(|| SessionError::not_found(session_id))?;
-            let event = NewEvent::new(session_id, EventKind::Usage, status, usage_detail(&account));
+            let usage = EventDetail::Usage(Usage::of(&account));
+            let event = NewEvent::new(session_id, EventKind::Usage, status, &usage);
             This::append_events(tx.conn(), &[event], false).await?;
             tx.commit().await?;
             self.committed(false);

@@ -15,7 +15,7 @@ each_backend! {
 
     use crate::{
         error::SessionError,
-        model::{AuditRecord, EventKind, ExitReason, Failure, Finish, Principal, ProcessChange, SessionRow},
+        model::{AuditRecord, EventDetail, EventKind, Terminated, ExitReason, Failure, Finish, Principal, ProcessChange, SessionRow},
         policy,
         store::{Fence, MessageCheck, TerminateCheck, journal::NewEvent, shared::event_detail},
     };
@@ -26,7 +26,11 @@ each_backend! {
             session_id,
             EventKind::Terminated,
             SessionStatus::Terminated,
-            json!({"reason": reason, "terminated_by": by.to_string()}),
+            &EventDetail::Terminated(Terminated {
+                reason: reason.to_owned(),
+                terminated_by: by.to_string(),
+                parent_ended: None,
+            }),
         )
     }
 
@@ -125,7 +129,7 @@ each_backend! {
                 SessionStatus::Completed => EventKind::Completed,
                 _ => EventKind::Failed,
             };
-            let mut events = vec![NewEvent::new(session_id, kind, status, finish.event_detail())];
+            let mut events = vec![NewEvent::new(session_id, kind, status, &finish.event_detail())];
             let mut terminated = Vec::new();
             if let Some(own) = &own {
                 let by = Principal::Session(session_id.to_owned());
@@ -199,7 +203,7 @@ each_backend! {
             let mut events = Vec::new();
             if let Some(own) = &own {
                 if let Some(kind) = step.event {
-                    events.push(NewEvent::new(session_id, kind, own.status, event_detail(&exit, 0, 0)));
+                    events.push(NewEvent::new(session_id, kind, own.status, &event_detail(&exit, 0, 0)));
                 }
                 events.extend(tx.reach_children(own, &Principal::Troupe).await?.events);
                 This::append_events(tx.conn(), &events, true).await?;

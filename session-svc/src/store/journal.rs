@@ -14,7 +14,7 @@ use troupe_proto::session::SessionStatus;
 use super::{EventPage, backends::each_backend};
 use crate::{
     error::SessionError,
-    model::{AuditRecord, AuditRow, EventFilter, EventKind},
+    model::{AuditRecord, AuditRow, Created, EventDetail, EventFilter, EventKind, MessageQueued},
 };
 
 /// An event to append, last in its transaction (`This::append_events`).
@@ -33,13 +33,13 @@ impl NewEvent {
         session_id: &str,
         kind: EventKind,
         status: SessionStatus,
-        detail: serde_json::Value,
+        detail: &EventDetail,
     ) -> NewEvent {
         NewEvent {
             session_id: session_id.to_owned(),
             kind,
             status,
-            detail: detail.to_string(),
+            detail: detail.to_json(),
             bytes: None,
         }
     }
@@ -50,7 +50,7 @@ impl NewEvent {
             session_id,
             EventKind::Created,
             SessionStatus::Pending,
-            created_detail(agent_name, title),
+            &created_detail(agent_name, title),
         )
     }
 
@@ -67,24 +67,27 @@ impl NewEvent {
             session_id,
             EventKind::Message,
             status,
-            message_detail(message_id, seq, body.len()),
+            &message_detail(message_id, seq, body.len()),
         )
     }
 }
 
 /// The detail of a `created` event.
-pub(in crate::store) fn created_detail(agent_name: &str, title: &str) -> serde_json::Value {
-    serde_json::json!({"agent_name": agent_name, "title": title})
+pub(in crate::store) fn created_detail(agent_name: &str, title: &str) -> EventDetail {
+    EventDetail::Created(Created {
+        agent_name: agent_name.to_owned(),
+        title: title.to_owned(),
+    })
 }
 
 /// The detail of a `message` event: the message, its inbox sequence, its
 /// body's size.
-pub(in crate::store) fn message_detail(
-    message_id: &str,
-    seq: i64,
-    bytes: usize,
-) -> serde_json::Value {
-    serde_json::json!({"message_id": message_id, "inbox_sequence": seq, "bytes": bytes})
+pub(in crate::store) fn message_detail(message_id: &str, seq: i64, bytes: usize) -> EventDetail {
+    EventDetail::Message(MessageQueued {
+        message_id: message_id.to_owned(),
+        inbox_sequence: seq.max(0) as u64,
+        bytes: bytes as u64,
+    })
 }
 
 /// The events and the audit trail; every [`super::Store`] is one.

@@ -79,7 +79,7 @@ use crate::{
     error::{SessionError, StorageKind},
     model::{
         AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession, Principal,
-        ProcessChange, ProcessRow, RunnerRow, RunnerSpec, SessionRow, Trust,
+        ProcessChange, ProcessRow, ProgressReport, RunnerRow, RunnerSpec, SessionRow, Trust,
     },
     placement::Place,
 };
@@ -343,7 +343,7 @@ pub trait Store:
     fn record_progress(
         &self,
         session_id: &str,
-        detail: serde_json::Value,
+        report: ProgressReport,
         audit: AuditRecord,
         check: MessageCheck<'_>,
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;

@@ -7,7 +7,7 @@
 //! spawn under the subtree and no other end in it commits meanwhile; the
 //! rows it changes are locked by its updates, after those.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use troupe_proto::{
     agent::stdin::{ParentEnded as Notice, ParentEndedType},
     session::SessionStatus,
@@ -16,19 +16,28 @@ use troupe_proto::{
 
 use super::{backends::each_backend, journal::NewEvent};
 use crate::{
-    model::{AuditRecord, NewMessage, ParentEnd, Principal, SessionRow},
+    model::{
+        AuditRecord, EventDetail, NewMessage, Orphaned, ParentEnd, Principal, SessionRow,
+        Terminated,
+    },
     policy::{self, ParentEnded},
 };
 
 /// The `terminated` event of a child ended because its parent ended.
-pub(crate) fn cascade_detail(by: &Principal, parent_status: SessionStatus) -> Value {
-    json!({"reason": "cascade", "terminated_by": by.to_string(),
-           "parent_ended": status_str(parent_status)})
+pub(crate) fn cascade_detail(by: &Principal, parent_status: SessionStatus) -> EventDetail {
+    EventDetail::Terminated(Terminated {
+        reason: "cascade".to_owned(),
+        terminated_by: by.to_string(),
+        parent_ended: Some(status_str(parent_status).to_owned()),
+    })
 }
 
 /// The `orphaned` event of a child that stays active.
-pub(crate) fn orphaned_detail(policy: ParentEnd, parent_status: SessionStatus) -> Value {
-    json!({"policy": policy.as_str(), "parent_status": status_str(parent_status)})
+pub(crate) fn orphaned_detail(policy: ParentEnd, parent_status: SessionStatus) -> EventDetail {
+    EventDetail::Orphaned(Orphaned {
+        policy: policy.as_str().to_owned(),
+        parent_status: status_str(parent_status).to_owned(),
+    })
 }
 
 /// The `parent_ended` message a `notify` child (`reached`) is sent, from
@@ -142,7 +151,7 @@ each_backend! {
                         id,
                         EventKind::Terminated,
                         SessionStatus::Terminated,
-                        cascade_detail(by, r.parent_status),
+                        &cascade_detail(by, r.parent_status),
                     ));
                 } else {
                     let Some(row) = orphaned.iter().find(|o| o.session_id == id) else {
@@ -152,7 +161,7 @@ each_backend! {
                         id,
                         EventKind::Orphaned,
                         row.status,
-                        orphaned_detail(r.policy, r.parent_status),
+                        &orphaned_detail(r.policy, r.parent_status),
                     ));
                     if r.policy == ParentEnd::Notify {
                         let message = notice(r, ended);

@@ -88,7 +88,7 @@ each_backend! {
                     session_id,
                     kind,
                     status,
-                    event_detail(change, runner_seq, gap_from),
+                    &event_detail(change, runner_seq, gap_from),
                 )),
                 (None, _) => {}
             }

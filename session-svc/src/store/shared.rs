@@ -9,7 +9,10 @@ use serde_json::json;
 use super::{Created, InboxCheck, Sent};
 use crate::{
     error::{QuotaLeft, SessionError},
-    model::{FannedOut, ProcessChange, Reach, Reached, Sending},
+    model::{
+        Delivered, Ended, EventDetail, FannedOut, Nothing, OutputTruncated, ProcessChange, Reach,
+        Reached, Sending,
+    },
 };
 
 /// What each of some inboxes holds not yet delivered, in bytes, by session id.
@@ -37,8 +40,10 @@ pub(crate) fn fill_inboxes(
 
 /// The detail of a delivery's event (`EventKind::Delivered`): the inbox's
 /// messages up to `through` are the agent's now.
-pub(crate) fn delivered_detail(through: u64) -> serde_json::Value {
-    json!({ "through_sequence": through })
+pub(crate) fn delivered_detail(through: u64) -> EventDetail {
+    EventDetail::Delivered(Delivered {
+        through_sequence: through,
+    })
 }
 
 /// The quota left, as a create's idempotency record stores it.
@@ -147,22 +152,18 @@ pub(crate) fn replayed_fan_out(result: &serde_json::Value) -> Result<FannedOut, 
 /// The detail of the event a process change writes (output's is written
 /// with its budgets, in `output.rs`). A truncation's gap is
 /// `gap_from..=runner_seq`, marked where it is.
-pub(crate) fn event_detail(
-    change: &ProcessChange,
-    runner_seq: u64,
-    gap_from: u64,
-) -> serde_json::Value {
+pub(crate) fn event_detail(change: &ProcessChange, runner_seq: u64, gap_from: u64) -> EventDetail {
     match change {
-        ProcessChange::Started | ProcessChange::Output { .. } => json!({}),
-        ProcessChange::Truncated { log_bytes } => json!({
-            "dropped_bytes": log_bytes,
-            "dropped_events": (runner_seq + 1).saturating_sub(gap_from),
-            "by_runner": true,
+        ProcessChange::Started | ProcessChange::Output { .. } => EventDetail::Nothing(Nothing {}),
+        ProcessChange::Truncated { log_bytes } => EventDetail::OutputTruncated(OutputTruncated {
+            dropped_bytes: *log_bytes,
+            dropped_events: (runner_seq + 1).saturating_sub(gap_from),
+            by_runner: true,
         }),
-        ProcessChange::Exited(exit) => json!({
-            "exit_code": exit.code,
-            "reason": exit.reason.as_str(),
-            "detail": exit.detail,
+        ProcessChange::Exited(exit) => EventDetail::Ended(Ended {
+            exit_code: exit.code,
+            reason: exit.reason.as_str().to_owned(),
+            detail: exit.detail.clone(),
         }),
     }
 }

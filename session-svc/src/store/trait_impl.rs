@@ -15,7 +15,7 @@ each_backend! {
         error::SessionError,
         model::{
             AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession,
-            Principal, ProcessChange, ProcessRow, RunnerRow, RunnerSpec, SessionRow, Trust,
+            Principal, ProcessChange, ProcessRow, ProgressReport, RunnerRow, RunnerSpec, SessionRow, Trust,
             now_ms,
         },
         placement::Place,
@@ -209,11 +209,11 @@ each_backend! {
         async fn record_progress(
             &self,
             session_id: &str,
-            detail: serde_json::Value,
+            report: ProgressReport,
             audit: AuditRecord,
             check: MessageCheck<'_>,
         ) -> Result<u64, SessionError> {
-            retrying!(self.record_progress_once(session_id, &detail, &audit, check))
+            retrying!(self.record_progress_once(session_id, &report, &audit, check))
         }
 
         async fn fail_session(

@@ -6,14 +6,13 @@
 //! `meta` row `output_bytes`, which every output write locks first, so
 //! output writes (and pruning) take their turns at it.
 
-use serde_json::json;
 use sqlx::PgConnection;
 use troupe_proto::session::SessionStatus;
 
 use super::events::{self, NewEvent};
 use crate::{
     error::SessionError,
-    model::EventKind,
+    model::{EventDetail, EventKind, Output, OutputTruncated},
     store::{OutputBudget, shared::low_water},
 };
 
@@ -57,18 +56,10 @@ pub(in crate::store) async fn record(
     .bind(bytes)
     .fetch_one(&mut *conn)
     .await?;
-    let encoded = {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(data)
-    };
+    let detail = EventDetail::Output(Output::of(stream, data));
     let event = NewEvent {
         bytes: Some(bytes),
-        ..NewEvent::new(
-            session_id,
-            EventKind::Output,
-            status,
-            json!({"stream": stream, "data": encoded}),
-        )
+        ..NewEvent::new(session_id, EventKind::Output, status, &detail)
     };
     events::write(&mut *conn, &[event], false).await?;
     if kept as u64 > budget.session_bytes {
@@ -147,7 +138,14 @@ async fn drop_oldest(
     sqlx::query(
         "UPDATE events SET kind = 'output_truncated', bytes = NULL, detail = $1 WHERE id = $2",
     )
-    .bind(json!({"dropped_bytes": dropped_bytes, "dropped_events": dropped_events}).to_string())
+    .bind(
+        EventDetail::OutputTruncated(OutputTruncated {
+            dropped_bytes: dropped_bytes as u64,
+            dropped_events: dropped_events as u64,
+            by_runner: false,
+        })
+        .to_json(),
+    )
     .bind(last)
     .execute(&mut *conn)
     .await?;

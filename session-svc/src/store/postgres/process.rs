@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{AuditRecord, EventKind, SessionRow, now_ms},
+    model::{AuditRecord, EventDetail, EventKind, ProgressReport, SessionRow, now_ms},
     store::{Fence, MessageCheck, shared::delivered_detail},
 };
 
@@ -60,7 +60,7 @@ impl PgStore {
                 session_id,
                 EventKind::Delivered,
                 row.status,
-                delivered_detail(seq),
+                &delivered_detail(seq),
             );
             events::write(&mut tx, &[event], false).await?;
         }
@@ -74,16 +74,17 @@ impl PgStore {
     pub(in crate::store) async fn record_progress_once(
         &self,
         session_id: &str,
-        detail: &serde_json::Value,
+        report: &ProgressReport,
         audit: &AuditRecord,
         check: MessageCheck<'_>,
     ) -> Result<u64, SessionError> {
         let mut tx = self.begin().await?;
         let (row, _) = locks::session(&mut tx, session_id).await?;
         check(&row)?;
+        let detail = EventDetail::Progress(report.clone());
         sqlx::query("UPDATE sessions SET last_progress = $2 WHERE session_id = $1")
             .bind(session_id)
-            .bind(detail.to_string())
+            .bind(detail.to_json())
             .execute(&mut *tx)
             .await?;
         PgStore::insert_audit(&mut tx, audit).await?;
@@ -91,7 +92,7 @@ impl PgStore {
             session_id: session_id.to_owned(),
             kind: EventKind::Progress,
             status: row.status,
-            detail: detail.to_string(),
+            detail: detail.to_json(),
             bytes: None,
         };
         let written = events::write(&mut tx, &[event], false).await?;

@@ -20,14 +20,13 @@
 //! partial index on output events (see the migrations) serves only a query
 //! whose condition is that literal.
 
-use serde_json::json;
 use sqlx::SqliteConnection;
 
 use troupe_proto::{session::SessionStatus, status::status_str};
 
 use crate::{
     error::SessionError,
-    model::{EventKind, now_ms},
+    model::{EventDetail, EventKind, Output, OutputTruncated, now_ms},
     store::shared::low_water,
 };
 
@@ -73,10 +72,7 @@ pub(in crate::store) async fn record(
     .bind(session_id)
     .fetch_one(&mut *conn)
     .await?;
-    let encoded = {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(data)
-    };
+    let detail = EventDetail::Output(Output::of(stream, data));
     sqlx::query(
         "INSERT INTO events (session_id, seq, kind, status, at_ms, detail, bytes) \
          SELECT session_id, event_seq + 1, ?2, ?3, ?4, ?5, ?6 FROM sessions \
@@ -86,7 +82,7 @@ pub(in crate::store) async fn record(
     .bind(EventKind::Output.as_str())
     .bind(status_str(status))
     .bind(now_ms())
-    .bind(json!({"stream": stream, "data": encoded}).to_string())
+    .bind(detail.to_json())
     .bind(bytes)
     .execute(&mut *conn)
     .await?;
@@ -179,7 +175,14 @@ async fn drop_oldest(
     .await?;
     sqlx::query("UPDATE events SET kind = ?, bytes = NULL, detail = ? WHERE id = ?")
         .bind(EventKind::OutputTruncated.as_str())
-        .bind(json!({"dropped_bytes": dropped_bytes, "dropped_events": dropped_events}).to_string())
+        .bind(
+            EventDetail::OutputTruncated(OutputTruncated {
+                dropped_bytes: dropped_bytes as u64,
+                dropped_events: dropped_events as u64,
+                by_runner: false,
+            })
+            .to_json(),
+        )
         .bind(last)
         .execute(&mut *conn)
         .await?;

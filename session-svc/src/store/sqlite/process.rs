@@ -5,7 +5,7 @@
 use super::{SqliteStore, write::Write};
 use crate::{
     error::SessionError,
-    model::{AuditRecord, EventKind, SessionRow, now_ms},
+    model::{AuditRecord, EventDetail, EventKind, ProgressReport, SessionRow, now_ms},
     store::{Fence, MessageCheck, shared::delivered_detail},
 };
 
@@ -58,7 +58,7 @@ impl SqliteStore {
             .bind(session_id)
             .bind(EventKind::Delivered.as_str())
             .bind(now_ms())
-            .bind(delivered_detail(seq).to_string())
+            .bind(delivered_detail(seq).to_json())
             .execute(tx.conn())
             .await?;
         }
@@ -79,7 +79,7 @@ impl SqliteStore {
     pub(in crate::store) async fn record_progress_once(
         &self,
         session_id: &str,
-        detail: &serde_json::Value,
+        report: &ProgressReport,
         audit: &AuditRecord,
         check: MessageCheck<'_>,
     ) -> Result<u64, SessionError> {
@@ -89,6 +89,7 @@ impl SqliteStore {
             .get(session_id)
             .ok_or_else(|| SessionError::not_found(session_id))?;
         check(&row)?;
+        let detail = EventDetail::Progress(report.clone());
         let mut tx = Write::begin(&mut w.conn).await?;
         let sequence: i64 = sqlx::query_scalar(
             "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
@@ -99,12 +100,12 @@ impl SqliteStore {
         .bind(EventKind::Progress.as_str())
         .bind(troupe_proto::status::status_str(row.status))
         .bind(now_ms())
-        .bind(detail.to_string())
+        .bind(detail.to_json())
         .fetch_one(tx.conn())
         .await?;
         sqlx::query("UPDATE sessions SET last_progress = ?2 WHERE session_id = ?1")
             .bind(session_id)
-            .bind(detail.to_string())
+            .bind(detail.to_json())
             .execute(tx.conn())
             .await?;
         tx.audit(audit).await?;

@@ -22,8 +22,8 @@ use super::open::RawSession;
 use crate::{
     error::{Reason, SessionError},
     model::{
-        AuditRecord, EventKind, Idempotency, MessageRate, NewMessage, NewSession, SessionRow,
-        now_ms,
+        AuditRecord, EventDetail, EventKind, Idempotency, MessageRate, NewMessage, NewSession,
+        SessionRow, now_ms,
     },
     store::{
         journal::{created_detail, message_detail},
@@ -180,7 +180,7 @@ impl Batch {
         session_id: &str,
         kind: EventKind,
         at_ms: i64,
-        detail: serde_json::Value,
+        detail: EventDetail,
     ) -> &mut Batch {
         self.statement(
             "INSERT INTO events (session_id, seq, kind, status, at_ms, detail) \
@@ -188,7 +188,7 @@ impl Batch {
         )
         .bind(kind.as_str())
         .bind(at_ms)
-        .bind(detail.to_string())
+        .bind(detail.to_json())
         .bind(session_id.to_owned())
     }
 
