@@ -21,7 +21,8 @@ use std::{
 
 use tokio::sync::oneshot;
 use tokio_stream::StreamExt;
-use tonic::{service::interceptor::InterceptedService, transport::Channel};
+use tonic::{Streaming, service::interceptor::InterceptedService, transport::Channel};
+use tonic_health::pb::health_client::HealthClient;
 pub use troupe_proto::endpoint::Bearer;
 use troupe_proto::runner::{
     ExecEvent, ExitReason, OutputStream, StartExecRequest, WatchExecRequest, exec_event,
@@ -159,6 +160,29 @@ impl TestRunner {
 
     pub async fn client(&self) -> Client {
         self.try_client().await.expect("connect")
+    }
+
+    /// A connection to the runner that carries no token.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    /// The runner's health service, which asks for no token.
+    pub async fn health(&self) -> HealthClient<Channel> {
+        HealthClient::new(self.channel().await)
+    }
+
+    /// The runner's relay socket (`--session-endpoint`), which agents reach
+    /// as `/run/troupe/session/session.sock`.
+    pub fn relay_socket(&self) -> PathBuf {
+        match self.config.agent_socket().expect("agent socket") {
+            troupe_runner_svc::AgentSocket::Relayed { socket, .. } => socket,
+            local => panic!("not relayed: {local:?}"),
+        }
     }
 
     /// A fresh workspace id, whose container is removed when the runner drops.
@@ -343,16 +367,21 @@ impl Collected {
     }
 }
 
-/// Watches `exec_id` after `after` until its exit event (or `limit`).
-pub async fn collect(client: &mut Client, exec_id: &str, after: u64, limit: Duration) -> Collected {
-    let mut stream = client
+/// The events of `exec_id` after sequence `after`, as a watch streams them.
+pub async fn watch(client: &mut Client, exec_id: &str, after: u64) -> Streaming<ExecEvent> {
+    client
         .watch_exec(WatchExecRequest {
             exec_id: exec_id.into(),
             after_sequence: after,
         })
         .await
         .expect("watch")
-        .into_inner();
+        .into_inner()
+}
+
+/// Watches `exec_id` after `after` until its exit event (or `limit`).
+pub async fn collect(client: &mut Client, exec_id: &str, after: u64, limit: Duration) -> Collected {
+    let mut stream = watch(client, exec_id, after).await;
     let mut out = Collected::default();
     let deadline = tokio::time::Instant::now() + limit;
     loop {
@@ -389,14 +418,7 @@ pub async fn run_sh(
 /// Watches `exec_id` from its start until it has printed `needle`, within
 /// a minute. Only what each event adds is searched, so a flood stays cheap.
 pub async fn wait_for_output(client: &mut Client, exec_id: &str, needle: &str) {
-    let mut stream = client
-        .watch_exec(WatchExecRequest {
-            exec_id: exec_id.into(),
-            after_sequence: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch(client, exec_id, 0).await;
     let needle = needle.as_bytes();
     let mut seen = Collected::default();
     // Bytes before this were searched already, but for a needle's length

@@ -92,13 +92,9 @@ impl Pair {
         }
     }
 
-    /// The runner's relay socket, which agents reach as
-    /// `/run/troupe/session/session.sock`.
+    /// The runner's relay socket ([`TestRunner::relay_socket`]).
     pub fn relay_socket(&self) -> std::path::PathBuf {
-        match self.runner.config.agent_socket().expect("agent socket") {
-            troupe_runner_svc::AgentSocket::Relayed { socket, .. } => socket,
-            local => panic!("not relayed: {local:?}"),
-        }
+        self.runner.relay_socket()
     }
 
     /// A fresh workspace whose agent `name` runs `sh -c script`.
@@ -134,6 +130,14 @@ impl Pair {
             .into_inner()
             .session
             .unwrap()
+    }
+
+    /// As [`Pair::root`], once its agent runs.
+    pub async fn running_root(&self, ws: &str, agent: &str, message: &str) -> pb::Session {
+        let root = self.root(ws, agent, message).await;
+        self.wait_status(&root.session_id, SessionStatus::Running)
+            .await;
+        root
     }
 
     pub async fn child(
