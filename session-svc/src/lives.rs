@@ -24,7 +24,7 @@ use troupe_telemetry::Life;
 
 use crate::{
     error::SessionError,
-    model::{EventFilter, SessionRow},
+    model::{EndReason, EventFilter, SessionRow},
     store::{EventPage, Store},
 };
 
@@ -100,7 +100,7 @@ async fn export_one<S: Store>(store: &S, session_id: &str) -> Result<(), Session
         attributes.push(KeyValue::new("troupe.parent_session.id", parent.clone()));
     }
     if let Some(reason) = &row.end_reason {
-        attributes.push(KeyValue::new("troupe.end_reason", reason.clone()));
+        attributes.push(KeyValue::new("troupe.end_reason", reason.to_string()));
     }
     if let Some(code) = store.process(session_id).await?.and_then(|p| p.exit_code) {
         attributes.push(KeyValue::new("troupe.exit_code", i64::from(code)));
@@ -114,7 +114,11 @@ async fn export_one<S: Store>(store: &S, session_id: &str) -> Result<(), Session
         attributes,
         events,
         links,
-        error: failed.then(|| row.end_reason.clone().unwrap_or_else(|| status.to_owned())),
+        error: failed.then(|| {
+            row.end_reason
+                .as_ref()
+                .map_or_else(|| status.to_owned(), EndReason::to_string)
+        }),
     });
     Ok(())
 }

@@ -35,7 +35,7 @@ pub use groups::{Audience, FannedOut, GroupName, GroupRow, Reach, Reached, new_m
 pub use messages::{MessageRate, Sending};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
-pub use values::{EventKind, ExitReason, ParentEnd, Principal};
+pub use values::{EndReason, EventKind, ExitReason, ParentEnd, Principal};
 
 /// A session's trust level. Only ever narrows from parent to child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +96,7 @@ pub struct SessionRow {
     pub created_by: Principal,
     pub created_at_ms: i64,
     pub ended_at_ms: Option<i64>,
-    pub end_reason: Option<String>,
+    pub end_reason: Option<EndReason>,
     pub spawn_tat_ms: i64,
     pub inbox_seq: i64,
     /// Its life span in its tree's trace; `None` when untraced.

@@ -19,7 +19,7 @@
 //! - the process state machine: [`process_step`], what a runner's report
 //!   (or a failure, as an exit) does to its session;
 //! - a session's end and its children: [`parent_end`] (each child's
-//!   parent-end policy, recursively), [`notice_reason`].
+//!   parent-end policy, recursively).
 
 mod budget;
 mod messaging;
@@ -31,7 +31,7 @@ pub use budget::{admit_budget, admit_charge, deadline, left as budget_left};
 pub use messaging::{
     admit_group_size, admit_inbox, admit_messages, plan_fan_out, reach, reach_member,
 };
-pub use parent_end::{Member, ParentEnded, notice_reason, parent_end};
+pub use parent_end::{Member, ParentEnded, parent_end};
 
 use troupe_proto::{scope::SANDBOXED_AREA, session::SessionStatus, status::is_ended};
 
@@ -40,8 +40,8 @@ use crate::{
     config::Limits,
     error::{QuotaLeft, Reason, SessionError},
     model::{
-        Account, Budget, Caller, EventKind, ExitReason, ProcessChange, SessionRow, Trust,
-        WriteScope,
+        Account, Budget, Caller, EndReason, EventKind, ExitReason, ProcessChange, SessionRow,
+        Trust, WriteScope,
     },
 };
 
@@ -422,7 +422,7 @@ pub struct ProcessStep {
     /// The session's new status; `None` leaves it as it is.
     pub status: Option<SessionStatus>,
     /// Why it ended, when `status` is an end.
-    pub end_reason: Option<String>,
+    pub end_reason: Option<EndReason>,
     /// The event to write, with the session's status after the step; `None`
     /// writes none (the change is recorded all the same: an exit's code).
     pub event: Option<EventKind>,
@@ -456,11 +456,11 @@ pub fn process_step(status: SessionStatus, change: &ProcessChange) -> ProcessSte
         ProcessChange::Truncated { .. } => event(EventKind::OutputTruncated),
         ProcessChange::Exited(exit) if !is_ended(status) => {
             let (status, reason) = if exit.succeeded() {
-                (SessionStatus::Completed, exit.reason.as_str().to_owned())
+                (SessionStatus::Completed, EndReason::Exit(exit.reason))
             } else if exit.reason == ExitReason::Exited {
-                (SessionStatus::Failed, format!("exit code {}", exit.code))
+                (SessionStatus::Failed, EndReason::ExitCode(exit.code))
             } else {
-                (SessionStatus::Failed, exit.reason.as_str().to_owned())
+                (SessionStatus::Failed, EndReason::Exit(exit.reason))
             };
             ProcessStep {
                 status: Some(status),
@@ -488,7 +488,7 @@ mod tests {
     fn ends(status: SessionStatus, reason: &str) -> ProcessStep {
         ProcessStep {
             status: Some(status),
-            end_reason: Some(reason.to_owned()),
+            end_reason: Some(EndReason::parse(reason)),
             event: EventKind::ending(status),
         }
     }

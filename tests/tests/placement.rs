@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{Action, AuditRecord, Failure, NewSession, Principal, RunnerName, RunnerSpec, Trust},
+    model::{
+        Action, AuditRecord, EndReason, ExitReason, Failure, NewSession, Principal, RunnerName,
+        RunnerSpec, Trust,
+    },
     placement::Place,
     store::{Fence, Holder, Store},
 };
@@ -149,7 +152,7 @@ async fn a_lapsed_runner_is_lost_and_its_workspace_moves_once_idle<S: Store>(sto
             .unwrap()
     );
     let a = store.get_session("a").await.unwrap().unwrap();
-    assert_eq!(a.end_reason.as_deref(), Some("runner_lost"));
+    assert_eq!(a.end_reason, Some(EndReason::Exit(ExitReason::RunnerLost)));
     assert!(store.driver_work().await.unwrap().runner_lost.is_empty());
     assert_eq!(store.start_process(&fence, "b").await.unwrap(), on("r2"));
     let again = store.register_runner(&spec("r1", 10), short).await.unwrap();

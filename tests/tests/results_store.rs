@@ -9,7 +9,9 @@
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{Action, AuditRecord, Finish, NewSession, Outcome, Principal, Trust, now_ms},
+    model::{
+        Action, AuditRecord, EndReason, Finish, NewSession, Outcome, Principal, Trust, now_ms,
+    },
     policy::{self, Admission, SpawnContext},
     store::{Fence, Store},
 };
@@ -89,13 +91,13 @@ async fn contract<S: Store>(store: S) {
         .expect("finish");
     assert_eq!(terminated, vec!["g".to_owned()]);
     assert_eq!(row.status, SessionStatus::Failed);
-    assert_eq!(row.end_reason.as_deref(), Some("finished"));
+    assert_eq!(row.end_reason, Some(EndReason::Finished));
     assert_eq!(store.finished("c").await.unwrap(), Some(finish.clone()));
     assert_eq!(store.finished("p").await.unwrap(), None);
     let g = store.get_session("g").await.unwrap().unwrap();
     assert_eq!(
-        (g.status, g.end_reason.as_deref()),
-        (SessionStatus::Terminated, Some("cascade"))
+        (g.status, g.end_reason),
+        (SessionStatus::Terminated, Some(EndReason::Cascade))
     );
     let work = store.driver_work().await.unwrap();
     assert_eq!(

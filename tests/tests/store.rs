@@ -231,7 +231,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                 ledger.inbox_seq,
                 ledger.spawn_tat_ms,
                 ledger.ended_at_ms,
-                ledger.end_reason.clone(),
+                ledger.end_reason.as_ref().map(ToString::to_string),
             ),
             "{id}"
         );

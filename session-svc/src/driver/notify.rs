@@ -14,8 +14,8 @@ use super::{Driver, Job, Term, system_audit};
 use crate::{
     error::{Reason, SessionError},
     model::{
-        Action, AuditRecord, ExitReason, Failure, Finish, NewMessage, Principal, ProcessRow,
-        SessionRow,
+        Action, AuditRecord, EndReason, ExitReason, Failure, Finish, NewMessage, Principal,
+        ProcessRow, SessionRow,
     },
     store::Store,
 };
@@ -132,15 +132,13 @@ impl<S: Store> Driver<S> {
 fn notice(row: &SessionRow, process: &ProcessRow, finished: Option<Finish>) -> String {
     let reason = match &finished {
         Some(_) => Finish::END_REASON,
-        None => process
-            .exit_reason
-            .unwrap_or_else(|| {
-                row.end_reason
-                    .as_deref()
-                    .and_then(ExitReason::parse)
-                    .unwrap_or(ExitReason::NotStarted)
-            })
-            .as_str(),
+        None => {
+            let ended = match row.end_reason {
+                Some(EndReason::Exit(reason)) => reason,
+                _ => ExitReason::NotStarted,
+            };
+            process.exit_reason.unwrap_or(ended).as_str()
+        }
     };
     let tail = String::from_utf8_lossy(&process.output_tail);
     let tail: String = tail

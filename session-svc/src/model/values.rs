@@ -157,6 +157,72 @@ impl fmt::Display for ExitReason {
     }
 }
 
+/// Why a session ended, as `sessions.end_reason` stores it: the text of
+/// [`EndReason`]'s `Display`, read back by [`EndReason::parse`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// It finished its own task (`FinishSession`).
+    Finished,
+    /// An ancestor's end reached it: its parent-end policy, or an ended
+    /// session's active subtree terminated whole.
+    Cascade,
+    /// Its process ended (or the driver ended it) for this reason.
+    Exit(ExitReason),
+    /// Its process exited by itself with this code, not 0.
+    ExitCode(i32),
+    /// A termination, with the reason its terminator gave (free text).
+    Given(String),
+}
+
+impl EndReason {
+    const CASCADE: &'static str = "cascade";
+    const EXIT_CODE: &'static str = "exit code ";
+
+    /// Reads a stored end reason. Free text that reads as one of Troupe's
+    /// own (`cascade`, an exit reason) is that one.
+    pub fn parse(text: &str) -> EndReason {
+        if text == super::Finish::END_REASON {
+            return EndReason::Finished;
+        }
+        if text == Self::CASCADE {
+            return EndReason::Cascade;
+        }
+        if let Some(reason) = ExitReason::parse(text) {
+            return EndReason::Exit(reason);
+        }
+        match text.strip_prefix(Self::EXIT_CODE).map(str::parse) {
+            Some(Ok(code)) => EndReason::ExitCode(code),
+            _ => EndReason::Given(text.to_owned()),
+        }
+    }
+
+    /// The reason a `parent_ended` notice gives for it: Troupe's own words
+    /// (`finished`, `cascade`, an exit reason; a failing code is `exited`),
+    /// and `manual` for a termination: the text a terminating caller gave
+    /// is never passed on.
+    pub fn notice(&self) -> &'static str {
+        match self {
+            EndReason::Finished => super::Finish::END_REASON,
+            EndReason::Cascade => Self::CASCADE,
+            EndReason::Exit(reason) => reason.as_str(),
+            EndReason::ExitCode(_) => ExitReason::Exited.as_str(),
+            EndReason::Given(_) => "manual",
+        }
+    }
+}
+
+impl fmt::Display for EndReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EndReason::Finished => f.write_str(super::Finish::END_REASON),
+            EndReason::Cascade => f.write_str(Self::CASCADE),
+            EndReason::Exit(reason) => f.write_str(reason.as_str()),
+            EndReason::ExitCode(code) => write!(f, "{}{code}", Self::EXIT_CODE),
+            EndReason::Given(text) => f.write_str(text),
+        }
+    }
+}
+
 /// What happens to a session when its parent ends, however it ends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ParentEnd {
@@ -256,6 +322,35 @@ impl fmt::Display for Principal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every end reason reads back as it is stored; free text stays text.
+    #[test]
+    fn end_reasons_read_back_as_stored() {
+        let reasons = [
+            (EndReason::Finished, "finished"),
+            (EndReason::Cascade, "cascade"),
+            (EndReason::Exit(ExitReason::RunnerLost), "runner_lost"),
+            (EndReason::ExitCode(-3), "exit code -3"),
+            (EndReason::Given("done".into()), "done"),
+            (EndReason::Given("exit code x".into()), "exit code x"),
+        ];
+        for (reason, text) in reasons {
+            assert_eq!(reason.to_string(), text);
+            assert_eq!(EndReason::parse(text), reason, "{text}");
+        }
+    }
+
+    /// A notice names the end in Troupe's words, never a caller's text.
+    #[test]
+    fn a_notice_never_passes_a_callers_text_on() {
+        let notice = |text: &str| EndReason::parse(text).notice();
+        assert_eq!(notice("runner_lost"), "runner_lost");
+        assert_eq!(notice("finished"), "finished");
+        assert_eq!(notice("cascade"), "cascade");
+        assert_eq!(notice("exited"), "exited");
+        assert_eq!(notice("exit code 3"), "exited");
+        assert_eq!(notice("the secret is 42"), "manual");
+    }
 
     #[test]
     fn event_kinds_are_stored_as_the_protos_names_and_read_back() {

@@ -18,7 +18,7 @@
 
 use troupe_proto::session::SessionStatus;
 
-use crate::model::{ExitReason, Finish, ParentEnd, SessionRow};
+use crate::model::{ParentEnd, SessionRow};
 
 /// An active session below the one that ends, as the walk needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,20 +82,6 @@ pub fn parent_end(ended: &str, status: SessionStatus, active: &[Member]) -> Vec<
     out
 }
 
-/// The `reason` a `parent_ended` notice gives: the parent's end reason in
-/// Troupe's own words (`finished`, an exit reason, `cascade`), else
-/// `manual`: the text a terminating caller gave is never passed on.
-pub fn notice_reason(end_reason: Option<&str>) -> &'static str {
-    match end_reason {
-        Some(Finish::END_REASON) => Finish::END_REASON,
-        Some("cascade") => "cascade",
-        // A failed exit's reason, as `process_step` words it.
-        Some(r) if r.starts_with("exit code ") => ExitReason::Exited.as_str(),
-        Some(r) => ExitReason::parse(r).map_or("manual", ExitReason::as_str),
-        None => "manual",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,16 +138,5 @@ mod tests {
         let plan = parent_end("p", Completed, &active);
         assert_eq!(reached(&plan), vec![("y", Terminate, Completed)]);
         assert!(parent_end("leaf", Completed, &active).is_empty());
-    }
-
-    #[test]
-    fn a_terminating_callers_text_is_never_the_notices_reason() {
-        assert_eq!(notice_reason(Some("runner_lost")), "runner_lost");
-        assert_eq!(notice_reason(Some("finished")), "finished");
-        assert_eq!(notice_reason(Some("cascade")), "cascade");
-        assert_eq!(notice_reason(Some("exited")), "exited");
-        assert_eq!(notice_reason(Some("exit code 3")), "exited");
-        assert_eq!(notice_reason(Some("the secret is 42")), "manual");
-        assert_eq!(notice_reason(None), "manual");
     }
 }

@@ -7,8 +7,8 @@ use troupe_proto::session::{self as pb, session_event::Detail};
 use crate::{
     error::QuotaLeft,
     model::{
-        Account, AuditRow, Caller, EventDetail, EventRow, Finish, Outcome, Principal, ProcessRow,
-        SessionRow, Trust, Usage,
+        Account, AuditRow, Caller, EndReason, EventDetail, EventRow, Finish, Outcome, Principal,
+        ProcessRow, SessionRow, Trust, Usage,
     },
     policy::{self, trust_sees},
 };
@@ -72,7 +72,11 @@ pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
         created_by,
         created_at: Some(timestamp(row.created_at_ms)),
         ended_at: row.ended_at_ms.map(timestamp),
-        end_reason: row.end_reason.clone().unwrap_or_default(),
+        end_reason: row
+            .end_reason
+            .as_ref()
+            .map(EndReason::to_string)
+            .unwrap_or_default(),
         exit_code: None,
         trace_id: row
             .trace

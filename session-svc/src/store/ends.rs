@@ -15,19 +15,19 @@ each_backend! {
 
     use crate::{
         error::SessionError,
-        model::{AuditRecord, EventDetail, EventKind, Terminated, ExitReason, Failure, Finish, Principal, ProcessChange, SessionRow},
+        model::{AuditRecord, EndReason, EventDetail, EventKind, Terminated, ExitReason, Failure, Finish, Principal, ProcessChange, SessionRow},
         policy,
         store::{Fence, MessageCheck, TerminateCheck, journal::NewEvent, shared::event_detail},
     };
 
     /// The `terminated` event of `session_id`, ended for `reason` by `by`.
-    fn terminated(session_id: &str, reason: &str, by: &Principal) -> NewEvent {
+    fn terminated(session_id: &str, reason: &EndReason, by: &Principal) -> NewEvent {
         NewEvent::new(
             session_id,
             EventKind::Terminated,
             SessionStatus::Terminated,
             &EventDetail::Terminated(Terminated {
-                reason: reason.to_owned(),
+                reason: reason.to_string(),
                 terminated_by: by.to_string(),
                 parent_ended: None,
             }),
@@ -60,13 +60,15 @@ each_backend! {
             } else {
                 tx.active_subtree(target).await?
             };
+            let given = EndReason::Given(reason.to_owned());
+            let cascade = EndReason::Cascade;
             let ended = tx
-                .end_sessions(&subtree, SessionStatus::Terminated, target, reason, "cascade")
+                .end_sessions(&subtree, SessionStatus::Terminated, target, &given, &cascade)
                 .await?;
             let mut events: Vec<NewEvent> = ended
                 .iter()
                 .map(|r| {
-                    let why = if r.session_id == target { reason } else { "cascade" };
+                    let why = if r.session_id == target { &given } else { &cascade };
                     terminated(&r.session_id, why, by)
                 })
                 .collect();
@@ -104,8 +106,8 @@ each_backend! {
                     &[session_id.to_owned()],
                     status,
                     session_id,
-                    Finish::END_REASON,
-                    Finish::END_REASON,
+                    &EndReason::Finished,
+                    &EndReason::Finished,
                 )
                 .await?
                 .pop();
@@ -226,9 +228,9 @@ each_backend! {
                 return Ok(Vec::new());
             }
             let subtree = tx.active_subtree(session_id).await?;
-            let reason = ExitReason::Budget.as_str();
+            let reason = EndReason::Exit(ExitReason::Budget);
             let ended = tx
-                .end_sessions(&subtree, SessionStatus::Terminated, session_id, reason, reason)
+                .end_sessions(&subtree, SessionStatus::Terminated, session_id, &reason, &reason)
                 .await?;
             let ended = ids(&ended);
             let mut audit = audit.clone();
@@ -236,7 +238,7 @@ each_backend! {
             This::insert_audit(tx.conn(), &audit).await?;
             let events: Vec<NewEvent> = ended
                 .iter()
-                .map(|id| terminated(id, reason, &Principal::Troupe))
+                .map(|id| terminated(id, &reason, &Principal::Troupe))
                 .collect();
             This::append_events(tx.conn(), &events, !ended.is_empty()).await?;
             tx.commit().await?;

@@ -17,16 +17,16 @@ use troupe_proto::{
 use super::{backends::each_backend, journal::NewEvent};
 use crate::{
     model::{
-        AuditRecord, EventDetail, NewMessage, Orphaned, ParentEnd, Principal, SessionRow,
-        Terminated,
+        AuditRecord, EndReason, EventDetail, NewMessage, Orphaned, ParentEnd, Principal,
+        SessionRow, Terminated,
     },
-    policy::{self, ParentEnded},
+    policy::ParentEnded,
 };
 
 /// The `terminated` event of a child ended because its parent ended.
 pub(crate) fn cascade_detail(by: &Principal, parent_status: SessionStatus) -> EventDetail {
     EventDetail::Terminated(Terminated {
-        reason: "cascade".to_owned(),
+        reason: EndReason::Cascade.to_string(),
         terminated_by: by.to_string(),
         parent_ended: Some(status_str(parent_status).to_owned()),
     })
@@ -46,9 +46,12 @@ pub(crate) fn orphaned_detail(policy: ParentEnd, parent_status: SessionStatus) -
 pub(crate) fn notice(reached: &ParentEnded, ended: &SessionRow) -> NewMessage {
     // Below a child the walk terminated, the parent ended by cascade.
     let reason = if reached.parent_session_id == ended.session_id {
-        policy::notice_reason(ended.end_reason.as_deref())
+        ended
+            .end_reason
+            .as_ref()
+            .map_or("manual", EndReason::notice)
     } else {
-        "cascade"
+        EndReason::Cascade.notice()
     };
     let parent_status = reached.parent_status;
     NewMessage {
@@ -114,7 +117,7 @@ each_backend! {
     use super::{Applied, Reached, cascade_detail, notice, orphaned_detail};
     use crate::{
         error::SessionError,
-        model::{EventKind, ParentEnd, Principal, SessionRow},
+        model::{EndReason, EventKind, ParentEnd, Principal, SessionRow},
         policy::{self, ParentEnded},
         store::journal::NewEvent,
     };
@@ -137,7 +140,13 @@ each_backend! {
                 reached.iter().map(|r| r.session_id.clone()).collect()
             };
             let terminated = self
-                .end_sessions(&ids(&terminate), SessionStatus::Terminated, "", "cascade", "cascade")
+                .end_sessions(
+                    &ids(&terminate),
+                    SessionStatus::Terminated,
+                    "",
+                    &EndReason::Cascade,
+                    &EndReason::Cascade,
+                )
                 .await?;
             let orphaned = self.orphan(&ids(&orphan)).await?;
             let mut reached = Reached { events: Vec::new(), applied: Applied::default() };

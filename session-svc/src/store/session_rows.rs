@@ -5,7 +5,7 @@ use troupe_telemetry::LifeSpan;
 
 use crate::{
     error::SessionError,
-    model::{ParentEnd, Principal, SessionRow, Trust},
+    model::{EndReason, ParentEnd, Principal, SessionRow, Trust},
     store::{parse_scope, parse_stored},
 };
 
@@ -62,7 +62,7 @@ impl RawSession {
             title: self.title,
             created_at_ms: self.created_at_ms,
             ended_at_ms: self.ended_at_ms,
-            end_reason: self.end_reason,
+            end_reason: self.end_reason.as_deref().map(EndReason::parse),
             spawn_tat_ms: self.spawn_tat_ms,
             inbox_seq: self.inbox_seq,
             trace: match (&self.traceparent, &self.spawn_span_id) {

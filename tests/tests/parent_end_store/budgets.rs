@@ -50,8 +50,11 @@ async fn on_budget<S: Store>(store: S) {
     for id in ["a", "q", "qa"] {
         let s = store.get_session(id).await.unwrap().unwrap();
         assert_eq!(
-            (s.status, s.end_reason.as_deref()),
-            (SessionStatus::Terminated, Some("budget")),
+            (s.status, s.end_reason),
+            (
+                SessionStatus::Terminated,
+                Some(EndReason::Exit(ExitReason::Budget))
+            ),
             "{id}"
         );
     }

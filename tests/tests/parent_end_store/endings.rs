@@ -13,8 +13,8 @@ async fn assert_applied<S: Store>(store: &S, status: SessionStatus, reason: &str
     for id in ["t", "tt"] {
         let s = row(id).await;
         assert_eq!(
-            (s.status, s.end_reason.as_deref(), s.orphaned),
-            (SessionStatus::Terminated, Some("cascade"), false),
+            (s.status, s.end_reason, s.orphaned),
+            (SessionStatus::Terminated, Some(EndReason::Cascade), false),
             "{id}"
         );
     }

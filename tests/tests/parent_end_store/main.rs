@@ -23,9 +23,9 @@ use troupe_proto::{agent::stdin::ParentEnded, session::SessionStatus};
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        Action, AuditRecord, Budget, Charge, Cost, EventFilter, EventKind, ExitReason, Failure,
-        Finish, NewSession, Outcome, ParentEnd, Principal, ProcessChange, ProcessExit, Trust,
-        now_ms,
+        Action, AuditRecord, Budget, Charge, Cost, EndReason, EventFilter, EventKind, ExitReason,
+        Failure, Finish, NewSession, Outcome, ParentEnd, Principal, ProcessChange, ProcessExit,
+        Trust, now_ms,
     },
     policy::{self, Admission, SpawnContext},
     store::{EventPage, Fence, Store},

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{NewMessage, ParentEnd, ProcessChange, SessionRow},
+    model::{EndReason, NewMessage, ParentEnd, ProcessChange, SessionRow},
     policy::Member,
     store::{Fence, parse_stored},
 };
@@ -141,11 +141,18 @@ impl Tx<'_> {
         ids: &[String],
         status: SessionStatus,
         target: &str,
-        reason: &str,
-        others: &str,
+        reason: &EndReason,
+        others: &EndReason,
     ) -> Result<Vec<SessionRow>, SessionError> {
-        let mut rows =
-            locks::end_sessions(self.conn(), ids, status, target, reason, others).await?;
+        let mut rows = locks::end_sessions(
+            self.conn(),
+            ids,
+            status,
+            target,
+            &reason.to_string(),
+            &others.to_string(),
+        )
+        .await?;
         rows.sort_by_key(|r| ids.iter().position(|id| *id == r.session_id));
         Ok(rows)
     }

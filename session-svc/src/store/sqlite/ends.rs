@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{NewMessage, ProcessChange, SessionRow, now_ms},
+    model::{EndReason, NewMessage, ProcessChange, SessionRow, now_ms},
     policy::Member,
     store::{Fence, session_rows::RawSession},
 };
@@ -136,8 +136,8 @@ impl Tx<'_> {
         ids: &[String],
         status: SessionStatus,
         target: &str,
-        reason: &str,
-        others: &str,
+        reason: &EndReason,
+        others: &EndReason,
     ) -> Result<Vec<SessionRow>, SessionError> {
         let raws = sqlx::query_as(concat!(
             "UPDATE sessions SET status = $2, ended_at_ms = $3, \
@@ -150,8 +150,8 @@ impl Tx<'_> {
         .bind(status_str(status))
         .bind(now_ms())
         .bind(target)
-        .bind(reason)
-        .bind(others)
+        .bind(reason.to_string())
+        .bind(others.to_string())
         .fetch_all(self.conn())
         .await?;
         self.returned(raws, ids)
