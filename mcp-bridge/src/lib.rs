@@ -120,8 +120,8 @@ impl Cli {
     }
 }
 
-/// Runs the transport the command line names, until its client leaves
-/// (stdio) or SIGINT/SIGTERM (http); `claude-input` runs until stdin ends.
+/// Runs the transport the command line names until SIGINT or SIGTERM,
+/// or (stdio) until its client leaves; `claude-input` runs until stdin ends.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Stdio) {
         Command::Stdio => run_stdio().await,
@@ -159,7 +159,16 @@ async fn run_stdio() -> anyhow::Result<()> {
         .serve(stdio::transport())
         .await
         .context("the MCP client did not complete the handshake on stdin/stdout")?;
-    service.waiting().await.context("the MCP service failed")?;
+    // A stop (SIGTERM, SIGINT) ends the session as the client's leaving
+    // does: the call in progress is dropped, and the bridge exits cleanly.
+    let cancel = service.cancellation_token();
+    let stop = tokio::spawn(async move {
+        shutdown_signal().await;
+        cancel.cancel();
+    });
+    let quit = service.waiting().await;
+    stop.abort();
+    quit.context("the MCP service failed")?;
     Ok(())
 }
 

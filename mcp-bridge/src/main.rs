@@ -7,9 +7,26 @@ use std::process::ExitCode;
 use clap::Parser;
 use troupe_mcp_bridge::Cli;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("troupe-mcp: error: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(serve(cli));
+    // Stopped by a signal, a stdio bridge may still be reading stdin on a
+    // thread no one can interrupt: exit without waiting for its line.
+    runtime.shutdown_background();
+    code
+}
+
+async fn serve(cli: Cli) -> ExitCode {
     // stdout carries the MCP protocol on stdio, and Claude Code's input
     // for claude-input: logs go to stderr.
     let telemetry = match troupe_telemetry::init("troupe-mcp", cli.default_log_filter(), None) {

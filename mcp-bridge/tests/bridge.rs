@@ -473,7 +473,7 @@ async fn http_endpoint_acts_as_each_requests_token() {
         out[5]["results"][0]["structuredContent"]["error"]["code"],
         "UNAUTHENTICATED"
     );
-    drop(bridge);
+    bridge.stop().await;
 }
 
 #[test]
@@ -482,6 +482,7 @@ fn stdio_without_its_environment_says_what_is_missing() {
         let output = std::process::Command::new(BRIDGE)
             .env_clear()
             .envs(env.iter().copied())
+            .envs(passed_on())
             .stdin(Stdio::null())
             .output()
             .expect("bridge runs");

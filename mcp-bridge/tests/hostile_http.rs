@@ -57,5 +57,6 @@ async fn stalled_heads_are_capped_per_peer_and_cut_after_the_header_timeout() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
+    bridge.stop().await;
     server.stop().await;
 }

@@ -1,15 +1,19 @@
-//! A stop of `troupe-mcp http` (SIGTERM) while an agent's call is open and
-//! a client is stalled halfway through sending a request: the bridge exits
-//! within its drain time, whatever its clients do.
+//! A stop (SIGTERM) of `troupe-mcp`, as an operator or the runner sends it,
+//! while an agent's call is open: the HTTP bridge exits within its drain
+//! time even with a client stalled halfway through sending a request, and a
+//! stdio bridge exits at once, its client still attached. Both exit cleanly.
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::{
+    process::Stdio,
+    time::{Duration, Instant},
+};
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 use troupe_proto::session::TrustLevel;
 use troupe_tests::TestServer;
 
@@ -58,20 +62,70 @@ async fn a_stop_ends_open_calls_within_the_drain_time() {
         .expect("send the start of a request");
 
     let stopping = Instant::now();
-    let pid = bridge.child.id().expect("running").to_string();
-    let signalled = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill runs");
-    assert!(signalled.success());
-    let exited = tokio::time::timeout(
-        Duration::from_millis(DRAIN_MS) + Duration::from_secs(10),
-        bridge.child.wait(),
-    )
-    .await
-    .expect("the bridge exits within its drain time, a client stalled")
-    .expect("wait");
+    let exited = bridge
+        .stop_within(Duration::from_millis(DRAIN_MS) + Duration::from_secs(10))
+        .await;
     assert!(exited.success(), "a stop is a clean exit: {exited:?}");
     assert!(stopping.elapsed() < Duration::from_secs(30));
     drop((waiting, stalled));
+}
+
+fn line(message: Value) -> Vec<u8> {
+    let mut line = message.to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
+
+#[tokio::test]
+async fn a_stdio_bridge_stops_cleanly_on_sigterm_while_its_client_waits() {
+    let server = TestServer::start().await;
+    let (waiter, _, _) = server.root("ws", TrustLevel::Direct).await;
+    let (sibling, _, _) = server.root("ws", TrustLevel::Direct).await;
+    let mut child = server
+        .bridge(BRIDGE, &waiter.session_id)
+        .await
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the bridge starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}});
+    stdin.write_all(&line(init)).await.expect("initialize");
+    let answer = tokio::time::timeout(STOP_WITHIN, stdout.next_line())
+        .await
+        .expect("an answer in time")
+        .expect("stdout")
+        .expect("a line");
+    assert!(answer.contains("\"id\":1"), "{answer}");
+    let wait = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "wait_for_session",
+        "arguments": {"session_id": sibling.session_id, "timeout_s": 60}}});
+    stdin
+        .write_all(&line(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ))
+        .await
+        .expect("initialized");
+    stdin.write_all(&line(wait)).await.expect("the call");
+    let caller = format!("session:{}", waiter.session_id);
+    assert!(
+        watches_opened(&server, &sibling.session_id, &caller, 1).await,
+        "the wait never opened its watch"
+    );
+
+    // The client stays attached (its stdin open): the signal alone stops it.
+    let stopping = Instant::now();
+    terminate(child.id().expect("running"));
+    let exited = tokio::time::timeout(STOP_WITHIN, child.wait())
+        .await
+        .expect("the bridge exits on SIGTERM, its input still open")
+        .expect("wait");
+    assert!(exited.success(), "a stop is a clean exit: {exited:?}");
+    assert!(stopping.elapsed() < STOP_WITHIN);
+    drop(stdin);
+    server.stop().await;
 }

@@ -1,9 +1,10 @@
 //! A client that sends what the bridge cannot read always gets an answer:
 //! over stdio, a line too long, not JSON or nested too deep is answered
 //! with a JSON-RPC error (id null) and the session goes on; over HTTP, a
-//! body too long is answered 413. Raw JSON-RPC to the real `troupe-mcp`,
-//! every read under a deadline, so a silent bridge fails the test instead of
-//! hanging it.
+//! body too long is answered 413. A line the client leaves unfinished when
+//! it goes is dropped, and the bridge exits cleanly. Raw JSON-RPC to the
+//! real `troupe-mcp`, every read under a deadline, so a silent bridge fails
+//! the test instead of hanging it.
 
 mod common;
 
@@ -128,8 +129,21 @@ async fn every_unreadable_stdio_line_is_answered_and_the_session_goes_on() {
         listed["result"]["tools"].as_array().map(Vec::len),
         Some(TOOLS.len())
     );
-    drop(peer);
-    let _ = child.kill().await;
+    // The client leaves halfway through a line: the bridge drops the
+    // unfinished line unanswered and ends with its input, cleanly.
+    peer.send(&request(4, "tools/list", json!({}))[..20]).await;
+    let Peer { stdin, mut stdout } = peer;
+    drop(stdin);
+    let last = tokio::time::timeout(ANSWER_WITHIN, stdout.next_line())
+        .await
+        .expect("stdout ends in time")
+        .expect("stdout");
+    assert_eq!(last, None, "an unfinished line is not answered");
+    let exited = tokio::time::timeout(ANSWER_WITHIN, child.wait())
+        .await
+        .expect("the bridge exits once its input ends")
+        .expect("wait");
+    assert!(exited.success(), "{exited:?}");
     server.stop().await;
 }
 
@@ -169,5 +183,6 @@ async fn an_http_body_too_long_is_answered_413() {
         .expect("read");
     let answer = String::from_utf8_lossy(&answer[..n]);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    bridge.stop().await;
     server.stop().await;
 }

@@ -1,10 +1,18 @@
 //! Harness of the bridge's tests: `troupe-mcp` driven by the official MCP
 //! Python SDK (`tests/mcp_client.py`) on a plan of connections and calls,
 //! the shapes of its answers, and `troupe-mcp http` on a free port.
+//!
+//! Every bridge a test starts is stopped the way its users stop it: a stdio
+//! bridge by the end of its input, the HTTP one by SIGTERM. It then exits
+//! through `main`, as it does in production, and a coverage run gets its
+//! profile (a killed process writes none).
 
 #![allow(dead_code)]
 
-use std::{process::Stdio, time::Duration};
+use std::{
+    process::{ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
 
 use serde_json::{Value, json};
 use tokio::{
@@ -100,12 +108,22 @@ pub fn call(name: &str, arguments: Value) -> Value {
 
 /// A stdio connection: the bridge as a subprocess with the session's environment.
 pub fn stdio(endpoint: &str, token: &str, calls: Vec<Value>) -> Value {
-    json!({
-        "transport": "stdio",
-        "command": BRIDGE,
-        "env": { "TROUPE_SESSION_TOKEN": token, "TROUPE_SESSION_ENDPOINT": endpoint },
-        "calls": calls,
-    })
+    let mut env = json!({ "TROUPE_SESSION_TOKEN": token, "TROUPE_SESSION_ENDPOINT": endpoint });
+    for (name, value) in passed_on() {
+        env[name] = json!(value);
+    }
+    json!({ "transport": "stdio", "command": BRIDGE, "env": env, "calls": calls })
+}
+
+/// The variables of the test's own environment a bridge started with a
+/// cleared one still gets: where a coverage run (`LLVM_PROFILE_FILE`)
+/// writes its profile. The MCP client gives a server only the variables it
+/// is told, and a few safe ones.
+pub fn passed_on() -> Vec<(&'static str, String)> {
+    ["LLVM_PROFILE_FILE"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok().map(|value| (name, value)))
+        .collect()
 }
 
 /// An HTTP connection with these headers.
@@ -140,6 +158,34 @@ pub fn refused(result: &Value, reason: &str) -> String {
         .to_owned();
     assert!(text.contains(reason), "{text}");
     text
+}
+
+/// The advice a refused call gives, checked to be the text's second line.
+pub fn advice(result: &Value) -> String {
+    let advice = result["structuredContent"]["error"]["advice"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a refusal with advice: {result}"))
+        .to_owned();
+    let text = result["content"][0]["text"].as_str().expect("text");
+    assert_eq!(text.lines().nth(1), Some(advice.as_str()), "{result}");
+    advice
+}
+
+/// A `create_session` call of the agent `worker`, with `extra` arguments.
+pub fn create(title: &str, extra: Value) -> Value {
+    let mut arguments = json!({"title": title, "agent_name": "worker", "initial_message": "go"});
+    if let Value::Object(extra) = extra {
+        arguments.as_object_mut().expect("object").extend(extra);
+    }
+    call("create_session", arguments)
+}
+
+/// The id of the session a successful `create_session` made.
+pub fn created_id(result: &Value) -> String {
+    ok(result)["session"]["session_id"]
+        .as_str()
+        .expect("the new session's id")
+        .to_owned()
 }
 
 pub fn ids(list: &Value) -> Vec<String> {
@@ -210,7 +256,22 @@ pub async fn watches_opened(
     false
 }
 
-/// `troupe-mcp http` on a free port, stopped on drop.
+/// How long a stopped bridge gets to exit: more than its default drain time.
+pub const STOP_WITHIN: Duration = Duration::from_secs(10);
+
+/// Sends SIGTERM to `pid`, as an operator's `kill` (or a service manager) does.
+pub fn terminate(pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "SIGTERM sent to {pid}");
+}
+
+/// `troupe-mcp http` on a free port. [`HttpBridge::stop`] stops it as an
+/// operator does and checks that it exits cleanly; dropped unstopped (a
+/// test that failed), it is sent SIGTERM too, and killed only if it has
+/// not exited within [`STOP_WITHIN`].
 pub struct HttpBridge {
     pub url: String,
     pub child: Child,
@@ -248,5 +309,44 @@ impl HttpBridge {
         // Keep draining its log so it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         HttpBridge { url, child }
+    }
+
+    /// Sends SIGTERM and waits for the exit, which must come within
+    /// [`STOP_WITHIN`] and be a success.
+    pub async fn stop(mut self) {
+        let status = self.stop_within(STOP_WITHIN).await;
+        assert!(status.success(), "a stop is a clean exit: {status:?}");
+    }
+
+    /// Sends SIGTERM and returns the exit status, which must come within `limit`.
+    pub async fn stop_within(&mut self, limit: Duration) -> ExitStatus {
+        if let Some(pid) = self.child.id() {
+            terminate(pid);
+        }
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the bridge did not exit within {limit:?} of SIGTERM"))
+            .expect("wait for the bridge")
+    }
+}
+
+impl Drop for HttpBridge {
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let deadline = Instant::now() + STOP_WITHIN;
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.start_kill();
     }
 }
