@@ -276,5 +276,28 @@ mod tests {
         assert_eq!(basic.reason, Some(Reason::TokenInvalid));
         let opaque = from_headers(&headers(Some("Bearer opaque"), Some("sess_a"))).unwrap_err();
         assert_eq!(opaque.reason, Some(Reason::SessionHintMismatch));
+        // An empty hint is no hint.
+        assert!(from_headers(&headers(Some("Bearer opaque"), Some(""))).is_ok());
+    }
+
+    #[test]
+    fn a_token_is_a_jwt_of_three_segments_or_has_no_subject() {
+        let token = jwt("sess_a");
+        assert_eq!(unverified_subject(&format!("{token}.more")), None);
+        let no_sub = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"exp":1}"#);
+        assert_eq!(unverified_subject(&format!("h.{no_sub}.s")), None);
+    }
+
+    #[test]
+    fn a_call_with_no_http_request_has_no_token() {
+        let missing = Identity::PerRequest
+            .authorization(&Extensions::new())
+            .unwrap_err();
+        assert_eq!(missing.reason, Some(Reason::TokenMissing));
+        assert!(
+            missing
+                .advice
+                .is_some_and(|a| a.contains("TROUPE_SESSION_TOKEN"))
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The bridge's long calls end when their caller's token lapses: a
 //! `wait_for_session` made as a session that is then terminated returns,
 //! refused (TOKEN_REVOKED), as soon as the service ends its watch, over
-//! stdio as over the shared HTTP endpoint. Driven by the real MCP client.
+//! stdio as over the shared HTTP endpoint; a call with an expired token is
+//! refused saying who can issue another. Driven by the real MCP client.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
-use troupe_proto::session::TrustLevel;
+use troupe_proto::session::{ListWorkspaceSessionsRequest, TrustLevel};
 use troupe_tests::{TestServer, terminate};
 
 /// Long enough that a wait ending by its timeout fails the test's clock.
@@ -69,4 +70,34 @@ async fn a_wait_over_http_ends_refused_when_its_session_is_terminated() {
     .await;
     refused(&result, "TOKEN_REVOKED");
     assert!(took < Duration::from_secs(WAIT_S / 2), "took {took:?}");
+    bridge.stop().await;
+}
+
+#[tokio::test]
+async fn a_call_with_an_expired_token_is_refused_saying_who_issues_another() {
+    let server = TestServer::start_with(|c| c.token_ttl_secs = 1).await;
+    let (_, mut client, token) = server.root("ws", TrustLevel::Direct).await;
+    // The token lapses a second after it was issued.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client
+        .list_workspace_sessions(ListWorkspaceSessionsRequest::default())
+        .await
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "the token never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = drive(vec![stdio(
+        &unix_endpoint(&server),
+        &token,
+        vec![call("list_workspace_sessions", json!({}))],
+    )])
+    .await;
+    let result = &out[0]["results"][0];
+    refused(result, "TOKEN_EXPIRED");
+    let advice = advice(result);
+    assert!(
+        advice.contains("the operator can issue a new one"),
+        "{advice}"
+    );
 }

@@ -420,6 +420,7 @@ mod tests {
             ("budget_usd", json!(1e300)),
             ("budget_tokens", json!(-3)),
             ("budget_tokens", json!(1.5)),
+            ("budget_tokens", json!(true)),
             ("budget_calls", json!("many")),
             ("budget_wall_secs", json!(u64::MAX)),
         ] {
