@@ -21,8 +21,8 @@
 //!   transaction (SQLite: inserts; PostgreSQL: in commit order under its
 //!   events lock), and `This::committed(ended)` after the commit, which wakes
 //!   the watchers.
-//! - on `Tx`, what ending sessions needs (`store::ends`): `lock_session`
-//!   and `lock_process` (PostgreSQL's lock order; the ledger's row on
+//! - on `Tx`, what ending sessions needs (`store::ends`): `lock_row`,
+//!   `lock_session` and `lock_process` (PostgreSQL's lock order; the ledger's row on
 //!   SQLite), `ancestors`, `active_subtree`, `members_below`,
 //!   `end_sessions`, `orphan`, `set_status` and `insert_message`; rows
 //!   they change reach SQLite's ledger at the

@@ -5,16 +5,24 @@
 //! it, ends it) and which event it writes; output goes through its own
 //! budgets (`record_output`); an end reaches the children by their
 //! policies and makes the parent's callback due. Fenced by the lease of
-//! the background work.
+//! the background work, as is a delivery (the inbox's messages that reached
+//! the agent's stdin); a progress report is the session's own.
 
 use super::backends::each_backend;
 
 each_backend! {
     use crate::{
         error::SessionError,
-        model::{EventKind, Principal, ProcessChange, SessionRow},
+        model::{
+            AuditRecord, EventDetail, EventKind, Principal, ProcessChange, ProgressReport,
+            SessionRow, now_ms,
+        },
         policy,
-        store::{Fence, journal::NewEvent, shared::event_detail},
+        store::{
+            Fence, MessageCheck,
+            journal::NewEvent,
+            shared::{delivered_detail, event_detail},
+        },
     };
 
     impl This {
@@ -104,6 +112,86 @@ each_backend! {
             tx.commit().await?;
             self.committed(ended);
             Ok(Some(changed.unwrap_or(row)))
+        }
+
+        /// `Store::mark_delivered`, one attempt: the inbox's messages up to
+        /// `seq` reached the agent; one `delivered` event if it advanced.
+        pub(in crate::store) async fn mark_delivered_once(
+            &self,
+            fence: &Fence,
+            session_id: &str,
+            seq: u64,
+        ) -> Result<(), SessionError> {
+            let mut tx = self.tx().await?;
+            This::check_fence(tx.conn(), fence).await?;
+            let row = tx.lock_row(session_id).await?;
+            let advanced = sqlx::query(
+                "UPDATE processes SET delivered_seq = $1 \
+                 WHERE session_id = $2 AND delivered_seq < $1",
+            )
+            .bind(seq as i64)
+            .bind(session_id)
+            .execute(tx.conn())
+            .await?
+            .rows_affected()
+                > 0;
+            // The inbox's unread bytes less those delivered now, then the entries.
+            sqlx::query(
+                "UPDATE sessions SET unread_bytes = unread_bytes - ( \
+                   SELECT COALESCE(SUM(bytes), 0) FROM messages \
+                   WHERE session_id = $1 AND seq <= $2 AND delivered_at_ms IS NULL) \
+                 WHERE session_id = $1",
+            )
+            .bind(session_id)
+            .bind(seq as i64)
+            .execute(tx.conn())
+            .await?;
+            sqlx::query(
+                "UPDATE messages SET delivered_at_ms = $1 \
+                 WHERE session_id = $2 AND seq <= $3 AND delivered_at_ms IS NULL",
+            )
+            .bind(now_ms())
+            .bind(session_id)
+            .bind(seq as i64)
+            .execute(tx.conn())
+            .await?;
+            // One event per delivery that advanced, however many messages.
+            if advanced {
+                let detail = delivered_detail(seq);
+                let event = NewEvent::new(session_id, EventKind::Delivered, row.status, &detail);
+                This::append_events(tx.conn(), &[event], false).await?;
+            }
+            tx.commit().await?;
+            if advanced {
+                self.committed(false);
+            }
+            Ok(())
+        }
+
+        /// `Store::record_progress`, one attempt: the event, the session's
+        /// last report, the audit entry; returns the event's sequence.
+        pub(in crate::store) async fn record_progress_once(
+            &self,
+            session_id: &str,
+            report: &ProgressReport,
+            audit: &AuditRecord,
+            check: MessageCheck<'_>,
+        ) -> Result<u64, SessionError> {
+            let mut tx = self.tx().await?;
+            let row = tx.lock_row(session_id).await?;
+            check(&row)?;
+            let detail = EventDetail::Progress(report.clone());
+            sqlx::query("UPDATE sessions SET last_progress = $2 WHERE session_id = $1")
+                .bind(session_id)
+                .bind(detail.to_json())
+                .execute(tx.conn())
+                .await?;
+            This::insert_audit(tx.conn(), audit).await?;
+            let event = NewEvent::new(session_id, EventKind::Progress, row.status, &detail);
+            let seqs = This::append_events(tx.conn(), &[event], false).await?;
+            tx.commit().await?;
+            self.committed(false);
+            Ok(seqs.first().map_or(0, |seq| *seq as u64))
         }
     }
 }

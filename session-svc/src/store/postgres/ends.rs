@@ -42,6 +42,15 @@ impl Tx<'_> {
         Ok(locks::session(self.conn(), session_id).await?.0)
     }
 
+    /// Locks the row of `session_id` (first, as every write of its events
+    /// alone: no counter changes); returns it.
+    pub(in crate::store) async fn lock_row(
+        &mut self,
+        session_id: &str,
+    ) -> Result<SessionRow, SessionError> {
+        Ok(locks::session(self.conn(), session_id).await?.0)
+    }
+
     /// Locks what the runner's `change` to `session_id` may change, in the
     /// lock order (output's total first; an exit's workspace and tree, as
     /// it may end the session), then its row; returns the row.

@@ -19,8 +19,8 @@
 //!
 //! Its parts: `open` (connecting, migrations, rows), `locks` (the lock
 //! order and the counters), `sessions` (creates, messages), `ends` (what
-//! the ends written once in `store::ends` need of it), `process` and
-//! `output` (deliveries, progress, the output's budgets), `budgets` (a new
+//! the ends written once in `store::ends` need of it), `output` (the
+//! output's budgets), `budgets` (a new
 //! session's account), `events` (writing and pruning events), `groups`,
 //! `lease`, `runners`, `reads` and `wake`.
 
@@ -34,7 +34,6 @@ mod lease;
 mod locks;
 mod open;
 mod output;
-mod process;
 mod reads;
 mod runners;
 mod sessions;
@@ -108,13 +107,15 @@ impl PgStore {
         Ok(self.pool.acquire().await?)
     }
 
-    /// Appends `events`, last in their transaction (see `events::write`).
+    /// Appends `events`, last in their transaction (see `events::write`);
+    /// returns each one's sequence in its session's events.
     pub(in crate::store) async fn append_events(
         conn: &mut PgConnection,
         events: &[events::NewEvent],
         ended: bool,
-    ) -> Result<(), SessionError> {
-        events::write(conn, events, ended).await.map(drop)
+    ) -> Result<Vec<i64>, SessionError> {
+        let written = events::write(conn, events, ended).await?;
+        Ok(written.into_iter().map(|(_, seq)| seq).collect())
     }
 
     /// Wakes the local watchers after a commit (and those of ends, if it

@@ -128,6 +128,20 @@ impl PgStore {
         .await?;
         in_order(raws, ids)
     }
+
+    /// Every active session, in creation order.
+    pub(in crate::store) async fn active_sessions_impl(
+        &self,
+    ) -> Result<Vec<SessionRow>, SessionError> {
+        let raw: Vec<RawSession> = sqlx::query_as(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE status IN ('pending', 'running') ORDER BY row_id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        super::open::rows(raw)
+    }
 }
 
 /// Session rows read, in the order of `ids`.

@@ -55,6 +55,14 @@ impl Tx<'_> {
             .ok_or_else(|| SessionError::not_found(session_id))
     }
 
+    /// The row of `session_id`, for a write of its events alone.
+    pub(in crate::store) async fn lock_row(
+        &mut self,
+        session_id: &str,
+    ) -> Result<SessionRow, SessionError> {
+        self.lock_session(session_id).await
+    }
+
     /// The row of `session_id`, which the runner's `change` may change (the
     /// writer lock holds what PostgreSQL locks for it).
     pub(in crate::store) async fn lock_process(

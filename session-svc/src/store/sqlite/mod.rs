@@ -19,8 +19,8 @@
 //! `open` (the lock, the migrations, the ledger's load),
 //! `writer` (taking the writer, beginning and running a write), `write`
 //! (the statements), `sessions` (creates, messages), `ends` (what the
-//! ends written once in `store::ends` need of it), `process` and `output`
-//! (deliveries, progress, the output's budgets), `groups`, `lease`,
+//! ends written once in `store::ends` need of it), `output` (the
+//! output's budgets), `reads` (sessions from the ledger), `groups`, `lease`,
 //! `runners` and `upkeep` (the WAL, free pages).
 
 mod ends;
@@ -29,7 +29,6 @@ mod lease;
 mod ledger;
 mod open;
 mod output;
-mod process;
 mod reads;
 mod runners;
 mod sessions;

@@ -42,4 +42,11 @@ impl SqliteStore {
     ) -> Result<Vec<(String, Trust, u32)>, SessionError> {
         Ok(self.ledger().active_counts())
     }
+
+    /// Every active session, in creation order.
+    pub(in crate::store) async fn active_sessions_impl(
+        &self,
+    ) -> Result<Vec<SessionRow>, SessionError> {
+        Ok(self.ledger().active())
+    }
 }

@@ -360,10 +360,6 @@ impl<'c> Write<'c> {
         Ok(self.tx.commit().await?)
     }
 
-    pub async fn audit(&mut self, record: &AuditRecord) -> Result<(), SessionError> {
-        super::SqliteStore::insert_audit(&mut self.tx, record).await
-    }
-
     /// Deletes at most `limit` request-id records of callers' calls made
     /// before `before_ms`; returns how many went.
     pub async fn prune_request_ids(

@@ -164,17 +164,19 @@ impl SqliteStore {
     }
 
     /// Appends `events`, each with its session's next sequence (the
-    /// `events_advance_session_seq` trigger moves it on).
+    /// `events_advance_session_seq` trigger moves it on); returns those
+    /// sequences.
     pub(in crate::store) async fn append_events(
         conn: &mut SqliteConnection,
         events: &[NewEvent],
         _ended: bool,
-    ) -> Result<(), SessionError> {
+    ) -> Result<Vec<i64>, SessionError> {
+        let mut seqs = Vec::with_capacity(events.len());
         for event in events {
-            sqlx::query(
+            let seq: i64 = sqlx::query_scalar(
                 "INSERT INTO events (session_id, seq, kind, status, at_ms, detail, bytes) \
                  SELECT session_id, event_seq + 1, $2, $3, $4, $5, $6 FROM sessions \
-                 WHERE session_id = $1",
+                 WHERE session_id = $1 RETURNING seq",
             )
             .bind(&event.session_id)
             .bind(event.kind.as_str())
@@ -182,10 +184,11 @@ impl SqliteStore {
             .bind(now_ms())
             .bind(&event.detail)
             .bind(event.bytes)
-            .execute(&mut *conn)
+            .fetch_one(&mut *conn)
             .await?;
+            seqs.push(seq);
         }
-        Ok(())
+        Ok(seqs)
     }
 
     /// Wakes the watchers after a commit (those of ends if the ledger's
