@@ -25,11 +25,17 @@ use tonic::{Request, Response, Status};
 /// receiver's port.
 const RECEIVER_PORT: &str = "TROUPE_TEST_OTLP_PORT";
 
+/// Set in the process that runs an exporting test's body, to a file it
+/// writes once the body has run: a name that matches no test runs nothing
+/// there, which must fail the test rather than pass it.
+const RAN_FILE: &str = "TROUPE_TEST_OTLP_RAN";
+
 /// Runs a test whose body must be in a process that exports, configured as
 /// an operator configures a server (by the standard variables, which a
 /// process reads once). In the test's own process: runs the test binary
-/// again for `test` alone, with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a free
-/// port (and exports every 100 ms), and asserts it passed. In that child
+/// again for `test` alone (its whole path, `module::name` in a test binary
+/// of several files), with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a free port
+/// (and exports every 100 ms), and asserts it ran and passed. In that child
 /// process: serves a receiver on that port and runs `body` with it, on a
 /// multi-threaded runtime.
 pub fn exporting_test<F, Fut>(test: &str, body: F)
@@ -43,12 +49,19 @@ where
             .enable_all()
             .build()
             .unwrap();
-        return runtime.block_on(async move { body(Receiver::serve(listener)).await });
+        runtime.block_on(async move { body(Receiver::serve(listener)).await });
+        if let Ok(ran) = std::env::var(RAN_FILE) {
+            std::fs::write(ran, test).unwrap();
+        }
+        return;
     }
     let port = crate::ports::free_addr().port();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
     let status = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture"])
         .env(RECEIVER_PORT, port.to_string())
+        .env(RAN_FILE, &ran)
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             format!("http://127.0.0.1:{port}"),
@@ -59,6 +72,10 @@ where
     assert!(
         status.success(),
         "{test} failed in its exporting process: {status}"
+    );
+    assert!(
+        ran.exists(),
+        "no test {test} ran in its exporting process: name it by its whole path"
     );
 }
 

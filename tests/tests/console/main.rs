@@ -4,7 +4,7 @@
 //! service's own handlers (their audit entries, and the console's own),
 //! sign-out ends the sign-in; and the store's contract of sign-ins (only
 //! hashes kept, expiry) and of a session's messages, on both backends. The
-//! page itself, in a real browser, is `runner-svc/tests/console.rs`.
+//! page itself, in a real browser, is `runner-svc/tests/console/`.
 
 use std::time::Duration;
 
