@@ -5,7 +5,7 @@ use tonic::Code;
 use troupe_proto::session as pb;
 use troupe_tests::{message, reason};
 
-use super::{World, broadcast, new_group, post};
+use super::{World, broadcast, groups_of, new_group, post};
 
 #[tokio::test]
 async fn fan_out_over_the_cap_is_refused_before_anything_is_stored() {
@@ -313,13 +313,7 @@ async fn concurrent_additions_never_grow_a_group_past_its_size() {
         assert_eq!(reason(refused), "FAN_OUT_EXCEEDED", "{refused:?}");
     }
     assert_eq!(added, 2, "{results:?}");
-    let group = creator
-        .list_groups(pb::ListGroupsRequest::default())
-        .await
-        .expect("list")
-        .into_inner()
-        .groups
-        .remove(0);
+    let group = groups_of(&mut creator).await.remove(0);
     assert_eq!(group.member_ids.len(), 3, "{group:?}");
     if let Some(r) = replica {
         r.stop().await;

@@ -121,6 +121,16 @@ pub fn broadcast(text: &str, scope: pb::BroadcastScope) -> pb::BroadcastRequest 
     }
 }
 
+/// The groups `client`'s session lists.
+pub async fn groups_of(client: &mut Client) -> Vec<pb::Group> {
+    client
+        .list_groups(pb::ListGroupsRequest::default())
+        .await
+        .expect("list")
+        .into_inner()
+        .groups
+}
+
 pub fn new_group(name: &str) -> pb::CreateGroupRequest {
     pb::CreateGroupRequest {
         name: name.to_owned(),

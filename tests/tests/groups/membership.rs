@@ -3,10 +3,9 @@
 //! first creator's in its workspace.
 
 use tonic::Code;
-use troupe_proto::session as pb;
 use troupe_tests::reason;
 
-use super::{World, new_group, post};
+use super::{World, groups_of, new_group, post};
 
 #[tokio::test]
 async fn members_are_added_only_if_the_adder_may_message_them() {
@@ -24,13 +23,7 @@ async fn members_are_added_only_if_the_adder_may_message_them() {
         assert_eq!(refused.code(), Code::NotFound, "{target}: {refused:?}");
     }
     // None of a refused call's members were added.
-    let group = sandboxed
-        .list_groups(pb::ListGroupsRequest::default())
-        .await
-        .expect("list")
-        .into_inner()
-        .groups
-        .remove(0);
+    let group = groups_of(&mut sandboxed).await.remove(0);
     assert_eq!(group.member_ids, [w.ids["sandboxed"].clone()]);
 
     // A non-member may not add, and a name is the first creator's.

@@ -4,7 +4,7 @@ use tonic::Code;
 use troupe_proto::session as pb;
 use troupe_tests::{reason, terminate};
 
-use super::{DELIVERED, ENDED, World, broadcast, new_group, post};
+use super::{DELIVERED, ENDED, World, broadcast, groups_of, new_group, post};
 
 #[tokio::test]
 async fn broadcast_reaches_exactly_the_sessions_the_sender_may_message_once_each() {
@@ -115,13 +115,7 @@ async fn group_posts_reach_members_the_poster_may_message_and_hide_the_others() 
         ),
         ("sandboxed", &["child", "sandboxed", "sandboxed2"][..]),
     ] {
-        let groups = w
-            .client(member)
-            .list_groups(pb::ListGroupsRequest::default())
-            .await
-            .expect("list")
-            .into_inner()
-            .groups;
+        let groups = groups_of(&mut w.client(member)).await;
         assert_eq!(groups.len(), 1, "{member}");
         let mut names: Vec<&str> = groups[0]
             .member_ids
