@@ -47,10 +47,7 @@ async fn a_sandboxed_agent_cannot_reach_direct_sessions_whatever_it_claims() {
         .into_inner()
         .session
         .unwrap();
-    let done = pair
-        .wait_status(&child.session_id, SessionStatus::Completed)
-        .await;
-    let out = events(&done.result.unwrap().output_tail);
+    let out = pair.completed_events(&child.session_id).await;
     let refused: Vec<&str> = out
         .iter()
         .filter(|e| e["event"] == "refused")

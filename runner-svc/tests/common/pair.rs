@@ -196,6 +196,13 @@ impl Pair {
         }
     }
 
+    /// Waits until the session has completed; returns the JSON lines its
+    /// agent printed ([`events`] of its output).
+    pub async fn completed_events(&self, id: &str) -> Vec<serde_json::Value> {
+        let done = self.wait_status(id, SessionStatus::Completed).await;
+        events(&done.result.expect("a result").output_tail)
+    }
+
     /// Waits until the session's status is `status`.
     pub async fn wait_status(&self, id: &str, status: SessionStatus) -> pb::GetSessionResponse {
         let deadline = tokio::time::Instant::now() + MINUTE;

@@ -41,19 +41,7 @@ async fn a_docker_outage_is_reported_ends_its_sessions_and_is_survived() {
     assert!(detail.contains("Docker engine stopped"), "{detail}");
 
     // A start while the engine is down waits for it.
-    let refused = pair
-        .runner
-        .client()
-        .await
-        .start_exec(start_request(&ws, "refused", &["true"]))
-        .await
-        .expect_err("no engine, no start");
-    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
-    assert!(
-        refused.message().contains("Docker engine"),
-        "{}",
-        refused.message()
-    );
+    refused(&pair.runner, &ws, "refused", SOON).await;
     let late = pair.root(&ws, "greeter", "hello").await;
     // Longer than the driver's pause between attempts: it has retried.
     let until = tokio::time::Instant::now() + Duration::from_secs(3);

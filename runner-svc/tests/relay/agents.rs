@@ -35,10 +35,7 @@ async fn an_agent_builds_a_tree_through_the_relay() {
         (child.parent_session_id.as_str(), child.depth),
         (root.session_id.as_str(), 1)
     );
-    let child_view = pair
-        .wait_status(&child.session_id, SessionStatus::Completed)
-        .await;
-    let child_out = events(&child_view.result.unwrap().output_tail);
+    let child_out = pair.completed_events(&child.session_id).await;
     assert!(
         child_out
             .iter()
@@ -73,10 +70,7 @@ async fn an_agent_reaches_the_service_past_a_dead_endpoint() {
             &serde_json::json!({"list": true}).to_string(),
         )
         .await;
-    let done = pair
-        .wait_status(&root.session_id, SessionStatus::Completed)
-        .await;
-    let out = events(&done.result.unwrap().output_tail);
+    let out = pair.completed_events(&root.session_id).await;
     let listed = out
         .iter()
         .find(|e| e["event"] == "listed")

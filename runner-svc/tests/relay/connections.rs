@@ -96,9 +96,6 @@ async fn the_relay_drains_at_a_stop_and_is_found_again_after_a_restart() {
         .await
         .expect("through the new socket");
     let after = pair.root(&ws, "lister", &list_plan).await;
-    let done = pair
-        .wait_status(&after.session_id, SessionStatus::Completed)
-        .await;
-    let out = events(&done.result.unwrap().output_tail);
+    let out = pair.completed_events(&after.session_id).await;
     assert!(out.iter().any(|e| e["event"] == "listed"), "{out:?}");
 }

@@ -74,10 +74,7 @@ async fn the_relay_passes_the_callers_identity_and_adds_none() {
             &serde_json::json!({"list": true}).to_string(),
         )
         .await;
-    let done = pair
-        .wait_status(&forger.session_id, SessionStatus::Completed)
-        .await;
-    let out = events(&done.result.unwrap().output_tail);
+    let out = pair.completed_events(&forger.session_id).await;
     assert!(
         out.iter()
             .any(|e| e["event"] == "refused" && e["reason"] == "TOKEN_INVALID"),
