@@ -1,5 +1,6 @@
 //! What the real `troupe-mcp` makes of its environment and flags: a stdio
-//! token that is empty, or that a request header cannot carry, stops it at
+//! bridge without its token or endpoint says which is missing; a token
+//! that is empty, or that a request header cannot carry, stops it at
 //! start saying so; `--allowed-host` adds a `Host` name the HTTP endpoint
 //! answers, and any other name is still refused.
 
@@ -87,4 +88,30 @@ async fn an_allowed_host_is_answered_and_others_are_refused() {
     }
     bridge.stop().await;
     server.stop().await;
+}
+
+#[test]
+fn stdio_without_its_environment_says_what_is_missing() {
+    let run = |env: &[(&str, &str)]| {
+        let output = std::process::Command::new(BRIDGE)
+            .env_clear()
+            .envs(env.iter().copied())
+            .envs(passed_on())
+            .stdin(Stdio::null())
+            .output()
+            .expect("bridge runs");
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let no_token = run(&[]);
+    assert!(
+        no_token.contains("TROUPE_SESSION_TOKEN is not set"),
+        "{no_token}"
+    );
+    let no_endpoint = run(&[("TROUPE_SESSION_TOKEN", "t")]);
+    assert!(
+        no_endpoint.contains("TROUPE_SESSION_ENDPOINT is not set"),
+        "{no_endpoint}"
+    );
+    assert!(no_endpoint.contains("unix://"), "{no_endpoint}");
 }
