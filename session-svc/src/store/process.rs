@@ -193,5 +193,32 @@ each_backend! {
             self.committed(false);
             Ok(seqs.first().map_or(0, |seq| *seq as u64))
         }
+
+        /// `Store::mark_stopped`, one attempt: the process was asked to stop;
+        /// one that never started (`unstarted`, nothing reported) makes its
+        /// parent's callback due.
+        pub(in crate::store) async fn mark_stopped_once(
+            &self,
+            fence: &Fence,
+            session_id: &str,
+            unstarted: bool,
+        ) -> Result<(), SessionError> {
+            let mut tx = self.tx().await?;
+            This::check_fence(tx.conn(), fence).await?;
+            sqlx::query(
+                "INSERT INTO processes (session_id, notify_parent, stopped, callback_due) \
+                 SELECT session_id, notify_parent, TRUE, notify_parent AND $2 \
+                 FROM sessions WHERE session_id = $1 \
+                 ON CONFLICT (session_id) DO UPDATE SET stopped = TRUE, \
+                   callback_due = processes.callback_due \
+                     OR ($2 AND processes.notify_parent AND processes.runner_seq = 0 \
+                         AND processes.exit_code IS NULL)",
+            )
+            .bind(session_id)
+            .bind(unstarted)
+            .execute(tx.conn())
+            .await?;
+            tx.commit().await
+        }
     }
 }

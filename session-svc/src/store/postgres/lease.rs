@@ -188,31 +188,6 @@ impl PgStore {
         })
     }
 
-    pub(in crate::store) async fn mark_stopped_once(
-        &self,
-        fence: &Fence,
-        session_id: &str,
-        unstarted: bool,
-    ) -> Result<(), SessionError> {
-        let mut tx = self.begin().await?;
-        check(&mut tx, fence).await?;
-        sqlx::query(
-            "INSERT INTO processes (session_id, notify_parent, stopped, callback_due) \
-             SELECT session_id, notify_parent, TRUE, notify_parent AND $2 \
-             FROM sessions WHERE session_id = $1 \
-             ON CONFLICT (session_id) DO UPDATE SET stopped = TRUE, \
-               callback_due = processes.callback_due \
-                 OR ($2 AND processes.notify_parent AND processes.runner_seq = 0 \
-                     AND processes.exit_code IS NULL)",
-        )
-        .bind(session_id)
-        .bind(unstarted)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     pub(in crate::store) async fn write_callback_once(
         &self,
         fence: &Fence,

@@ -161,30 +161,6 @@ impl SqliteStore {
         })
     }
 
-    pub(in crate::store) async fn mark_stopped_once(
-        &self,
-        fence: &Fence,
-        session_id: &str,
-        unstarted: bool,
-    ) -> Result<(), SessionError> {
-        let mut w = self.writer().await?;
-        let mut tx = Write::begin(&mut w.conn).await?;
-        check(tx.conn(), fence).await?;
-        sqlx::query(
-            "INSERT INTO processes (session_id, notify_parent, stopped, callback_due) \
-             SELECT session_id, notify_parent, 1, notify_parent AND ?2 \
-             FROM sessions WHERE session_id = ?1 \
-             ON CONFLICT (session_id) DO UPDATE SET stopped = 1, \
-               callback_due = callback_due \
-                 OR (?2 AND notify_parent AND runner_seq = 0 AND exit_code IS NULL)",
-        )
-        .bind(session_id)
-        .bind(unstarted)
-        .execute(tx.conn())
-        .await?;
-        tx.commit().await
-    }
-
     pub(in crate::store) async fn write_callback_once(
         &self,
         fence: &Fence,
