@@ -1,4 +1,5 @@
-//! Who a child may reply to: its own active parent, whatever the trust levels.
+//! Who a child may reply to: its own active parent, whatever the trust
+//! levels; and who a viewer is told terminated a session.
 
 use super::*;
 use crate::model::Principal;
@@ -57,5 +58,22 @@ fn a_child_replies_to_its_own_active_parent_only() {
             "to {} {:?}",
             target.session_id, target.status
         );
+    }
+}
+
+/// A sandboxed viewer is never told which session terminated another (it
+/// may be a direct ancestor); a direct viewer and the operator are, and
+/// every viewer is told a terminator that is not a session.
+#[test]
+fn a_sandboxed_viewer_is_told_only_that_a_session_terminated() {
+    use SessionStatus::Running;
+    let sandboxed = Caller::Session(Box::new(row("s", Some("p"), Trust::Sandboxed, Running)));
+    let direct = Caller::Session(Box::new(row("p", None, Trust::Direct, Running)));
+    let by = "session:sess_direct_parent";
+    assert_eq!(visible_terminator(&sandboxed, by), "session");
+    assert_eq!(visible_terminator(&direct, by), by);
+    assert_eq!(visible_terminator(&Caller::Operator, by), by);
+    for other in ["troupe", "operator"] {
+        assert_eq!(visible_terminator(&sandboxed, other), other);
     }
 }

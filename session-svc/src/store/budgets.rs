@@ -88,6 +88,7 @@ each_backend! {
             ChargeCheck,
             accounts::{RawAccount, account_columns, path_of, stored},
             journal::NewEvent,
+            shared::json_ids,
         },
     };
 
@@ -113,7 +114,7 @@ each_backend! {
 
     /// The accounts' ids, as [`ids_in`] binds them.
     fn ids(path: &[Account]) -> String {
-        serde_json::Value::from_iter(path.iter().map(|a| a.session_id.as_str())).to_string()
+        json_ids(path.iter().map(|a| a.session_id.as_str()))
     }
 
     /// Adds `sign` × `charge` to the reserved counters of the accounts of

@@ -168,6 +168,11 @@ pub(crate) fn event_detail(change: &ProcessChange, runner_seq: u64, gap_from: u6
     }
 }
 
+/// Session ids as the JSON array of texts that `ids_in!` reads.
+pub(crate) fn json_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
+    serde_json::Value::from_iter(ids).to_string()
+}
+
 /// Where an output drop brings what is kept: three quarters of the budget,
 /// so drops (and the marker's move) come once per quarter of it, not per
 /// event.

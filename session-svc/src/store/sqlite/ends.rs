@@ -16,7 +16,7 @@ use crate::{
     error::SessionError,
     model::{EndReason, NewMessage, ProcessChange, SessionRow, now_ms},
     policy::Member,
-    store::{Fence, session_rows::RawSession},
+    store::{Fence, session_rows::RawSession, shared::json_ids},
 };
 
 impl SqliteStore {
@@ -154,7 +154,7 @@ impl Tx<'_> {
              AND status IN ('pending', 'running') RETURNING ",
             session_columns!()
         ))
-        .bind(json_ids(ids))
+        .bind(json_ids(ids.iter().map(String::as_str)))
         .bind(status_str(status))
         .bind(now_ms())
         .bind(target)
@@ -177,7 +177,7 @@ impl Tx<'_> {
              AND status IN ('pending', 'running') RETURNING ",
             session_columns!()
         ))
-        .bind(json_ids(ids))
+        .bind(json_ids(ids.iter().map(String::as_str)))
         .fetch_all(self.conn())
         .await?;
         self.returned(raws, ids)
@@ -207,9 +207,4 @@ impl Tx<'_> {
         self.changed(Change::InboxSeq(recipient.to_owned(), seq));
         Ok(seq)
     }
-}
-
-/// `ids` as the JSON array `json_each` reads.
-fn json_ids(ids: &[String]) -> String {
-    serde_json::Value::from_iter(ids.iter().map(String::as_str)).to_string()
 }
