@@ -17,6 +17,27 @@ pub const RESERVATION_STALE_AFTER: Duration = Duration::from_secs(30 * 60);
 /// Stale reservations released per round of upkeep, at most.
 pub const RESERVATION_RELEASE_BATCH: u32 = 100;
 
+/// Inserts a new session's account: its id, depth, budget's limits (as
+/// [`stored_budget`] gives them) and deadline.
+pub(in crate::store) const INSERT_ACCOUNT: &str = "INSERT INTO accounts (session_id, depth, \
+     cost_limit, tokens_limit, calls_limit, wall_ms, deadline_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// Binds a new account's values to [`INSERT_ACCOUNT`]'s parameters, in
+/// order: on a query, or a batch.
+macro_rules! bind_account {
+    ($q:expr, $session_id:expr, $depth:expr, $limits:expr, $deadline_ms:expr) => {{
+        let [cost, tokens, calls, wall]: [Option<i64>; 4] = $limits;
+        $q.bind($session_id.to_owned())
+            .bind(i64::from($depth))
+            .bind(cost)
+            .bind(tokens)
+            .bind(calls)
+            .bind(wall)
+            .bind($deadline_ms)
+    }};
+}
+pub(in crate::store) use bind_account;
+
 /// Expands to the account columns, in [`RawAccount`]'s field order, for `concat!`.
 macro_rules! account_columns {
     () => {

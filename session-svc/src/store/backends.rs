@@ -7,6 +7,13 @@
 //! - `Tx`, begun by `This::tx`: a write transaction (SQLite: `BEGIN
 //!   IMMEDIATE` on the one writer; PostgreSQL: a pooled connection), with
 //!   `conn()` and `commit()`; one dropped before its commit is rolled back;
+//! - `Batched`, begun by `This::batched`: the transaction of a create or a
+//!   message (`creates`, `messages`), whose writes SQLite sends as one batch
+//!   at its commit, so its reads see the database before its writes
+//!   (PostgreSQL's is a `Tx`); its primitives: `claim`, `remember`, `audit`,
+//!   `events`, `workspace_active`, `spawn_facts`, `count_root`,
+//!   `count_child`, `insert_session`, `account`, `body`, `entry`, `rate`,
+//!   `set_rate`, `audience`, `lock_rows`, `lock_row`, `clear_callback`;
 //! - `This::write_conn`: a connection for a write of one statement;
 //! - `Db` and `Conn`: the backend's sqlx database and connection types;
 //! - `retrying!(attempt)`: runs a whole transaction, again while it loses a
@@ -45,7 +52,7 @@ macro_rules! each_backend {
         pub(in crate::store) mod sqlite {
             #[allow(unused_imports)]
             use crate::store::sqlite::{
-                SqliteStore as This, Tx, for_update, ids_in, record_output, retrying,
+                Batched, SqliteStore as This, Tx, for_update, ids_in, record_output, retrying,
             };
             #[allow(unused_imports)]
             use sqlx::{Sqlite as Db, SqliteConnection as Conn};
@@ -54,7 +61,7 @@ macro_rules! each_backend {
         pub(in crate::store) mod postgres {
             #[allow(unused_imports)]
             use crate::store::postgres::{
-                PgStore as This, Tx, for_update, ids_in, record_output, retrying,
+                Batched, PgStore as This, Tx, for_update, ids_in, record_output, retrying,
             };
             #[allow(unused_imports)]
             use sqlx::{PgConnection as Conn, Postgres as Db};

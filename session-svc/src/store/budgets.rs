@@ -92,9 +92,21 @@ each_backend! {
         },
     };
 
+    impl This {
+        /// Reads the accounts of `session_id`'s path, root first; with
+        /// `lock`, locks them root-down.
+        pub(in crate::store) async fn account_path(
+            conn: &mut Conn,
+            session_id: &str,
+            lock: bool,
+        ) -> Result<Vec<Account>, SessionError> {
+            path(conn, session_id, lock).await
+        }
+    }
+
     /// Reads the accounts of `session_id`'s path, root first; with `lock`,
     /// locks them root-down.
-    pub(in crate::store) async fn path(
+    async fn path(
         conn: &mut Conn,
         session_id: &str,
         lock: bool,

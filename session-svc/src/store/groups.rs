@@ -264,9 +264,26 @@ each_backend! {
         row.as_ref().map(found).transpose()
     }
 
+    impl This {
+        /// The group `name`'s members but `poster`, who must be one of
+        /// them (else it is answered as a group that does not exist),
+        /// oldest first: a post's audience.
+        pub(in crate::store) async fn audience_of_post(
+            conn: &mut Conn,
+            workspace_id: &str,
+            name: &GroupName,
+            poster: &str,
+        ) -> Result<Vec<String>, SessionError> {
+            let group = member_of(conn, workspace_id, name, poster, false).await?;
+            let mut ids = member_ids(conn, &group.group_id).await?;
+            ids.retain(|id| id != poster);
+            Ok(ids)
+        }
+    }
+
     /// The group (locked, with `lock`), if `session_id` is one of its
     /// members; else it is answered as one that does not exist.
-    pub(in crate::store) async fn member_of(
+    async fn member_of(
         conn: &mut Conn,
         workspace_id: &str,
         name: &GroupName,
@@ -284,7 +301,7 @@ each_backend! {
     }
 
     /// A group's members, oldest first.
-    pub(in crate::store) async fn member_ids(
+    async fn member_ids(
         conn: &mut Conn,
         group_id: &str,
     ) -> Result<Vec<String>, SessionError> {

@@ -72,6 +72,25 @@ impl NewEvent {
     }
 }
 
+/// Appends an audit entry: time, then [`AuditRecord`]'s fields in order.
+pub(in crate::store) const INSERT_AUDIT: &str = "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// Binds an audit entry's values, stamped now, to [`INSERT_AUDIT`]'s
+/// parameters, in order: on a query, or a batch.
+macro_rules! bind_audit {
+    ($q:expr, $record:expr) => {
+        $q.bind(crate::model::now_ms())
+            .bind($record.caller.to_string())
+            .bind($record.action.as_str())
+            .bind($record.target.clone())
+            .bind($record.allowed)
+            .bind($record.reason.clone())
+            .bind($record.detail.clone())
+    };
+}
+pub(in crate::store) use bind_audit;
+
 /// The detail of a `created` event.
 pub(in crate::store) fn created_detail(agent_name: &str, title: &str) -> EventDetail {
     EventDetail::Created(Created {
@@ -124,7 +143,7 @@ each_backend! {
     use super::LogStore;
     use crate::{
         error::SessionError,
-        model::{AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, Trust, now_ms},
+        model::{AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, Trust},
         store::{AuditColumns, EventPage, audit_row, parse_stored},
     };
 
@@ -134,17 +153,10 @@ each_backend! {
             conn: &mut Conn,
             record: &AuditRecord,
         ) -> Result<(), SessionError> {
-            sqlx::query(
-                "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            crate::store::journal::bind_audit!(
+                sqlx::query(crate::store::journal::INSERT_AUDIT),
+                record
             )
-            .bind(now_ms())
-            .bind(record.caller.to_string())
-            .bind(record.action.as_str())
-            .bind(&record.target)
-            .bind(record.allowed)
-            .bind(&record.reason)
-            .bind(&record.detail)
             .execute(conn)
             .await?;
             Ok(())

@@ -65,6 +65,26 @@ pub(crate) fn sent_record(message_id: &str, sequence: u64) -> serde_json::Value 
     json!({"message_id": message_id, "sequence": sequence})
 }
 
+/// The earlier call's answer under a request id: its stored `result` if
+/// it asked for the same (`hash`), a conflict if not.
+pub(crate) fn earlier_answer(
+    idem: &crate::model::Idempotency,
+    hash: &str,
+    result: &str,
+) -> Result<serde_json::Value, SessionError> {
+    if hash != idem.payload_hash {
+        return Err(SessionError::refused(
+            crate::error::Reason::IdempotencyConflict,
+            format!(
+                "request_id {:?} was already used with a different payload",
+                idem.request_id
+            ),
+        ));
+    }
+    serde_json::from_str(result)
+        .map_err(|e| SessionError::Internal(format!("bad idempotency record: {e}")))
+}
+
 fn bad_record() -> SessionError {
     SessionError::Internal("bad idempotency record".to_owned())
 }

@@ -8,10 +8,11 @@ use sqlx::PgConnection;
 use troupe_proto::{session::SessionStatus, status::status_str};
 
 use super::{
-    PgStore, Tx, lease, locks,
+    PgStore, Tx,
+    batched::insert_message,
+    lease, locks,
     open::{RawSession, session_columns},
     output,
-    sessions::insert_message,
 };
 use crate::{
     error::SessionError,

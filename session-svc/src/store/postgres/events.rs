@@ -21,9 +21,9 @@ use troupe_proto::status::status_str;
 
 use super::{PgStore, lease};
 use crate::{
-    error::{Reason, SessionError},
+    error::SessionError,
     model::{Idempotency, now_ms},
-    store::{Fence, lease::PRUNED_ACTIONS},
+    store::{Fence, lease::PRUNED_ACTIONS, shared::earlier_answer},
 };
 
 /// The background work's pruning, each pass one fenced transaction.
@@ -243,20 +243,9 @@ pub(super) async fn claim(
     .bind(&idem.request_id)
     .fetch_one(&mut *conn)
     .await?;
-    if hash != idem.payload_hash {
-        return Err(SessionError::refused(
-            Reason::IdempotencyConflict,
-            format!(
-                "request_id {:?} was already used with a different payload",
-                idem.request_id
-            ),
-        ));
-    }
     let result = result
         .ok_or_else(|| SessionError::Internal("idempotency record without a result".into()))?;
-    serde_json::from_str(&result)
-        .map(Some)
-        .map_err(|e| SessionError::Internal(format!("bad idempotency record: {e}")))
+    earlier_answer(idem, &hash, &result).map(Some)
 }
 
 /// Stores the result of the call that claimed `idem`.

@@ -1,5 +1,4 @@
-//! The lease of the background work on PostgreSQL, and the writes only its
-//! holder makes that have no other home (stops, callbacks).
+//! The lease of the background work on PostgreSQL, and the driver's work.
 //!
 //! A fenced write reads the lease row `FOR SHARE` first of all (before the
 //! locks of `locks`), checking holder, epoch and expiry on the database's
@@ -16,17 +15,12 @@ use std::time::Duration;
 use sqlx::PgConnection;
 
 use super::{
-    PgStore, events, locks,
+    PgStore,
     open::{IDLE_IN_TRANSACTION, RawSession, session_columns},
 };
 use crate::{
     error::SessionError,
-    model::{AuditRecord, NewMessage, SessionRow},
-    store::{
-        Sent,
-        lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, callback_guard, millis},
-        shared::sent_record,
-    },
+    store::lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, millis},
 };
 
 /// Refuses the transaction unless `fence` is the lease's live term; keeps
@@ -186,79 +180,5 @@ impl PgStore {
             unstopped,
             callbacks_due,
         })
-    }
-
-    pub(in crate::store) async fn write_callback_once(
-        &self,
-        fence: &Fence,
-        child_id: &str,
-        message: &NewMessage,
-        audit: &AuditRecord,
-    ) -> Result<Option<Sent>, SessionError> {
-        let mut tx = self.begin().await?;
-        check(&mut tx, fence).await?;
-        let parent: Option<Option<String>> =
-            sqlx::query_scalar("SELECT parent_session_id FROM sessions WHERE session_id = $1")
-                .bind(child_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let idem = callback_guard(child_id);
-        let replayed = events::claim(&mut tx, &idem).await?.is_some();
-        let target: Option<SessionRow> = match (&parent, replayed) {
-            (Some(Some(parent)), false) => Some(locks::session(&mut tx, parent).await?.0),
-            _ => None,
-        };
-        let due: Option<bool> = sqlx::query_scalar(
-            "UPDATE processes SET callback_due = FALSE WHERE session_id = $1 AND callback_due \
-             RETURNING TRUE",
-        )
-        .bind(child_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(target) = target.filter(|t| due.is_some() && t.is_active()) else {
-            // Not due (written before): nothing to do. Due, but answered by
-            // an earlier notice or with nobody to tell: only cleared.
-            tx.rollback().await?;
-            if replayed || due.is_some() {
-                self.clear_callback(fence, child_id).await?;
-            }
-            return Ok(None);
-        };
-        let sequence =
-            super::sessions::insert_message(&mut tx, &target.session_id, message).await?;
-        events::remember(
-            &mut tx,
-            Some(&idem),
-            sent_record(&message.message_id, sequence as u64),
-        )
-        .await?;
-        PgStore::insert_audit(&mut tx, audit).await?;
-        let event = crate::store::journal::NewEvent::message(
-            &target.session_id,
-            target.status,
-            &message.message_id,
-            sequence,
-            &message.body,
-        );
-        events::write(&mut tx, &[event], false).await?;
-        tx.commit().await?;
-        self.published(false);
-        Ok(Some(Sent {
-            message_id: message.message_id.clone(),
-            sequence: sequence as u64,
-            replayed: false,
-        }))
-    }
-
-    /// Clears a callback that an earlier notice already answered.
-    async fn clear_callback(&self, fence: &Fence, child_id: &str) -> Result<(), SessionError> {
-        let mut tx = self.begin().await?;
-        check(&mut tx, fence).await?;
-        sqlx::query("UPDATE processes SET callback_due = FALSE WHERE session_id = $1")
-            .bind(child_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
     }
 }

@@ -17,7 +17,7 @@
 //!
 //! A message's sender's `message_rates` row (its rate state) is locked
 //! before any session row, and only by messages: a send or a fan-out
-//! (`groups`) takes it, then its recipients' rows, those of a fan-out in
+//! (`store::messages`) takes it, then its recipients' rows, those of a fan-out in
 //! id order.
 //!
 //! Budgets' `accounts` rows stand apart (see `budgets`): reservations and

@@ -18,25 +18,22 @@
 //! `LISTEN`, and by polling (see `wake`).
 //!
 //! Its parts: `open` (connecting, migrations, rows), `locks` (the lock
-//! order and the counters), `sessions` (creates, messages), `ends` (what
-//! the ends written once in `store::ends` need of it), `output` (the
-//! output's budgets), `budgets` (a new
-//! session's account), `events` (writing and pruning events), `groups`,
+//! order and the counters), `batched` (what creates and messages need of
+//! it), `ends` (what the ends written once in `store::ends` need of it),
+//! `output` (the output's budgets), `events` (writing and pruning events),
 //! `lease`, `runners`, `reads` and `wake`.
 
 #[macro_use]
 pub(in crate::store) mod retry;
-mod budgets;
+mod batched;
 mod ends;
 mod events;
-mod groups;
 mod lease;
 mod locks;
 mod open;
 mod output;
 mod reads;
 mod runners;
-mod sessions;
 mod wake;
 
 pub use self::events::EVENTS_LOCK;
@@ -45,6 +42,7 @@ pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 
 use std::sync::Arc;
 
+pub(in crate::store) use self::batched::Batched;
 pub(in crate::store) use self::output::record as record_output;
 pub(in crate::store) use self::retry::retrying;
 

@@ -9,14 +9,14 @@ use troupe_proto::{session::SessionStatus, status::status_str};
 
 use super::{
     SqliteStore, Tx,
-    write::{INSERT_BODY, INSERT_ENTRY, session_columns},
+    write::{INSERT_ENTRY, session_columns},
     writer::Change,
 };
 use crate::{
     error::SessionError,
     model::{EndReason, NewMessage, ProcessChange, SessionRow, now_ms},
     policy::Member,
-    store::{Fence, session_rows::RawSession, shared::json_ids},
+    store::{Fence, messages::INSERT_BODY, session_rows::RawSession, shared::json_ids},
 };
 
 impl SqliteStore {
@@ -49,10 +49,7 @@ impl Tx<'_> {
         &mut self,
         session_id: &str,
     ) -> Result<SessionRow, SessionError> {
-        self.store
-            .ledger()
-            .get(session_id)
-            .ok_or_else(|| SessionError::not_found(session_id))
+        self.store.ledger_row(session_id)
     }
 
     /// The row of `session_id`, for a write of its events alone.

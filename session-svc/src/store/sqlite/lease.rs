@@ -1,5 +1,4 @@
-//! The lease of the background work on SQLite, and the writes only its
-//! holder makes that have no other home (stops, callbacks). One service
+//! The lease of the background work on SQLite, and the driver's work. One service
 //! owns a SQLite database, so it is the only candidate, but the rules are
 //! PostgreSQL's: every background write checks its fence inside its
 //! transaction, on the database's clock.
@@ -8,19 +7,10 @@ use std::time::Duration;
 
 use sqlx::SqliteConnection;
 
-use super::{
-    SqliteStore, Writer,
-    write::Write,
-    writer::{Begun, first_i64},
-};
+use super::SqliteStore;
 use crate::{
     error::SessionError,
-    model::{AuditRecord, NewMessage},
-    store::{
-        Sent,
-        lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, callback_guard, millis},
-        shared::sent_record,
-    },
+    store::lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, millis},
 };
 
 /// The database's clock, in milliseconds since the Unix epoch.
@@ -160,78 +150,4 @@ impl SqliteStore {
             callbacks_due,
         })
     }
-
-    pub(in crate::store) async fn write_callback_once(
-        &self,
-        fence: &Fence,
-        child_id: &str,
-        message: &NewMessage,
-        audit: &AuditRecord,
-    ) -> Result<Option<Sent>, SessionError> {
-        let mut w = self.writer().await?;
-        let idem = callback_guard(child_id);
-        let mut batch = match self.begin(&mut w, Some(&idem)).await? {
-            // An earlier notice answered it: only cleared.
-            Begun::Replay(_) => {
-                clear(&mut w, fence, child_id).await?;
-                return Ok(None);
-            }
-            Begun::Batch(batch) => batch,
-        };
-        let checked = check(&mut w.conn, fence).await;
-        w.or_abandon(checked).await?;
-        let due: Result<Option<bool>, SessionError> =
-            sqlx::query_scalar("SELECT callback_due FROM processes WHERE session_id = ?")
-                .bind(child_id)
-                .fetch_optional(&mut w.conn)
-                .await
-                .map_err(Into::into);
-        let due = w.or_abandon(due).await?.unwrap_or(false);
-        if !due {
-            w.abandon().await;
-            return Ok(None);
-        }
-        let target = self
-            .ledger()
-            .get(child_id)
-            .and_then(|child| child.parent_session_id)
-            .and_then(|parent| self.ledger().get(&parent))
-            .filter(|parent| parent.is_active());
-        let Some(target) = target else {
-            w.abandon().await;
-            clear(&mut w, fence, child_id).await?;
-            return Ok(None);
-        };
-        let sequence = target.inbox_seq as u64 + 1;
-        batch
-            .remember(Some(&idem), sent_record(&message.message_id, sequence))
-            .message(&target.session_id, message, sequence)
-            .audit(audit)
-            .statement("UPDATE processes SET callback_due = 0 WHERE session_id = ?")
-            .bind(child_id.to_owned());
-        w.unsettled = vec![target.session_id.clone()];
-        let rows = self.run_batch(&mut w, batch).await?;
-        let stored = first_i64(&rows)? as u64;
-        self.ledger_mut()
-            .update(&target.session_id, |row| row.inbox_seq = stored as i64);
-        w.unsettled.clear();
-        drop(w);
-        self.published();
-        Ok(Some(Sent {
-            message_id: message.message_id.clone(),
-            sequence: stored,
-            replayed: false,
-        }))
-    }
-}
-
-/// Clears a callback that has nobody to tell or was answered before.
-async fn clear(w: &mut Writer, fence: &Fence, child_id: &str) -> Result<(), SessionError> {
-    let mut tx = Write::begin(&mut w.conn).await?;
-    check(tx.conn(), fence).await?;
-    sqlx::query("UPDATE processes SET callback_due = 0 WHERE session_id = ?")
-        .bind(child_id)
-        .execute(tx.conn())
-        .await?;
-    tx.commit().await
 }

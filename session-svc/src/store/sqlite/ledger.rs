@@ -15,7 +15,10 @@ use std::{
     sync::Arc,
 };
 
-use crate::model::{SessionRow, Trust};
+use crate::{
+    model::{SessionRow, Trust},
+    store::creates::SpawnFacts,
+};
 
 fn trust_index(trust: Trust) -> usize {
     match trust {
@@ -37,20 +40,6 @@ struct Workspace {
     sessions: BTreeMap<i64, Arc<SessionRow>>,
     /// How many of them are pending or running: direct, then sandboxed.
     active: [u32; 2],
-}
-
-/// The counts a spawn's quotas are checked against.
-#[derive(Clone, Debug)]
-pub(super) struct SpawnFacts {
-    pub parent: SessionRow,
-    /// Sessions of the parent's tree, ended ones included.
-    pub tree_sessions: u32,
-    /// Of those, the sandboxed ones.
-    pub tree_sandboxed: u32,
-    /// Children the parent ever created.
-    pub children: u32,
-    /// Pending or running sessions of the parent's workspace.
-    pub workspace_active: u32,
 }
 
 /// The sessions table, in memory, with the indexes the reads need.

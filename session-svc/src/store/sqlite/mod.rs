@@ -8,8 +8,8 @@
 //! commit, under the writer lock.
 //!
 //! Every write goes through one writer connection, in a `BEGIN IMMEDIATE`
-//! transaction: the hot ones as one [`Batch`] (one round trip), the others
-//! as a [`Write`]. Reads of events, messages and audit use a pool of
+//! transaction: creates and messages as one batch (`Batched`, one round
+//! trip), the others statement by statement (`Tx`). Reads of events, messages and audit use a pool of
 //! read-only connections and never wait for the writer (WAL). The writer
 //! never checkpoints; [`SqliteStore::checkpoint`] does (part of
 //! [`Store::maintain`]), on a connection of its own, so no call waits for
@@ -17,21 +17,20 @@
 //!
 //! Its parts: `ledger` (the sessions in memory, this store's own cache),
 //! `open` (the lock, the migrations, the ledger's load),
-//! `writer` (taking the writer, beginning and running a write), `write`
-//! (the statements), `sessions` (creates, messages), `ends` (what the
-//! ends written once in `store::ends` need of it), `output` (the
-//! output's budgets), `reads` (sessions from the ledger), `groups`, `lease`,
+//! `writer` (taking the writer, `Tx`), `write` (the row's columns,
+//! pruning), `batched` (what creates and messages need of it), `ends` (what
+//! the ends written once in `store::ends` need of it), `output` (the
+//! output's budgets), `reads` (sessions from the ledger), `lease`,
 //! `runners` and `upkeep` (the WAL, free pages).
 
+mod batched;
 mod ends;
-mod groups;
 mod lease;
 mod ledger;
 mod open;
 mod output;
 mod reads;
 mod runners;
-mod sessions;
 mod upkeep;
 mod write;
 mod writer;
@@ -45,8 +44,9 @@ use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, watch};
 
 use self::{ledger::Ledger, write::rollback};
-use crate::error::SessionError;
+use crate::{error::SessionError, model::SessionRow};
 
+pub(in crate::store) use self::batched::Batched;
 pub use self::output::OutputBudget;
 pub(in crate::store) use self::output::record as record_output;
 pub(in crate::store) use self::writer::{Tx, for_update, ids_in, retrying};
@@ -129,6 +129,13 @@ impl SqliteStore {
             *n = ended;
             changed
         });
+    }
+
+    /// The ledger's row of `session_id` (exact under the writer lock).
+    fn ledger_row(&self, session_id: &str) -> Result<SessionRow, SessionError> {
+        self.ledger()
+            .get(session_id)
+            .ok_or_else(|| SessionError::not_found(session_id))
     }
 
     fn ledger(&self) -> RwLockReadGuard<'_, Ledger> {

@@ -1,36 +1,27 @@
 //! The writer's discipline: taking the one writer connection (settling what
-//! a cancelled write left), beginning a write that may carry a request id,
-//! and running a batch whose results go to the ledger.
+//! a cancelled write left), and [`Tx`], a transaction of its own on it,
+//! whose changed rows go to the ledger at its commit.
 //!
-//! A write marks the sessions it changes as unsettled before its first
-//! statement and clears them once the ledger has its result. If its future
-//! is dropped in between (a client hung up), the next writer rolls back
-//! what is open and rereads those rows; so it does when a write that opened
-//! its transaction ahead of its batch (a request id's lookup) was dropped.
+//! A write marks the sessions it changes as unsettled before its commit
+//! and clears them once the ledger has its result. If its future is
+//! dropped in between (a client hung up), the next writer rolls back what
+//! is open and rereads those rows.
 //! Whoever takes the writer lock (tokio's, fair) while the write-ahead log
 //! is past its limit first cuts it back.
 
-use sqlx::{Row, SqliteConnection, sqlite::SqliteRow};
+use sqlx::{AssertSqlSafe, SqliteConnection};
 use tokio::sync::{MappedMutexGuard, MutexGuard};
 
 use super::{
     SqliteStore, Writer,
-    write::{Batch, entry_from_row, replay, rollback, session_columns},
+    write::{entry_from_row, rollback, session_columns},
 };
 use crate::{
     error::SessionError,
-    model::{Idempotency, NewSession, SessionRow, now_ms},
+    model::{SessionRow, now_ms},
     store::journal::NewEvent,
 };
 use troupe_proto::status::status_str;
-
-/// How a write that may carry a request id begins.
-pub(super) enum Begun {
-    /// An earlier call with the same request id and payload: its result.
-    Replay(serde_json::Value),
-    /// No earlier call: the batch to fill and commit.
-    Batch(Batch),
-}
 
 /// A write transaction of its own on the writer (`BEGIN IMMEDIATE`), for
 /// code written once for both backends (see `store::backends`). Dropped
@@ -158,9 +149,7 @@ impl SqliteStore {
         _conn: &mut SqliteConnection,
         id: &str,
     ) -> Result<SessionRow, SessionError> {
-        self.ledger()
-            .get(id)
-            .ok_or_else(|| SessionError::not_found(id))
+        self.ledger_row(id)
     }
 
     /// Appends `events`, each with its session's next sequence (the
@@ -173,19 +162,16 @@ impl SqliteStore {
     ) -> Result<Vec<i64>, SessionError> {
         let mut seqs = Vec::with_capacity(events.len());
         for event in events {
-            let seq: i64 = sqlx::query_scalar(
-                "INSERT INTO events (session_id, seq, kind, status, at_ms, detail, bytes) \
-                 SELECT session_id, event_seq + 1, $2, $3, $4, $5, $6 FROM sessions \
-                 WHERE session_id = $1 RETURNING seq",
-            )
-            .bind(&event.session_id)
-            .bind(event.kind.as_str())
-            .bind(status_str(event.status))
-            .bind(now_ms())
-            .bind(&event.detail)
-            .bind(event.bytes)
-            .fetch_one(&mut *conn)
-            .await?;
+            let seq: i64 =
+                sqlx::query_scalar(AssertSqlSafe(format!("{INSERT_EVENT} RETURNING seq")))
+                    .bind(&event.session_id)
+                    .bind(event.kind.as_str())
+                    .bind(status_str(event.status))
+                    .bind(now_ms())
+                    .bind(&event.detail)
+                    .bind(event.bytes)
+                    .fetch_one(&mut *conn)
+                    .await?;
             seqs.push(seq);
         }
         Ok(seqs)
@@ -230,87 +216,11 @@ impl SqliteStore {
         }
         Ok(w)
     }
-
-    /// Begins a write. With a request id, the transaction opens here and the
-    /// earlier call with that id is looked up inside it, so the lookup and
-    /// the batch that records the id (or the rule that refuses it) are one
-    /// transaction; without one, the batch opens its own and the write stays
-    /// one round trip.
-    pub(super) async fn begin(
-        &self,
-        w: &mut Writer,
-        idem: Option<&Idempotency>,
-    ) -> Result<Begun, SessionError> {
-        let Some(idem) = idem else {
-            return Ok(Begun::Batch(Batch::new()));
-        };
-        w.open = true;
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
-        let found = replay(&mut w.conn, idem).await;
-        match w.or_abandon(found).await? {
-            None => Ok(Begun::Batch(Batch::within())),
-            Some(result) => {
-                w.abandon().await;
-                Ok(Begun::Replay(result))
-            }
-        }
-    }
-
-    /// Runs a batch on the writer; it ends the transaction either way. On an
-    /// error nothing changed, so nothing is left to settle.
-    pub(super) async fn run_batch(
-        &self,
-        w: &mut Writer,
-        batch: Batch,
-    ) -> Result<Vec<SqliteRow>, SessionError> {
-        let result = batch.run(&mut w.conn).await;
-        w.open = false;
-        match result {
-            Ok(rows) => Ok(rows),
-            Err(e) => {
-                w.unsettled.clear();
-                Err(e)
-            }
-        }
-    }
-
-    /// Runs a create's batch and puts its results in the ledger: the new
-    /// session, its initial message's sequence, the parent's rate state.
-    pub(super) async fn commit_create(
-        &self,
-        w: &mut Writer,
-        batch: Batch,
-        new: &NewSession,
-        parent_tat: Option<(&str, i64)>,
-    ) -> Result<SessionRow, SessionError> {
-        w.unsettled = vec![new.session_id.clone()];
-        w.unsettled.extend(parent_tat.map(|(id, _)| id.to_owned()));
-        let rows = self.run_batch(w, batch).await?;
-        let mut rows = rows.iter();
-        let (rowid, mut session) = entry_from_row(
-            rows.next()
-                .ok_or_else(|| SessionError::Internal("insert returned no session".to_owned()))?,
-        )?;
-        if let Some(seq) = rows.next() {
-            session.inbox_seq = seq.try_get(0)?;
-        }
-        {
-            let mut ledger = self.ledger_mut();
-            if let Some((parent, tat)) = parent_tat {
-                ledger.update(parent, |row| row.spawn_tat_ms = tat);
-            }
-            ledger.put(rowid, session.clone());
-        }
-        w.unsettled.clear();
-        self.published();
-        Ok(session)
-    }
 }
 
-/// The first column of the first row, as an integer.
-pub(super) fn first_i64(rows: &[SqliteRow]) -> Result<i64, SessionError> {
-    let row = rows
-        .first()
-        .ok_or_else(|| SessionError::Internal("statement returned no row".to_owned()))?;
-    Ok(row.try_get(0)?)
-}
+/// Appends an event at its session's next sequence: session, kind, status,
+/// time, detail, bytes (the `events_advance_session_seq` trigger moves the
+/// sequence on).
+pub(super) const INSERT_EVENT: &str = "INSERT INTO events (session_id, seq, kind, status, at_ms, \
+     detail, bytes) SELECT session_id, event_seq + 1, $2, $3, $4, $5, $6 FROM sessions \
+     WHERE session_id = $1";
