@@ -21,6 +21,9 @@
 //! - `ids_in!(n)`: SQL for "in the JSON array of texts bound as `$n`";
 //! - `for_update!()`: what locks the rows a `SELECT` reads (nothing on
 //!   SQLite, whose writer lock serialises every write);
+//! - `db_now_ms!()`: the database's clock in milliseconds (leases'
+//!   expiries are compared on it); `row_order!()`: the column that orders
+//!   sessions by creation;
 //! - `This::rows_of(conn, ids)` and `This::row_of(conn, id)`: session rows
 //!   (SQLite: its ledger; PostgreSQL: a query on the transaction's
 //!   connection);
@@ -34,7 +37,7 @@
 //!   `end_sessions`, `orphan`, `set_status` and `insert_message`; rows
 //!   they change reach SQLite's ledger at the
 //!   commit. `This::check_fence` checks the background work's lease, and
-//!   `record_output` records a chunk of output under its budgets.
+//!   `This::append_tail` keeps a session's output tail (`output`).
 //!
 //! SQL in such code is written in what both dialects accept: `$N`
 //! placeholders (sqlx's SQLite driver numbers them too), `CAST($1 AS TEXT)`
@@ -52,7 +55,8 @@ macro_rules! each_backend {
         pub(in crate::store) mod sqlite {
             #[allow(unused_imports)]
             use crate::store::sqlite::{
-                Batched, SqliteStore as This, Tx, for_update, ids_in, record_output, retrying,
+                Batched, SqliteStore as This, Tx, db_now_ms, for_update, ids_in, retrying,
+                row_order,
             };
             #[allow(unused_imports)]
             use sqlx::{Sqlite as Db, SqliteConnection as Conn};
@@ -61,7 +65,8 @@ macro_rules! each_backend {
         pub(in crate::store) mod postgres {
             #[allow(unused_imports)]
             use crate::store::postgres::{
-                Batched, PgStore as This, Tx, for_update, ids_in, record_output, retrying,
+                Batched, PgStore as This, Tx, db_now_ms, for_update, ids_in, retrying,
+                row_order,
             };
             #[allow(unused_imports)]
             use sqlx::{PgConnection as Conn, Postgres as Db};

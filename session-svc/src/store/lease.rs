@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use super::backends::each_backend;
 use crate::model::Action;
 
 /// The name of the one lease (the table may hold others later).
@@ -117,4 +118,68 @@ pub(crate) fn callback_guard(child_id: &str) -> crate::model::Idempotency {
 /// Milliseconds of a duration, for SQL.
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+each_backend! {
+    use crate::{error::SessionError, store::DriverWork};
+
+    impl This {
+        /// `Store::driver_work`: what the calls of any service left for the
+        /// driver.
+        pub(in crate::store) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
+            let mut conn = self.pool.acquire().await?;
+            let unstarted: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT session_id FROM sessions s WHERE status = 'pending' \
+                 AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
+                 ORDER BY ",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            let undelivered: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+                 WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            // Ended sessions whose process may still run (no exit reported,
+            // not yet asked to stop; a finished one's after its grace), and
+            // CALLBACK-mode ones ended before any start.
+            let unstopped: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
+                 WHERE s.status IN ('completed', 'failed', 'terminated') \
+                 AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
+                       AND (p.stop_after_ms IS NULL OR p.stop_after_ms <= ",
+                db_now_ms!(),
+                ")) OR (p.session_id IS NULL AND s.notify_parent)) ORDER BY s.",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            let callbacks_due: Vec<String> =
+                sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
+                    .fetch_all(&mut *conn)
+                    .await?;
+            // Active sessions on a runner whose lease lapsed (or that is gone).
+            let runner_lost: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+                 LEFT JOIN runners r ON r.name = p.runner \
+                 WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
+                 AND (r.name IS NULL OR r.lease_expires_ms <= ",
+                db_now_ms!(),
+                ") ORDER BY s.depth DESC, s.",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            Ok(DriverWork {
+                runner_lost,
+                unstarted: self.rows_of(&mut conn, &unstarted).await?,
+                undelivered,
+                unstopped,
+                callbacks_due,
+            })
+        }
+    }
 }

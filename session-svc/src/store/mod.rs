@@ -40,9 +40,11 @@ mod inbox;
 mod journal;
 mod lease;
 mod messages;
+mod output;
 mod parent_end;
 mod postgres;
 mod process;
+mod runners;
 mod session_rows;
 mod shared;
 mod sqlite;
@@ -67,11 +69,12 @@ pub use lease::{
     BACKGROUND as BACKGROUND_LEASE, DriverWork, Fence, Holder, Lease, LeaseTiming,
     REQUEST_ID_PRUNE_BATCH,
 };
+pub use output::OutputBudget;
 pub use postgres::{
     EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
     PgStore, is_postgres_url, redacted_url,
 };
-pub use sqlite::{OutputBudget, SqliteStore, WAL_LIMIT};
+pub use sqlite::{SqliteStore, WAL_LIMIT};
 pub use writes::{
     Bounds, ChargeCheck, Created, EventPage, FanOut, FanOutCheck, InboxCheck, Maintenance,
     MembersCheck, MessageCheck, RateCheck, RootCheck, Sent, SpawnCheck, TerminateCheck, Throttle,

@@ -89,7 +89,7 @@ each_backend! {
             match (step.event, change) {
                 (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
                     let budget = self.output_budget;
-                    record_output(tx.conn(), session_id, stream, status, data, tail_max, budget)
+                    This::record_output(tx.conn(), session_id, stream, status, data, tail_max, budget)
                         .await?;
                 }
                 (Some(kind), change) => events.push(NewEvent::new(

@@ -43,6 +43,22 @@ impl Tx<'_> {
         Ok(locks::session(self.conn(), session_id).await?.0)
     }
 
+    /// Locks the counter row of `session_id`'s workspace, so placements of
+    /// one workspace take turns; returns the workspace (none: no such
+    /// session).
+    pub(in crate::store) async fn lock_placement(
+        &mut self,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        let workspace_id = match locks::place(self.conn(), session_id).await {
+            Ok((workspace_id, _)) => workspace_id,
+            Err(SessionError::SessionNotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        locks::workspace(self.conn(), &workspace_id).await?;
+        Ok(Some(workspace_id))
+    }
+
     /// Locks the row of `session_id` (first, as every write of its events
     /// alone: no counter changes); returns it.
     pub(in crate::store) async fn lock_row(

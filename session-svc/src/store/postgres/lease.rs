@@ -1,4 +1,4 @@
-//! The lease of the background work on PostgreSQL, and the driver's work.
+//! The lease of the background work on PostgreSQL.
 //!
 //! A fenced write reads the lease row `FOR SHARE` first of all (before the
 //! locks of `locks`), checking holder, epoch and expiry on the database's
@@ -14,13 +14,10 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::{
-    PgStore,
-    open::{IDLE_IN_TRANSACTION, RawSession, session_columns},
-};
+use super::{PgStore, open::IDLE_IN_TRANSACTION};
 use crate::{
     error::SessionError,
-    store::lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, millis},
+    store::lease::{BACKGROUND, Fence, Holder, Lease, millis},
 };
 
 /// Refuses the transaction unless `fence` is the lease's live term; keeps
@@ -128,57 +125,5 @@ impl PgStore {
             epoch,
             live,
         }))
-    }
-
-    pub(in crate::store) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
-        let unstarted: Vec<RawSession> = sqlx::query_as(concat!(
-            "SELECT ",
-            session_columns!(),
-            " FROM sessions s WHERE status = 'pending' \
-             AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
-             ORDER BY row_id"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        let undelivered: Vec<String> = sqlx::query_scalar(
-            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
-             WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.row_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        // Ended sessions whose process may still run (no exit reported, not
-        // yet asked to stop; a finished one's after its grace), and
-        // CALLBACK-mode ones ended before any start.
-        let unstopped: Vec<String> = sqlx::query_scalar(
-            "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
-             WHERE s.status IN ('completed', 'failed', 'terminated') \
-             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
-                   AND (p.stop_after_ms IS NULL \
-                     OR p.stop_after_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint)) \
-               OR (p.session_id IS NULL AND s.notify_parent)) \
-             ORDER BY s.row_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let callbacks_due: Vec<String> =
-            sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
-                .fetch_all(&self.pool)
-                .await?;
-        // Active sessions on a runner whose lease lapsed (or that is gone).
-        let runner_lost: Vec<String> = sqlx::query_scalar(
-            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
-             LEFT JOIN runners r ON r.name = p.runner \
-             WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
-             AND (r.name IS NULL OR r.lease_expires <= clock_timestamp()) ORDER BY s.depth DESC, s.row_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(DriverWork {
-            runner_lost,
-            unstarted: super::open::rows(unstarted)?,
-            undelivered,
-            unstopped,
-            callbacks_due,
-        })
     }
 }

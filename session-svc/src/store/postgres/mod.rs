@@ -21,7 +21,7 @@
 //! order and the counters), `batched` (what creates and messages need of
 //! it), `ends` (what the ends written once in `store::ends` need of it),
 //! `output` (the output's budgets), `events` (writing and pruning events),
-//! `lease`, `runners`, `reads` and `wake`.
+//! `lease`, `reads` and `wake`.
 
 #[macro_use]
 pub(in crate::store) mod retry;
@@ -33,7 +33,6 @@ mod locks;
 mod open;
 mod output;
 mod reads;
-mod runners;
 mod wake;
 
 pub use self::events::EVENTS_LOCK;
@@ -43,7 +42,6 @@ pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 use std::sync::Arc;
 
 pub(in crate::store) use self::batched::Batched;
-pub(in crate::store) use self::output::record as record_output;
 pub(in crate::store) use self::retry::retrying;
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction, pool::PoolConnection};
@@ -178,3 +176,20 @@ macro_rules! for_update {
     };
 }
 pub(in crate::store) use for_update;
+
+/// The database's clock, in milliseconds since the Unix epoch, in
+/// PostgreSQL's words (the clock's time now, not the transaction's start).
+macro_rules! db_now_ms {
+    () => {
+        "CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)"
+    };
+}
+pub(in crate::store) use db_now_ms;
+
+/// The column that orders sessions by creation, in PostgreSQL's words.
+macro_rules! row_order {
+    () => {
+        "row_id"
+    };
+}
+pub(in crate::store) use row_order;

@@ -52,6 +52,19 @@ impl Tx<'_> {
         self.store.ledger_row(session_id)
     }
 
+    /// The workspace of `session_id`, whose placement the writer lock
+    /// serialises (none: no such session).
+    pub(in crate::store) async fn lock_placement(
+        &mut self,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        Ok(self
+            .store
+            .ledger()
+            .get(session_id)
+            .map(|row| row.workspace_id))
+    }
+
     /// The row of `session_id`, for a write of its events alone.
     pub(in crate::store) async fn lock_row(
         &mut self,

@@ -1,4 +1,4 @@
-//! The lease of the background work on SQLite, and the driver's work. One service
+//! The lease of the background work on SQLite. One service
 //! owns a SQLite database, so it is the only candidate, but the rules are
 //! PostgreSQL's: every background write checks its fence inside its
 //! transaction, on the database's clock.
@@ -10,11 +10,11 @@ use sqlx::SqliteConnection;
 use super::SqliteStore;
 use crate::{
     error::SessionError,
-    store::lease::{BACKGROUND, DriverWork, Fence, Holder, Lease, millis},
+    store::lease::{BACKGROUND, Fence, Holder, Lease, millis},
 };
 
 /// The database's clock, in milliseconds since the Unix epoch.
-pub(super) const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+const NOW_MS: &str = super::db_now_ms!();
 
 /// Refuses the transaction unless `fence` is the lease's live term.
 pub(super) async fn check(conn: &mut SqliteConnection, fence: &Fence) -> Result<(), SessionError> {
@@ -101,53 +101,5 @@ impl SqliteStore {
             epoch,
             live,
         }))
-    }
-
-    pub(in crate::store) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
-        let unstarted: Vec<String> = sqlx::query_scalar(
-            "SELECT session_id FROM sessions s WHERE status = 'pending' \
-             AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
-             ORDER BY rowid",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let undelivered: Vec<String> = sqlx::query_scalar(
-            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
-             WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.rowid",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        // A finished session's process has its grace to exit first.
-        let unstopped: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
-             WHERE s.status IN ('completed', 'failed', 'terminated') \
-             AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
-                   AND (p.stop_after_ms IS NULL OR p.stop_after_ms <= {NOW_MS})) \
-               OR (p.session_id IS NULL AND s.notify_parent)) \
-             ORDER BY s.rowid"
-        )))
-        .fetch_all(&self.pool)
-        .await?;
-        let callbacks_due: Vec<String> =
-            sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
-                .fetch_all(&self.pool)
-                .await?;
-        // Active sessions on a runner whose lease lapsed (or that is gone).
-        let runner_lost: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
-             LEFT JOIN runners r ON r.name = p.runner \
-             WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
-             AND (r.name IS NULL OR r.lease_expires_ms <= {NOW_MS}) ORDER BY s.depth DESC, s.rowid"
-        )))
-        .fetch_all(&self.pool)
-        .await?;
-        let ledger = self.ledger();
-        Ok(DriverWork {
-            runner_lost,
-            unstarted: unstarted.iter().filter_map(|id| ledger.get(id)).collect(),
-            undelivered,
-            unstopped,
-            callbacks_due,
-        })
     }
 }

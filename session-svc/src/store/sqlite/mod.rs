@@ -20,8 +20,8 @@
 //! `writer` (taking the writer, `Tx`), `write` (the row's columns,
 //! pruning), `batched` (what creates and messages need of it), `ends` (what
 //! the ends written once in `store::ends` need of it), `output` (the
-//! output's budgets), `reads` (sessions from the ledger), `lease`,
-//! `runners` and `upkeep` (the WAL, free pages).
+//! output's budgets), `reads` (sessions from the ledger), `lease`
+//! and `upkeep` (the WAL, free pages).
 
 mod batched;
 mod ends;
@@ -30,7 +30,6 @@ mod ledger;
 mod open;
 mod output;
 mod reads;
-mod runners;
 mod upkeep;
 mod write;
 mod writer;
@@ -44,12 +43,11 @@ use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, watch};
 
 use self::{ledger::Ledger, write::rollback};
+use super::OutputBudget;
 use crate::{error::SessionError, model::SessionRow};
 
 pub(in crate::store) use self::batched::Batched;
-pub use self::output::OutputBudget;
-pub(in crate::store) use self::output::record as record_output;
-pub(in crate::store) use self::writer::{Tx, for_update, ids_in, retrying};
+pub(in crate::store) use self::writer::{Tx, db_now_ms, for_update, ids_in, retrying, row_order};
 
 /// Default size of the write-ahead log past which a checkpoint makes
 /// writers wait while it starts the log over.

@@ -118,6 +118,24 @@ macro_rules! for_update {
 }
 pub(in crate::store) use for_update;
 
+/// The database's clock, in milliseconds since the Unix epoch, in
+/// SQLite's words.
+macro_rules! db_now_ms {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+    };
+}
+pub(in crate::store) use db_now_ms;
+
+/// The column that orders sessions by creation, in SQLite's words (its
+/// `rowid`).
+macro_rules! row_order {
+    () => {
+        "rowid"
+    };
+}
+pub(in crate::store) use row_order;
+
 impl SqliteStore {
     /// Begins a write transaction on the writer.
     pub(in crate::store) async fn tx(&self) -> Result<Tx<'_>, SessionError> {
