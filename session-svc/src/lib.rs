@@ -4,13 +4,11 @@
 //! - [`config`]: flags, `TROUPE_*` variables and spawn limits.
 //! - [`auth`]: session tokens and the operator token.
 //! - [`operator`]: the operator token, kept in the database for every replica.
-//! - [`policy`]: every rule (visibility, trust, quotas), as pure functions.
-//! - [`agents`]: agent definitions and slug validation.
+//! - [`agents`]: where agent definitions are looked up.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
 //!   implementations.
 //! - [`service`]: the gRPC handlers, one module per RPC (the session
 //!   service's, and the fleet service's `RegisterRunner`).
-//! - [`placement`]: which runner a workspace's agents run on.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
 //! - [`owner`]: the lease of the background work, and the work its holder runs.
 //! - [`gateway`]: the model gateway's HTTP routes (Anthropic, OpenAI),
@@ -18,7 +16,9 @@
 //! - [`console`]: the web console (`--console-listen`): live spawn trees,
 //!   sessions' output, messages and terminations, in a browser.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
-//! - [`model`], [`error`]: shared records and the error table.
+//! - [`model`], [`policy`] (every rule, as pure functions), [`placement`]
+//!   (which runner a workspace's agents run on), [`error`] (the error
+//!   table): the `troupe-domain` crate, re-exported.
 //!
 //! [`serve`] runs the whole service on a listener the caller bound: it opens
 //! the store, settles the operator token with it, loads the signing keys,
@@ -33,19 +33,17 @@ pub mod auth;
 pub mod config;
 pub mod console;
 pub mod driver;
-pub mod error;
 pub mod gateway;
 pub mod health;
 pub mod lives;
 pub mod metrics;
-pub mod model;
 pub mod operator;
 pub mod owner;
-pub mod placement;
-pub mod policy;
 pub mod rules;
 pub mod service;
 pub mod store;
+
+pub use troupe_domain::{error, model, placement, policy};
 
 use std::{future::Future, time::Duration};
 

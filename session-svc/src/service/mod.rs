@@ -45,10 +45,7 @@ use crate::{
     store::Store,
 };
 
-/// Longest accepted title, reason or request id, in bytes.
-pub const MAX_SHORT_TEXT: usize = 256;
-/// Longest accepted message or initial message, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+pub use troupe_domain::limits::{MAX_MESSAGE_BYTES, MAX_SHORT_TEXT};
 
 /// Shared state of the service.
 pub struct Inner<S> {

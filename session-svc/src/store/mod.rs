@@ -13,7 +13,7 @@
 //! of a backend, beyond its methods:
 //!
 //! - its errors are [`SessionError::Storage`] of a backend-neutral kind
-//!   (`sqlx_error`: the conversion every sqlx backend's `?` uses), so an
+//!   (`troupe_domain::error`, its `sqlx` feature: the conversion every sqlx backend's `?` uses), so an
 //!   unreachable database answers UNAVAILABLE and nothing else leaks;
 //! - the values it stores as text (statuses, event kinds, exit reasons,
 //!   principals) are parsed once as it reads them ([`parse_stored`]);
@@ -48,7 +48,6 @@ mod runners;
 mod session_rows;
 mod shared;
 mod sqlite;
-mod sqlx_error;
 mod trait_impl;
 mod writes;
 
@@ -81,7 +80,7 @@ pub use writes::{
 };
 
 use crate::{
-    error::{SessionError, StorageKind},
+    error::SessionError,
     model::{
         AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession, Principal,
         ProcessChange, ProcessRow, ProgressReport, RunnerRow, RunnerSpec, SessionRow, Trust,
@@ -89,8 +88,6 @@ use crate::{
     placement::Place,
 };
 
-/// Parses a value's stored text (`what` names it for the log): an unknown
-/// text is a storage error, never a panic.
 /// A write scope as the `writable_paths` column keeps it: a JSON array.
 pub(crate) fn scope_text(scope: &WriteScope) -> String {
     serde_json::to_string(&scope.to_strings()).unwrap_or_else(|_| "[]".to_owned())
@@ -102,18 +99,7 @@ pub(crate) fn parse_scope(text: &str) -> Option<WriteScope> {
     WriteScope::parse(&paths).ok()
 }
 
-pub(crate) fn parse_stored<T>(
-    what: &str,
-    text: &str,
-    parse: impl FnOnce(&str) -> Option<T>,
-) -> Result<T, SessionError> {
-    parse(text).ok_or_else(|| {
-        SessionError::storage(
-            StorageKind::Other,
-            format!("unknown stored {what} {text:?}"),
-        )
-    })
-}
+pub(crate) use crate::error::parse_stored;
 
 /// The ledger's storage.
 pub trait Store:

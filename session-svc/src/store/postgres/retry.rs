@@ -8,7 +8,7 @@ use crate::error::{SessionError, StorageKind};
 pub(in crate::store) const RETRIES: u32 = 5;
 
 /// Whether an error is a lost deadlock (40P01) or serialization check
-/// (40001), which `sqlx_error` classifies as a conflict: the transaction
+/// (40001), which `troupe_domain::error::classify` takes for a conflict: the transaction
 /// was rolled back and may simply run again.
 pub(in crate::store) fn retryable(error: &SessionError) -> bool {
     matches!(error, SessionError::Storage(e) if e.kind == StorageKind::Conflict)

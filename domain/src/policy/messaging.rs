@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use super::{can_see, may_message, trust_sees};
 use crate::{
-    config::MessageLimits,
     error::{Reason, SessionError},
+    limits::MessageLimits,
     model::{Caller, MessageRate, Reach, Sending, SessionRow},
 };
 

@@ -8,7 +8,7 @@ use std::fmt;
 use subtle::ConstantTimeEq;
 
 use super::Principal;
-use crate::agents::AgentDefinition;
+use crate::agent::AgentDefinition;
 
 /// The operator token: a secret. Its `Debug` names no character of it, and
 /// it is compared in constant time.

@@ -17,7 +17,7 @@ pub struct GroupName(String);
 impl GroupName {
     /// Parses a name (`field` names it in the refusal).
     pub fn parse(field: &'static str, name: &str) -> Result<GroupName, crate::error::SessionError> {
-        crate::agents::validate_slug(field, name)?;
+        crate::agent::validate_slug(field, name)?;
         Ok(GroupName(name.to_owned()))
     }
 

@@ -36,9 +36,9 @@ pub use parent_end::{Member, ParentEnded, parent_end};
 use troupe_proto::{scope::SANDBOXED_AREA, session::SessionStatus, status::is_ended};
 
 use crate::{
-    agents::validate_slug,
-    config::Limits,
+    agent::validate_slug,
     error::{QuotaLeft, Reason, SessionError},
+    limits::Limits,
     model::{
         Account, Budget, Caller, EndReason, EventKind, ExitReason, ProcessChange, SessionRow,
         Trust, WriteScope,

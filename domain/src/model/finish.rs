@@ -79,7 +79,7 @@ impl Finish {
     ) -> Result<Option<Finish>, crate::error::SessionError> {
         match (outcome, result) {
             (Some(outcome), result) => Ok(Some(Finish {
-                outcome: crate::store::parse_stored("outcome", &outcome, Outcome::parse)?,
+                outcome: crate::error::parse_stored("outcome", &outcome, Outcome::parse)?,
                 result: result.unwrap_or_default(),
             })),
             (None, _) => Ok(None),

@@ -1,6 +1,6 @@
 //! The records the service reasons about: sessions, callers, events, audit
 //! entries. Plain data, shared by the rules ([`crate::policy`]) and the
-//! store ([`crate::store`]).
+//! store (`troupe_session_svc::store`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

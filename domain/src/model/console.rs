@@ -1,4 +1,4 @@
-//! The web console's sign-ins ([`crate::console`]): the secret a browser
+//! The web console's sign-ins (the service's `console`): the secret a browser
 //! holds, and what the store keeps of it.
 
 use super::ProgressReport;

@@ -1,9 +1,11 @@
 //! How a sqlx error becomes a [`SessionError`]: the one conversion every
 //! sqlx backend uses (so `?` works on their statements), classifying the
 //! failure by sqlx's variant and the database's own code: SQLite's result
-//! code, PostgreSQL's SQLSTATE.
+//! code, PostgreSQL's SQLSTATE. It lives here, behind the `sqlx` feature
+//! that only the store enables, because Rust lets only the crate of
+//! [`SessionError`] or of `sqlx::Error` implement it.
 
-use crate::error::{SessionError, StorageError, StorageKind};
+use super::{SessionError, StorageError, StorageKind};
 
 impl From<sqlx::Error> for SessionError {
     fn from(e: sqlx::Error) -> Self {
@@ -12,7 +14,7 @@ impl From<sqlx::Error> for SessionError {
 }
 
 /// Tells a failure the caller should retry from one it should not.
-pub(crate) fn classify(e: &sqlx::Error) -> StorageKind {
+pub fn classify(e: &sqlx::Error) -> StorageKind {
     match e {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)

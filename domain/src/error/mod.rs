@@ -13,6 +13,11 @@ use troupe_proto::ERROR_DOMAIN;
 
 use crate::model::{BudgetLeft, Dimension};
 
+#[cfg(feature = "sqlx")]
+mod sqlx;
+#[cfg(feature = "sqlx")]
+pub use self::sqlx::classify;
+
 /// Machine-readable reason of a refusal, sent as `ErrorInfo.reason` and
 /// kept in the audit log: the one type clients read too.
 pub use troupe_proto::refusal::Reason;
@@ -62,7 +67,7 @@ impl BudgetRefusal {
 }
 
 /// How a database failed, as far as the caller is concerned: classified by
-/// the backend (`store/sqlx_error.rs` for the sqlx ones), so that no type of
+/// the backend (`error/sqlx.rs` for the sqlx ones), so that no type of
 /// a database library reaches the rest of the service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StorageKind {
@@ -275,4 +280,19 @@ fn bounded(mut message: String) -> String {
         message.push('…');
     }
     message
+}
+
+/// Parses a value's stored text (`what` names it for the log): an unknown
+/// text is a storage error, never a panic.
+pub fn parse_stored<T>(
+    what: &str,
+    text: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, SessionError> {
+    parse(text).ok_or_else(|| {
+        SessionError::storage(
+            StorageKind::Other,
+            format!("unknown stored {what} {text:?}"),
+        )
+    })
 }

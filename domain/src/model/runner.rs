@@ -35,7 +35,7 @@ impl RunnerName {
     }
 
     /// A name as stored (written only after [`RunnerName::parse`]).
-    pub(crate) fn stored(name: String) -> RunnerName {
+    pub fn stored(name: String) -> RunnerName {
         RunnerName(name)
     }
 

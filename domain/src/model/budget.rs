@@ -234,7 +234,7 @@ pub struct ModelCall {
     pub http_status: Option<u16>,
 }
 
-/// A reservation made before a model call ([`crate::store::Store::reserve`]).
+/// A reservation made before a model call (the store's `Store::reserve`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
     pub id: String,
