@@ -41,9 +41,9 @@ pub mod operator;
 pub mod owner;
 pub mod rules;
 pub mod service;
-pub mod store;
 
 pub use troupe_domain::{error, model, placement, policy};
+pub use troupe_store as store;
 
 use std::{future::Future, time::Duration};
 

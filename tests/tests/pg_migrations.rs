@@ -16,7 +16,7 @@ use troupe_tests::postgres::fresh_database;
 /// The migrations of `session-svc` for PostgreSQL numbered from `from`
 /// through `through`, in order.
 fn migrations(from: u32, through: u32) -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../session-svc/migrations/postgres");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../store/migrations/postgres");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("migrations")
         .map(|e| e.expect("entry").path())

@@ -287,7 +287,7 @@ async fn replicas_starting_together_on_a_new_database_migrate_it_once() {
     // Each migration once: as many rows as files, none failed.
     let files = std::fs::read_dir(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../session-svc/migrations/postgres"
+        "/../store/migrations/postgres"
     ))
     .expect("the migrations")
     .count() as i64;

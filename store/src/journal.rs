@@ -1,0 +1,271 @@
+//! The store's two logs, written once for both backends (see `backends`):
+//! the events watchers page through and the audit trail. Reads run on the
+//! read pool; an audit entry is appended alone or inside a caller's
+//! transaction (`insert_audit`).
+//!
+//! A page of events carries the pruning mark from the same statement (one
+//! snapshot on either backend): a cursor the pruning has passed since is
+//! expired, never a silent gap.
+
+use std::future::Future;
+
+use troupe_proto::session::SessionStatus;
+
+use super::{EventPage, backends::each_backend};
+use crate::{
+    error::SessionError,
+    model::{AuditRecord, AuditRow, Created, EventDetail, EventFilter, EventKind, MessageQueued},
+};
+
+/// An event to append, last in its transaction (`This::append_events`).
+pub(crate) struct NewEvent {
+    pub session_id: String,
+    pub kind: EventKind,
+    /// The session's status when it is written.
+    pub status: SessionStatus,
+    pub detail: String,
+    /// Bytes printed, for output.
+    pub bytes: Option<i64>,
+}
+
+impl NewEvent {
+    pub fn new(
+        session_id: &str,
+        kind: EventKind,
+        status: SessionStatus,
+        detail: &EventDetail,
+    ) -> NewEvent {
+        NewEvent {
+            session_id: session_id.to_owned(),
+            kind,
+            status,
+            detail: detail.to_json(),
+            bytes: None,
+        }
+    }
+
+    /// A new session's `created` event.
+    pub fn created(session_id: &str, agent_name: &str, title: &str) -> NewEvent {
+        NewEvent::new(
+            session_id,
+            EventKind::Created,
+            SessionStatus::Pending,
+            &created_detail(agent_name, title),
+        )
+    }
+
+    /// The `message` event of an inbox message (`status`: the recipient's;
+    /// `seq`: its inbox sequence).
+    pub fn message(
+        session_id: &str,
+        status: SessionStatus,
+        message_id: &str,
+        seq: i64,
+        body: &str,
+    ) -> NewEvent {
+        NewEvent::new(
+            session_id,
+            EventKind::Message,
+            status,
+            &message_detail(message_id, seq, body.len()),
+        )
+    }
+}
+
+/// Appends an audit entry: time, then [`AuditRecord`]'s fields in order.
+pub(crate) const INSERT_AUDIT: &str = "INSERT INTO audit (at_ms, caller, action, target, allowed, reason, detail) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// Binds an audit entry's values, stamped now, to [`INSERT_AUDIT`]'s
+/// parameters, in order: on a query, or a batch.
+macro_rules! bind_audit {
+    ($q:expr, $record:expr) => {
+        $q.bind(crate::model::now_ms())
+            .bind($record.caller.to_string())
+            .bind($record.action.as_str())
+            .bind($record.target.clone())
+            .bind($record.allowed)
+            .bind($record.reason.clone())
+            .bind($record.detail.clone())
+    };
+}
+pub(crate) use bind_audit;
+
+/// The detail of a `created` event.
+pub(crate) fn created_detail(agent_name: &str, title: &str) -> EventDetail {
+    EventDetail::Created(Created {
+        agent_name: agent_name.to_owned(),
+        title: title.to_owned(),
+    })
+}
+
+/// The detail of a `message` event: the message, its inbox sequence, its
+/// body's size.
+pub(crate) fn message_detail(message_id: &str, seq: i64, bytes: usize) -> EventDetail {
+    EventDetail::Message(MessageQueued {
+        message_id: message_id.to_owned(),
+        inbox_sequence: seq.max(0) as u64,
+        bytes: bytes as u64,
+    })
+}
+
+/// The events and the audit trail; every [`super::Store`] is one.
+pub trait LogStore: Send + Sync {
+    /// Returns up to `limit` events after `after` that match `filter`.
+    fn events_after(
+        &self,
+        filter: &EventFilter,
+        after: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<EventPage, SessionError>> + Send;
+
+    /// Returns the id of the newest event stored (0 if none).
+    fn newest_event(&self) -> impl Future<Output = Result<i64, SessionError>> + Send;
+
+    fn append_audit(
+        &self,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Returns audit entries after `after_id`, optionally only those naming `session_id`.
+    fn list_audit(
+        &self,
+        session_id: Option<&str>,
+        after_id: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<AuditRow>, SessionError>> + Send;
+}
+
+each_backend! {
+    use sqlx::Row;
+    use troupe_proto::status::parse_status;
+
+    use super::LogStore;
+    use crate::{
+        error::SessionError,
+        model::{AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, Trust},
+        {AuditColumns, EventPage, audit_row, parse_stored},
+    };
+
+    impl This {
+        /// Appends an audit entry on `conn`, inside or outside a transaction.
+        pub(crate) async fn insert_audit(
+            conn: &mut Conn,
+            record: &AuditRecord,
+        ) -> Result<(), SessionError> {
+            crate::journal::bind_audit!(
+                sqlx::query(crate::journal::INSERT_AUDIT),
+                record
+            )
+            .execute(conn)
+            .await?;
+            Ok(())
+        }
+    }
+
+    impl LogStore for This {
+        async fn events_after(
+            &self,
+            filter: &EventFilter,
+            after: i64,
+            limit: u32,
+        ) -> Result<EventPage, SessionError> {
+            // The pruning mark comes with the page, from the same snapshot; an
+            // empty page asks for it apart (a mark moved past `after` since
+            // means the cursor has expired since, which is what it says).
+            let rows = sqlx::query(
+                "SELECT (SELECT value FROM meta WHERE key = 'events_pruned_through') AS pruned, \
+                   e.id, e.seq, e.kind, e.status, e.at_ms, e.detail, e.session_id, s.workspace_id, \
+                   s.parent_session_id, s.parent_trust_level, s.tree_id, s.depth, s.trust_level \
+                 FROM events e JOIN sessions s ON s.session_id = e.session_id \
+                 WHERE e.id > $1 \
+                   AND (CAST($2 AS TEXT) IS NULL OR e.session_id = $2) \
+                   AND (CAST($3 AS TEXT) IS NULL OR s.tree_id = $3) \
+                   AND (CAST($4 AS TEXT) IS NULL OR s.workspace_id = $4) \
+                   AND (NOT $5 OR s.trust_level = 'sandboxed') \
+                   AND (NOT $6 OR e.kind IN ('completed', 'failed', 'terminated')) \
+                 ORDER BY e.id LIMIT $7",
+            )
+            .bind(after)
+            .bind(filter.session_id.as_deref())
+            .bind(filter.tree_id.as_deref())
+            .bind(filter.workspace_id.as_deref())
+            .bind(filter.sandboxed_only)
+            .bind(filter.ends_only)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+            let pruned: i64 = match rows.first() {
+                Some(row) => row.try_get("pruned")?,
+                None => {
+                    sqlx::query_scalar(
+                        "SELECT value FROM meta WHERE key = 'events_pruned_through'",
+                    )
+                    .fetch_one(&self.pool)
+                    .await?
+                }
+            };
+            if after > 0 && after < pruned {
+                return Ok(EventPage::Expired {
+                    pruned_through: pruned,
+                });
+            }
+            let mut events = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let trust: String = row.try_get("trust_level")?;
+                let parent_trust: Option<String> = row.try_get("parent_trust_level")?;
+                let depth: i32 = row.try_get("depth")?;
+                events.push(EventRow {
+                    id: row.try_get("id")?,
+                    seq: row.try_get("seq")?,
+                    kind: parse_stored("event kind", row.try_get("kind")?, EventKind::parse)?,
+                    status: parse_stored("status", row.try_get("status")?, parse_status)?,
+                    at_ms: row.try_get("at_ms")?,
+                    detail: row.try_get("detail")?,
+                    session_id: row.try_get("session_id")?,
+                    workspace_id: row.try_get("workspace_id")?,
+                    parent_session_id: row.try_get("parent_session_id")?,
+                    parent_trust: parent_trust
+                        .as_deref()
+                        .map(|t| parse_stored("trust level", t, Trust::from_db))
+                        .transpose()?,
+                    tree_id: row.try_get("tree_id")?,
+                    depth: depth as u32,
+                    trust: parse_stored("trust level", &trust, Trust::from_db)?,
+                });
+            }
+            Ok(EventPage::Events(events))
+        }
+
+        async fn newest_event(&self) -> Result<i64, SessionError> {
+            Ok(sqlx::query_scalar("SELECT CAST(COALESCE(MAX(id), 0) AS BIGINT) FROM events")
+                .fetch_one(&self.pool)
+                .await?)
+        }
+
+        async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {
+            This::insert_audit(&mut *self.write_conn().await?, &record).await
+        }
+
+        async fn list_audit(
+            &self,
+            session_id: Option<&str>,
+            after_id: i64,
+            limit: u32,
+        ) -> Result<Vec<AuditRow>, SessionError> {
+            let caller = session_id.map(|id| Principal::Session(id.to_owned()).to_string());
+            let rows: Vec<AuditColumns> = sqlx::query_as(
+                "SELECT id, at_ms, caller, action, target, allowed, reason, detail FROM audit \
+                 WHERE id > $1 AND (CAST($2 AS TEXT) IS NULL OR target = $2 OR caller = $3) \
+                 ORDER BY id LIMIT $4",
+            )
+            .bind(after_id)
+            .bind(session_id)
+            .bind(caller)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows.into_iter().map(audit_row).collect())
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The lease of the background work: the driver, life-span export and
+//! pruning run in one service at a time, the lease's holder, for a term
+//! whose epoch is the fencing token. Every write the background work makes
+//! carries its [`Fence`], and the store checks it inside the write's own
+//! transaction against the lease row (holder, epoch, and expiry on the
+//! database's clock): a service that lost the lease, however long it was
+//! paused, writes nothing more ([`crate::error::SessionError::Fenced`]).
+
+use std::time::Duration;
+
+use super::backends::each_backend;
+use crate::model::Action;
+
+/// The name of the one lease (the table may hold others later).
+pub const BACKGROUND: &str = "background";
+
+/// Who holds, or asks for, the lease: one service process, named at its
+/// start (so a restarted service is a new holder).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Holder(String);
+
+impl Holder {
+    /// A new holder's name, unique to this process.
+    pub fn generate() -> Holder {
+        Holder(format!("svc_{}", uuid::Uuid::now_v7().simple()))
+    }
+
+    /// A holder of a known name (as stored).
+    pub fn named(name: impl Into<String>) -> Holder {
+        Holder(name.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One term of the lease: its holder, its epoch, bumped by every
+/// acquisition, and how long it lasts unless renewed. Every background
+/// write carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub holder: Holder,
+    pub epoch: i64,
+    /// The lease's time to live its holder asked for: a write of the term
+    /// holds the lease row no longer than this while it stalls (PostgreSQL).
+    pub ttl: Duration,
+}
+
+/// The lease row as the database has it now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub holder: Holder,
+    pub epoch: i64,
+    /// Whether it is still unexpired, on the database's clock.
+    pub live: bool,
+}
+
+/// The lease's timing: how long a term lasts unless renewed, and how often
+/// its holder renews it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    pub ttl: Duration,
+    pub renew_every: Duration,
+}
+
+/// The work the owner of the background work finds in the store, whoever
+/// recorded it: what any service's calls left for the driver.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DriverWork {
+    /// Pending sessions whose agent was never asked for (no process row).
+    pub unstarted: Vec<crate::model::SessionRow>,
+    /// Running sessions with messages not yet written to their agent.
+    pub undelivered: Vec<String>,
+    /// Ended sessions whose process has reported no exit (to be stopped).
+    pub unstopped: Vec<String>,
+    /// Ended sessions whose parent is owed its callback notice.
+    pub callbacks_due: Vec<String>,
+    /// Active sessions with a process on a runner whose lease lapsed (or
+    /// that is gone), deepest first: they fail `runner_lost`.
+    pub runner_lost: Vec<String>,
+}
+
+/// The actions whose request-id records are pruned past their retention:
+/// the calls that carry a caller's request id. The callback guard is one
+/// row per child session (whose rows are kept too), not per call.
+pub(crate) const PRUNED_ACTIONS: [&str; 6] = [
+    Action::CreateRootSession.as_str(),
+    Action::CreateSession.as_str(),
+    Action::SendMessage.as_str(),
+    Action::ReplyToParent.as_str(),
+    Action::Broadcast.as_str(),
+    Action::PostToGroup.as_str(),
+];
+
+/// How many request-id records one pruning transaction deletes at most.
+pub const REQUEST_ID_PRUNE_BATCH: u32 = 1000;
+
+/// The request-id guard of a child's callback notice: one per child.
+pub(crate) fn callback_guard(child_id: &str) -> crate::model::Idempotency {
+    crate::model::Idempotency {
+        caller: crate::model::Principal::Troupe,
+        action: Action::Callback,
+        request_id: child_id.to_owned(),
+        payload_hash: child_id.to_owned(),
+        // One notice per child, ever: this guard never expires, and is not
+        // pruned (see `PRUNED_ACTIONS`).
+        window_start_ms: i64::MIN,
+    }
+}
+
+/// Milliseconds of a duration, for SQL.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+each_backend! {
+    use crate::{error::SessionError, DriverWork};
+
+    impl This {
+        /// `Store::driver_work`: what the calls of any service left for the
+        /// driver.
+        pub(crate) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
+            let mut conn = self.pool.acquire().await?;
+            let unstarted: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT session_id FROM sessions s WHERE status = 'pending' \
+                 AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
+                 ORDER BY ",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            let undelivered: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+                 WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            // Ended sessions whose process may still run (no exit reported,
+            // not yet asked to stop; a finished one's after its grace), and
+            // CALLBACK-mode ones ended before any start.
+            let unstopped: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
+                 WHERE s.status IN ('completed', 'failed', 'terminated') \
+                 AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
+                       AND (p.stop_after_ms IS NULL OR p.stop_after_ms <= ",
+                db_now_ms!(),
+                ")) OR (p.session_id IS NULL AND s.notify_parent)) ORDER BY s.",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            let callbacks_due: Vec<String> =
+                sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
+                    .fetch_all(&mut *conn)
+                    .await?;
+            // Active sessions on a runner whose lease lapsed (or that is gone).
+            let runner_lost: Vec<String> = sqlx::query_scalar(concat!(
+                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+                 LEFT JOIN runners r ON r.name = p.runner \
+                 WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
+                 AND (r.name IS NULL OR r.lease_expires_ms <= ",
+                db_now_ms!(),
+                ") ORDER BY s.depth DESC, s.",
+                row_order!()
+            ))
+            .fetch_all(&mut *conn)
+            .await?;
+            Ok(DriverWork {
+                runner_lost,
+                unstarted: self.rows_of(&mut conn, &unstarted).await?,
+                undelivered,
+                unstopped,
+                callbacks_due,
+            })
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Agents' output, kept within byte budgets, written once for both
+//! backends (see `backends`).
+//!
+//! Each output event is stored with its size, and each session's process
+//! row counts the output it keeps (`output_bytes`) and what was dropped.
+//! Budgets count bytes as printed; an event holds them as base64, about
+//! 4/3 of that on disk.
+//! Past a session's budget, the session's oldest output events go until it
+//! keeps three quarters of it; past the total budget, the sessions keeping
+//! the most lose their oldest output likewise, so a noisy agent cannot push
+//! out the output of quiet ones. The output tail (`output_tail`) is kept
+//! apart and is never dropped.
+//!
+//! A drop is never a silent gap: the newest event it drops becomes the
+//! session's `output_truncated` event, carrying the totals dropped since the
+//! session began, and the session's earlier marker goes. A watcher that
+//! resumes at a cursor before any dropped output therefore meets the marker
+//! (its cursor is below the newest dropped event), where the output stood.
+//!
+//! The reads that find output events spell `kind = 'output'` out: the
+//! partial index on output events (see the migrations) serves only a query
+//! whose condition is that literal.
+
+use super::backends::each_backend;
+
+/// How much output the store keeps, in bytes printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputBudget {
+    /// Bytes of output events one session keeps.
+    pub session_bytes: u64,
+    /// Bytes of output events kept for all sessions together.
+    pub total_bytes: u64,
+}
+
+impl Default for OutputBudget {
+    fn default() -> Self {
+        OutputBudget {
+            session_bytes: 4 << 20,
+            total_bytes: 256 << 20,
+        }
+    }
+}
+
+each_backend! {
+    use troupe_proto::session::SessionStatus;
+
+    use crate::{
+        error::SessionError,
+        model::{EventDetail, EventKind, Output, OutputTruncated},
+        {OutputBudget, journal::NewEvent, shared::low_water},
+    };
+
+    impl This {
+        /// Records a chunk of a session's output in the open transaction
+        /// (on PostgreSQL it holds the total's lock, taken first): the
+        /// tail, the total, the event, and the drops the budgets call for.
+        /// Drops past the total come after the event, under PostgreSQL's
+        /// events lock: the one write that leaves the lock order.
+        pub(crate) async fn record_output(
+            conn: &mut Conn,
+            session_id: &str,
+            stream: &str,
+            status: SessionStatus,
+            data: &[u8],
+            tail_max: usize,
+            budget: OutputBudget,
+        ) -> Result<(), SessionError> {
+            let bytes = data.len() as i64;
+            let kept = This::append_tail(conn, session_id, data, tail_max).await?;
+            let mut total: i64 = sqlx::query_scalar(
+                "UPDATE meta SET value = value + $1 WHERE key = 'output_bytes' RETURNING value",
+            )
+            .bind(bytes)
+            .fetch_one(&mut *conn)
+            .await?;
+            let detail = EventDetail::Output(Output::of(stream, data));
+            let event = NewEvent {
+                bytes: Some(bytes),
+                ..NewEvent::new(session_id, EventKind::Output, status, &detail)
+            };
+            This::append_events(&mut *conn, &[event], false).await?;
+            if kept as u64 > budget.session_bytes {
+                total -= drop_oldest(conn, session_id, kept - low_water(budget.session_bytes)).await?;
+            }
+            while total > 0 && total as u64 > budget.total_bytes {
+                let largest: Option<(String, i64)> = sqlx::query_as(
+                    "SELECT session_id, output_bytes FROM processes WHERE output_bytes > 0 \
+                     ORDER BY output_bytes DESC LIMIT 1",
+                )
+                .fetch_optional(&mut *conn)
+                .await?;
+                let Some((largest, kept)) = largest else {
+                    break;
+                };
+                let need = (total - low_water(budget.total_bytes)).min(kept);
+                let freed = drop_oldest(conn, &largest, need).await?;
+                if freed == 0 {
+                    break;
+                }
+                total -= freed;
+            }
+            Ok(())
+        }
+    }
+
+    /// Drops a session's oldest output events, at least `need` bytes of them
+    /// (all it keeps, if fewer), and moves its `output_truncated` event to the
+    /// newest one dropped. Returns the bytes dropped.
+    async fn drop_oldest(
+        conn: &mut Conn,
+        session_id: &str,
+        need: i64,
+    ) -> Result<i64, SessionError> {
+        // The oldest events whose running sum first reaches `need`.
+        let (freed, count, last): (Option<i64>, i64, Option<i64>) = sqlx::query_as(
+            "WITH o AS (SELECT id, COALESCE(bytes, 0) AS b, \
+                 SUM(COALESCE(bytes, 0)) OVER (ORDER BY id) AS run FROM events \
+               WHERE session_id = $1 AND kind = 'output'), \
+             upto AS (SELECT COALESCE(MIN(id) FILTER (WHERE run >= $2), MAX(id)) AS id FROM o) \
+             SELECT CAST(SUM(b) AS BIGINT), COUNT(*), MAX(id) FROM o WHERE id <= (SELECT id FROM upto)",
+        )
+        .bind(session_id)
+        .bind(need)
+        .fetch_one(&mut *conn)
+        .await?;
+        let (Some(freed), Some(last)) = (freed, last) else {
+            return Ok(0);
+        };
+        if count == 0 {
+            return Ok(0);
+        }
+        sqlx::query("DELETE FROM events WHERE session_id = $1 AND kind = 'output' AND id < $2")
+            .bind(session_id)
+            .bind(last)
+            .execute(&mut *conn)
+            .await?;
+        // The earlier marker: every output before it was dropped already.
+        sqlx::query(
+            "DELETE FROM events WHERE id = \
+             (SELECT truncated_event FROM processes WHERE session_id = $1)",
+        )
+        .bind(session_id)
+        .execute(&mut *conn)
+        .await?;
+        let (dropped_bytes, dropped_events): (i64, i64) = sqlx::query_as(
+            "UPDATE processes SET output_bytes = output_bytes - $2, \
+             dropped_bytes = dropped_bytes + $2, dropped_events = dropped_events + $3, \
+             truncated_event = $4 WHERE session_id = $1 RETURNING dropped_bytes, dropped_events",
+        )
+        .bind(session_id)
+        .bind(freed)
+        .bind(count)
+        .bind(last)
+        .fetch_one(&mut *conn)
+        .await?;
+        sqlx::query(
+            "UPDATE events SET kind = 'output_truncated', bytes = NULL, detail = $1 WHERE id = $2",
+        )
+        .bind(
+            EventDetail::OutputTruncated(OutputTruncated {
+                dropped_bytes: dropped_bytes as u64,
+                dropped_events: dropped_events as u64,
+                by_runner: false,
+            })
+            .to_json(),
+        )
+        .bind(last)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("UPDATE meta SET value = value - $1 WHERE key = 'output_bytes'")
+            .bind(freed)
+            .execute(&mut *conn)
+            .await?;
+        Ok(freed)
+    }
+}

@@ -1,0 +1,269 @@
+//! Writing events in commit order, pruning them, and the statements every
+//! write path shares (audit, request ids).
+//!
+//! A watcher's cursor is an event id, and it pages `id > cursor`. With
+//! writers on several connections, ids drawn from a sequence at insert time
+//! would follow the order of the inserts, not of the commits: a transaction
+//! that drew id 10 and committed after another that drew 11 would be
+//! skipped by a watcher that read 11 in between. So every transaction
+//! writes its events as its last statements, after taking
+//! `pg_advisory_xact_lock(EVENTS_LOCK)`, and draws their ids after the lock;
+//! the lock is held until its commit is visible, so the next writer's ids
+//! are drawn, and committed, after it. The cost: commits that write events
+//! are serialised (across replicas), for the time of their last two
+//! statements and their commit. Row locks a write needs (the session's
+//! `event_seq`) are taken before the events lock, which is the last lock of
+//! every transaction: no cycle can go through it.
+
+use sqlx::PgConnection;
+
+use troupe_proto::status::status_str;
+
+use super::{PgStore, lease};
+use crate::{
+    error::SessionError,
+    model::{Idempotency, now_ms},
+    {Fence, lease::PRUNED_ACTIONS, shared::earlier_answer},
+};
+
+/// The background work's pruning, each pass one fenced transaction.
+impl PgStore {
+    pub(crate) async fn prune_events_once(
+        &self,
+        fence: &Fence,
+        keep: u64,
+    ) -> Result<i64, SessionError> {
+        let mut tx = self.begin().await?;
+        lease::check(&mut tx, fence).await?;
+        let pruned = prune(&mut tx, keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    pub(crate) async fn prune_request_ids_once(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut tx = self.begin().await?;
+        lease::check(&mut tx, fence).await?;
+        let pruned = prune_request_ids(&mut tx, before_ms, limit).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+}
+
+/// The advisory lock key that orders event ids by commit ("troupeev").
+pub const EVENTS_LOCK: i64 = 0x7472_6f75_7065_6576;
+
+pub(super) use crate::journal::NewEvent;
+
+/// Writes `events` as the transaction's last statements: each session's
+/// sequences (locking its row), then the events lock, then the ids and the
+/// rows, and the notifications (`troupe_events`, and `troupe_ends` if
+/// `ended`) sent at commit. Returns each event's `(id, seq)`, in order.
+pub(super) async fn write(
+    conn: &mut PgConnection,
+    events: &[NewEvent],
+    ended: bool,
+) -> Result<Vec<(i64, i64)>, SessionError> {
+    if events.is_empty() {
+        // Nothing to write, but watchers are told to look (an exit code
+        // that landed after the session ended).
+        notify(conn, ended).await?;
+        return Ok(Vec::new());
+    }
+    // Each session's sequences, in the order of its events.
+    let mut seqs = vec![0i64; events.len()];
+    let mut done = vec![false; events.len()];
+    for i in 0..events.len() {
+        if done[i] {
+            continue;
+        }
+        let mine: Vec<usize> = (i..events.len())
+            .filter(|&j| events[j].session_id == events[i].session_id)
+            .collect();
+        let last: i64 = sqlx::query_scalar(
+            "UPDATE sessions SET event_seq = event_seq + $2 WHERE session_id = $1 \
+             RETURNING event_seq",
+        )
+        .bind(&events[i].session_id)
+        .bind(mine.len() as i64)
+        .fetch_one(&mut *conn)
+        .await?;
+        let first = last - mine.len() as i64 + 1;
+        for (k, &j) in mine.iter().enumerate() {
+            seqs[j] = first + k as i64;
+            done[j] = true;
+        }
+    }
+    notify(conn, ended).await?;
+    let at = now_ms();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "WITH last AS (SELECT setval('events_id_seq', nextval('events_id_seq') + $1 - 1) AS id) \
+         INSERT INTO events (id, session_id, seq, kind, status, at_ms, detail, bytes) \
+         SELECT last.id - $1 + e.n, e.session_id, e.seq, e.kind, e.status, $2, e.detail, e.bytes \
+         FROM last, UNNEST($3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[]) \
+           WITH ORDINALITY AS e(session_id, seq, kind, status, detail, bytes, n) \
+         ORDER BY e.n RETURNING id",
+    )
+    .bind(events.len() as i64)
+    .bind(at)
+    .bind(events.iter().map(|e| e.session_id.as_str()).collect::<Vec<_>>())
+    .bind(&seqs)
+    .bind(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|e| status_str(e.status))
+            .collect::<Vec<_>>(),
+    )
+    .bind(events.iter().map(|e| e.detail.as_str()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.bytes).collect::<Vec<_>>())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut ids = ids;
+    ids.sort_unstable();
+    Ok(ids.into_iter().zip(seqs).collect())
+}
+
+/// Takes the events lock (held until the transaction ends) and queues the
+/// notifications its commit sends.
+async fn notify(conn: &mut PgConnection, ended: bool) -> Result<(), SessionError> {
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock($1), pg_notify('troupe_events', ''), \
+           CASE WHEN $2 THEN pg_notify('troupe_ends', '') END",
+    )
+    .bind(EVENTS_LOCK)
+    .bind(ended)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Deletes all but the newest `keep` events in the open transaction; returns
+/// the highest id pruned so far. Takes output's `meta` row first, as the
+/// output writes do, and the budget's counters off what goes.
+pub(super) async fn prune(conn: &mut PgConnection, keep: u64) -> Result<i64, SessionError> {
+    sqlx::query("SELECT value FROM meta WHERE key = 'output_bytes' FOR NO KEY UPDATE")
+        .execute(&mut *conn)
+        .await?;
+    let through: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) - $1 FROM events")
+        .bind(keep.min(i64::MAX as u64) as i64)
+        .fetch_one(&mut *conn)
+        .await?;
+    sqlx::query(
+        "WITH gone AS (SELECT session_id, SUM(bytes) AS bytes FROM events \
+           WHERE id <= $1 AND kind = 'output' GROUP BY session_id ORDER BY session_id) \
+         UPDATE processes SET output_bytes = GREATEST(0, output_bytes - gone.bytes) FROM gone \
+         WHERE processes.session_id = gone.session_id",
+    )
+    .bind(through)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE meta SET value = GREATEST(0, value - (SELECT COALESCE(SUM(bytes), 0) FROM events \
+           WHERE id <= $1 AND kind = 'output')) WHERE key = 'output_bytes'",
+    )
+    .bind(through)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM events WHERE id <= $1")
+        .bind(through)
+        .execute(&mut *conn)
+        .await?;
+    Ok(sqlx::query_scalar(
+        "UPDATE meta SET value = GREATEST(value, $1) WHERE key = 'events_pruned_through' \
+         RETURNING value",
+    )
+    .bind(through)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
+/// Deletes at most `limit` request-id records of callers' calls made
+/// before `before_ms`, in the open transaction; returns how many went. A
+/// record a claim is taking over meanwhile is rechecked after its lock, and
+/// kept.
+pub(super) async fn prune_request_ids(
+    conn: &mut PgConnection,
+    before_ms: i64,
+    limit: u32,
+) -> Result<u64, SessionError> {
+    let done = sqlx::query(
+        "DELETE FROM idempotency WHERE created_at_ms < $1 AND (caller, action, request_id) IN \
+           (SELECT caller, action, request_id FROM idempotency \
+            WHERE created_at_ms < $1 AND action = ANY($2) LIMIT $3)",
+    )
+    .bind(before_ms)
+    .bind(&PRUNED_ACTIONS[..])
+    .bind(i64::from(limit))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Claims a request id as the first statement of its transaction. `None`:
+/// this call is the first (its result is stored by [`remember`] before
+/// commit). A concurrent call with the same id waits here until the first
+/// one ends: if it committed, its result is returned (or a conflict if the
+/// payload differs); if it rolled back (refused), this call goes on as the
+/// first. A record made before the key's window has expired: the claim
+/// takes it over, and the call is new.
+pub(super) async fn claim(
+    conn: &mut PgConnection,
+    idem: &Idempotency,
+) -> Result<Option<serde_json::Value>, SessionError> {
+    let inserted = sqlx::query(
+        "INSERT INTO idempotency (caller, action, request_id, payload_hash, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (caller, action, request_id) DO UPDATE \
+           SET payload_hash = EXCLUDED.payload_hash, result = NULL, \
+             created_at_ms = EXCLUDED.created_at_ms \
+           WHERE idempotency.created_at_ms < $6",
+    )
+    .bind(idem.caller.to_string())
+    .bind(idem.action.as_str())
+    .bind(&idem.request_id)
+    .bind(&idem.payload_hash)
+    .bind(now_ms())
+    .bind(idem.window_start_ms)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if inserted == 1 {
+        return Ok(None);
+    }
+    let (hash, result): (String, Option<String>) = sqlx::query_as(
+        "SELECT payload_hash, result FROM idempotency \
+         WHERE caller = $1 AND action = $2 AND request_id = $3",
+    )
+    .bind(idem.caller.to_string())
+    .bind(idem.action.as_str())
+    .bind(&idem.request_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let result = result
+        .ok_or_else(|| SessionError::Internal("idempotency record without a result".into()))?;
+    earlier_answer(idem, &hash, &result).map(Some)
+}
+
+/// Stores the result of the call that claimed `idem`.
+pub(super) async fn remember(
+    conn: &mut PgConnection,
+    idem: Option<&Idempotency>,
+    result: serde_json::Value,
+) -> Result<(), SessionError> {
+    let Some(idem) = idem else { return Ok(()) };
+    sqlx::query(
+        "UPDATE idempotency SET result = $4 \
+         WHERE caller = $1 AND action = $2 AND request_id = $3",
+    )
+    .bind(idem.caller.to_string())
+    .bind(idem.action.as_str())
+    .bind(&idem.request_id)
+    .bind(result.to_string())
+    .execute(conn)
+    .await?;
+    Ok(())
+}

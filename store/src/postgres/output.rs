@@ -1,0 +1,42 @@
+//! Output's total lock and its tail on PostgreSQL (the rest of output's
+//! budgets is written once, in `output`). The total is the `meta`
+//! row `output_bytes`, which every output write locks first, so output
+//! writes (and pruning) take their turns at it.
+
+use sqlx::PgConnection;
+
+use super::PgStore;
+use crate::error::SessionError;
+
+/// Locks the total's row: the first lock of an output write or a pruning.
+pub(super) async fn lock_total(conn: &mut PgConnection) -> Result<(), SessionError> {
+    sqlx::query("SELECT value FROM meta WHERE key = 'output_bytes' FOR NO KEY UPDATE")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+impl PgStore {
+    /// Appends `data` to a session's output tail, which keeps its last
+    /// `tail_max` bytes (bytea counts bytes), and counts it kept; returns
+    /// the bytes it keeps.
+    pub(crate) async fn append_tail(
+        conn: &mut PgConnection,
+        session_id: &str,
+        data: &[u8],
+        tail_max: usize,
+    ) -> Result<i64, SessionError> {
+        Ok(sqlx::query_scalar(
+            "UPDATE processes SET \
+               output_tail = substring(output_tail || $1 FROM \
+                 GREATEST(1, length(output_tail || $1) - $2::int + 1)::int), \
+               output_bytes = output_bytes + $3 WHERE session_id = $4 RETURNING output_bytes",
+        )
+        .bind(data)
+        .bind(tail_max.min(i32::MAX as usize) as i32)
+        .bind(data.len() as i64)
+        .bind(session_id)
+        .fetch_one(conn)
+        .await?)
+    }
+}

@@ -1,0 +1,188 @@
+//! Runners, written once for both backends (see `backends`): registrations
+//! and their leases (expiries in milliseconds on the database's clock,
+//! `db_now_ms!`), the embedded runner's row, and the placement of a
+//! session's process, decided by [`crate::placement::place`] in the
+//! transaction that records the process. That transaction first takes the
+//! session's workspace (`Tx::lock_placement`: on PostgreSQL its counter
+//! row, the lock order of `postgres::locks`, so two placements of one
+//! workspace take turns on any replica; on SQLite the writer lock
+//! serialises every placement); `workspace_runner` holds one row per
+//! workspace (the key).
+
+use super::backends::each_backend;
+
+each_backend! {
+    use std::time::Duration;
+
+    use sqlx::Row;
+
+    use crate::{
+        error::SessionError,
+        model::{RunnerName, RunnerRow, RunnerSpec},
+        placement::{Place, place},
+        lease::{Fence, millis},
+    };
+
+    /// Every runner, with its liveness and its active sessions.
+    async fn load(conn: &mut Conn) -> Result<Vec<RunnerRow>, SessionError> {
+        let rows = sqlx::query(concat!(
+            "SELECT r.name, r.endpoint, r.capacity, r.lease_expires_ms IS NULL AS is_static, \
+               (r.lease_expires_ms IS NULL OR r.lease_expires_ms > ",
+            db_now_ms!(),
+            ") AS live, r.generation, \
+               (SELECT count(*) FROM processes p JOIN sessions s USING (session_id) \
+                WHERE p.runner = r.name AND s.status IN ('pending', 'running')) AS active \
+             FROM runners r ORDER BY r.name"
+        ))
+        .fetch_all(conn)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(RunnerRow {
+                    name: RunnerName::stored(row.try_get("name")?),
+                    endpoint: row.try_get("endpoint")?,
+                    capacity: row
+                        .try_get::<i64, _>("capacity")?
+                        .clamp(0, i64::from(u32::MAX)) as u32,
+                    is_static: row.try_get("is_static")?,
+                    live: row.try_get("live")?,
+                    generation: row.try_get("generation")?,
+                    active: row.try_get::<i64, _>("active")?.max(0) as u32,
+                })
+            })
+            .collect()
+    }
+
+    impl This {
+        /// `Store::register_runner`: a runner's registration, or its
+        /// renewal; its generation moves on after a lapse or under a new
+        /// endpoint. The embedded runner's name is refused.
+        pub(crate) async fn register_runner_once(
+            &self,
+            spec: &RunnerSpec,
+            ttl: Duration,
+        ) -> Result<i64, SessionError> {
+            let generation: Option<i64> = sqlx::query_scalar(concat!(
+                "INSERT INTO runners (name, endpoint, capacity, lease_expires_ms, generation) \
+                 VALUES ($1, $2, $3, ",
+                db_now_ms!(),
+                " + $4, 1) \
+                 ON CONFLICT (name) DO UPDATE SET endpoint = excluded.endpoint, \
+                   capacity = excluded.capacity, lease_expires_ms = excluded.lease_expires_ms, \
+                   generation = runners.generation + CASE WHEN runners.lease_expires_ms <= ",
+                db_now_ms!(),
+                " OR runners.endpoint != excluded.endpoint THEN 1 ELSE 0 END \
+                 WHERE runners.lease_expires_ms IS NOT NULL RETURNING generation"
+            ))
+            .bind(spec.name.as_str())
+            .bind(&spec.endpoint)
+            .bind(i64::from(spec.capacity))
+            .bind(millis(ttl))
+            .fetch_optional(&mut *self.write_conn().await?)
+            .await?;
+            generation.ok_or_else(|| {
+                SessionError::invalid("name", format!("runner name {} is taken", spec.name))
+            })
+        }
+
+        pub(crate) async fn runners_impl(&self) -> Result<Vec<RunnerRow>, SessionError> {
+            load(&mut *self.pool.acquire().await?).await
+        }
+
+        /// `Store::set_static_runner`: the embedded runner's row (none:
+        /// gone), fenced.
+        pub(crate) async fn set_static_runner_once(
+            &self,
+            fence: &Fence,
+            spec: Option<&RunnerSpec>,
+        ) -> Result<(), SessionError> {
+            let mut tx = self.tx().await?;
+            This::check_fence(tx.conn(), fence).await?;
+            sqlx::query("DELETE FROM runners WHERE lease_expires_ms IS NULL")
+                .execute(tx.conn())
+                .await?;
+            if let Some(spec) = spec {
+                sqlx::query(
+                    "INSERT INTO runners (name, endpoint, capacity, lease_expires_ms) \
+                     VALUES ($1, $2, $3, NULL) \
+                     ON CONFLICT (name) DO UPDATE SET endpoint = excluded.endpoint, \
+                       capacity = excluded.capacity, lease_expires_ms = NULL",
+                )
+                .bind(spec.name.as_str())
+                .bind(&spec.endpoint)
+                .bind(i64::from(spec.capacity))
+                .execute(tx.conn())
+                .await?;
+            }
+            tx.commit().await
+        }
+
+        /// Records the process of a session about to start, on the runner
+        /// placement chooses (its earlier choice, if it has a process
+        /// already); an unknown session waits.
+        pub(crate) async fn start_process_once(
+            &self,
+            fence: &Fence,
+            session_id: &str,
+        ) -> Result<Place, SessionError> {
+            let mut tx = self.tx().await?;
+            This::check_fence(tx.conn(), fence).await?;
+            let Some(workspace_id) = tx.lock_placement(session_id).await? else {
+                return Ok(Place::Wait);
+            };
+            let placed: Option<Option<String>> =
+                sqlx::query_scalar("SELECT runner FROM processes WHERE session_id = $1")
+                    .bind(session_id)
+                    .fetch_optional(tx.conn())
+                    .await?;
+            if let Some(Some(runner)) = placed {
+                tx.commit().await?;
+                return Ok(Place::On(RunnerName::stored(runner)));
+            }
+            let current: Option<String> =
+                sqlx::query_scalar("SELECT runner FROM workspace_runner WHERE workspace_id = $1")
+                    .bind(&workspace_id)
+                    .fetch_optional(tx.conn())
+                    .await?;
+            let busy = match &current {
+                Some(runner) => {
+                    sqlx::query_scalar::<_, bool>(
+                        "SELECT EXISTS (SELECT 1 FROM processes p JOIN sessions s USING (session_id) \
+                         WHERE s.workspace_id = $1 AND p.runner = $2 AND s.session_id != $3 \
+                         AND s.status IN ('pending', 'running'))",
+                    )
+                    .bind(&workspace_id)
+                    .bind(runner)
+                    .bind(session_id)
+                    .fetch_one(tx.conn())
+                    .await?
+                }
+                None => false,
+            };
+            let runners = load(tx.conn()).await?;
+            let current = current.map(RunnerName::stored);
+            let decided = place(current.as_ref(), busy, &runners);
+            if let Place::On(runner) = &decided {
+                sqlx::query(
+                    "INSERT INTO workspace_runner (workspace_id, runner) VALUES ($1, $2) \
+                     ON CONFLICT (workspace_id) DO UPDATE SET runner = excluded.runner",
+                )
+                .bind(&workspace_id)
+                .bind(runner.as_str())
+                .execute(tx.conn())
+                .await?;
+                sqlx::query(
+                    "INSERT INTO processes (session_id, notify_parent, runner) \
+                     SELECT session_id, notify_parent, $2 FROM sessions WHERE session_id = $1 \
+                     ON CONFLICT (session_id) DO UPDATE SET runner = excluded.runner",
+                )
+                .bind(session_id)
+                .bind(runner.as_str())
+                .execute(tx.conn())
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(decided)
+        }
+    }
+}
