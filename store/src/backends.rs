@@ -18,7 +18,8 @@
 //! - `Db` and `Conn`: the backend's sqlx database and connection types;
 //! - `retrying!(attempt)`: runs a whole transaction, again while it loses a
 //!   lock conflict (PostgreSQL; once on SQLite, whose writer never does);
-//! - `ids_in!(n)`: SQL for "in the JSON array of texts bound as `$n`";
+//! - `any_of!(n)`: SQL for "is one of the JSON array of texts bound as
+//!   `$n`", the right-hand side of a predicate on a column;
 //! - `for_update!()`: what locks the rows a `SELECT` reads (nothing on
 //!   SQLite, whose writer lock serialises every write);
 //! - `db_now_ms!()`: the database's clock in milliseconds (leases'
@@ -55,7 +56,7 @@ macro_rules! each_backend {
         pub(crate) mod sqlite {
             #[allow(unused_imports)]
             use crate::sqlite::{
-                Batched, SqliteStore as This, Tx, db_now_ms, for_update, ids_in, retrying,
+                Batched, SqliteStore as This, Tx, db_now_ms, for_update, any_of, retrying,
                 row_order,
             };
             #[allow(unused_imports)]
@@ -65,7 +66,7 @@ macro_rules! each_backend {
         pub(crate) mod postgres {
             #[allow(unused_imports)]
             use crate::postgres::{
-                Batched, PgStore as This, Tx, db_now_ms, for_update, ids_in, retrying,
+                Batched, PgStore as This, Tx, db_now_ms, for_update, any_of, retrying,
                 row_order,
             };
             #[allow(unused_imports)]

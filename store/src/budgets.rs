@@ -124,7 +124,7 @@ each_backend! {
         path_of(raw)
     }
 
-    /// The accounts' ids, as [`ids_in`] binds them.
+    /// The accounts' ids, as `any_of!` reads them.
     fn ids(path: &[Account]) -> String {
         json_ids(path.iter().map(|a| a.session_id.as_str()))
     }
@@ -139,8 +139,8 @@ each_backend! {
     ) -> Result<(), SessionError> {
         sqlx::query(concat!(
             "UPDATE accounts SET res_calls = res_calls + $2, res_tokens = res_tokens + $3, \
-             res_cost = res_cost + $4 WHERE session_id IN ",
-            ids_in!(1)
+             res_cost = res_cost + $4 WHERE session_id ",
+            any_of!(1)
         ))
         .bind(ids(path))
         .bind(sign * stored(charge.calls)?)
@@ -220,8 +220,8 @@ each_backend! {
             sqlx::query(concat!(
                 "UPDATE accounts SET sub_calls = sub_calls + 1, sub_tokens = sub_tokens + $2, \
                  sub_cost = sub_cost + $3, res_calls = res_calls - $4, \
-                 res_tokens = res_tokens - $5, res_cost = res_cost - $6 WHERE session_id IN ",
-                ids_in!(1)
+                 res_tokens = res_tokens - $5, res_cost = res_cost - $6 WHERE session_id ",
+                any_of!(1)
             ))
             .bind(ids(&accounts))
             .bind(stored(tokens.total())?)

@@ -205,8 +205,8 @@ each_backend! {
             let rows: Vec<ActivityColumns> = sqlx::query_as(concat!(
                 "SELECT s.session_id, s.inbox_seq, COALESCE(p.delivered_seq, 0) AS delivered_seq, \
                  s.last_progress FROM sessions s LEFT JOIN processes p ON p.session_id = s.session_id \
-                 WHERE s.session_id IN ",
-                ids_in!(1)
+                 WHERE s.session_id ",
+                any_of!(1)
             ))
             .bind(serde_json::Value::from(ids).to_string())
             .fetch_all(&self.pool)
@@ -221,8 +221,8 @@ each_backend! {
             let rows: Vec<RawAccount> = sqlx::query_as(concat!(
                 "SELECT ",
                 account_columns!(),
-                " FROM accounts WHERE session_id IN ",
-                ids_in!(1)
+                " FROM accounts WHERE session_id ",
+                any_of!(1)
             ))
             .bind(serde_json::Value::from(ids).to_string())
             .fetch_all(&self.pool)

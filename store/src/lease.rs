@@ -53,6 +53,28 @@ pub struct Fence {
     pub ttl: Duration,
 }
 
+impl Fence {
+    /// The term `epoch` of `holder`'s lease, asked for `ttl`, if a try took
+    /// it.
+    pub(crate) fn taken(holder: &Holder, epoch: Option<i64>, ttl: Duration) -> Option<Fence> {
+        epoch.map(|epoch| Fence {
+            holder: holder.clone(),
+            epoch,
+            ttl,
+        })
+    }
+
+    /// Whether a write of this term may go on, given whether the lease row
+    /// still holds it (`live`): else it is refused as fenced.
+    pub(crate) fn held(&self, live: bool) -> Result<(), crate::error::SessionError> {
+        if live {
+            Ok(())
+        } else {
+            Err(crate::error::SessionError::Fenced { epoch: self.epoch })
+        }
+    }
+}
+
 /// The lease row as the database has it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {

@@ -69,8 +69,8 @@ each_backend! {
     /// The bytes each of `ids`' inboxes holds not yet delivered.
     async fn unread_bytes(conn: &mut Conn, ids: &[String]) -> Result<Unread, SessionError> {
         let rows: Vec<(String, i64)> = sqlx::query_as(concat!(
-            "SELECT session_id, unread_bytes FROM sessions WHERE session_id IN ",
-            ids_in!(1)
+            "SELECT session_id, unread_bytes FROM sessions WHERE session_id ",
+            any_of!(1)
         ))
         .bind(json_ids(ids.iter().map(String::as_str)))
         .fetch_all(conn)

@@ -188,7 +188,7 @@ pub(crate) fn event_detail(change: &ProcessChange, runner_seq: u64, gap_from: u6
     }
 }
 
-/// Session ids as the JSON array of texts that `ids_in!` reads.
+/// Session ids as the JSON array of texts that `any_of!` reads.
 pub(crate) fn json_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
     serde_json::Value::from_iter(ids).to_string()
 }

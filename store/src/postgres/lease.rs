@@ -39,10 +39,7 @@ pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), 
     .bind(idle.to_string())
     .fetch_optional(conn)
     .await?;
-    match live {
-        Some(_) => Ok(()),
-        None => Err(SessionError::Fenced { epoch: fence.epoch }),
-    }
+    fence.held(live.is_some())
 }
 
 impl PgStore {
@@ -72,11 +69,7 @@ impl PgStore {
         .bind(millis(ttl))
         .fetch_optional(&self.pool)
         .await?;
-        Ok(epoch.map(|epoch| Fence {
-            holder: holder.clone(),
-            epoch,
-            ttl,
-        }))
+        Ok(Fence::taken(holder, epoch, ttl))
     }
 
     pub(crate) async fn renew_lease_once(

@@ -26,10 +26,7 @@ pub(super) async fn check(conn: &mut SqliteConnection, fence: &Fence) -> Result<
     .bind(fence.epoch)
     .fetch_optional(conn)
     .await?;
-    match live {
-        Some(_) => Ok(()),
-        None => Err(SessionError::Fenced { epoch: fence.epoch }),
-    }
+    fence.held(live.is_some())
 }
 
 impl SqliteStore {
@@ -49,11 +46,7 @@ impl SqliteStore {
         .bind(millis(ttl))
         .fetch_optional(&mut self.writer().await?.conn)
         .await?;
-        Ok(epoch.map(|epoch| Fence {
-            holder: holder.clone(),
-            epoch,
-            ttl,
-        }))
+        Ok(Fence::taken(holder, epoch, ttl))
     }
 
     pub(crate) async fn renew_lease_once(

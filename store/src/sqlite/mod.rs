@@ -47,7 +47,7 @@ use super::OutputBudget;
 use crate::{error::SessionError, model::SessionRow};
 
 pub(crate) use self::batched::Batched;
-pub(crate) use self::writer::{Tx, db_now_ms, for_update, ids_in, retrying, row_order};
+pub(crate) use self::writer::{Tx, any_of, db_now_ms, for_update, retrying, row_order};
 
 /// Default size of the write-ahead log past which a checkpoint makes
 /// writers wait while it starts the log over.

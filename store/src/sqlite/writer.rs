@@ -97,13 +97,14 @@ macro_rules! retrying {
 }
 pub(crate) use retrying;
 
-/// "In the JSON array of texts bound as parameter `$n`", in SQLite's words.
-macro_rules! ids_in {
+/// "Is one of the JSON array of texts bound as parameter `$n`", in
+/// SQLite's words: the right-hand side of a predicate on a column.
+macro_rules! any_of {
     ($n:literal) => {
-        concat!("(SELECT value FROM json_each($", $n, "))")
+        concat!("IN (SELECT value FROM json_each($", $n, "))")
     };
 }
-pub(crate) use ids_in;
+pub(crate) use any_of;
 
 /// Locks the rows a `SELECT` reads (` FOR UPDATE`, or ` FOR` and the lock
 /// given), in SQLite's words: nothing (its writer lock serialises every
