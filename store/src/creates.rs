@@ -27,7 +27,8 @@ pub(crate) struct SpawnFacts {
 }
 
 /// The row `new` is inserted as, below `parent` (none: a root) in
-/// `tree_id` at `depth`, at `at_ms`: what both backends store and return.
+/// `tree_id` at `depth`, at `at_ms`, its inbox empty: what both backends
+/// store and return.
 pub(crate) fn pending_row(
     new: &NewSession,
     parent: Option<&SessionRow>,
@@ -52,7 +53,7 @@ pub(crate) fn pending_row(
         ended_at_ms: None,
         end_reason: None,
         spawn_tat_ms: 0,
-        inbox_seq: i64::from(new.initial_message.is_some()),
+        inbox_seq: 0,
         trace: new.trace,
         write_scope: new.write_scope.clone(),
         on_parent_end: new.on_parent_end,
@@ -134,8 +135,8 @@ each_backend! {
             let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
             let deadline_ms = policy::deadline(&new.budget, &[], now_ms());
             tx.count_root(&tree_id, new.trust).await?;
-            let session = pending_row(new, None, &tree_id, 0, now_ms());
-            let events = insert(&mut tx, new, &session, limits, deadline_ms).await?;
+            let mut session = pending_row(new, None, &tree_id, 0, now_ms());
+            let events = insert(&mut tx, new, &mut session, limits, deadline_ms).await?;
             self.created(tx, new, idem, audit, &quota, &events).await?;
             Ok(Created::New {
                 session: Box::new(session),
@@ -177,8 +178,8 @@ each_backend! {
             })?;
             tx.count_child(parent, admission.parent_spawn_tat_ms, new.trust)
                 .await?;
-            let session = pending_row(new, Some(parent), &parent.tree_id, admission.depth, now_ms());
-            let events = insert(&mut tx, new, &session, limits, admission.deadline_ms).await?;
+            let mut session = pending_row(new, Some(parent), &parent.tree_id, admission.depth, now_ms());
+            let events = insert(&mut tx, new, &mut session, limits, admission.deadline_ms).await?;
             self.created(tx, new, idem, audit, &admission.quota, &events).await?;
             Ok(Created::New {
                 session: Box::new(session),
@@ -206,12 +207,13 @@ each_backend! {
         }
     }
 
-    /// Inserts `session` (the row of `new`), its account and its initial
-    /// message; returns its events.
+    /// Inserts `session` (the row of `new`, its inbox empty), its account
+    /// and its initial message, which `session`'s inbox then holds; returns
+    /// its events.
     async fn insert(
         tx: &mut Batched<'_>,
         new: &NewSession,
-        session: &crate::model::SessionRow,
+        session: &mut crate::model::SessionRow,
         limits: [Option<i64>; 4],
         deadline_ms: Option<i64>,
     ) -> Result<Vec<NewEvent>, SessionError> {
@@ -219,10 +221,9 @@ each_backend! {
         tx.account(&new.session_id, session.depth, limits, deadline_ms).await?;
         let mut events = vec![NewEvent::created(&new.session_id, &new.agent_name, &new.title)];
         if let Some(message) = &new.initial_message {
-            // A new row's inbox is empty: its first message is its first.
-            let mut fresh = session.clone();
-            fresh.inbox_seq = 0;
-            events.push(tx.deliver_new(&fresh, message).await?.1);
+            let (sequence, event) = tx.deliver_new(session, message).await?;
+            session.inbox_seq = sequence as i64;
+            events.push(event);
         }
         Ok(events)
     }

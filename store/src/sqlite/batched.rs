@@ -23,7 +23,7 @@ use sqlx::{
 use tokio::sync::MutexGuard;
 use troupe_proto::status::status_str;
 
-use super::{SqliteStore, Writer, write::INSERT_ENTRY, writer::INSERT_EVENT};
+use super::{SqliteStore, Writer, write::INSERT_ENTRY, writer::insert_event};
 use crate::{
     error::SessionError,
     model::{
@@ -152,7 +152,7 @@ impl Batched<'_> {
         let at = now_ms();
         for event in events {
             self.batch
-                .statement(INSERT_EVENT)
+                .statement(insert_event!())
                 .bind(event.session_id.clone())
                 .bind(event.kind.as_str())
                 .bind(status_str(event.status))

@@ -9,7 +9,7 @@
 //! Whoever takes the writer lock (tokio's, fair) while the write-ahead log
 //! is past its limit first cuts it back.
 
-use sqlx::{AssertSqlSafe, SqliteConnection};
+use sqlx::SqliteConnection;
 use tokio::sync::{MappedMutexGuard, MutexGuard};
 
 use super::{
@@ -181,16 +181,15 @@ impl SqliteStore {
     ) -> Result<Vec<i64>, SessionError> {
         let mut seqs = Vec::with_capacity(events.len());
         for event in events {
-            let seq: i64 =
-                sqlx::query_scalar(AssertSqlSafe(format!("{INSERT_EVENT} RETURNING seq")))
-                    .bind(&event.session_id)
-                    .bind(event.kind.as_str())
-                    .bind(status_str(event.status))
-                    .bind(now_ms())
-                    .bind(&event.detail)
-                    .bind(event.bytes)
-                    .fetch_one(&mut *conn)
-                    .await?;
+            let seq: i64 = sqlx::query_scalar(concat!(insert_event!(), " RETURNING seq"))
+                .bind(&event.session_id)
+                .bind(event.kind.as_str())
+                .bind(status_str(event.status))
+                .bind(now_ms())
+                .bind(&event.detail)
+                .bind(event.bytes)
+                .fetch_one(&mut *conn)
+                .await?;
             seqs.push(seq);
         }
         Ok(seqs)
@@ -237,9 +236,14 @@ impl SqliteStore {
     }
 }
 
-/// Appends an event at its session's next sequence: session, kind, status,
-/// time, detail, bytes (the `events_advance_session_seq` trigger moves the
-/// sequence on).
-pub(super) const INSERT_EVENT: &str = "INSERT INTO events (session_id, seq, kind, status, at_ms, \
-     detail, bytes) SELECT session_id, event_seq + 1, $2, $3, $4, $5, $6 FROM sessions \
-     WHERE session_id = $1";
+/// Expands to the statement that appends an event at its session's next
+/// sequence: session, kind, status, time, detail, bytes (the
+/// `events_advance_session_seq` trigger moves the sequence on); a literal,
+/// so `concat!` can add a `RETURNING` at compile time.
+macro_rules! insert_event {
+    () => {
+        "INSERT INTO events (session_id, seq, kind, status, at_ms, detail, bytes) \
+         SELECT session_id, event_seq + 1, $2, $3, $4, $5, $6 FROM sessions WHERE session_id = $1"
+    };
+}
+pub(super) use insert_event;
