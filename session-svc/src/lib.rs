@@ -1,24 +1,19 @@
 //! Troupe's session service: the spawn-tree ledger and every rule of it,
 //! served over gRPC as `troupe.session.v1.SessionService`.
 //!
-//! - [`config`]: flags, `TROUPE_*` variables and spawn limits.
-//! - [`auth`]: session tokens and the operator token.
-//! - [`operator`]: the operator token, kept in the database for every replica.
-//! - [`agents`]: where agent definitions are looked up.
+//! The binary composes the session service's crates, re-exported here
+//! under their module names:
+//! - [`config`]: flags, `TROUPE_*` variables and spawn limits; [`health`]:
+//!   health that follows the database. These two are this crate's own.
+//! - [`model`], [`policy`] (every rule, as pure functions), [`placement`],
+//!   [`error`] (the error table): `troupe-domain`.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
-//!   implementations.
-//! - [`service`]: the gRPC handlers, one module per RPC (the session
-//!   service's, and the fleet service's `RegisterRunner`).
-//! - [`lives`]: each session's life exported as a span of its tree's trace.
-//! - [`owner`]: the lease of the background work, and the work its holder runs.
-//! - [`gateway`]: the model gateway's HTTP routes (Anthropic, OpenAI),
-//!   metered against the budgets.
-//! - [`console`]: the web console (`--console-listen`): live spawn trees,
-//!   sessions' output, messages and terminations, in a browser.
-//! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
-//! - [`model`], [`policy`] (every rule, as pure functions), [`placement`]
-//!   (which runner a workspace's agents run on), [`error`] (the error
-//!   table): the `troupe-domain` crate, re-exported.
+//!   implementations: `troupe-store`.
+//! - [`service`] (the gRPC handlers), [`driver`], [`owner`], [`auth`],
+//!   [`operator`], [`rules`], [`agents`], [`lives`], [`metrics`]:
+//!   `troupe-service`.
+//! - [`gateway`]: the model gateway's HTTP routes: `troupe-gateway`.
+//! - [`console`]: the web console (`--console-listen`): `troupe-console`.
 //!
 //! [`serve`] runs the whole service on a listener the caller bound: it opens
 //! the store, settles the operator token with it, loads the signing keys,
@@ -28,21 +23,13 @@
 //! and on `<data-dir>/run/session.sock` (mode 0666; none with `--socket
 //! none`), and the console on a listener of its own.
 
-pub mod agents;
-pub mod auth;
 pub mod config;
-pub mod console;
-pub mod driver;
-pub mod gateway;
 pub mod health;
-pub mod lives;
-pub mod metrics;
-pub mod operator;
-pub mod owner;
-pub mod rules;
-pub mod service;
 
+pub use troupe_console as console;
 pub use troupe_domain::{error, model, placement, policy};
+pub use troupe_gateway as gateway;
+pub use troupe_service::{agents, auth, driver, lives, metrics, operator, owner, rules, service};
 pub use troupe_store as store;
 
 use std::{future::Future, time::Duration};

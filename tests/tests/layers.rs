@@ -1,6 +1,8 @@
 //! The session service's layers, as Cargo holds them: each crate's
-//! `[dependencies]` may name only what its layer may use. Adding sqlx to
-//! the service, or HTTP to the domain or the store, fails here.
+//! `[dependencies]` may name only what its layer may use, and only the
+//! layers below it. Adding sqlx to the service, HTTP to the domain, the
+//! store or the handlers, a provider client outside the gateway, or an
+//! arrow pointing up, fails here.
 
 use std::path::Path;
 
@@ -56,7 +58,16 @@ const HTTP: &[&str] = &[
 #[test]
 fn only_the_store_speaks_to_a_database() {
     assert_eq!(required_among("store", DATABASE), ["sqlx"]);
-    for krate in ["domain", "session-svc", "runner-svc", "mcp-bridge", "cli"] {
+    for krate in [
+        "domain",
+        "service",
+        "gateway",
+        "console",
+        "session-svc",
+        "runner-svc",
+        "mcp-bridge",
+        "cli",
+    ] {
         assert_eq!(
             required_among(krate, DATABASE),
             Vec::<String>::new(),
@@ -71,9 +82,22 @@ fn only_the_store_speaks_to_a_database() {
     );
 }
 
+/// What reaches a model provider: an HTTP client and TLS.
+const PROVIDER_CLIENT: &[&str] = &["hyper-util", "hyper-rustls", "rustls", "webpki-roots"];
+
+/// The session service's crates, lowest layer first.
+const SESSION_CRATES: &[&str] = &[
+    "domain",
+    "store",
+    "service",
+    "gateway",
+    "console",
+    "session-svc",
+];
+
 #[test]
-fn the_domain_and_the_store_serve_no_http() {
-    for krate in ["domain", "store"] {
+fn the_domain_the_store_and_the_handlers_serve_no_http() {
+    for krate in ["domain", "store", "service"] {
         assert_eq!(
             required_among(krate, HTTP),
             Vec::<String>::new(),
@@ -84,5 +108,48 @@ fn the_domain_and_the_store_serve_no_http() {
         required_among("store", &["tonic"]),
         Vec::<String>::new(),
         "the store answers no RPC"
+    );
+}
+
+#[test]
+fn only_the_gateway_reaches_a_provider() {
+    for &krate in SESSION_CRATES {
+        let found = required_among(krate, PROVIDER_CLIENT);
+        if krate == "gateway" {
+            assert_eq!(found, PROVIDER_CLIENT, "the gateway's client");
+        } else {
+            assert_eq!(found, Vec::<String>::new(), "{krate} has a provider client");
+        }
+    }
+    for &krate in SESSION_CRATES {
+        let web = !required_among(krate, &["axum"]).is_empty();
+        assert_eq!(
+            web,
+            krate == "gateway" || krate == "console",
+            "{krate}: only the gateway and the console serve HTTP routes"
+        );
+    }
+}
+
+#[test]
+fn the_layers_point_one_way() {
+    let package = |krate: &str| match krate {
+        "session-svc" => "troupe-session-svc".to_owned(),
+        other => format!("troupe-{other}"),
+    };
+    // Each crate may use the crates before it, except the two HTTP faces,
+    // which know nothing of each other.
+    for (at, &krate) in SESSION_CRATES.iter().enumerate() {
+        let deps: Vec<String> = dependencies(krate).into_iter().map(|(n, _)| n).collect();
+        for &other in &SESSION_CRATES[at + 1..] {
+            assert!(
+                !deps.contains(&package(other)),
+                "{krate} depends on {other}, a layer above it"
+            );
+        }
+    }
+    assert!(
+        !dependencies("console").contains(&("troupe-gateway".to_owned(), false)),
+        "the console depends on the gateway"
     );
 }

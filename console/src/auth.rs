@@ -23,14 +23,12 @@ use axum::{
 use serde::Deserialize;
 
 use super::{Console, calls::ApiError, no_store, throttle::Failure};
-use crate::{
-    error::Reason,
-    model::{
-        Action, AuditRecord, ConsoleSession, ConsoleSessionId, CsrfToken, OperatorToken, Principal,
-        now_ms,
-    },
-    store::Store,
+use troupe_domain::error::Reason;
+use troupe_domain::model::{
+    Action, AuditRecord, ConsoleSession, ConsoleSessionId, CsrfToken, OperatorToken, Principal,
+    now_ms,
 };
+use troupe_store::Store;
 
 /// The console's cookie.
 pub const COOKIE: &str = "troupe_console";
@@ -83,7 +81,7 @@ pub async fn sign_in<S: Store>(
         console
             .audit(AuditRecord {
                 caller: Principal::Anonymous,
-                action: crate::model::Action::ConsoleSignIn,
+                action: troupe_domain::model::Action::ConsoleSignIn,
                 target: String::new(),
                 allowed: false,
                 reason: Reason::TokenInvalid.as_str().to_owned(),

@@ -16,7 +16,7 @@ use super::{
     shape::{Api, ApiError, Kind},
     strict,
 };
-use crate::model::{Charge, Cost, SessionRow, TokenUsage};
+use troupe_domain::model::{Charge, Cost, SessionRow, TokenUsage};
 
 /// Most completions one OpenAI call may ask for (`n`), as OpenAI bounds it.
 const MAX_COMPLETIONS: u64 = 128;
@@ -50,10 +50,10 @@ impl Route {
     }
 
     /// Its audit action.
-    pub fn action(self) -> crate::model::Action {
+    pub fn action(self) -> troupe_domain::model::Action {
         match self {
-            Route::CountTokens => crate::model::Action::CountTokens,
-            Route::Messages | Route::Chat => crate::model::Action::ModelCall,
+            Route::CountTokens => troupe_domain::model::Action::CountTokens,
+            Route::Messages | Route::Chat => troupe_domain::model::Action::ModelCall,
         }
     }
 }
@@ -213,7 +213,7 @@ pub fn prepare(
         workspace_id: session.workspace_id.clone(),
         agent: session.agent_name.clone(),
         life: session.trace,
-        held: None,
+        _held: None,
     })
 }
 

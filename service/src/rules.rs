@@ -22,10 +22,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    config::{Limits, MessageLimits},
-    store::Store,
-};
+use crate::store::Store;
+use troupe_domain::limits::{Limits, MessageLimits};
 
 /// The name of the shared setting that holds the limits.
 pub const SETTING: &str = "limits";

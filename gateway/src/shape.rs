@@ -10,7 +10,7 @@ use axum::{
 };
 use serde_json::json;
 
-use crate::error::{Reason, SessionError};
+use troupe_domain::error::{Reason, SessionError};
 
 /// Which API a route speaks to its client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

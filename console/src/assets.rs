@@ -19,7 +19,7 @@ use axum::{
 };
 
 use super::Console;
-use crate::store::Store;
+use troupe_store::Store;
 
 /// No inline script or style, nothing from another origin, no framing.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \

@@ -51,7 +51,7 @@ mod provider;
 use self::provider::{Allowed, ProviderHeaders};
 pub use self::provider::{HeaderText, Reach};
 use super::tls::ExtraRoots;
-use crate::model::{Cost, Price};
+use troupe_domain::model::{Cost, Price};
 
 /// A provider's API key: read at start, sent upstream only. Its `Debug`
 /// and `Display` never show it.

@@ -52,11 +52,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{ConsoleArgs, TraceUrl};
 
-use crate::{
-    model::{AuditRecord, Principal},
-    service::{Inner, Service},
-    store::Store,
-};
+use troupe_domain::model::{AuditRecord, Principal};
+use troupe_service::service::{Inner, Service};
+use troupe_store::Store;
 
 /// What the console was configured with.
 #[derive(Clone, Debug)]
@@ -120,7 +118,7 @@ impl<S: Store> Console<S> {
     async fn audit_console(
         &self,
         signed: &auth::Signed,
-        action: crate::model::Action,
+        action: troupe_domain::model::Action,
         target: &str,
         outcome: Result<(), &calls::ApiError>,
     ) {

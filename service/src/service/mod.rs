@@ -11,7 +11,7 @@ mod finish;
 mod fleet;
 mod get;
 mod groups;
-pub(crate) mod identity;
+pub mod identity;
 mod list;
 mod message;
 mod progress;
@@ -19,7 +19,7 @@ mod reply;
 mod spans;
 mod terminate;
 mod token;
-pub(crate) mod view;
+pub mod view;
 mod watch;
 
 use std::{path::PathBuf, pin::Pin, sync::Arc, time::Instant};

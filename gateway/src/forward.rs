@@ -39,10 +39,8 @@ use super::{
     tls::{self, ExtraRoots},
     usage::{self, Reported},
 };
-use crate::{
-    model::{CallOutcome, Charge, Price, Reservation, TokenUsage},
-    store::Store,
-};
+use troupe_domain::model::{CallOutcome, Charge, Price, Reservation, TokenUsage};
+use troupe_store::Store;
 
 /// Largest error answer of a provider relayed; a longer one is not read
 /// past it, and the agent gets the gateway's own error with its status.
@@ -97,8 +95,9 @@ pub struct Call {
     pub agent: String,
     /// The session's life span: the model call's span is its child.
     pub life: Option<troupe_telemetry::LifeSpan>,
-    /// The request's bytes, counted in flight until the call ends.
-    pub held: Option<super::body::Held>,
+    /// The request's bytes, counted in flight until the call ends: held
+    /// for its drop, never read.
+    pub _held: Option<super::body::Held>,
 }
 
 fn upstream_request(call: &Call) -> Result<Request<Full<Bytes>>, ApiError> {

@@ -34,7 +34,8 @@ use super::{
     shape::{Api, ApiError, Kind},
     usage::{Meter, Reported},
 };
-use crate::{model::CallOutcome, store::Store};
+use troupe_domain::model::CallOutcome;
+use troupe_store::Store;
 
 /// A streamed answer on its way to the client.
 pub(super) struct Relay<S: Store> {

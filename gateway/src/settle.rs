@@ -13,11 +13,11 @@ use axum::http::StatusCode;
 use tracing::field::Empty;
 
 use super::{forward::Call, shape::Api, usage::Reported};
-use crate::{
-    metrics,
-    model::{CallOutcome, Charge, Cost, ModelCall, Price, Reservation, TokenUsage, now_ms},
-    store::Store,
+use troupe_domain::model::{
+    CallOutcome, Charge, Cost, ModelCall, Price, Reservation, TokenUsage, now_ms,
 };
+use troupe_service::metrics;
+use troupe_store::Store;
 
 /// A call's reservation, settled exactly once: by [`Settlement::settle`],
 /// or, if the call's task ends otherwise, released when dropped.

@@ -36,17 +36,17 @@
 
 mod body;
 pub mod config;
-pub mod forward;
+mod forward;
 mod headers;
 mod prepare;
 mod reach;
 mod relay;
 mod scrub;
 mod settle;
-pub mod shape;
+mod shape;
 mod strict;
-pub mod tls;
-pub mod usage;
+mod tls;
+mod usage;
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -65,13 +65,13 @@ use self::{
     prepare::Route,
     shape::{Api, ApiError, Kind},
 };
-use crate::{
+use troupe_domain::{
     error::{Reason, SessionError},
     model::{Account, AuditRecord, Caller, Charge, Cost, Principal, SessionRow, now_ms},
     policy,
-    service::{Inner, identity::identify},
-    store::Store,
 };
+use troupe_service::service::{Inner, identity::identify};
+use troupe_store::Store;
 
 /// What the routes share.
 pub struct Gateway<S> {
@@ -253,7 +253,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         let bytes = body::read(&headers, body, &mut held, idle).await?;
         let call = prepare::prepare(config, route, query, headers, bytes, session)?;
         Ok(forward::Call {
-            held: Some(held),
+            _held: Some(held),
             ..call
         })
     }
@@ -265,7 +265,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
     async fn caller(
         &self,
         headers: &HeaderMap,
-        action: crate::model::Action,
+        action: troupe_domain::model::Action,
     ) -> Result<SessionRow, ApiError> {
         let identified = match token_of(headers) {
             None => Err(SessionError::refused(
@@ -300,7 +300,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
     async fn audit(
         &self,
         session: &SessionRow,
-        action: crate::model::Action,
+        action: troupe_domain::model::Action,
         allowed: bool,
         reason: String,
         detail: &str,

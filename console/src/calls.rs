@@ -81,8 +81,8 @@ impl From<Status> for ApiError {
     }
 }
 
-impl From<crate::error::SessionError> for ApiError {
-    fn from(err: crate::error::SessionError) -> Self {
+impl From<troupe_domain::error::SessionError> for ApiError {
+    fn from(err: troupe_domain::error::SessionError) -> Self {
         ApiError::from(Status::from(err))
     }
 }

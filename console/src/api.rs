@@ -20,7 +20,8 @@ use super::{
     calls::{ApiError, as_operator},
     json, no_store,
 };
-use crate::{model::Action, store::Store};
+use troupe_domain::model::Action;
+use troupe_store::Store;
 
 /// Refused spawns a tree view is given at most (the newest).
 const MAX_REFUSED: u32 = 1_000;

@@ -15,11 +15,9 @@ use super::{
     calls::{ApiError, as_operator},
     json,
 };
-use crate::{
-    model::{Account, SessionActivity},
-    service::view,
-    store::Store,
-};
+use troupe_domain::model::{Account, SessionActivity};
+use troupe_service::service::view;
+use troupe_store::Store;
 
 /// Sessions a page of a tree's snapshot holds at most.
 pub const PAGE_SESSIONS: u32 = 500;

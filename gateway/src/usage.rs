@@ -19,7 +19,7 @@
 use serde_json::Value;
 
 use super::shape::Api;
-use crate::model::TokenUsage;
+use troupe_domain::model::TokenUsage;
 
 /// Most tokens of one kind one call may report: far past any model's
 /// context and output (with every completion asked for), short of what

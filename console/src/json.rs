@@ -12,10 +12,8 @@ use troupe_proto::{
 };
 
 use super::TraceUrl;
-use crate::{
-    model::{AuditRow, MessageRecord, SessionActivity},
-    service::view,
-};
+use troupe_domain::model::{AuditRow, MessageRecord, SessionActivity};
+use troupe_service::service::view;
 
 /// Milliseconds since the Unix epoch of a protobuf timestamp.
 pub fn ms(at: Option<&Timestamp>) -> Option<i64> {

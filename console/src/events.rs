@@ -27,7 +27,8 @@ use super::{
     calls::{ApiError, as_operator},
     json,
 };
-use crate::{model::now_ms, store::Store};
+use troupe_domain::model::now_ms;
+use troupe_store::Store;
 
 /// How often an open stream checks that its sign-in still holds.
 const SIGN_IN_CHECK: Duration = Duration::from_secs(5);
