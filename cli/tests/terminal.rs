@@ -140,7 +140,13 @@ async fn agent_written_text_reaches_the_terminal_escaped() {
     .enumerate()
     {
         store
-            .record_process(&fence, &root.session_id, seq as u64 + 1, change, 16 * 1024)
+            .record_process(
+                &fence,
+                &root.session_id.as_str().into(),
+                seq as u64 + 1,
+                change,
+                16 * 1024,
+            )
             .await
             .expect("record");
     }

@@ -50,7 +50,7 @@ impl<S: Store> Console<S> {
         let (mut rows, newest) = self
             .inner
             .store
-            .refused_spawns(workspace, after_id, MAX_REFUSED)
+            .refused_spawns(&workspace.into(), after_id, MAX_REFUSED)
             .await?;
         rows.reverse();
         let cursor = u64::try_from(newest.max(after_id)).unwrap_or_default();
@@ -67,7 +67,7 @@ pub async fn workspaces<S: Store>(
     console.signed(&headers).await?;
     let mut names: BTreeMap<String, ()> = BTreeMap::new();
     for (workspace, _, _) in console.inner.store.active_counts().await? {
-        names.insert(workspace, ());
+        names.insert(workspace.into(), ());
     }
     // Workspace directories with no active session yet, and the workspaces
     // the agents directory has definitions for.
@@ -272,7 +272,7 @@ pub async fn session<S: Store>(
     let messages = console
         .inner
         .store
-        .session_messages(&id, SESSION_VIEW_ROWS)
+        .session_messages(&id.as_str().into(), SESSION_VIEW_ROWS)
         .await?;
     let trace = console.settings.trace_url.as_ref();
     let result = got.result.unwrap_or_default();

@@ -15,7 +15,7 @@ use super::{
     calls::{ApiError, as_operator},
     json,
 };
-use troupe_domain::model::{Account, SessionActivity};
+use troupe_domain::model::{Account, SessionActivity, SessionId};
 use troupe_service::service::view;
 use troupe_store::Store;
 
@@ -92,8 +92,11 @@ impl<S: Store> Console<S> {
     /// one read of the store per [`USAGE_BATCH`] sessions.
     pub(super) async fn with_usage(&self, sessions: &mut [pb::Session]) -> Result<(), ApiError> {
         for batch in sessions.chunks_mut(USAGE_BATCH) {
-            let ids: Vec<String> = batch.iter().map(|s| s.session_id.clone()).collect();
-            let accounts: HashMap<String, Account> = self
+            let ids: Vec<SessionId> = batch
+                .iter()
+                .map(|s| SessionId::from(&s.session_id))
+                .collect();
+            let accounts: HashMap<SessionId, Account> = self
                 .inner
                 .store
                 .accounts(&ids)
@@ -102,7 +105,7 @@ impl<S: Store> Console<S> {
                 .map(|a| (a.session_id.clone(), a))
                 .collect();
             for session in batch {
-                if let Some(account) = accounts.get(&session.session_id) {
+                if let Some(account) = accounts.get(session.session_id.as_str()) {
                     view::with_account(session, account);
                 }
             }
@@ -114,8 +117,11 @@ impl<S: Store> Console<S> {
     async fn activity(
         &self,
         sessions: &[pb::Session],
-    ) -> Result<HashMap<String, SessionActivity>, ApiError> {
-        let ids: Vec<String> = sessions.iter().map(|s| s.session_id.clone()).collect();
+    ) -> Result<HashMap<SessionId, SessionActivity>, ApiError> {
+        let ids: Vec<SessionId> = sessions
+            .iter()
+            .map(|s| SessionId::from(&s.session_id))
+            .collect();
         Ok(self
             .inner
             .store
@@ -151,7 +157,7 @@ impl<S: Store> Console<S> {
             let activity = self.activity(&chunk).await?;
             let nodes: Vec<Value> = chunk
                 .iter()
-                .map(|s| json::tree_node(s, trace, activity.get(&s.session_id)))
+                .map(|s| json::tree_node(s, trace, activity.get(s.session_id.as_str())))
                 .collect();
             let chunk_bytes: usize = nodes.iter().map(|n| n.to_string().len() + 1).sum();
             if bytes + chunk_bytes > PAGE_BYTES {

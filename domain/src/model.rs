@@ -14,6 +14,7 @@ mod console;
 mod event_detail;
 mod finish;
 mod groups;
+mod ids;
 mod messages;
 mod shared;
 mod values;
@@ -32,6 +33,7 @@ pub use event_detail::{
 };
 pub use finish::{Finish, Outcome};
 pub use groups::{Audience, FannedOut, GroupName, GroupRow, Reach, Reached, new_message_id};
+pub use ids::{SessionId, TreeId, WorkspaceId};
 pub use messages::{MessageRate, Sending};
 pub use runner::{RunnerName, RunnerRow, RunnerSpec, STATIC_RUNNER};
 pub use shared::{AgentScope, NewAgent, OperatorToken, StoredAgent};
@@ -81,11 +83,11 @@ impl Trust {
 /// One row of the spawn tree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionRow {
-    pub session_id: String,
-    pub workspace_id: String,
-    pub parent_session_id: Option<String>,
+    pub session_id: SessionId,
+    pub workspace_id: WorkspaceId,
+    pub parent_session_id: Option<SessionId>,
     pub parent_trust: Option<Trust>,
-    pub tree_id: String,
+    pub tree_id: TreeId,
     pub depth: u32,
     pub trust: Trust,
     pub agent_name: String,
@@ -137,8 +139,8 @@ impl Caller {
 /// A session to insert.
 #[derive(Clone, Debug)]
 pub struct NewSession {
-    pub session_id: String,
-    pub workspace_id: String,
+    pub session_id: SessionId,
+    pub workspace_id: WorkspaceId,
     pub trust: Trust,
     pub agent_name: String,
     pub agent_command: String,
@@ -213,11 +215,11 @@ pub struct EventRow {
     pub status: SessionStatus,
     pub at_ms: i64,
     pub detail: String,
-    pub session_id: String,
-    pub workspace_id: String,
-    pub parent_session_id: Option<String>,
+    pub session_id: SessionId,
+    pub workspace_id: WorkspaceId,
+    pub parent_session_id: Option<SessionId>,
     pub parent_trust: Option<Trust>,
-    pub tree_id: String,
+    pub tree_id: TreeId,
     pub depth: u32,
     pub trust: Trust,
 }
@@ -225,9 +227,9 @@ pub struct EventRow {
 /// Which events a watcher wants, already narrowed to what it may see.
 #[derive(Clone, Debug, Default)]
 pub struct EventFilter {
-    pub session_id: Option<String>,
-    pub tree_id: Option<String>,
-    pub workspace_id: Option<String>,
+    pub session_id: Option<SessionId>,
+    pub tree_id: Option<TreeId>,
+    pub workspace_id: Option<WorkspaceId>,
     /// Only events of sandboxed sessions.
     pub sandboxed_only: bool,
     /// Only the events that end a session (completed, failed, terminated).

@@ -40,8 +40,8 @@ use crate::{
     error::{QuotaLeft, Reason, SessionError},
     limits::Limits,
     model::{
-        Account, Budget, Caller, EndReason, EventKind, ExitReason, ProcessChange, SessionRow,
-        Trust, WriteScope,
+        Account, Budget, Caller, EndReason, EventKind, ExitReason, ProcessChange, SessionId,
+        SessionRow, Trust, WorkspaceId, WriteScope,
     },
 };
 
@@ -76,11 +76,11 @@ pub fn visible_terminator(viewer: &Caller, terminated_by: &str) -> String {
 /// The workspace a caller's list or watch is about: an agent's own (named
 /// or not), or the one an operator named. Another workspace is answered as
 /// one that does not exist.
-pub fn visible_workspace(caller: &Caller, requested: &str) -> Result<String, SessionError> {
+pub fn visible_workspace(caller: &Caller, requested: &str) -> Result<WorkspaceId, SessionError> {
     match caller {
         Caller::Operator => {
             validate_slug("workspace_id", requested)?;
-            Ok(requested.to_owned())
+            Ok(requested.into())
         }
         Caller::Session(me) if requested.is_empty() || requested == me.workspace_id => {
             Ok(me.workspace_id.clone())
@@ -392,7 +392,7 @@ fn require_active(session: &SessionRow, consequence: &str) -> Result<(), Session
 pub fn may_terminate(
     caller: &Caller,
     target: &SessionRow,
-    ancestors: &[String],
+    ancestors: &[SessionId],
 ) -> Result<(), SessionError> {
     match caller {
         Caller::Operator => Ok(()),

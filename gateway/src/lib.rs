@@ -308,7 +308,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         self.append(AuditRecord {
             caller: Principal::Session(session.session_id.clone()),
             action,
-            target: session.session_id.clone(),
+            target: session.session_id.to_string(),
             allowed,
             reason,
             detail: detail.to_owned(),

@@ -125,7 +125,7 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
     .await;
     // The new owner records what the runner says reached stdin.
     until("the delivery was never recorded", MINUTE, || async {
-        let process = store.process(&root).await.unwrap()?;
+        let process = store.process(&root.as_str().into()).await.unwrap()?;
         (process.delivered_seq >= 1).then_some(())
     })
     .await;
@@ -186,7 +186,7 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
     // Running, its first message delivered and echoed: the next is
     // written to it at once.
     until("the first message never came back", MINUTE, || async {
-        let process = store.process(&root).await.unwrap()?;
+        let process = store.process(&root.as_str().into()).await.unwrap()?;
         (process.delivered_seq == 1 && output(&store, &root).await.contains("the-plan"))
             .then_some(())
     })
@@ -234,7 +234,7 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
     })
     .await;
     until("the delivery was never recorded", MINUTE, || async {
-        let process = store.process(&root).await.unwrap()?;
+        let process = store.process(&root.as_str().into()).await.unwrap()?;
         (process.delivered_seq >= 2).then_some(())
     })
     .await;

@@ -47,7 +47,7 @@ async fn reoffer_written_output(
         ttl: LEASE_TTL,
     };
     let written = store
-        .process(session)
+        .process(&session.into())
         .await
         .unwrap()
         .expect("the session's process")
@@ -79,7 +79,7 @@ async fn reoffer_written_output(
                 data: out.data.clone(),
             };
             let applied = store
-                .record_process(&fence, session, event.sequence, change, 4096)
+                .record_process(&fence, &session.into(), event.sequence, change, 4096)
                 .await
                 .unwrap();
             if applied.is_some() {

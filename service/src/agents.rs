@@ -38,7 +38,7 @@ pub async fn find(
 ) -> Result<AgentDefinition, SessionError> {
     validate_slug("workspace_id", workspace)?;
     validate_slug("agent_name", agent)?;
-    if let Some(stored) = store.find_agent(workspace, agent).await? {
+    if let Some(stored) = store.find_agent(&workspace.into(), agent).await? {
         return Ok(stored.definition);
     }
     files.lookup(workspace, agent)

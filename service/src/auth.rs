@@ -21,7 +21,7 @@ use tonic::metadata::MetadataMap;
 
 use crate::{
     error::{Reason, SessionError},
-    model::OperatorToken,
+    model::{OperatorToken, SessionId},
     store::Store,
 };
 
@@ -95,11 +95,11 @@ impl Tokens {
     }
 
     /// Mints a token bound to `session_id`; returns it and its expiry (Unix seconds).
-    pub fn mint(&self, session_id: &str) -> Result<(String, u64), SessionError> {
+    pub fn mint(&self, session_id: &SessionId) -> Result<(String, u64), SessionError> {
         let iat = unix_now();
         let exp = iat + self.ttl.as_secs().max(1);
         let claims = Claims {
-            sub: session_id.to_owned(),
+            sub: session_id.to_string(),
             iss: ISSUER.to_owned(),
             aud: AUDIENCE.to_owned(),
             iat,

@@ -24,7 +24,7 @@ use troupe_telemetry::Life;
 
 use crate::{
     error::SessionError,
-    model::{EndReason, EventFilter, SessionRow},
+    model::{EndReason, EventFilter, SessionId, SessionRow},
     store::{EventPage, Store},
 };
 
@@ -77,7 +77,7 @@ async fn export_ended<S: Store>(store: &S, cursor: &mut i64) -> Result<(), Sessi
 }
 
 /// Exports one ended session's life span, if it is traced.
-async fn export_one<S: Store>(store: &S, session_id: &str) -> Result<(), SessionError> {
+async fn export_one<S: Store>(store: &S, session_id: &SessionId) -> Result<(), SessionError> {
     let Some(row) = store.get_session(session_id).await? else {
         return Ok(());
     };
@@ -87,17 +87,20 @@ async fn export_one<S: Store>(store: &S, session_id: &str) -> Result<(), Session
     let status = troupe_proto::status::status_str(row.status);
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-        KeyValue::new("gen_ai.agent.id", row.session_id.clone()),
+        KeyValue::new("gen_ai.agent.id", row.session_id.to_string()),
         KeyValue::new("gen_ai.agent.name", row.agent_name.clone()),
-        KeyValue::new("troupe.session.id", row.session_id.clone()),
-        KeyValue::new("troupe.tree.id", row.tree_id.clone()),
+        KeyValue::new("troupe.session.id", row.session_id.to_string()),
+        KeyValue::new("troupe.tree.id", row.tree_id.to_string()),
         KeyValue::new("troupe.depth", i64::from(row.depth)),
-        KeyValue::new("troupe.workspace.id", row.workspace_id.clone()),
+        KeyValue::new("troupe.workspace.id", row.workspace_id.to_string()),
         KeyValue::new("troupe.trust_level", row.trust.as_str()),
         KeyValue::new("troupe.session.status", status),
     ];
     if let Some(parent) = &row.parent_session_id {
-        attributes.push(KeyValue::new("troupe.parent_session.id", parent.clone()));
+        attributes.push(KeyValue::new(
+            "troupe.parent_session.id",
+            parent.to_string(),
+        ));
     }
     if let Some(reason) = &row.end_reason {
         attributes.push(KeyValue::new("troupe.end_reason", reason.to_string()));

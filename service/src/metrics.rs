@@ -28,7 +28,11 @@ use opentelemetry::{
     metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter},
 };
 
-use crate::{error::SessionError, model::Trust, store::Store};
+use crate::{
+    error::SessionError,
+    model::{Trust, WorkspaceId},
+    store::Store,
+};
 
 /// Upper bounds of the spawn duration buckets, in seconds: 0.5 ms to 10 s
 /// (a sync spawn lasts as long as its child).
@@ -226,7 +230,7 @@ pub fn observe_active<S: Store>(store: S) {
                 observer.observe(
                     u64::from(count),
                     &[
-                        KeyValue::new("troupe.workspace.id", workspace),
+                        KeyValue::new("troupe.workspace.id", workspace.into_string()),
                         KeyValue::new("troupe.trust_level", trust.as_str()),
                     ],
                 );
@@ -235,7 +239,7 @@ pub fn observe_active<S: Store>(store: S) {
         .build();
 }
 
-type Counts = Vec<(String, Trust, u32)>;
+type Counts = Vec<(WorkspaceId, Trust, u32)>;
 type Ask = dyn Fn() -> BoxFuture<'static, Result<Counts, SessionError>> + Send + Sync;
 
 /// The active counts, asked of the store, as last answered.
@@ -302,7 +306,7 @@ mod tests {
     use crate::error::StorageKind;
 
     fn counts(n: u32) -> Counts {
-        vec![("alpha".to_owned(), Trust::Direct, n)]
+        vec![("alpha".into(), Trust::Direct, n)]
     }
 
     #[tokio::test]

@@ -207,7 +207,7 @@ async fn deadlines<S: Store>(store: S, driver: Option<Arc<Driver<S>>>, term: Ter
             let audit = AuditRecord {
                 caller: Principal::Troupe,
                 action: crate::model::Action::EndForBudget,
-                target: session_id.clone(),
+                target: session_id.to_string(),
                 allowed: true,
                 reason: Reason::BudgetExceeded.as_str().to_owned(),
                 detail: String::new(),
@@ -216,7 +216,7 @@ async fn deadlines<S: Store>(store: S, driver: Option<Arc<Driver<S>>>, term: Ter
                 Ok(ended) if ended.is_empty() => {}
                 Ok(ended) => {
                     tracing::info!(
-                        session_id,
+                        %session_id,
                         ended = ended.len(),
                         "wall-clock budget ran out: subtree ended"
                     );
@@ -225,7 +225,7 @@ async fn deadlines<S: Store>(store: S, driver: Option<Arc<Driver<S>>>, term: Ter
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(session_id, error = %e, "cannot end a subtree past its deadline");
+                    tracing::warn!(%session_id, error = %e, "cannot end a subtree past its deadline");
                     break;
                 }
             }

@@ -85,7 +85,7 @@ fn limit(n: Option<i64>) -> Result<Option<u64>, SessionError> {
 impl RawAccount {
     pub(crate) fn into_account(self) -> Result<Account, SessionError> {
         Ok(Account {
-            session_id: self.session_id,
+            session_id: self.session_id.into(),
             depth: u32::try_from(count(self.depth)?).unwrap_or(u32::MAX),
             budget: Budget {
                 cost: limit(self.cost_limit)?.map(Cost),

@@ -16,7 +16,7 @@ use std::future::Future;
 use super::{ChargeCheck, backends::each_backend};
 use crate::{
     error::SessionError,
-    model::{Account, Charge, ModelCall, Reservation},
+    model::{Account, Charge, ModelCall, Reservation, SessionId},
 };
 
 /// Model calls' budgets; every [`super::Store`] is one.
@@ -27,7 +27,7 @@ pub trait BudgetStore: Send + Sync {
     /// reservation row records it with its creation time.
     fn reserve(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         worst: Charge,
         check: ChargeCheck<'_>,
     ) -> impl Future<Output = Result<Reservation, SessionError>> + Send;
@@ -57,7 +57,7 @@ pub trait BudgetStore: Send + Sync {
     /// Returns a session's account: its budget, deadline and usage.
     fn account(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<Option<Account>, SessionError>> + Send;
 
     /// Returns the active sessions whose deadline (their own wall-clock
@@ -66,7 +66,7 @@ pub trait BudgetStore: Send + Sync {
     fn over_deadline(
         &self,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<String>, SessionError>> + Send;
+    ) -> impl Future<Output = Result<Vec<SessionId>, SessionError>> + Send;
 }
 
 /// The ids of a session's path (itself and every ancestor), as a CTE `up`
@@ -83,7 +83,10 @@ each_backend! {
     use super::{BudgetStore, PATH};
     use crate::{
         error::SessionError,
-        model::{Account, Charge, Cost, EventDetail, EventKind, ModelCall, Reservation, Usage, now_ms},
+        model::{
+            Account, Charge, Cost, EventDetail, EventKind, ModelCall, Reservation, SessionId, Usage,
+            now_ms,
+        },
         {
             ChargeCheck,
             accounts::{RawAccount, account_columns, path_of, stored},
@@ -194,7 +197,7 @@ each_backend! {
             tx.commit().await?;
             Ok(Reservation {
                 id,
-                session_id: session_id.to_owned(),
+                session_id: session_id.into(),
                 charge: *worst,
             })
         }
@@ -313,7 +316,7 @@ each_backend! {
     impl BudgetStore for This {
         async fn reserve(
             &self,
-            session_id: &str,
+            session_id: &SessionId,
             worst: Charge,
             check: ChargeCheck<'_>,
         ) -> Result<Reservation, SessionError> {
@@ -340,11 +343,11 @@ each_backend! {
             Ok(released)
         }
 
-        async fn account(&self, session_id: &str) -> Result<Option<Account>, SessionError> {
+        async fn account(&self, session_id: &SessionId) -> Result<Option<Account>, SessionError> {
             read_account(&mut *self.pool.acquire().await?, session_id).await
         }
 
-        async fn over_deadline(&self, now_ms: i64) -> Result<Vec<String>, SessionError> {
+        async fn over_deadline(&self, now_ms: i64) -> Result<Vec<SessionId>, SessionError> {
             Ok(sqlx::query_scalar(
                 "SELECT a.session_id FROM accounts a JOIN sessions s \
                    ON s.session_id = a.session_id \

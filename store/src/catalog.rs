@@ -10,7 +10,7 @@ use std::future::Future;
 use super::backends::each_backend;
 use crate::{
     error::SessionError,
-    model::{AgentScope, AuditRecord, NewAgent, OperatorToken, StoredAgent},
+    model::{AgentScope, AuditRecord, NewAgent, OperatorToken, StoredAgent, WorkspaceId},
 };
 
 /// Stores a shared setting unless one of that name is stored or, with the
@@ -89,7 +89,7 @@ pub trait CatalogStore: Send + Sync {
     /// `name` runs: the workspace's own, else the one for every workspace.
     fn find_agent(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
         name: &str,
     ) -> impl Future<Output = Result<Option<StoredAgent>, SessionError>> + Send;
 }
@@ -98,7 +98,7 @@ each_backend! {
     use super::{CLAIM_SETTING, CatalogStore};
     use crate::{
         error::SessionError,
-        model::{AgentScope, AuditRecord, NewAgent, OperatorToken, StoredAgent, now_ms},
+        model::{WorkspaceId, AgentScope, AuditRecord, NewAgent, OperatorToken, StoredAgent, now_ms},
         agent_rows::{AgentRow, agent_columns, command_json, env_json},
     };
 
@@ -264,7 +264,7 @@ each_backend! {
 
         async fn find_agent(
             &self,
-            workspace_id: &str,
+            workspace_id: &WorkspaceId,
             name: &str,
         ) -> Result<Option<StoredAgent>, SessionError> {
             let row: Option<AgentRow> = sqlx::query_as(concat!(

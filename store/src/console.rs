@@ -19,7 +19,9 @@ use super::backends::each_backend;
 
 use crate::{
     error::SessionError,
-    model::{Account, AuditRow, ConsoleSession, MessageRecord, SessionActivity},
+    model::{
+        Account, AuditRow, ConsoleSession, MessageRecord, SessionActivity, SessionId, WorkspaceId,
+    },
 };
 
 /// The console's reads and writes; every [`super::Store`] is one.
@@ -49,7 +51,7 @@ pub trait ConsoleStore: Send + Sync {
     /// bodies included.
     fn session_messages(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<MessageRecord>, SessionError>> + Send;
 
@@ -58,7 +60,7 @@ pub trait ConsoleStore: Send + Sync {
     /// its last progress report, in one query.
     fn workspace_activity(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
     ) -> impl Future<Output = Result<Vec<SessionActivity>, SessionError>> + Send;
 
     /// Returns what [`ConsoleStore::workspace_activity`] does, for the
@@ -66,14 +68,14 @@ pub trait ConsoleStore: Send + Sync {
     /// tree's snapshot reads its own sessions', not the workspace's.
     fn sessions_activity(
         &self,
-        ids: &[String],
+        ids: &[SessionId],
     ) -> impl Future<Output = Result<Vec<SessionActivity>, SessionError>> + Send;
 
     /// Returns the accounts (budget and usage) of the sessions `ids` that
     /// have one, in one query.
     fn accounts(
         &self,
-        ids: &[String],
+        ids: &[SessionId],
     ) -> impl Future<Output = Result<Vec<Account>, SessionError>> + Send;
 
     /// Returns the newest `limit` refused spawns (audit entries of
@@ -83,7 +85,7 @@ pub trait ConsoleStore: Send + Sync {
     /// again after it for the new ones alone.
     fn refused_spawns(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
         after_id: i64,
         limit: u32,
     ) -> impl Future<Output = Result<(Vec<AuditRow>, i64), SessionError>> + Send;
@@ -93,14 +95,15 @@ each_backend! {
     use super::ConsoleStore;
     use crate::{
         error::SessionError,
-        model::{
+        model::{WorkspaceId,
             Account, AuditRow, ConsoleSession, CsrfToken, MessageRecord, Principal,
-            SessionActivity,
+            SessionActivity, SessionId,
         },
         {
             ActivityColumns, AuditColumns, MessageColumns,
             accounts::{RawAccount, account_columns},
             audit_row,
+            shared::json_ids,
         },
     };
 
@@ -157,7 +160,7 @@ each_backend! {
 
         async fn session_messages(
             &self,
-            session_id: &str,
+            session_id: &SessionId,
             limit: u32,
         ) -> Result<Vec<MessageRecord>, SessionError> {
             let rows: Vec<MessageColumns> = sqlx::query_as(
@@ -168,7 +171,7 @@ each_backend! {
                  ORDER BY m.created_at_ms DESC, m.message_id DESC LIMIT $3",
             )
             .bind(session_id)
-            .bind(Principal::Session(session_id.to_owned()).to_string())
+            .bind(Principal::Session(session_id.clone()).to_string())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await?;
@@ -182,7 +185,7 @@ each_backend! {
 
         async fn workspace_activity(
             &self,
-            workspace_id: &str,
+            workspace_id: &WorkspaceId,
         ) -> Result<Vec<SessionActivity>, SessionError> {
             let rows: Vec<ActivityColumns> = sqlx::query_as(
                 "SELECT s.session_id, s.inbox_seq, COALESCE(p.delivered_seq, 0) AS delivered_seq, \
@@ -200,7 +203,7 @@ each_backend! {
 
         async fn sessions_activity(
             &self,
-            ids: &[String],
+            ids: &[SessionId],
         ) -> Result<Vec<SessionActivity>, SessionError> {
             let rows: Vec<ActivityColumns> = sqlx::query_as(concat!(
                 "SELECT s.session_id, s.inbox_seq, COALESCE(p.delivered_seq, 0) AS delivered_seq, \
@@ -208,7 +211,7 @@ each_backend! {
                  WHERE s.session_id ",
                 any_of!(1)
             ))
-            .bind(serde_json::Value::from(ids).to_string())
+            .bind(json_ids(ids.iter().map(SessionId::as_str)))
             .fetch_all(&self.pool)
             .await?;
             Ok(rows
@@ -217,14 +220,14 @@ each_backend! {
                 .collect())
         }
 
-        async fn accounts(&self, ids: &[String]) -> Result<Vec<Account>, SessionError> {
+        async fn accounts(&self, ids: &[SessionId]) -> Result<Vec<Account>, SessionError> {
             let rows: Vec<RawAccount> = sqlx::query_as(concat!(
                 "SELECT ",
                 account_columns!(),
                 " FROM accounts WHERE session_id ",
                 any_of!(1)
             ))
-            .bind(serde_json::Value::from(ids).to_string())
+            .bind(json_ids(ids.iter().map(SessionId::as_str)))
             .fetch_all(&self.pool)
             .await?;
             rows.into_iter().map(RawAccount::into_account).collect()
@@ -232,7 +235,7 @@ each_backend! {
 
         async fn refused_spawns(
             &self,
-            workspace_id: &str,
+            workspace_id: &WorkspaceId,
             after_id: i64,
             limit: u32,
         ) -> Result<(Vec<AuditRow>, i64), SessionError> {

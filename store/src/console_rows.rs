@@ -24,7 +24,7 @@ impl MessageColumns {
         Ok(MessageRecord {
             sender: parse_stored("sender", &self.sender, Principal::parse)?,
             message_id: self.message_id,
-            session_id: self.session_id,
+            session_id: self.session_id.into(),
             seq: u64::try_from(self.seq).unwrap_or_default(),
             body: self.body,
             created_at_ms: self.created_at_ms,
@@ -48,7 +48,7 @@ pub(crate) struct ActivityColumns {
 impl ActivityColumns {
     pub(crate) fn into_activity(self) -> SessionActivity {
         SessionActivity {
-            session_id: self.session_id,
+            session_id: self.session_id.into(),
             received: u64::try_from(self.inbox_seq).unwrap_or_default(),
             delivered_through: u64::try_from(self.delivered_seq).unwrap_or_default(),
             progress: self

@@ -41,7 +41,7 @@ pub(crate) fn pending_row(
         workspace_id: new.workspace_id.clone(),
         parent_session_id: parent.map(|p| p.session_id.clone()),
         parent_trust: parent.map(|p| p.trust),
-        tree_id: tree_id.to_owned(),
+        tree_id: tree_id.into(),
         depth,
         trust: new.trust,
         agent_name: new.agent_name.clone(),

@@ -15,7 +15,7 @@ each_backend! {
 
     use crate::{
         error::SessionError,
-        model::{AuditRecord, EndReason, EventDetail, EventKind, Terminated, ExitReason, Failure, Finish, Principal, ProcessChange, SessionRow},
+        model::{SessionId, AuditRecord, EndReason, EventDetail, EventKind, Terminated, ExitReason, Failure, Finish, Principal, ProcessChange, SessionRow},
         policy,
         {Fence, MessageCheck, TerminateCheck, journal::NewEvent, shared::event_detail},
     };
@@ -35,7 +35,7 @@ each_backend! {
     }
 
     /// The ids of `rows`.
-    fn ids(rows: &[SessionRow]) -> Vec<String> {
+    fn ids(rows: &[SessionRow]) -> Vec<SessionId> {
         rows.iter().map(|r| r.session_id.clone()).collect()
     }
 
@@ -50,13 +50,13 @@ each_backend! {
             reason: &str,
             audit: &AuditRecord,
             check: TerminateCheck<'_>,
-        ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        ) -> Result<(Vec<SessionId>, SessionRow), SessionError> {
             let mut tx = self.tx().await?;
             let row = tx.lock_session(target).await?;
             let ancestors = tx.ancestors(target).await?;
             check(&row, &ancestors)?;
             let subtree = if row.is_active() {
-                vec![target.to_owned()]
+                vec![target.into()]
             } else {
                 tx.active_subtree(target).await?
             };
@@ -96,14 +96,14 @@ each_backend! {
             stop_after_ms: i64,
             audit: &AuditRecord,
             check: MessageCheck<'_>,
-        ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        ) -> Result<(Vec<SessionId>, SessionRow), SessionError> {
             let mut tx = self.tx().await?;
             let row = tx.lock_session(session_id).await?;
             check(&row)?;
             let status = finish.outcome.status();
             let own = tx
                 .end_sessions(
-                    &[session_id.to_owned()],
+                    &[session_id.into()],
                     status,
                     session_id,
                     &EndReason::Finished,
@@ -134,7 +134,7 @@ each_backend! {
             let mut events = vec![NewEvent::new(session_id, kind, status, &finish.event_detail())];
             let mut terminated = Vec::new();
             if let Some(own) = &own {
-                let by = Principal::Session(session_id.to_owned());
+                let by = Principal::Session(session_id.into());
                 let reached = tx.reach_children(own, &by).await?;
                 terminated = reached.applied.terminated;
                 events.extend(reached.events);
@@ -184,7 +184,7 @@ each_backend! {
             let step = policy::process_step(row.status, &exit);
             let own = match (step.status, &step.end_reason) {
                 (Some(status), Some(reason)) => tx
-                    .end_sessions(&[session_id.to_owned()], status, session_id, reason, reason)
+                    .end_sessions(&[session_id.into()], status, session_id, reason, reason)
                     .await?
                     .pop(),
                 _ => None,
@@ -221,7 +221,7 @@ each_backend! {
             fence: &Fence,
             session_id: &str,
             audit: &AuditRecord,
-        ) -> Result<Vec<String>, SessionError> {
+        ) -> Result<Vec<SessionId>, SessionError> {
             let mut tx = self.tx().await?;
             This::check_fence(tx.conn(), fence).await?;
             if !tx.lock_session(session_id).await?.is_active() {

@@ -12,7 +12,7 @@ use std::future::Future;
 use super::{MembersCheck, backends::each_backend};
 use crate::{
     error::{Reason, SessionError},
-    model::{AuditRecord, GroupName, GroupRow},
+    model::{AuditRecord, GroupName, GroupRow, SessionId, WorkspaceId},
 };
 
 /// The groups; every [`super::Store`] is one.
@@ -22,9 +22,9 @@ pub trait GroupStore: Send + Sync {
     /// returned as it is (nothing written), another's is GROUP_EXISTS.
     fn create_group(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
         name: &GroupName,
-        creator: &str,
+        creator: &SessionId,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
 
@@ -34,10 +34,10 @@ pub trait GroupStore: Send + Sync {
     /// the group after.
     fn add_group_members(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
         name: &GroupName,
-        adder: &str,
-        members: &[String],
+        adder: &SessionId,
+        members: &[SessionId],
         audit: AuditRecord,
         check: MembersCheck<'_>,
     ) -> impl Future<Output = Result<GroupRow, SessionError>> + Send;
@@ -46,8 +46,8 @@ pub trait GroupStore: Send + Sync {
     /// those `member` is a member of.
     fn groups(
         &self,
-        workspace_id: &str,
-        member: Option<&str>,
+        workspace_id: &WorkspaceId,
+        member: Option<&SessionId>,
     ) -> impl Future<Output = Result<Vec<GroupRow>, SessionError>> + Send;
 }
 
@@ -75,7 +75,7 @@ each_backend! {
     use super::{Found, GroupStore, not_member};
     use crate::{
         error::{Reason, SessionError},
-        model::{AuditRecord, GroupName, GroupRow, now_ms},
+        model::{WorkspaceId, AuditRecord, GroupName, GroupRow, SessionId, now_ms},
         MembersCheck,
     };
 
@@ -121,7 +121,7 @@ each_backend! {
             workspace_id: &str,
             name: &GroupName,
             adder: &str,
-            members: &[String],
+            members: &[SessionId],
             audit: &AuditRecord,
             check: MembersCheck<'_>,
         ) -> Result<GroupRow, SessionError> {
@@ -142,7 +142,7 @@ each_backend! {
                 }
             }
             let mut after = current.clone();
-            after.extend(new.iter().map(|id| (*id).to_owned()));
+            after.extend(new.iter().map(|id| SessionId::from(*id)));
             let after = self.rows_of(tx.conn(), &after).await?;
             check(&rows, &after)?;
             for id in &new {
@@ -166,7 +166,7 @@ each_backend! {
             let members = self.rows_of(conn, &ids).await?;
             Ok(GroupRow {
                 group_id: found.group_id,
-                workspace_id: workspace_id.to_owned(),
+                workspace_id: workspace_id.into(),
                 name: name.clone(),
                 created_by: found.created_by,
                 created_at_ms: found.created_at_ms,
@@ -178,9 +178,9 @@ each_backend! {
     impl GroupStore for This {
         async fn create_group(
             &self,
-            workspace_id: &str,
+            workspace_id: &WorkspaceId,
             name: &GroupName,
-            creator: &str,
+            creator: &SessionId,
             audit: AuditRecord,
         ) -> Result<GroupRow, SessionError> {
             retrying!(self.create_group_once(workspace_id, name, creator, &audit))
@@ -188,10 +188,10 @@ each_backend! {
 
         async fn add_group_members(
             &self,
-            workspace_id: &str,
+            workspace_id: &WorkspaceId,
             name: &GroupName,
-            adder: &str,
-            members: &[String],
+            adder: &SessionId,
+            members: &[SessionId],
             audit: AuditRecord,
             check: MembersCheck<'_>,
         ) -> Result<GroupRow, SessionError> {
@@ -207,8 +207,8 @@ each_backend! {
 
         async fn groups(
             &self,
-            workspace_id: &str,
-            member: Option<&str>,
+            workspace_id: &WorkspaceId,
+            member: Option<&SessionId>,
         ) -> Result<Vec<GroupRow>, SessionError> {
             let mut conn = self.pool.acquire().await?;
             let rows = sqlx::query(
@@ -273,7 +273,7 @@ each_backend! {
             workspace_id: &str,
             name: &GroupName,
             poster: &str,
-        ) -> Result<Vec<String>, SessionError> {
+        ) -> Result<Vec<SessionId>, SessionError> {
             let group = member_of(conn, workspace_id, name, poster, false).await?;
             let mut ids = member_ids(conn, &group.group_id).await?;
             ids.retain(|id| id != poster);
@@ -304,7 +304,7 @@ each_backend! {
     async fn member_ids(
         conn: &mut Conn,
         group_id: &str,
-    ) -> Result<Vec<String>, SessionError> {
+    ) -> Result<Vec<SessionId>, SessionError> {
         Ok(sqlx::query_scalar(
             "SELECT session_id FROM group_members WHERE group_id = $1 \
              ORDER BY added_at_ms, session_id",

@@ -6,7 +6,7 @@ use std::future::Future;
 use super::backends::each_backend;
 use crate::{
     error::SessionError,
-    model::{InboxMessage, ReceivedMessage},
+    model::{InboxMessage, ReceivedMessage, SessionId},
 };
 
 /// A session's inbox as its agent and its readers see it; every
@@ -15,26 +15,26 @@ pub trait InboxStore: Send + Sync {
     /// Counts the messages in a session's inbox.
     fn inbox_count(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
     /// Returns how many of a session's inbox messages its agent has not
     /// been handed yet (`delivered_at_ms` unset).
     fn unread_count(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
     /// Returns the inbox messages not yet written to the agent, in order.
     fn undelivered(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<Vec<InboxMessage>, SessionError>> + Send;
 
     /// Returns the first `limit` messages a session received, in order.
     fn received(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<ReceivedMessage>, SessionError>> + Send;
 }
@@ -45,12 +45,12 @@ each_backend! {
     use super::InboxStore;
     use crate::{
         error::SessionError,
-        model::{ExitReason, InboxMessage, Principal, ProcessRow, ReceivedMessage, RunnerName},
+        model::{SessionId, ExitReason, InboxMessage, Principal, ProcessRow, ReceivedMessage, RunnerName},
         parse_stored,
     };
 
     impl InboxStore for This {
-        async fn inbox_count(&self, session_id: &str) -> Result<u64, SessionError> {
+        async fn inbox_count(&self, session_id: &SessionId) -> Result<u64, SessionError> {
             let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE session_id = $1")
                 .bind(session_id)
                 .fetch_one(&self.pool)
@@ -58,7 +58,7 @@ each_backend! {
             Ok(n as u64)
         }
 
-        async fn unread_count(&self, session_id: &str) -> Result<u64, SessionError> {
+        async fn unread_count(&self, session_id: &SessionId) -> Result<u64, SessionError> {
             let n: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM messages WHERE session_id = $1 AND delivered_at_ms IS NULL",
             )
@@ -68,7 +68,7 @@ each_backend! {
             Ok(n as u64)
         }
 
-        async fn undelivered(&self, session_id: &str) -> Result<Vec<InboxMessage>, SessionError> {
+        async fn undelivered(&self, session_id: &SessionId) -> Result<Vec<InboxMessage>, SessionError> {
             let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
                 "SELECT m.seq, m.message_id, m.sender, COALESCE(b.body, m.body) \
                  FROM messages m \
@@ -93,7 +93,7 @@ each_backend! {
 
         async fn received(
             &self,
-            session_id: &str,
+            session_id: &SessionId,
             limit: u32,
         ) -> Result<Vec<ReceivedMessage>, SessionError> {
             let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(

@@ -14,7 +14,10 @@ use troupe_proto::session::SessionStatus;
 use super::{EventPage, backends::each_backend};
 use crate::{
     error::SessionError,
-    model::{AuditRecord, AuditRow, Created, EventDetail, EventFilter, EventKind, MessageQueued},
+    model::{
+        AuditRecord, AuditRow, Created, EventDetail, EventFilter, EventKind, MessageQueued,
+        SessionId,
+    },
 };
 
 /// An event to append, last in its transaction (`This::append_events`).
@@ -130,7 +133,7 @@ pub trait LogStore: Send + Sync {
     /// Returns audit entries after `after_id`, optionally only those naming `session_id`.
     fn list_audit(
         &self,
-        session_id: Option<&str>,
+        session_id: Option<&SessionId>,
         after_id: i64,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<AuditRow>, SessionError>> + Send;
@@ -143,7 +146,7 @@ each_backend! {
     use super::LogStore;
     use crate::{
         error::SessionError,
-        model::{AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, Trust},
+        model::{SessionId, AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, Trust},
         {AuditColumns, EventPage, audit_row, parse_stored},
     };
 
@@ -249,11 +252,11 @@ each_backend! {
 
         async fn list_audit(
             &self,
-            session_id: Option<&str>,
+            session_id: Option<&SessionId>,
             after_id: i64,
             limit: u32,
         ) -> Result<Vec<AuditRow>, SessionError> {
-            let caller = session_id.map(|id| Principal::Session(id.to_owned()).to_string());
+            let caller = session_id.map(|id| Principal::Session(id.clone()).to_string());
             let rows: Vec<AuditColumns> = sqlx::query_as(
                 "SELECT id, at_ms, caller, action, target, allowed, reason, detail FROM audit \
                  WHERE id > $1 AND (CAST($2 AS TEXT) IS NULL OR target = $2 OR caller = $3) \

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::backends::each_backend;
-use crate::model::Action;
+use crate::model::{Action, SessionId};
 
 /// The name of the one lease (the table may hold others later).
 pub const BACKGROUND: &str = "background";
@@ -99,14 +99,14 @@ pub struct DriverWork {
     /// Pending sessions whose agent was never asked for (no process row).
     pub unstarted: Vec<crate::model::SessionRow>,
     /// Running sessions with messages not yet written to their agent.
-    pub undelivered: Vec<String>,
+    pub undelivered: Vec<SessionId>,
     /// Ended sessions whose process has reported no exit (to be stopped).
-    pub unstopped: Vec<String>,
+    pub unstopped: Vec<SessionId>,
     /// Ended sessions whose parent is owed its callback notice.
-    pub callbacks_due: Vec<String>,
+    pub callbacks_due: Vec<SessionId>,
     /// Active sessions with a process on a runner whose lease lapsed (or
     /// that is gone), deepest first: they fail `runner_lost`.
-    pub runner_lost: Vec<String>,
+    pub runner_lost: Vec<SessionId>,
 }
 
 /// The actions whose request-id records are pruned past their retention:
@@ -143,14 +143,14 @@ pub(crate) fn millis(d: Duration) -> i64 {
 }
 
 each_backend! {
-    use crate::{error::SessionError, DriverWork};
+    use crate::{error::SessionError, model::SessionId, DriverWork};
 
     impl This {
         /// `Store::driver_work`: what the calls of any service left for the
         /// driver.
         pub(crate) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
             let mut conn = self.pool.acquire().await?;
-            let unstarted: Vec<String> = sqlx::query_scalar(concat!(
+            let unstarted: Vec<SessionId> = sqlx::query_scalar(concat!(
                 "SELECT session_id FROM sessions s WHERE status = 'pending' \
                  AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
                  ORDER BY ",
@@ -158,7 +158,7 @@ each_backend! {
             ))
             .fetch_all(&mut *conn)
             .await?;
-            let undelivered: Vec<String> = sqlx::query_scalar(concat!(
+            let undelivered: Vec<SessionId> = sqlx::query_scalar(concat!(
                 "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
                  WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.",
                 row_order!()
@@ -168,7 +168,7 @@ each_backend! {
             // Ended sessions whose process may still run (no exit reported,
             // not yet asked to stop; a finished one's after its grace), and
             // CALLBACK-mode ones ended before any start.
-            let unstopped: Vec<String> = sqlx::query_scalar(concat!(
+            let unstopped: Vec<SessionId> = sqlx::query_scalar(concat!(
                 "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
                  WHERE s.status IN ('completed', 'failed', 'terminated') \
                  AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
@@ -179,12 +179,12 @@ each_backend! {
             ))
             .fetch_all(&mut *conn)
             .await?;
-            let callbacks_due: Vec<String> =
+            let callbacks_due: Vec<SessionId> =
                 sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
                     .fetch_all(&mut *conn)
                     .await?;
             // Active sessions on a runner whose lease lapsed (or that is gone).
-            let runner_lost: Vec<String> = sqlx::query_scalar(concat!(
+            let runner_lost: Vec<SessionId> = sqlx::query_scalar(concat!(
                 "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
                  LEFT JOIN runners r ON r.name = p.runner \
                  WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \

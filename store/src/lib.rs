@@ -88,7 +88,8 @@ use crate::{
     error::SessionError,
     model::{
         AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession, Principal,
-        ProcessChange, ProcessRow, ProgressReport, RunnerRow, RunnerSpec, SessionRow, Trust,
+        ProcessChange, ProcessRow, ProgressReport, RunnerRow, RunnerSpec, SessionId, SessionRow,
+        Trust, WorkspaceId,
     },
     placement::Place,
 };
@@ -131,7 +132,7 @@ pub trait Store:
     /// Inserts a child of `parent_id` if `check` admits it.
     fn create_child(
         &self,
-        parent_id: &str,
+        parent_id: &SessionId,
         new: NewSession,
         idem: Option<Idempotency>,
         audit: AuditRecord,
@@ -144,7 +145,7 @@ pub trait Store:
     /// is stored once, beside the inbox entry.
     fn send_message(
         &self,
-        recipient: &str,
+        recipient: &SessionId,
         message: NewMessage,
         idem: Option<Idempotency>,
         audit: AuditRecord,
@@ -173,12 +174,12 @@ pub trait Store:
     /// Returns the ids it ended (target first) and the target's new row.
     fn terminate(
         &self,
-        target: &str,
+        target: &SessionId,
         terminated_by: &Principal,
         reason: &str,
         audit: AuditRecord,
         check: TerminateCheck<'_>,
-    ) -> impl Future<Output = Result<(Vec<String>, SessionRow), SessionError>> + Send;
+    ) -> impl Future<Output = Result<(Vec<SessionId>, SessionRow), SessionError>> + Send;
 
     /// Ends `session_id` with its own result if `check` allows it (on the
     /// session as the store has it): status completed or failed as
@@ -190,28 +191,28 @@ pub trait Store:
     /// Returns the descendants it ended and the session's new row.
     fn finish(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         finish: &Finish,
         stop_after_ms: i64,
         audit: AuditRecord,
         check: MessageCheck<'_>,
-    ) -> impl Future<Output = Result<(Vec<String>, SessionRow), SessionError>> + Send;
+    ) -> impl Future<Output = Result<(Vec<SessionId>, SessionRow), SessionError>> + Send;
 
     /// Returns a session's own result, if it finished its task.
     fn finished(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<Option<Finish>, SessionError>> + Send;
 
     fn get_session(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<Option<SessionRow>, SessionError>> + Send;
 
     /// Returns a session's direct children, oldest first.
     fn children(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<Vec<SessionRow>, SessionError>> + Send;
 
     /// Lists a workspace's sessions in creation order, after `after` (a page
@@ -219,7 +220,7 @@ pub trait Store:
     /// and the next page token.
     fn list_workspace(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
         sandboxed_only: bool,
         include_ended: bool,
         after: i64,
@@ -257,7 +258,7 @@ pub trait Store:
     /// and then (see [`crate::metrics::observe_active`]).
     fn active_counts(
         &self,
-    ) -> impl Future<Output = Result<Vec<(String, Trust, u32)>, SessionError>> + Send;
+    ) -> impl Future<Output = Result<Vec<(WorkspaceId, Trust, u32)>, SessionError>> + Send;
 
     /// Returns a receiver that changes after every commit that wrote events.
     fn subscribe(&self) -> watch::Receiver<u64>;
@@ -274,7 +275,7 @@ pub trait Store:
     fn start_process(
         &self,
         fence: &Fence,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<Place, SessionError>> + Send;
 
     /// Registers a runner, or renews its lease, until `ttl` from now on the
@@ -309,7 +310,7 @@ pub trait Store:
     fn record_process(
         &self,
         fence: &Fence,
-        session_id: &str,
+        session_id: &SessionId,
         runner_seq: u64,
         change: ProcessChange,
         tail_max: usize,
@@ -318,14 +319,14 @@ pub trait Store:
     /// Returns a session's process record.
     fn process(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> impl Future<Output = Result<Option<ProcessRow>, SessionError>> + Send;
 
     /// Records that messages up to `seq` were written to the agent.
     fn mark_delivered(
         &self,
         fence: &Fence,
-        session_id: &str,
+        session_id: &SessionId,
         seq: u64,
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
@@ -338,7 +339,7 @@ pub trait Store:
     /// session as the ledger has it, under the writer lock.
     fn record_progress(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         report: ProgressReport,
         audit: AuditRecord,
         check: MessageCheck<'_>,
@@ -350,7 +351,7 @@ pub trait Store:
     fn fail_session(
         &self,
         fence: &Fence,
-        session_id: &str,
+        session_id: &SessionId,
         failure: Failure,
         detail: &str,
         audit: AuditRecord,
@@ -387,9 +388,9 @@ pub trait Store:
     fn end_for_budget(
         &self,
         fence: &Fence,
-        session_id: &str,
+        session_id: &SessionId,
         audit: AuditRecord,
-    ) -> impl Future<Output = Result<Vec<String>, SessionError>> + Send;
+    ) -> impl Future<Output = Result<Vec<SessionId>, SessionError>> + Send;
 
     /// Returns what the store holds for the background work to do, whoever
     /// recorded it (see [`DriverWork`]).
@@ -400,7 +401,7 @@ pub trait Store:
     fn mark_stopped(
         &self,
         fence: &Fence,
-        session_id: &str,
+        session_id: &SessionId,
         unstarted: bool,
     ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
@@ -412,7 +413,7 @@ pub trait Store:
     fn write_callback(
         &self,
         fence: &Fence,
-        child_id: &str,
+        child_id: &SessionId,
         message: NewMessage,
         audit: AuditRecord,
     ) -> impl Future<Output = Result<Option<Sent>, SessionError>> + Send;

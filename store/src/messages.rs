@@ -17,7 +17,7 @@ pub(crate) const INSERT_BODY: &str = "INSERT INTO message_bodies (body_id, body)
 each_backend! {
     use crate::{
         error::SessionError,
-        model::{
+        model::{SessionId,
             Audience, AuditRecord, FannedOut, Idempotency, NewMessage, Reach, Reached, Sending,
             SessionRow, new_message_id,
         },
@@ -67,12 +67,12 @@ each_backend! {
     }
 
     /// The bytes each of `ids`' inboxes holds not yet delivered.
-    async fn unread_bytes(conn: &mut Conn, ids: &[String]) -> Result<Unread, SessionError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(concat!(
+    async fn unread_bytes(conn: &mut Conn, ids: &[SessionId]) -> Result<Unread, SessionError> {
+        let rows: Vec<(SessionId, i64)> = sqlx::query_as(concat!(
             "SELECT session_id, unread_bytes FROM sessions WHERE session_id ",
             any_of!(1)
         ))
-        .bind(json_ids(ids.iter().map(String::as_str)))
+        .bind(json_ids(ids.iter().map(SessionId::as_str)))
         .fetch_all(conn)
         .await?;
         Ok(rows

@@ -17,7 +17,7 @@ use troupe_proto::{
 use super::{backends::each_backend, journal::NewEvent};
 use crate::{
     model::{
-        AuditRecord, EndReason, EventDetail, NewMessage, Orphaned, ParentEnd, Principal,
+        AuditRecord, EndReason, EventDetail, NewMessage, Orphaned, ParentEnd, Principal, SessionId,
         SessionRow, Terminated,
     },
     policy::ParentEnded,
@@ -69,9 +69,9 @@ pub(crate) fn notice(reached: &ParentEnded, ended: &SessionRow) -> NewMessage {
 /// What a session's end did to its children, as the store applied it.
 #[derive(Debug, Default)]
 pub(crate) struct Applied {
-    pub terminated: Vec<String>,
-    pub abandoned: Vec<String>,
-    pub notified: Vec<String>,
+    pub terminated: Vec<SessionId>,
+    pub abandoned: Vec<SessionId>,
+    pub notified: Vec<SessionId>,
 }
 
 impl Applied {
@@ -117,7 +117,7 @@ each_backend! {
     use super::{Applied, Reached, cascade_detail, notice, orphaned_detail};
     use crate::{
         error::SessionError,
-        model::{EndReason, EventKind, ParentEnd, Principal, SessionRow},
+        model::{EndReason, EventKind, ParentEnd, Principal, SessionId, SessionRow},
         policy::{self, ParentEnded},
         journal::NewEvent,
     };
@@ -136,7 +136,7 @@ each_backend! {
             let plan = policy::parent_end(&ended.session_id, ended.status, &members);
             let (terminate, orphan): (Vec<_>, Vec<_>) =
                 plan.iter().partition(|r| r.policy == ParentEnd::Terminate);
-            let ids = |reached: &[&ParentEnded]| -> Vec<String> {
+            let ids = |reached: &[&ParentEnded]| -> Vec<SessionId> {
                 reached.iter().map(|r| r.session_id.clone()).collect()
             };
             let terminated = self

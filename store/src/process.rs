@@ -78,7 +78,7 @@ each_backend! {
             }
             let changed = match (step.status, &step.end_reason) {
                 (Some(status), Some(reason)) => tx
-                    .end_sessions(&[session_id.to_owned()], status, session_id, reason, reason)
+                    .end_sessions(&[session_id.into()], status, session_id, reason, reason)
                     .await?
                     .pop(),
                 (Some(status), None) => Some(tx.set_status(session_id, status).await?),

@@ -11,18 +11,18 @@ use crate::{
     error::{QuotaLeft, SessionError},
     model::{
         Delivered, Ended, EventDetail, FannedOut, Nothing, OutputTruncated, ProcessChange, Reach,
-        Reached, Sending,
+        Reached, Sending, SessionId,
     },
 };
 
 /// What each of some inboxes holds not yet delivered, in bytes, by session id.
-pub(crate) type Unread = HashMap<String, u64>;
+pub(crate) type Unread = HashMap<SessionId, u64>;
 
 /// Marks the recipients of a fan-out's plan whose inbox would not take
 /// `body` (`unread`: what each holds not yet delivered) as
 /// [`Reach::InboxFull`]; returns what the rest send, for the sender's rates.
 pub(crate) fn fill_inboxes(
-    plan: &mut [(String, Reach)],
+    plan: &mut [(SessionId, Reach)],
     unread: &Unread,
     body: &str,
     inbox: InboxCheck<'_>,
@@ -151,13 +151,17 @@ pub(crate) fn replayed_fan_out(result: &serde_json::Value) -> Result<FannedOut, 
         .map(|e| {
             let session_id = e["session_id"].as_str().ok_or_else(bad_record)?.to_owned();
             if e["ended"].as_bool() == Some(true) {
-                return Ok(Reached::Ended { session_id });
+                return Ok(Reached::Ended {
+                    session_id: session_id.into(),
+                });
             }
             if e["inbox_full"].as_bool() == Some(true) {
-                return Ok(Reached::InboxFull { session_id });
+                return Ok(Reached::InboxFull {
+                    session_id: session_id.into(),
+                });
             }
             Ok(Reached::Delivered {
-                session_id,
+                session_id: session_id.into(),
                 message_id: e["message_id"].as_str().ok_or_else(bad_record)?.to_owned(),
                 sequence: e["sequence"].as_u64().ok_or_else(bad_record)?,
             })

@@ -13,7 +13,7 @@ each_backend! {
 
     use crate::{
         error::SessionError,
-        model::{
+        model::{WorkspaceId, SessionId,
             AuditRecord, Failure, FannedOut, Finish, Idempotency, NewMessage, NewSession,
             Principal, ProcessChange, ProcessRow, ProgressReport, RunnerRow, RunnerSpec, SessionRow, Trust,
             now_ms,
@@ -39,7 +39,7 @@ each_backend! {
 
         async fn create_child(
             &self,
-            parent_id: &str,
+            parent_id: &SessionId,
             new: NewSession,
             idem: Option<Idempotency>,
             audit: AuditRecord,
@@ -50,7 +50,7 @@ each_backend! {
 
         async fn send_message(
             &self,
-            recipient: &str,
+            recipient: &SessionId,
             message: NewMessage,
             idem: Option<Idempotency>,
             audit: AuditRecord,
@@ -74,41 +74,41 @@ each_backend! {
 
         async fn terminate(
             &self,
-            target: &str,
+            target: &SessionId,
             terminated_by: &Principal,
             reason: &str,
             audit: AuditRecord,
             check: TerminateCheck<'_>,
-        ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        ) -> Result<(Vec<SessionId>, SessionRow), SessionError> {
             retrying!(self.terminate_once(target, terminated_by, reason, &audit, check))
         }
 
         async fn finish(
             &self,
-            session_id: &str,
+            session_id: &SessionId,
             finish: &Finish,
             stop_after_ms: i64,
             audit: AuditRecord,
             check: MessageCheck<'_>,
-        ) -> Result<(Vec<String>, SessionRow), SessionError> {
+        ) -> Result<(Vec<SessionId>, SessionRow), SessionError> {
             retrying!(self.finish_once(session_id, finish, stop_after_ms, &audit, check))
         }
 
-        async fn finished(&self, session_id: &str) -> Result<Option<Finish>, SessionError> {
+        async fn finished(&self, session_id: &SessionId) -> Result<Option<Finish>, SessionError> {
             self.finished_impl(session_id).await
         }
 
-        async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, SessionError> {
+        async fn get_session(&self, session_id: &SessionId) -> Result<Option<SessionRow>, SessionError> {
             self.get_session_impl(session_id).await
         }
 
-        async fn children(&self, session_id: &str) -> Result<Vec<SessionRow>, SessionError> {
+        async fn children(&self, session_id: &SessionId) -> Result<Vec<SessionRow>, SessionError> {
             self.children_impl(session_id).await
         }
 
         async fn list_workspace(
             &self,
-            workspace_id: &str,
+            workspace_id: &WorkspaceId,
             sandboxed_only: bool,
             include_ended: bool,
             after: i64,
@@ -146,7 +146,7 @@ each_backend! {
             self.maintain_impl().await
         }
 
-        async fn active_counts(&self) -> Result<Vec<(String, Trust, u32)>, SessionError> {
+        async fn active_counts(&self) -> Result<Vec<(WorkspaceId, Trust, u32)>, SessionError> {
             self.active_counts_impl().await
         }
 
@@ -158,7 +158,7 @@ each_backend! {
             self.sessions_ended.subscribe()
         }
 
-        async fn start_process(&self, fence: &Fence, session_id: &str) -> Result<Place, SessionError> {
+        async fn start_process(&self, fence: &Fence, session_id: &SessionId) -> Result<Place, SessionError> {
             retrying!(self.start_process_once(fence, session_id))
         }
 
@@ -181,7 +181,7 @@ each_backend! {
         async fn record_process(
             &self,
             fence: &Fence,
-            session_id: &str,
+            session_id: &SessionId,
             runner_seq: u64,
             change: ProcessChange,
             tail_max: usize,
@@ -189,14 +189,14 @@ each_backend! {
             retrying!(self.record_process_once(fence, session_id, runner_seq, &change, tail_max))
         }
 
-        async fn process(&self, session_id: &str) -> Result<Option<ProcessRow>, SessionError> {
+        async fn process(&self, session_id: &SessionId) -> Result<Option<ProcessRow>, SessionError> {
             self.process_impl(session_id).await
         }
 
         async fn mark_delivered(
             &self,
             fence: &Fence,
-            session_id: &str,
+            session_id: &SessionId,
             seq: u64,
         ) -> Result<(), SessionError> {
             retrying!(self.mark_delivered_once(fence, session_id, seq))
@@ -208,7 +208,7 @@ each_backend! {
 
         async fn record_progress(
             &self,
-            session_id: &str,
+            session_id: &SessionId,
             report: ProgressReport,
             audit: AuditRecord,
             check: MessageCheck<'_>,
@@ -219,7 +219,7 @@ each_backend! {
         async fn fail_session(
             &self,
             fence: &Fence,
-            session_id: &str,
+            session_id: &SessionId,
             failure: Failure,
             detail: &str,
             audit: AuditRecord,
@@ -246,9 +246,9 @@ each_backend! {
         async fn end_for_budget(
             &self,
             fence: &Fence,
-            session_id: &str,
+            session_id: &SessionId,
             audit: AuditRecord,
-        ) -> Result<Vec<String>, SessionError> {
+        ) -> Result<Vec<SessionId>, SessionError> {
             retrying!(self.end_for_budget_once(fence, session_id, &audit))
         }
 
@@ -259,7 +259,7 @@ each_backend! {
         async fn mark_stopped(
             &self,
             fence: &Fence,
-            session_id: &str,
+            session_id: &SessionId,
             unstarted: bool,
         ) -> Result<(), SessionError> {
             retrying!(self.mark_stopped_once(fence, session_id, unstarted))
@@ -268,7 +268,7 @@ each_backend! {
         async fn write_callback(
             &self,
             fence: &Fence,
-            child_id: &str,
+            child_id: &SessionId,
             message: NewMessage,
             audit: AuditRecord,
         ) -> Result<Option<Sent>, SessionError> {

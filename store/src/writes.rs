@@ -4,7 +4,9 @@
 
 use crate::{
     error::{QuotaLeft, SessionError},
-    model::{Account, Audience, EventRow, MessageRate, Principal, Reach, Sending, SessionRow},
+    model::{
+        Account, Audience, EventRow, MessageRate, Principal, Reach, Sending, SessionId, SessionRow,
+    },
     policy::{Admission, SpawnContext},
 };
 
@@ -24,7 +26,7 @@ pub type InboxCheck<'a> = &'a (dyn Fn(u64, u64) -> Result<(), SessionError> + Sy
 /// Plans a message to many given its candidate recipients, as the store
 /// resolved them inside the write's transaction: each to reach, once.
 pub type FanOutCheck<'a> =
-    &'a (dyn Fn(&[SessionRow]) -> Result<Vec<(String, Reach)>, SessionError> + Sync);
+    &'a (dyn Fn(&[SessionRow]) -> Result<Vec<(SessionId, Reach)>, SessionError> + Sync);
 /// Checks the sessions to add to a group given their rows and the rows of
 /// every member the group would hold after (those added included), so that
 /// a rule may count only the members its caller may see.
@@ -56,7 +58,7 @@ pub struct FanOut {
 
 /// Checks a termination given its target and the target's ancestors, nearest first.
 pub type TerminateCheck<'a> =
-    &'a (dyn Fn(&SessionRow, &[String]) -> Result<(), SessionError> + Sync);
+    &'a (dyn Fn(&SessionRow, &[SessionId]) -> Result<(), SessionError> + Sync);
 
 /// Checks a model call's reservation given its session and the accounts of
 /// the session's path, root first (the session's last).

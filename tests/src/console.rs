@@ -95,7 +95,7 @@ pub async fn seed_trees<S: Store>(store: &S, trees: usize, children: usize) -> V
                 let id = format!("sess_child_{t:05}_{c:05}");
                 store
                     .create_child(
-                        &root,
+                        &root.as_str().into(),
                         new_session(&id, Trust::Sandboxed),
                         None,
                         operator_audit(Action::CreateSession, &id),

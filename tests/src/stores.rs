@@ -41,8 +41,8 @@ pub async fn postgres() -> PgStore {
 /// change what they need with struct update syntax.
 pub fn new_session(id: &str, trust: Trust) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
+        session_id: id.into(),
+        workspace_id: "alpha".into(),
         trust,
         agent_name: "worker".to_owned(),
         agent_command: "[\"/bin/cat\"]".to_owned(),
@@ -84,9 +84,12 @@ pub async fn fence<S: Store>(store: &S) -> Fence {
 
 /// Starts `id`'s process and records its start (the runner's event 1).
 pub async fn started<S: Store>(store: &S, fence: &Fence, id: &str) {
-    store.start_process(fence, id).await.expect("process");
     store
-        .record_process(fence, id, 1, ProcessChange::Started, 1024)
+        .start_process(fence, &id.into())
+        .await
+        .expect("process");
+    store
+        .record_process(fence, &id.into(), 1, ProcessChange::Started, 1024)
         .await
         .expect("started");
 }

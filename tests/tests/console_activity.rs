@@ -10,7 +10,7 @@ use troupe_session_svc::{
     error::QuotaLeft,
     model::{
         Action, AuditRecord, EventFilter, EventKind, NewMessage, Principal, ProcessChange,
-        ProgressReport, SessionActivity, Trust,
+        ProgressReport, SessionActivity, SessionId, Trust,
     },
     store::{EventPage, Fence, Holder, Store},
 };
@@ -27,7 +27,7 @@ async fn fence<S: Store>(store: &S) -> Fence {
 async fn send<S: Store>(store: &S, to: &str, n: u32) {
     store
         .send_message(
-            to,
+            &to.into(),
             NewMessage {
                 message_id: format!("msg_{to}_{n}"),
                 sender: Principal::Operator,
@@ -44,7 +44,7 @@ async fn send<S: Store>(store: &S, to: &str, n: u32) {
 
 async fn activity<S: Store>(store: &S, id: &str) -> SessionActivity {
     store
-        .workspace_activity("alpha")
+        .workspace_activity(&"alpha".into())
         .await
         .expect("activity")
         .into_iter()
@@ -55,7 +55,7 @@ async fn activity<S: Store>(store: &S, id: &str) -> SessionActivity {
 /// The events of `id` after `after`, as (kind, detail).
 async fn events_of<S: Store>(store: &S, id: &str, after: i64) -> Vec<(EventKind, String)> {
     let filter = EventFilter {
-        session_id: Some(id.to_owned()),
+        session_id: Some(id.into()),
         ..Default::default()
     };
     let EventPage::Events(rows) = store.events_after(&filter, after, 1000).await.unwrap() else {
@@ -66,7 +66,7 @@ async fn events_of<S: Store>(store: &S, id: &str, after: i64) -> Vec<(EventKind,
 
 /// Messages of `id` whose `delivered_at_ms` is unset, as the rows say.
 async fn unread_rows<S: Store>(store: &S, id: &str) -> usize {
-    let messages = store.session_messages(id, 1000).await.unwrap();
+    let messages = store.session_messages(&id.into(), 1000).await.unwrap();
     messages
         .iter()
         .filter(|m| m.session_id == id && m.delivered_at_ms.is_none())
@@ -78,7 +78,7 @@ async fn inbox_contract<S: Store>(store: S) {
     let root = |_| Ok(QuotaLeft::default());
     for (id, workspace) in [("sess_a", "alpha"), ("sess_b", "alpha"), ("sess_z", "beta")] {
         let mut new = new_session(id, Trust::Sandboxed);
-        new.workspace_id = workspace.to_owned();
+        new.workspace_id = workspace.into();
         new.initial_message = Some(NewMessage {
             message_id: format!("msg_{id}_0"),
             sender: Principal::Operator,
@@ -98,18 +98,18 @@ async fn inbox_contract<S: Store>(store: S) {
     send(&store, "sess_a", 2).await;
 
     // One query gives the workspace's sessions alone.
-    let all = store.workspace_activity("alpha").await.unwrap();
+    let all = store.workspace_activity(&"alpha".into()).await.unwrap();
     let mut ids: Vec<_> = all.iter().map(|a| a.session_id.as_str()).collect();
     ids.sort();
     assert_eq!(ids, ["sess_a", "sess_b"]);
     let a = activity(&store, "sess_a").await;
     assert_eq!((a.received, a.delivered_through, a.unread()), (3, 0, 3));
     assert_eq!(a.progress, None);
-    assert_eq!(store.unread_count("sess_a").await.unwrap(), 3);
+    assert_eq!(store.unread_count(&"sess_a".into()).await.unwrap(), 3);
 
     store
         .record_progress(
-            "sess_a",
+            &"sess_a".into(),
             ProgressReport {
                 progress: 40,
                 description: "half way".into(),
@@ -127,13 +127,16 @@ async fn inbox_contract<S: Store>(store: S) {
 
     // The agent is handed messages 1 and 2: one event for the two.
     troupe_tests::embedded_runner(&store, &fence).await;
-    store.start_process(&fence, "sess_a").await.unwrap();
+    store.start_process(&fence, &"sess_a".into()).await.unwrap();
     store
-        .record_process(&fence, "sess_a", 1, ProcessChange::Started, 64)
+        .record_process(&fence, &"sess_a".into(), 1, ProcessChange::Started, 64)
         .await
         .unwrap();
     let before = store.newest_event().await.unwrap();
-    store.mark_delivered(&fence, "sess_a", 2).await.unwrap();
+    store
+        .mark_delivered(&fence, &"sess_a".into(), 2)
+        .await
+        .unwrap();
     let delivered = events_of(&store, "sess_a", before).await;
     assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert_eq!(delivered[0].0, EventKind::Delivered);
@@ -141,22 +144,28 @@ async fn inbox_contract<S: Store>(store: S) {
     assert_eq!(detail, serde_json::json!({"through_sequence": 2}));
     let a = activity(&store, "sess_a").await;
     assert_eq!((a.received, a.delivered_through, a.unread()), (3, 2, 1));
-    assert_eq!(store.unread_count("sess_a").await.unwrap(), 1);
+    assert_eq!(store.unread_count(&"sess_a".into()).await.unwrap(), 1);
     assert_eq!(unread_rows(&store, "sess_a").await, 1, "the rows agree");
     assert_eq!(a.progress, expected, "the progress stays");
 
     // The same delivery again advances nothing and says nothing.
     let before = store.newest_event().await.unwrap();
-    store.mark_delivered(&fence, "sess_a", 2).await.unwrap();
+    store
+        .mark_delivered(&fence, &"sess_a".into(), 2)
+        .await
+        .unwrap();
     assert_eq!(events_of(&store, "sess_a", before).await, []);
-    store.mark_delivered(&fence, "sess_a", 3).await.unwrap();
+    store
+        .mark_delivered(&fence, &"sess_a".into(), 3)
+        .await
+        .unwrap();
     let last = events_of(&store, "sess_a", before).await;
     assert_eq!(
         last.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
         [EventKind::Delivered]
     );
     assert_eq!(activity(&store, "sess_a").await.unread(), 0);
-    assert_eq!(store.unread_count("sess_a").await.unwrap(), 0);
+    assert_eq!(store.unread_count(&"sess_a".into()).await.unwrap(), 0);
     assert_eq!(unread_rows(&store, "sess_a").await, 0);
     let b = activity(&store, "sess_b").await;
     assert_eq!(
@@ -167,11 +176,7 @@ async fn inbox_contract<S: Store>(store: S) {
 
     // A page's sessions alone, in one query each: their activity, as the
     // workspace's read gives it, and their accounts, as one by one.
-    let page = [
-        "sess_a".to_owned(),
-        "sess_z".to_owned(),
-        "sess_none".to_owned(),
-    ];
+    let page = ["sess_a", "sess_z", "sess_none"].map(SessionId::from);
     let mut some = store.sessions_activity(&page).await.unwrap();
     some.sort_by(|x, y| x.session_id.cmp(&y.session_id));
     let ids: Vec<_> = some.iter().map(|a| a.session_id.as_str()).collect();
@@ -182,7 +187,10 @@ async fn inbox_contract<S: Store>(store: S) {
     ids.sort();
     assert_eq!(ids, ["sess_a", "sess_z"]);
     for account in &accounts {
-        let one = store.account(&account.session_id).await.unwrap();
+        let one = store
+            .account(&account.session_id.as_str().into())
+            .await
+            .unwrap();
         assert_eq!(format!("{one:?}"), format!("{:?}", Some(account)));
     }
     assert!(store.sessions_activity(&[]).await.unwrap().is_empty());
@@ -191,7 +199,7 @@ async fn inbox_contract<S: Store>(store: S) {
 
 fn refusal(target: &str, action: Action, allowed: bool) -> AuditRecord {
     AuditRecord {
-        caller: Principal::Session(target.to_owned()),
+        caller: Principal::Session(target.into()),
         action,
         target: target.to_owned(),
         allowed,
@@ -204,7 +212,7 @@ async fn refused_contract<S: Store>(store: S) {
     let root = |_| Ok(QuotaLeft::default());
     for (id, workspace) in [("sess_a", "alpha"), ("sess_z", "beta")] {
         let mut new = new_session(id, Trust::Sandboxed);
-        new.workspace_id = workspace.to_owned();
+        new.workspace_id = workspace.into();
         store
             .create_root(
                 new,
@@ -224,7 +232,7 @@ async fn refused_contract<S: Store>(store: S) {
     ] {
         store.append_audit(record).await.unwrap();
     }
-    let (rows, cursor) = store.refused_spawns("alpha", 0, 10).await.unwrap();
+    let (rows, cursor) = store.refused_spawns(&"alpha".into(), 0, 10).await.unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(
         rows.iter()
@@ -232,13 +240,13 @@ async fn refused_contract<S: Store>(store: S) {
     );
     assert!(rows[0].id > rows[1].id, "newest first");
     assert!(cursor >= rows[0].id);
-    let (newest, _) = store.refused_spawns("alpha", 0, 1).await.unwrap();
+    let (newest, _) = store.refused_spawns(&"alpha".into(), 0, 1).await.unwrap();
     assert_eq!(newest.len(), 1);
     assert_eq!(newest[0].id, rows[0].id, "the bound keeps the newest");
     // After the cursor: only what came since.
     assert!(
         store
-            .refused_spawns("alpha", cursor, 10)
+            .refused_spawns(&"alpha".into(), cursor, 10)
             .await
             .unwrap()
             .0
@@ -248,7 +256,10 @@ async fn refused_contract<S: Store>(store: S) {
         .append_audit(refusal("sess_a", Action::CreateSession, false))
         .await
         .unwrap();
-    let (new, next) = store.refused_spawns("alpha", cursor, 10).await.unwrap();
+    let (new, next) = store
+        .refused_spawns(&"alpha".into(), cursor, 10)
+        .await
+        .unwrap();
     assert_eq!(new.len(), 1);
     assert!(new[0].id > cursor && next >= new[0].id);
 }

@@ -11,7 +11,7 @@ use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{
     MessageLimits,
     error::SessionError,
-    model::{Action, NewMessage, Principal, Trust},
+    model::{Action, NewMessage, Principal, SessionId, Trust},
     policy,
     store::{Bounds, Fence, Holder, Store},
 };
@@ -230,9 +230,10 @@ async fn delivery_frees_the_inbox(store: impl Store) {
         sender: Principal::Operator,
         body: "m".repeat(200),
     };
+    let recipient = SessionId::from("inbox");
     let sent = |n: usize| {
         store.send_message(
-            "inbox",
+            &recipient,
             send(n),
             None,
             operator_audit(Action::SendMessage, "inbox"),
@@ -247,7 +248,7 @@ async fn delivery_frees_the_inbox(store: impl Store) {
         troupe_session_svc::error::Reason::InboxFull
     );
     store
-        .mark_delivered(&fence, "inbox", first.sequence)
+        .mark_delivered(&fence, &"inbox".into(), first.sequence)
         .await
         .expect("delivered");
     sent(3)

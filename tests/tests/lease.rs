@@ -60,7 +60,7 @@ async fn family<S: Store>(store: &S, parent: &str, child: &str) {
         .expect("root");
     let created = store
         .create_child(
-            parent,
+            &parent.into(),
             new_session(child, true),
             None,
             audit(Action::CreateSession, child),
@@ -110,9 +110,12 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
         "renewed while live"
     );
     troupe_tests::embedded_runner(store, &old).await;
-    store.start_process(&old, "c").await.expect("owner's write");
     store
-        .record_process(&old, "c", 1, ProcessChange::Started, 64)
+        .start_process(&old, &"c".into())
+        .await
+        .expect("owner's write");
+    store
+        .record_process(&old, &"c".into(), 1, ProcessChange::Started, 64)
         .await
         .expect("owner's write");
     let new = take_over(store, &b).await;
@@ -127,7 +130,7 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
         (b.clone(), new.epoch, true)
     );
 
-    let before = store.process("c").await.unwrap().expect("process");
+    let before = store.process(&"c".into()).await.unwrap().expect("process");
     let events = store.newest_event().await.unwrap();
     let output = ProcessChange::Output {
         stream: "stdout",
@@ -135,17 +138,17 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
     };
     fenced(
         "record_process",
-        store.record_process(&old, "c", 2, output, 64).await,
+        store.record_process(&old, &"c".into(), 2, output, 64).await,
         old.epoch,
     );
     fenced(
         "mark_delivered",
-        store.mark_delivered(&old, "c", 1).await,
+        store.mark_delivered(&old, &"c".into(), 1).await,
         old.epoch,
     );
     fenced(
         "start_process",
-        store.start_process(&old, "p").await,
+        store.start_process(&old, &"p".into()).await,
         old.epoch,
     );
     fenced(
@@ -153,7 +156,7 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
         store
             .fail_session(
                 &old,
-                "c",
+                &"c".into(),
                 Failure::Lost,
                 "x",
                 audit(Action::RunnerLost, "c"),
@@ -163,20 +166,28 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
     );
     fenced(
         "mark_stopped",
-        store.mark_stopped(&old, "c", false).await,
+        store.mark_stopped(&old, &"c".into(), false).await,
         old.epoch,
     );
     fenced(
         "write_callback",
         store
-            .write_callback(&old, "c", message("m0"), audit(Action::Callback, "p"))
+            .write_callback(
+                &old,
+                &"c".into(),
+                message("m0"),
+                audit(Action::Callback, "p"),
+            )
             .await,
         old.epoch,
     );
     fenced("prune_events", store.prune_events(&old, 0).await, old.epoch);
-    assert_eq!(store.process("c").await.unwrap().expect("process"), before);
+    assert_eq!(
+        store.process(&"c".into()).await.unwrap().expect("process"),
+        before
+    );
     assert!(
-        store.process("p").await.unwrap().is_none(),
+        store.process(&"p".into()).await.unwrap().is_none(),
         "no process made"
     );
     assert_eq!(
@@ -185,12 +196,17 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
         "no event written"
     );
     assert_eq!(
-        store.get_session("c").await.unwrap().unwrap().status,
+        store
+            .get_session(&"c".into())
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
         SessionStatus::Running
     );
     // The new owner writes; released, the lease is free at once.
     store
-        .record_process(&new, "c", 2, ProcessChange::Started, 64)
+        .record_process(&new, &"c".into(), 2, ProcessChange::Started, 64)
         .await
         .expect("new owner's write");
     store.release_lease(&new).await.unwrap();
@@ -202,7 +218,7 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
     assert_eq!(next.epoch, new.epoch + 1);
     fenced(
         "after release",
-        store.mark_delivered(&new, "c", 1).await,
+        store.mark_delivered(&new, &"c".into(), 1).await,
         new.epoch,
     );
 }
@@ -217,9 +233,9 @@ async fn a_due_callback_is_written_once<S: Store>(store: &S) {
         .unwrap()
         .expect("free lease");
     troupe_tests::embedded_runner(store, &fence).await;
-    store.start_process(&fence, "c").await.unwrap();
+    store.start_process(&fence, &"c".into()).await.unwrap();
     store
-        .record_process(&fence, "c", 1, ProcessChange::Started, 64)
+        .record_process(&fence, &"c".into(), 1, ProcessChange::Started, 64)
         .await
         .unwrap();
     assert!(store.driver_work().await.unwrap().callbacks_due.is_empty());
@@ -229,24 +245,48 @@ async fn a_due_callback_is_written_once<S: Store>(store: &S) {
         detail: String::new(),
     });
     store
-        .record_process(&fence, "c", 2, exit, 64)
+        .record_process(&fence, &"c".into(), 2, exit, 64)
         .await
         .unwrap();
-    assert!(store.process("c").await.unwrap().unwrap().callback_due);
+    assert!(
+        store
+            .process(&"c".into())
+            .await
+            .unwrap()
+            .unwrap()
+            .callback_due
+    );
     assert_eq!(store.driver_work().await.unwrap().callbacks_due, ["c"]);
-    let inbox = store.inbox_count("p").await.unwrap();
+    let inbox = store.inbox_count(&"p".into()).await.unwrap();
     let first = store
-        .write_callback(&fence, "c", message("m1"), audit(Action::Callback, "p"))
+        .write_callback(
+            &fence,
+            &"c".into(),
+            message("m1"),
+            audit(Action::Callback, "p"),
+        )
         .await
         .unwrap();
     assert!(first.is_some(), "written");
     let again = store
-        .write_callback(&fence, "c", message("m2"), audit(Action::Callback, "p"))
+        .write_callback(
+            &fence,
+            &"c".into(),
+            message("m2"),
+            audit(Action::Callback, "p"),
+        )
         .await
         .unwrap();
     assert!(again.is_none(), "once");
-    assert_eq!(store.inbox_count("p").await.unwrap(), inbox + 1);
-    assert!(!store.process("c").await.unwrap().unwrap().callback_due);
+    assert_eq!(store.inbox_count(&"p".into()).await.unwrap(), inbox + 1);
+    assert!(
+        !store
+            .process(&"c".into())
+            .await
+            .unwrap()
+            .unwrap()
+            .callback_due
+    );
     assert!(store.driver_work().await.unwrap().callbacks_due.is_empty());
 }
 

@@ -10,7 +10,7 @@ use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
         Action, AuditRecord, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal,
-        ProcessChange, ProcessExit, ProgressReport, SessionRow, Trust,
+        ProcessChange, ProcessExit, ProgressReport, SessionId, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
     store::{Created, EventPage, Fence, Holder, OutputBudget, PgStore, SqliteStore, Store},
@@ -18,8 +18,8 @@ use troupe_session_svc::{
 
 fn new_session(id: &str, initial: Option<&str>) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
+        session_id: id.into(),
+        workspace_id: "alpha".into(),
         trust: Trust::Direct,
         agent_name: "worker".to_owned(),
         agent_command: "[\"/bin/cat\"]".to_owned(),
@@ -85,7 +85,7 @@ fn comparable(row: &SessionRow) -> String {
     let mut row = row.clone();
     row.created_at_ms = 0;
     row.ended_at_ms = row.ended_at_ms.map(|_| 0);
-    row.tree_id = String::new();
+    row.tree_id = Default::default();
     format!("{row:?}")
 }
 
@@ -106,7 +106,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     for (id, parent) in [("a", "root"), ("b", "root"), ("a1", "a"), ("a2", "a")] {
         let created = store
             .create_child(
-                parent,
+                &parent.into(),
                 new_session(id, Some("do it")),
                 None,
                 audit(Action::CreateSession, id),
@@ -124,10 +124,10 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     for (i, to) in ["a", "a", "b"].iter().enumerate() {
         let sent = store
             .send_message(
-                to,
+                &SessionId::from(*to),
                 NewMessage {
                     message_id: format!("m{i}"),
-                    sender: Principal::Session("root".to_owned()),
+                    sender: Principal::Session("root".into()),
                     body: format!("body {i} ✓"),
                 },
                 None,
@@ -141,9 +141,12 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     }
     troupe_tests::embedded_runner(store, &fence).await;
     for id in ["a", "b", "a1"] {
-        store.start_process(&fence, id).await.expect("start");
         store
-            .record_process(&fence, id, 1, ProcessChange::Started, 64)
+            .start_process(&fence, &id.into())
+            .await
+            .expect("start");
+        store
+            .record_process(&fence, &id.into(), 1, ProcessChange::Started, 64)
             .await
             .expect("started");
     }
@@ -153,7 +156,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         let row = store
             .record_process(
                 &fence,
-                id,
+                &id.into(),
                 2 + n,
                 output(&format!("{id} chunk {n:02} ....")),
                 64,
@@ -163,20 +166,20 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         seen.push(format!("{:?}", row.map(|r| comparable(&r))));
     }
     let unknown = store
-        .record_process(&fence, "nobody", 1, ProcessChange::Started, 64)
+        .record_process(&fence, &"nobody".into(), 1, ProcessChange::Started, 64)
         .await
         .expect_err("no such session");
     seen.push(format!("unknown: {unknown}"));
     // Applied once: the same runner sequence again is nothing.
     let again = store
-        .record_process(&fence, "a", 2, output("again"), 64)
+        .record_process(&fence, &"a".into(), 2, output("again"), 64)
         .await
         .expect("again");
     seen.push(format!("again: {again:?}"));
     store
         .record_process(
             &fence,
-            "b",
+            &"b".into(),
             30,
             ProcessChange::Truncated { log_bytes: 999 },
             64,
@@ -185,7 +188,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .expect("truncated");
     let progress = store
         .record_progress(
-            "a1",
+            &"a1".into(),
             ProgressReport {
                 progress: 33,
                 description: "step 1 of 3".into(),
@@ -197,7 +200,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .expect("progress");
     seen.push(format!("progress seq {progress}"));
     store
-        .mark_delivered(&fence, "a", 2)
+        .mark_delivered(&fence, &"a".into(), 2)
         .await
         .expect("mark delivered");
     for (id, code, reason) in [("b", 0, ExitReason::Exited), ("a1", 3, ExitReason::Exited)] {
@@ -207,7 +210,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
             detail: "done".to_owned(),
         });
         let row = store
-            .record_process(&fence, id, 40, exit, 64)
+            .record_process(&fence, &id.into(), 40, exit, 64)
             .await
             .expect("exit");
         seen.push(format!("{:?}", row.map(|r| comparable(&r))));
@@ -215,7 +218,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     let failed = store
         .fail_session(
             &fence,
-            "a2",
+            &"a2".into(),
             Failure::NoResources,
             "no room",
             audit(Action::RunnerLost, "a2"),
@@ -225,7 +228,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
     seen.push(format!("a2 failed: {failed}"));
     let (ended, row) = store
         .terminate(
-            "root",
+            &"root".into(),
             &Principal::Operator,
             "enough",
             audit(Action::TerminateSession, "root"),
@@ -241,17 +244,21 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         detail: String::new(),
     });
     let row = store
-        .record_process(&fence, "a", 50, late, 64)
+        .record_process(&fence, &"a".into(), 50, late, 64)
         .await
         .expect("late");
     seen.push(format!("{:?}", row.map(|r| comparable(&r))));
 
     // What a caller reads back.
     for id in ["root", "a", "b", "a1", "a2"] {
-        let row = store.get_session(id).await.expect("get").expect("stored");
+        let row = store
+            .get_session(&id.into())
+            .await
+            .expect("get")
+            .expect("stored");
         seen.push(comparable(&row));
-        let children: Vec<String> = store
-            .children(id)
+        let children: Vec<SessionId> = store
+            .children(&id.into())
             .await
             .expect("children")
             .iter()
@@ -260,15 +267,18 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         seen.push(format!("children of {id}: {children:?}"));
         seen.push(format!(
             "inbox {}",
-            store.inbox_count(id).await.expect("inbox")
+            store.inbox_count(&id.into()).await.expect("inbox")
         ));
-        seen.push(format!("{:?}", store.process(id).await.expect("process")));
         seen.push(format!(
             "{:?}",
-            store.undelivered(id).await.expect("undelivered")
+            store.process(&id.into()).await.expect("process")
+        ));
+        seen.push(format!(
+            "{:?}",
+            store.undelivered(&id.into()).await.expect("undelivered")
         ));
         let received: Vec<_> = store
-            .received(id, 10)
+            .received(&id.into(), 10)
             .await
             .expect("received")
             .into_iter()
@@ -277,7 +287,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         seen.push(format!("{received:?}"));
     }
     let (page, next) = store
-        .list_workspace("alpha", false, true, 0, 3)
+        .list_workspace(&"alpha".into(), false, true, 0, 3)
         .await
         .expect("list");
     seen.push(format!(
@@ -302,7 +312,7 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .await,
     );
     let audit: Vec<_> = store
-        .list_audit(Some("a"), 0, 100)
+        .list_audit(Some(&"a".into()), 0, 100)
         .await
         .expect("audit")
         .into_iter()

@@ -33,8 +33,8 @@ fn on(name: &str) -> Place {
 /// A root session `id` in `workspace`.
 async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
     let new = NewSession {
-        session_id: id.to_owned(),
-        workspace_id: workspace.to_owned(),
+        session_id: id.into(),
+        workspace_id: workspace.into(),
         trust: Trust::Direct,
         agent_name: "worker".to_owned(),
         agent_command: "[\"/bin/cat\"]".to_owned(),
@@ -87,21 +87,39 @@ async fn placed_by_room_and_workspaces_stay<S: Store>(store: &S) {
         root(store, id, ws).await;
     }
     assert_eq!(
-        store.start_process(&fence, "a").await.unwrap(),
+        store.start_process(&fence, &"a".into()).await.unwrap(),
         Place::Wait,
         "no runner yet"
     );
     store.register_runner(&spec("r1", 2), LONG).await.unwrap();
     store.register_runner(&spec("r2", 3), LONG).await.unwrap();
-    assert_eq!(store.start_process(&fence, "a").await.unwrap(), on("r2"));
+    assert_eq!(
+        store.start_process(&fence, &"a".into()).await.unwrap(),
+        on("r2")
+    );
     // r1 and r2 both have room 2: the first name.
-    assert_eq!(store.start_process(&fence, "b").await.unwrap(), on("r1"));
-    assert_eq!(store.start_process(&fence, "c").await.unwrap(), on("r2"));
+    assert_eq!(
+        store.start_process(&fence, &"b".into()).await.unwrap(),
+        on("r1")
+    );
+    assert_eq!(
+        store.start_process(&fence, &"c".into()).await.unwrap(),
+        on("r2")
+    );
     // r3 has the most room, but w1 lives on r2.
     store.register_runner(&spec("r3", 10), LONG).await.unwrap();
-    assert_eq!(store.start_process(&fence, "d").await.unwrap(), on("r2"));
-    assert_eq!(store.start_process(&fence, "e").await.unwrap(), on("r3"));
-    assert_eq!(store.start_process(&fence, "a").await.unwrap(), on("r2"));
+    assert_eq!(
+        store.start_process(&fence, &"d".into()).await.unwrap(),
+        on("r2")
+    );
+    assert_eq!(
+        store.start_process(&fence, &"e".into()).await.unwrap(),
+        on("r3")
+    );
+    assert_eq!(
+        store.start_process(&fence, &"a".into()).await.unwrap(),
+        on("r2")
+    );
     let runners = store.runners().await.unwrap();
     let load: Vec<(&str, u32, bool)> = runners
         .iter()
@@ -112,7 +130,7 @@ async fn placed_by_room_and_workspaces_stay<S: Store>(store: &S) {
         [("r1", 1, true), ("r2", 3, true), ("r3", 1, true)],
         "{runners:?}"
     );
-    let process = store.process("d").await.unwrap().expect("process");
+    let process = store.process(&"d".into()).await.unwrap().expect("process");
     assert_eq!(process.runner, Some(RunnerName::parse("r2").unwrap()));
 }
 
@@ -127,7 +145,10 @@ async fn a_lapsed_runner_is_lost_and_its_workspace_moves_once_idle<S: Store>(sto
     store.register_runner(&spec("r2", 1), LONG).await.unwrap();
     root(store, "a", "w1").await;
     root(store, "b", "w1").await;
-    assert_eq!(store.start_process(&fence, "a").await.unwrap(), on("r1"));
+    assert_eq!(
+        store.start_process(&fence, &"a".into()).await.unwrap(),
+        on("r1")
+    );
     assert_eq!(
         store.register_runner(&spec("r1", 10), short).await.unwrap(),
         first,
@@ -143,18 +164,24 @@ async fn a_lapsed_runner_is_lost_and_its_workspace_moves_once_idle<S: Store>(sto
     let r1 = store.runners().await.unwrap();
     assert!(!r1[0].live, "{r1:?}");
     // w1 still has a on r1: b waits.
-    assert_eq!(store.start_process(&fence, "b").await.unwrap(), Place::Wait);
-    assert!(store.process("b").await.unwrap().is_none());
+    assert_eq!(
+        store.start_process(&fence, &"b".into()).await.unwrap(),
+        Place::Wait
+    );
+    assert!(store.process(&"b".into()).await.unwrap().is_none());
     assert!(
         store
-            .fail_session(&fence, "a", Failure::RunnerLost, "lost", audit("a"))
+            .fail_session(&fence, &"a".into(), Failure::RunnerLost, "lost", audit("a"))
             .await
             .unwrap()
     );
-    let a = store.get_session("a").await.unwrap().unwrap();
+    let a = store.get_session(&"a".into()).await.unwrap().unwrap();
     assert_eq!(a.end_reason, Some(EndReason::Exit(ExitReason::RunnerLost)));
     assert!(store.driver_work().await.unwrap().runner_lost.is_empty());
-    assert_eq!(store.start_process(&fence, "b").await.unwrap(), on("r2"));
+    assert_eq!(
+        store.start_process(&fence, &"b".into()).await.unwrap(),
+        on("r2")
+    );
     let again = store.register_runner(&spec("r1", 10), short).await.unwrap();
     assert_eq!(again, first + 1, "a return is a new generation");
 }
@@ -206,7 +233,7 @@ async fn concurrent_placements_of_a_workspace_agree<S: Store>(store: &S) {
     }
     let placed = futures::future::join_all(ids.iter().map(|(w, id)| {
         let fence = fence.clone();
-        async move { (*w, store.start_process(&fence, id).await.unwrap()) }
+        async move { (*w, store.start_process(&fence, &id.into()).await.unwrap()) }
     }))
     .await;
     for w in 0..5 {

@@ -142,8 +142,8 @@ fn audit(action: Action, target: &str) -> AuditRecord {
 
 fn root(id: &str) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
+        session_id: id.into(),
+        workspace_id: "alpha".into(),
         trust: Trust::Direct,
         agent_name: "worker".to_owned(),
         agent_command: "[\"/bin/cat\"]".to_owned(),
@@ -179,7 +179,7 @@ async fn send<S: Store>(store: &S, id: &str, idem: Option<Idempotency>) -> (u64,
     };
     let sent = store
         .send_message(
-            "p",
+            &"p".into(),
             message,
             idem,
             audit(Action::SendMessage, "p"),

@@ -26,7 +26,7 @@ fn new_session(id: &str, notify_parent: bool) -> NewSession {
 
 fn audit(action: Action, target: &str) -> AuditRecord {
     AuditRecord {
-        caller: Principal::Session(target.to_owned()),
+        caller: Principal::Session(target.into()),
         action,
         target: target.to_owned(),
         allowed: true,
@@ -59,7 +59,7 @@ async fn tree<S: Store>(store: &S) -> Fence {
     for (parent, id) in [("p", "c"), ("c", "g")] {
         store
             .create_child(
-                parent,
+                &parent.into(),
                 new_session(id, id == "c"),
                 None,
                 audit(Action::CreateSession, id),
@@ -81,7 +81,7 @@ async fn contract<S: Store>(store: S) {
     let grace_end = now_ms() + 3_600_000;
     let (terminated, row) = store
         .finish(
-            "c",
+            &"c".into(),
             &finish,
             grace_end,
             audit(Action::FinishSession, "c"),
@@ -92,9 +92,12 @@ async fn contract<S: Store>(store: S) {
     assert_eq!(terminated, vec!["g".to_owned()]);
     assert_eq!(row.status, SessionStatus::Failed);
     assert_eq!(row.end_reason, Some(EndReason::Finished));
-    assert_eq!(store.finished("c").await.unwrap(), Some(finish.clone()));
-    assert_eq!(store.finished("p").await.unwrap(), None);
-    let g = store.get_session("g").await.unwrap().unwrap();
+    assert_eq!(
+        store.finished(&"c".into()).await.unwrap(),
+        Some(finish.clone())
+    );
+    assert_eq!(store.finished(&"p".into()).await.unwrap(), None);
+    let g = store.get_session(&"g".into()).await.unwrap().unwrap();
     assert_eq!(
         (g.status, g.end_reason),
         (SessionStatus::Terminated, Some(EndReason::Cascade))
@@ -110,7 +113,7 @@ async fn contract<S: Store>(store: S) {
 
     let again = store
         .finish(
-            "c",
+            &"c".into(),
             &finish,
             now_ms(),
             audit(Action::FinishSession, "c"),
@@ -126,7 +129,7 @@ async fn contract<S: Store>(store: S) {
             .await
             .unwrap()
             .unstopped
-            .contains(&"c".to_owned())
+            .contains(&"c".to_owned().as_str().into())
     );
 }
 
@@ -139,7 +142,7 @@ async fn grace_over<S: Store>(store: S) {
     };
     store
         .finish(
-            "c",
+            &"c".into(),
             &finish,
             now_ms() - 1,
             audit(Action::FinishSession, "c"),
@@ -147,7 +150,7 @@ async fn grace_over<S: Store>(store: S) {
         )
         .await
         .expect("finish");
-    let c = store.get_session("c").await.unwrap().unwrap();
+    let c = store.get_session(&"c".into()).await.unwrap().unwrap();
     assert_eq!(c.status, SessionStatus::Completed);
     let mut unstopped = store.driver_work().await.unwrap().unstopped;
     unstopped.sort();

@@ -27,7 +27,7 @@ use troupe_session_svc::{
 
 fn new_session(id: &str, initial_message: bool) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
+        session_id: id.into(),
         workspace_id: "alpha".into(),
         trust: Trust::Direct,
         agent_name: "worker".into(),
@@ -137,7 +137,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
             match i % 4 {
                 0 | 1 => store
                     .create_child(
-                        &parent,
+                        &parent.as_str().into(),
                         new_session(&id, i % 2 == 0),
                         request_id(i, Action::CreateSession),
                         audit(Action::CreateSession, &parent),
@@ -147,7 +147,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                     .map(drop),
                 2 => store
                     .send_message(
-                        &parent,
+                        &parent.as_str().into(),
                         NewMessage {
                             message_id: format!("msg_{i}"),
                             sender: Principal::Operator,
@@ -161,12 +161,18 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
                     .await
                     .map(drop),
                 _ if i % 16 != 15 => store
-                    .record_process(&fence, &parent, i, ProcessChange::Started, 1024)
+                    .record_process(
+                        &fence,
+                        &parent.as_str().into(),
+                        i,
+                        ProcessChange::Started,
+                        1024,
+                    )
                     .await
                     .map(drop),
                 _ => store
                     .terminate(
-                        ids.last().expect("a session"),
+                        &(ids.last().expect("a session")).into(),
                         &Principal::Operator,
                         "test",
                         audit(Action::TerminateSession, &parent),
@@ -188,7 +194,13 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
             Some(Err(e)) => panic!("write {i} failed: {e:?}"),
             None => cancelled += 1,
         }
-        if creates && store.get_session(&id).await.expect("get").is_some() {
+        if creates
+            && store
+                .get_session(&id.as_str().into())
+                .await
+                .expect("get")
+                .is_some()
+        {
             ids.push(id);
         }
     }
@@ -213,7 +225,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
     for row in &rows {
         let id: String = row.get("session_id");
         let ledger = store
-            .get_session(&id)
+            .get_session(&id.as_str().into())
             .await
             .expect("get")
             .unwrap_or_else(|| panic!("{id} is in the database, not in the ledger"));
@@ -238,7 +250,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
         stored += 1;
     }
     let (listed, _) = store
-        .list_workspace("alpha", false, true, 0, 10_000)
+        .list_workspace(&"alpha".into(), false, true, 0, 10_000)
         .await
         .expect("list");
     assert_eq!(
@@ -319,11 +331,14 @@ async fn unknown_stored_text_is_a_storage_error() {
         .await
         .expect("root");
     troupe_tests::embedded_runner(&store, &fence).await;
-    store.start_process(&fence, id).await.expect("process");
-    assert_eq!(store.undelivered(id).await.expect("inbox").len(), 1);
-    assert!(store.process(id).await.expect("process").is_some());
+    store
+        .start_process(&fence, &id.into())
+        .await
+        .expect("process");
+    assert_eq!(store.undelivered(&id.into()).await.expect("inbox").len(), 1);
+    assert!(store.process(&id.into()).await.expect("process").is_some());
     let filter = EventFilter {
-        session_id: Some(id.to_owned()),
+        session_id: Some(id.into()),
         ..EventFilter::default()
     };
     assert!(matches!(
@@ -346,9 +361,15 @@ async fn unknown_stored_text_is_a_storage_error() {
         SessionError::Storage(e) => e.kind,
         other => panic!("not a storage error: {other:?}"),
     };
-    let inbox = store.undelivered(id).await.expect_err("unknown sender");
+    let inbox = store
+        .undelivered(&id.into())
+        .await
+        .expect_err("unknown sender");
     assert_eq!(storage(inbox), StorageKind::Other);
-    let process = store.process(id).await.expect_err("unknown exit reason");
+    let process = store
+        .process(&id.into())
+        .await
+        .expect_err("unknown exit reason");
     assert_eq!(storage(process), StorageKind::Other);
     let events = store.events_after(&filter, 0, 10).await.expect_err("kind");
     assert_eq!(storage(events), StorageKind::Other);

@@ -11,7 +11,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 use troupe_proto::ERROR_DOMAIN;
 
-use crate::model::{BudgetLeft, Dimension};
+use crate::model::{BudgetLeft, Dimension, SessionId};
 
 #[cfg(feature = "sqlx")]
 mod sqlx;
@@ -35,7 +35,7 @@ pub struct QuotaLeft {
 /// the whole path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BudgetRefusal {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub dimension: Dimension,
     pub limit: u64,
     pub used: u64,
@@ -45,7 +45,10 @@ pub struct BudgetRefusal {
 impl BudgetRefusal {
     /// The refusal's `ErrorInfo` metadata.
     fn metadata(&self, metadata: &mut HashMap<String, String>) {
-        metadata.insert("budget_session_id".to_owned(), self.session_id.clone());
+        metadata.insert(
+            "budget_session_id".to_owned(),
+            self.session_id.clone().into(),
+        );
         metadata.insert(
             "budget_dimension".to_owned(),
             self.dimension.as_str().to_owned(),

@@ -7,6 +7,8 @@ use std::fmt;
 
 use troupe_proto::money::{DecimalError, parse_decimal, usd};
 
+use super::SessionId;
+
 /// An amount of money in pico-dollars (10^-12 USD). Stored as a signed
 /// 64-bit integer: up to about 9.2 million USD.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -173,7 +175,7 @@ pub struct OwnUsage {
 /// descendant), settled and reserved.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Account {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub depth: u32,
     pub budget: Budget,
     /// When its wall-clock budget (its own or an ancestor's) runs out, ms
@@ -238,7 +240,7 @@ pub struct ModelCall {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
     pub id: String,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub charge: Charge,
 }
 

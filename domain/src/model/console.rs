@@ -1,7 +1,7 @@
 //! The web console's sign-ins (the service's `console`): the secret a browser
 //! holds, and what the store keeps of it.
 
-use super::ProgressReport;
+use super::{ProgressReport, SessionId};
 use std::fmt;
 
 use base64::Engine as _;
@@ -97,7 +97,7 @@ pub struct ConsoleSession {
 pub struct MessageRecord {
     pub message_id: String,
     /// The recipient.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Its place in the recipient's inbox.
     pub seq: u64,
     pub sender: super::Principal,
@@ -112,7 +112,7 @@ pub struct MessageRecord {
 /// last progress report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionActivity {
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Messages stored in its inbox (its last inbox sequence).
     pub received: u64,
     /// Every inbox message up to this sequence was handed to its agent

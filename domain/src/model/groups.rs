@@ -3,7 +3,7 @@
 //! ([`Reach`]), what each got ([`Reached`]), and a group as stored
 //! ([`GroupRow`]).
 
-use super::SessionRow;
+use super::{SessionId, SessionRow, WorkspaceId};
 
 /// A new message's id (`msg_<uuid v7>`).
 pub fn new_message_id() -> String {
@@ -36,17 +36,17 @@ impl GroupName {
 #[derive(Clone, Debug)]
 pub enum Audience {
     /// The active sessions of a workspace.
-    Workspace(String),
+    Workspace(WorkspaceId),
     /// The active descendants of a session (not the session itself).
-    Subtree(String),
+    Subtree(SessionId),
     /// The active children of a session.
-    Children(String),
+    Children(SessionId),
     /// The members of a group but its poster, who must be a member (else
     /// the group is not found).
     Group {
-        workspace_id: String,
+        workspace_id: WorkspaceId,
         name: GroupName,
-        poster: String,
+        poster: SessionId,
     },
 }
 
@@ -69,15 +69,15 @@ pub enum Reach {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reached {
     Delivered {
-        session_id: String,
+        session_id: SessionId,
         message_id: String,
         sequence: u64,
     },
     Ended {
-        session_id: String,
+        session_id: SessionId,
     },
     InboxFull {
-        session_id: String,
+        session_id: SessionId,
     },
 }
 
@@ -103,7 +103,7 @@ pub struct FannedOut {
 #[derive(Clone, Debug)]
 pub struct GroupRow {
     pub group_id: String,
-    pub workspace_id: String,
+    pub workspace_id: WorkspaceId,
     pub name: GroupName,
     pub created_by: String,
     pub created_at_ms: i64,

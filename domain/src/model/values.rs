@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use super::SessionId;
+
 use troupe_proto::{
     session::{self as pb, SessionStatus},
     status::{kind_str, parse_kind},
@@ -276,7 +278,7 @@ pub enum Principal {
     /// The holder of the operator token.
     Operator,
     /// An agent, as this session.
-    Session(String),
+    Session(SessionId),
     /// The session service itself: its callback notices and the driver's
     /// audit entries (`troupe`, as agents read it: `TROUPE_SENDER`).
     Troupe,
@@ -293,14 +295,14 @@ impl Principal {
             "anonymous" => Some(Principal::Anonymous),
             troupe_proto::agent::stdin::TROUPE_SENDER => Some(Principal::Troupe),
             _ => match text.strip_prefix("session:") {
-                Some(id) if !id.is_empty() => Some(Principal::Session(id.to_owned())),
+                Some(id) if !id.is_empty() => Some(Principal::Session(id.into())),
                 _ => None,
             },
         }
     }
 
     /// The session this principal is, if it is one.
-    pub fn session_id(&self) -> Option<&str> {
+    pub fn session_id(&self) -> Option<&SessionId> {
         match self {
             Principal::Session(id) => Some(id),
             _ => None,

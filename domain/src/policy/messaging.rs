@@ -19,7 +19,7 @@ use super::{can_see, may_message, trust_sees};
 use crate::{
     error::{Reason, SessionError},
     limits::MessageLimits,
-    model::{Caller, MessageRate, Reach, Sending, SessionRow},
+    model::{Caller, MessageRate, Reach, Sending, SessionId, SessionRow},
 };
 
 /// What `target` is to a message from `caller`: a recipient if `caller`
@@ -59,9 +59,9 @@ pub fn plan_fan_out(
     candidates: &[SessionRow],
     limits: &MessageLimits,
     reach: fn(&Caller, &SessionRow) -> Reach,
-) -> Result<Vec<(String, Reach)>, SessionError> {
+) -> Result<Vec<(SessionId, Reach)>, SessionError> {
     let mut seen = std::collections::HashSet::new();
-    let plan: Vec<(String, Reach)> = candidates
+    let plan: Vec<(SessionId, Reach)> = candidates
         .iter()
         .filter(|row| seen.insert(row.session_id.as_str()))
         .map(|row| (row.session_id.clone(), reach(caller, row)))

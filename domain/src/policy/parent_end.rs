@@ -18,13 +18,13 @@
 
 use troupe_proto::session::SessionStatus;
 
-use crate::model::{ParentEnd, SessionRow};
+use crate::model::{ParentEnd, SessionId, SessionRow};
 
 /// An active session below the one that ends, as the walk needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
-    pub session_id: String,
-    pub parent_session_id: Option<String>,
+    pub session_id: SessionId,
+    pub parent_session_id: Option<SessionId>,
     pub on_parent_end: ParentEnd,
 }
 
@@ -41,9 +41,9 @@ impl Member {
 /// What happens to one session because its parent ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParentEnded {
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Its parent: the ended session, or a child the walk terminated.
-    pub parent_session_id: String,
+    pub parent_session_id: SessionId,
     /// Its own policy: what happens to it.
     pub policy: ParentEnd,
     /// How its parent ended: the ended session's status for its children,
@@ -55,16 +55,16 @@ pub struct ParentEnded {
 /// the order of `active`), from `active`, the active sessions below it (any
 /// of its descendants, in creation order; itself and sessions outside its
 /// subtree are ignored). `status` is how it ended.
-pub fn parent_end(ended: &str, status: SessionStatus, active: &[Member]) -> Vec<ParentEnded> {
+pub fn parent_end(ended: &SessionId, status: SessionStatus, active: &[Member]) -> Vec<ParentEnded> {
     let mut out = Vec::new();
-    let mut level = vec![(ended.to_owned(), status)];
+    let mut level = vec![(ended.clone(), status)];
     while !level.is_empty() {
         let mut next = Vec::new();
         for (parent, parent_status) in &level {
             for child in active
                 .iter()
-                .filter(|m| m.parent_session_id.as_deref() == Some(parent.as_str()))
-                .filter(|m| m.session_id != ended)
+                .filter(|m| m.parent_session_id.as_ref() == Some(parent))
+                .filter(|m| m.session_id != *ended)
             {
                 if child.on_parent_end == ParentEnd::Terminate {
                     next.push((child.session_id.clone(), SessionStatus::Terminated));
@@ -89,8 +89,8 @@ mod tests {
 
     fn m(id: &str, parent: &str, policy: ParentEnd) -> Member {
         Member {
-            session_id: id.to_owned(),
-            parent_session_id: Some(parent.to_owned()),
+            session_id: id.into(),
+            parent_session_id: Some(parent.into()),
             on_parent_end: policy,
         }
     }
@@ -115,7 +115,7 @@ mod tests {
             m("nt", "n", Terminate),
             m("tta", "tt", Notify),
         ];
-        let plan = parent_end("p", Failed, &active);
+        let plan = parent_end(&"p".into(), Failed, &active);
         assert_eq!(
             reached(&plan),
             vec![
@@ -135,8 +135,8 @@ mod tests {
         // "gone" ended before: it is not among the active, and its child
         // (an orphan of an earlier end) is not reached through it.
         let active = [m("x", "gone", Terminate), m("y", "p", Terminate)];
-        let plan = parent_end("p", Completed, &active);
+        let plan = parent_end(&"p".into(), Completed, &active);
         assert_eq!(reached(&plan), vec![("y", Terminate, Completed)]);
-        assert!(parent_end("leaf", Completed, &active).is_empty());
+        assert!(parent_end(&"leaf".into(), Completed, &active).is_empty());
     }
 }

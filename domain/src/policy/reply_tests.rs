@@ -6,11 +6,11 @@ use crate::model::Principal;
 
 fn row(id: &str, parent: Option<&str>, trust: Trust, status: SessionStatus) -> SessionRow {
     SessionRow {
-        session_id: id.to_owned(),
-        workspace_id: "ws".to_owned(),
-        parent_session_id: parent.map(str::to_owned),
+        session_id: id.into(),
+        workspace_id: "ws".into(),
+        parent_session_id: parent.map(str::to_owned).map(Into::into),
         parent_trust: parent.map(|_| Trust::Direct),
-        tree_id: "t".to_owned(),
+        tree_id: "t".into(),
         depth: u32::from(parent.is_some()),
         trust,
         agent_name: "a".to_owned(),

@@ -96,7 +96,7 @@ pub async fn until<T, F: std::future::Future<Output = Option<T>>>(
 /// Every output byte of a session's output events, in order.
 pub async fn output(store: &PgStore, id: &str) -> String {
     let filter = EventFilter {
-        session_id: Some(id.to_owned()),
+        session_id: Some(id.into()),
         ..EventFilter::default()
     };
     let mut cursor = 0;

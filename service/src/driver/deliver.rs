@@ -16,7 +16,11 @@ use troupe_proto::{
 };
 
 use super::{Driver, Term};
-use crate::{error::SessionError, model::SessionRow, store::Store};
+use crate::{
+    error::SessionError,
+    model::{SessionId, SessionRow},
+    store::Store,
+};
 
 impl<S: Store> Driver<S> {
     /// The messages not yet written to `recipient`'s agent, as it may see
@@ -56,7 +60,7 @@ impl<S: Store> Driver<S> {
     ///
     /// Only the owner of the background work delivers: elsewhere this is
     /// false at once, and the owner delivers what the store holds.
-    pub async fn deliver(self: &Arc<Self>, session_id: &str) -> bool {
+    pub async fn deliver(self: &Arc<Self>, session_id: &SessionId) -> bool {
         match self.term() {
             Some(term) => self.deliver_in(&term, session_id).await,
             None => false,
@@ -64,7 +68,7 @@ impl<S: Store> Driver<S> {
     }
 
     /// [`Driver::deliver`] in `term`.
-    pub(super) async fn deliver_in(self: &Arc<Self>, term: &Term, session_id: &str) -> bool {
+    pub(super) async fn deliver_in(self: &Arc<Self>, term: &Term, session_id: &SessionId) -> bool {
         let lock = self
             .delivering
             .lock()
@@ -80,7 +84,7 @@ impl<S: Store> Driver<S> {
         let pending = match self.inbox_for(&recipient).await {
             Ok(pending) => pending,
             Err(e) => {
-                tracing::warn!(session = session_id, error = %e, "cannot read the inbox");
+                tracing::warn!(session = %session_id, error = %e, "cannot read the inbox");
                 return false;
             }
         };
@@ -97,7 +101,7 @@ impl<S: Store> Driver<S> {
         let written = client
             .clone()
             .write_stdin(WriteStdinRequest {
-                exec_id: session_id.to_owned(),
+                exec_id: session_id.to_string(),
                 frames: frames(&pending),
                 ..Default::default()
             })
@@ -105,14 +109,14 @@ impl<S: Store> Driver<S> {
         let received = match written {
             Ok(answer) => answer.into_inner().stdin_sequence,
             Err(status) => {
-                tracing::debug!(session = session_id, %status, "message not delivered yet");
+                tracing::debug!(session = %session_id, %status, "message not delivered yet");
                 return false;
             }
         };
         if received < last {
             // Only a runner that ignores frames answers so.
             tracing::warn!(
-                session = session_id,
+                session = %session_id,
                 received,
                 last,
                 "the runner did not take the messages as frames"
@@ -130,7 +134,7 @@ impl<S: Store> Driver<S> {
             match term.check(marked) {
                 Ok(()) => crate::metrics::delivered(pending.len()),
                 Err(e) => {
-                    tracing::warn!(session = session_id, error = %e, "cannot record a delivery")
+                    tracing::warn!(session = %session_id, error = %e, "cannot record a delivery")
                 }
             }
             drop(serial);

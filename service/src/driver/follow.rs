@@ -10,14 +10,14 @@ use troupe_proto::runner::{self as rpb, WatchExecRequest, exec_event};
 use super::{Driver, RETRY, Term, system_audit};
 use crate::{
     error::SessionError,
-    model::{Action, ExitReason, Failure, ProcessChange, ProcessExit},
+    model::{Action, ExitReason, Failure, ProcessChange, ProcessExit, SessionId},
     store::Store,
 };
 
 impl<S: Store> Driver<S> {
     /// Follows a session's runner events into the ledger, in the background,
     /// from the last one applied.
-    pub(super) fn follow(self: &Arc<Self>, term: &Term, session_id: String) {
+    pub(super) fn follow(self: &Arc<Self>, term: &Term, session_id: SessionId) {
         if !self
             .following
             .lock()
@@ -41,7 +41,7 @@ impl<S: Store> Driver<S> {
         });
     }
 
-    pub(super) async fn follow_until_exit(self: &Arc<Self>, term: &Term, session_id: &str) {
+    pub(super) async fn follow_until_exit(self: &Arc<Self>, term: &Term, session_id: &SessionId) {
         loop {
             if !term.live() {
                 return;
@@ -57,7 +57,7 @@ impl<S: Store> Driver<S> {
                     return;
                 }
                 Err(status) => {
-                    tracing::debug!(session = session_id, %status, "runner watch interrupted");
+                    tracing::debug!(session = %session_id, %status, "runner watch interrupted");
                     // Ended meanwhile (its runner lost, say): nothing to follow.
                     if !self.is_active(session_id).await {
                         return;
@@ -75,7 +75,7 @@ impl<S: Store> Driver<S> {
     pub(super) async fn follow_once(
         self: &Arc<Self>,
         term: &Term,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<bool, Status> {
         let process = self.store.process(session_id).await.map_err(internal)?;
         let after = process.as_ref().map_or(0, |p| p.runner_seq);
@@ -90,7 +90,7 @@ impl<S: Store> Driver<S> {
         let mut stream = client
             .clone()
             .watch_exec(WatchExecRequest {
-                exec_id: session_id.to_owned(),
+                exec_id: session_id.to_string(),
                 after_sequence: after,
             })
             .await?

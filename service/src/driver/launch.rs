@@ -18,7 +18,7 @@ use troupe_proto::{
 
 use super::{Driver, Job, RETRY, Term, deliver::frames, system_audit};
 use crate::{
-    model::{Action, Failure, RunnerName, SessionRow},
+    model::{Action, Failure, RunnerName, SessionId, SessionRow},
     placement::Place,
     store::Store,
 };
@@ -121,13 +121,13 @@ impl<S: Store> Driver<S> {
         );
         let pending = self.inbox_for(session).await?;
         let request = StartExecRequest {
-            exec_id: session.session_id.clone(),
-            workspace_id: session.workspace_id.clone(),
+            exec_id: session.session_id.to_string(),
+            workspace_id: session.workspace_id.to_string(),
             command,
             env,
             initial_frames: frames(&pending),
             labels: HashMap::from([
-                ("tree_id".to_owned(), session.tree_id.clone()),
+                ("tree_id".to_owned(), session.tree_id.to_string()),
                 ("depth".to_owned(), session.depth.to_string()),
             ]),
             // The agent's own spans join its tree's trace, under its life.
@@ -245,7 +245,7 @@ impl<S: Store> Driver<S> {
 
     /// Stops the processes of sessions the ledger has just ended, if this
     /// service owns the background work (else the owner finds them).
-    pub fn stop(self: &Arc<Self>, session_ids: Vec<String>) {
+    pub fn stop(self: &Arc<Self>, session_ids: Vec<SessionId>) {
         if let Some(term) = self.term() {
             self.stop_in(&term, session_ids);
         }
@@ -254,13 +254,13 @@ impl<S: Store> Driver<S> {
     /// Stops the processes of ended sessions, in `term`, each on the runner
     /// it was placed on, and records it; one that never started has its
     /// parent's callback made due.
-    pub(super) fn stop_in(self: &Arc<Self>, term: &Term, session_ids: Vec<String>) {
+    pub(super) fn stop_in(self: &Arc<Self>, term: &Term, session_ids: Vec<SessionId>) {
         self.stop_each(term, session_ids.into_iter().map(|id| (None, id)).collect());
     }
 
     /// Stops processes that `runner` runs for sessions that are not active
     /// (found by its reconciliation).
-    pub(super) fn stop_on(self: &Arc<Self>, term: &Term, runner: &RunnerName, ids: Vec<String>) {
+    pub(super) fn stop_on(self: &Arc<Self>, term: &Term, runner: &RunnerName, ids: Vec<SessionId>) {
         self.stop_each(
             term,
             ids.into_iter()
@@ -269,7 +269,7 @@ impl<S: Store> Driver<S> {
         );
     }
 
-    fn stop_each(self: &Arc<Self>, term: &Term, stops: Vec<(Option<RunnerName>, String)>) {
+    fn stop_each(self: &Arc<Self>, term: &Term, stops: Vec<(Option<RunnerName>, SessionId)>) {
         let driver = self.clone();
         let term = term.clone();
         let stops: Vec<_> = stops
@@ -287,7 +287,7 @@ impl<S: Store> Driver<S> {
         });
     }
 
-    async fn stop_one(self: &Arc<Self>, term: &Term, runner: Option<RunnerName>, id: &str) {
+    async fn stop_one(self: &Arc<Self>, term: &Term, runner: Option<RunnerName>, id: &SessionId) {
         if !term.live() {
             return;
         }
@@ -307,7 +307,7 @@ impl<S: Store> Driver<S> {
                     client
                         .clone()
                         .terminate_exec(TerminateExecRequest {
-                            exec_id: id.to_owned(),
+                            exec_id: id.to_string(),
                             grace_ms: 0,
                         })
                         .await

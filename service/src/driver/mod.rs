@@ -79,7 +79,7 @@ use troupe_proto::{endpoint::Bearer, runner::runner_service_client::RunnerServic
 
 use crate::{
     auth::Tokens,
-    model::{AuditRecord, Principal, RunnerSpec},
+    model::{AuditRecord, Principal, RunnerSpec, SessionId},
     store::Store,
 };
 
@@ -105,9 +105,9 @@ pub struct Driver<S> {
     /// How long after its creation a session's agent may still be started.
     start_deadline: Duration,
     /// Serialises stdin delivery per session, so messages keep their order.
-    delivering: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    delivering: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions whose events are being followed.
-    following: Mutex<HashSet<String>>,
+    following: Mutex<HashSet<SessionId>>,
     /// Work under way, one task per kind and session at a time.
     busy: Mutex<HashSet<(Job, String)>>,
     /// The term of the lease this service holds, if it is the owner.
@@ -155,7 +155,8 @@ impl<S: Store> Driver<S> {
             .filter(Term::live)
     }
 
-    /// Claims `(job, id)` for one task; false if one already runs it.
+    /// Claims `(job, id)` for one task; false if one already runs it. The
+    /// id is a session's, or a runner's name for `Job::Reconcile`.
     fn claim(&self, job: Job, id: &str) -> bool {
         self.busy
             .lock()
@@ -172,7 +173,7 @@ impl<S: Store> Driver<S> {
 
     /// Whether the session is still pending or running (assumed so when the
     /// ledger cannot be read: the next check decides).
-    async fn is_active(&self, session_id: &str) -> bool {
+    async fn is_active(&self, session_id: &SessionId) -> bool {
         !matches!(self.store.get_session(session_id).await, Ok(Some(row)) if !row.is_active())
     }
 }

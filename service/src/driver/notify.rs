@@ -15,7 +15,7 @@ use crate::{
     error::{Reason, SessionError},
     model::{
         Action, AuditRecord, EndReason, ExitReason, Failure, Finish, NewMessage, Principal,
-        ProcessRow, SessionRow,
+        ProcessRow, SessionId, SessionRow,
     },
     store::Store,
 };
@@ -23,12 +23,12 @@ use crate::{
 impl<S: Store> Driver<S> {
     /// CALLBACK mode: tells the parent that the session has ended, if its
     /// notice is due; once at a time per session.
-    pub(super) async fn callback(self: &Arc<Self>, term: &Term, session_id: &str) {
+    pub(super) async fn callback(self: &Arc<Self>, term: &Term, session_id: &SessionId) {
         if !self.claim(Job::Callback, session_id) {
             return;
         }
         if let Err(e) = self.callback_now(term, session_id).await {
-            tracing::warn!(session = session_id, error = %e, "callback not written yet");
+            tracing::warn!(session = %session_id, error = %e, "callback not written yet");
         }
         self.release(Job::Callback, session_id);
     }
@@ -36,7 +36,7 @@ impl<S: Store> Driver<S> {
     async fn callback_now(
         self: &Arc<Self>,
         term: &Term,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<(), SessionError> {
         let (Some(process), Some(row)) = (
             self.store.process(session_id).await?,
@@ -78,7 +78,7 @@ impl<S: Store> Driver<S> {
     pub(super) async fn fail(
         self: &Arc<Self>,
         term: &Term,
-        session_id: &str,
+        session_id: &SessionId,
         failure: Failure,
         detail: &str,
         audit: AuditRecord,
@@ -91,14 +91,14 @@ impl<S: Store> Driver<S> {
             Ok(true) => self.callback(term, session_id).await,
             Ok(false) => {}
             Err(e) => {
-                tracing::error!(session = session_id, error = %e, "cannot record a lost agent")
+                tracing::error!(session = %session_id, error = %e, "cannot record a lost agent")
             }
         }
     }
 
     /// Fails a session whose runner's lease lapsed (`runner_lost`); its
     /// audit entry gives the reason `RUNNER_LOST`.
-    pub(super) async fn lose(self: &Arc<Self>, term: &Term, session_id: &str) {
+    pub(super) async fn lose(self: &Arc<Self>, term: &Term, session_id: &SessionId) {
         let runner = match self.store.process(session_id).await {
             Ok(process) => process.and_then(|p| p.runner),
             Err(_) => return,
@@ -107,21 +107,21 @@ impl<S: Store> Driver<S> {
         let detail = format!("its runner {runner} stopped renewing its registration");
         let mut audit = system_audit(Action::RunnerLost, session_id, true, &detail);
         audit.reason = Reason::RunnerLost.as_str().to_owned();
-        tracing::warn!(session = session_id, %runner, "runner lost: failing the session");
+        tracing::warn!(session = %session_id, %runner, "runner lost: failing the session");
         self.fail(term, session_id, Failure::RunnerLost, &detail, audit)
             .await;
     }
 
     /// A session that ended before its agent started: its parent (CALLBACK
     /// mode) is told, as it would be of an exit.
-    pub(super) async fn ended_unstarted(self: &Arc<Self>, term: &Term, session_id: &str) {
+    pub(super) async fn ended_unstarted(self: &Arc<Self>, term: &Term, session_id: &SessionId) {
         let marked = self
             .store
             .mark_stopped(term.fence(), session_id, true)
             .await;
         match term.check(marked) {
             Ok(()) => self.callback(term, session_id).await,
-            Err(e) => tracing::warn!(session = session_id, error = %e, "cannot record a stop"),
+            Err(e) => tracing::warn!(session = %session_id, error = %e, "cannot record a stop"),
         }
     }
 }
@@ -155,7 +155,7 @@ fn notice(row: &SessionRow, process: &ProcessRow, finished: Option<Finish>) -> S
         output_tail: tail,
         reason: reason.to_owned(),
         result: finished.map(|f| f.result),
-        session_id: row.session_id.clone(),
+        session_id: row.session_id.to_string(),
         status: troupe_proto::status::status_str(row.status).to_owned(),
         kind: SessionEndedType::SessionEnded,
     }

@@ -9,7 +9,10 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{Driver, Job, Term};
-use crate::store::{DriverWork, Store};
+use crate::{
+    model::SessionId,
+    store::{DriverWork, Store},
+};
 
 /// How often the store is read for work when nothing woke the owner.
 const WORK_POLL: Duration = Duration::from_secs(1);
@@ -69,7 +72,7 @@ impl<S: Store> Driver<S> {
         }
         // One task, deepest first: a child ends before its parent, so a
         // CALLBACK parent lost with it is told before it ends itself.
-        let lost: Vec<String> = work
+        let lost: Vec<SessionId> = work
             .runner_lost
             .into_iter()
             .filter(|id| self.claim(Job::Lose, id))

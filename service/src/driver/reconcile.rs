@@ -15,7 +15,7 @@ use troupe_proto::{
 
 use super::{Driver, Job, Term, system_audit};
 use crate::{
-    model::{Action, Failure, ProcessRow, RunnerName, now_ms},
+    model::{Action, Failure, ProcessRow, RunnerName, SessionId, now_ms},
     store::Store,
 };
 
@@ -54,13 +54,13 @@ pub(super) fn decide(
 }
 
 /// The runner's running execs whose session is not active: they are stopped.
-pub(super) fn orphans(execs: &[rpb::ExecInfo], active_ids: &HashSet<&str>) -> Vec<String> {
+pub(super) fn orphans(execs: &[rpb::ExecInfo], active_ids: &HashSet<&str>) -> Vec<SessionId> {
     execs
         .iter()
         .filter(|e| {
             e.state() == rpb::ExecState::Running && !active_ids.contains(e.exec_id.as_str())
         })
-        .map(|e| e.exec_id.clone())
+        .map(|e| SessionId::from(&e.exec_id))
         .collect()
 }
 

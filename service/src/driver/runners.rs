@@ -11,7 +11,7 @@ use troupe_proto::runner::runner_service_client::RunnerServiceClient;
 use super::{Client, Driver, Job, RETRY, Term};
 use crate::{
     error::SessionError,
-    model::{RunnerName, RunnerRow},
+    model::{RunnerName, RunnerRow, SessionId},
     store::Store,
 };
 
@@ -93,7 +93,7 @@ impl<S: Store> Driver<S> {
     /// The runner a session's process was placed on, and its client.
     pub(super) async fn session_runner(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<Option<(RunnerName, Client)>, SessionError> {
         let Some(runner) = self.store.process(session_id).await?.and_then(|p| p.runner) else {
             return Ok(None);

@@ -10,7 +10,10 @@ use super::{
 use crate::{
     agents,
     error::{Reason, SessionError},
-    model::{Action, Budget, Caller, Cost, NewMessage, NewSession, ParentEnd, Trust, WriteScope},
+    model::{
+        Action, Budget, Caller, Cost, NewMessage, NewSession, ParentEnd, SessionId, Trust,
+        WriteScope,
+    },
     policy,
     store::{Created, Store},
 };
@@ -121,8 +124,8 @@ fn new_session(
     budget: Budget,
 ) -> NewSession {
     NewSession {
-        session_id: new_id("sess"),
-        workspace_id: workspace.to_owned(),
+        session_id: new_id("sess").into(),
+        workspace_id: workspace.into(),
         trust,
         agent_name: agent.to_owned(),
         agent_command: spec.agent_command,
@@ -241,7 +244,7 @@ pub async fn child<S: Store>(
             }
             inner
                 .store
-                .get_session(&req.parent_session_id)
+                .get_session(&req.parent_session_id.as_str().into())
                 .await?
                 .ok_or_else(|| SessionError::not_found(&req.parent_session_id))?
         }
@@ -380,7 +383,7 @@ pub async fn child<S: Store>(
 async fn wait_for_end<S: Store>(
     inner: &Inner<S>,
     lapse: &Lapse,
-    session_id: &str,
+    session_id: &SessionId,
 ) -> Result<crate::model::SessionRow, SessionError> {
     let mut changes = inner.store.subscribe();
     let lapsed = lapse.lapsed(inner);
@@ -427,10 +430,11 @@ async fn resolve<S: Store>(
     match created {
         Created::New { session, quota } => Ok((*session, quota)),
         Created::Replayed { session_id, quota } => {
-            let session =
-                inner.store.get_session(&session_id).await?.ok_or_else(|| {
-                    SessionError::Internal("replayed session vanished".to_owned())
-                })?;
+            let session = inner
+                .store
+                .get_session(&session_id.as_str().into())
+                .await?
+                .ok_or_else(|| SessionError::Internal("replayed session vanished".to_owned()))?;
             Ok((session, quota))
         }
     }

@@ -68,6 +68,6 @@ pub async fn session<S: Store>(
     }
     Ok(pb::FinishSessionResponse {
         session: Some(view::session(caller, &row)),
-        terminated_session_ids: terminated,
+        terminated_session_ids: terminated.into_iter().map(String::from).collect(),
     })
 }

@@ -12,7 +12,7 @@ pub async fn session<S: Store>(
 ) -> Result<pb::GetSessionResponse, SessionError> {
     let row = inner
         .store
-        .get_session(&req.session_id)
+        .get_session(&req.session_id.as_str().into())
         .await?
         .filter(|row| can_see(caller, row))
         .ok_or_else(|| SessionError::not_found(&req.session_id))?;

@@ -16,7 +16,7 @@ use crate::{
     error::{Reason, SessionError},
     model::{
         Action, Audience, Caller, FannedOut, GroupName, GroupRow, Idempotency, MessageRate,
-        Reached, Sending, SessionRow,
+        Reached, Sending, SessionId, SessionRow,
     },
     policy,
     store::{FanOut, Store},
@@ -58,8 +58,8 @@ pub async fn broadcast<S: Store>(
         &[&req.scope.to_string(), &req.workspace_id],
     )?;
     let target = match &audience {
-        Audience::Workspace(ws) => ws.clone(),
-        Audience::Subtree(id) | Audience::Children(id) => id.clone(),
+        Audience::Workspace(ws) => ws.to_string(),
+        Audience::Subtree(id) | Audience::Children(id) => id.to_string(),
         Audience::Group { .. } => String::new(),
     };
     let recipients = fan_out(
@@ -167,7 +167,10 @@ pub async fn add<S: Store>(
             &me.workspace_id,
             &name,
             &me.session_id,
-            &req.session_ids,
+            &req.session_ids
+                .iter()
+                .map(SessionId::from)
+                .collect::<Vec<_>>(),
             audit,
             &check,
         )
@@ -184,7 +187,7 @@ pub async fn list<S: Store>(
 ) -> Result<pb::ListGroupsResponse, SessionError> {
     let workspace_id = policy::visible_workspace(caller, &req.workspace_id)?;
     let member = match caller {
-        Caller::Session(me) => Some(me.session_id.as_str()),
+        Caller::Session(me) => Some(&me.session_id),
         Caller::Operator => None,
     };
     let groups = inner.store.groups(&workspace_id, member).await?;
@@ -197,12 +200,12 @@ pub async fn list<S: Store>(
 fn group_view(viewer: &Caller, group: &GroupRow) -> pb::Group {
     pb::Group {
         name: group.name.as_str().to_owned(),
-        workspace_id: group.workspace_id.clone(),
+        workspace_id: group.workspace_id.to_string(),
         member_ids: group
             .members
             .iter()
             .filter(|m| policy::can_see(viewer, m))
-            .map(|m| m.session_id.clone())
+            .map(|m| m.session_id.to_string())
             .collect(),
         created_at: Some(view::timestamp(group.created_at_ms)),
     }
@@ -283,14 +286,14 @@ async fn fan_out<S: Store>(
                 sequence,
             } => {
                 let delivered = match &inner.driver {
-                    Some(driver) => driver.deliver(&session_id).await,
+                    Some(driver) => driver.deliver(&session_id.as_str().into()).await,
                     None => false,
                 };
                 if !delivered {
                     crate::metrics::queued();
                 }
                 pb::Recipient {
-                    session_id,
+                    session_id: session_id.into(),
                     outcome: pb::RecipientOutcome::Delivered as i32,
                     message_id,
                     sequence,
@@ -302,12 +305,12 @@ async fn fan_out<S: Store>(
                 }
             }
             Reached::Ended { session_id } => pb::Recipient {
-                session_id,
+                session_id: session_id.into(),
                 outcome: pb::RecipientOutcome::Ended as i32,
                 ..Default::default()
             },
             Reached::InboxFull { session_id } => pb::Recipient {
-                session_id,
+                session_id: session_id.into(),
                 outcome: pb::RecipientOutcome::InboxFull as i32,
                 ..Default::default()
             },

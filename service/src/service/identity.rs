@@ -13,7 +13,7 @@ use super::Inner;
 use crate::{
     auth::Bearer,
     error::{Reason, SessionError},
-    model::Caller,
+    model::{Caller, SessionId},
     store::Store,
 };
 
@@ -45,9 +45,13 @@ async fn identify_as<S: Store>(
     match inner.tokens.verify(token, &inner.store).await? {
         Bearer::Operator => Ok((Caller::Operator, None)),
         Bearer::Session(claims) => {
-            let row = inner.store.get_session(&claims.sub).await?.ok_or_else(|| {
-                SessionError::refused(Reason::TokenInvalid, "invalid session token")
-            })?;
+            let row = inner
+                .store
+                .get_session(&claims.sub.as_str().into())
+                .await?
+                .ok_or_else(|| {
+                    SessionError::refused(Reason::TokenInvalid, "invalid session token")
+                })?;
             if !row.is_active() && !ended_too {
                 return Err(SessionError::refused(
                     Reason::TokenRevoked,
@@ -71,7 +75,7 @@ pub enum Lapse {
     /// A session token: valid until it expires or its session ends.
     Session {
         token: String,
-        session_id: String,
+        session_id: SessionId,
         /// Unix seconds; the token is refused from the second after.
         expires_at: u64,
     },

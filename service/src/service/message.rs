@@ -101,7 +101,7 @@ pub(super) async fn store_and_deliver<S: Store>(
     let sent = inner
         .store
         .send_message(
-            recipient,
+            &recipient.into(),
             message,
             idem,
             audit,
@@ -110,7 +110,7 @@ pub(super) async fn store_and_deliver<S: Store>(
         )
         .await?;
     let delivered = match &inner.driver {
-        Some(driver) => driver.deliver(recipient).await,
+        Some(driver) => driver.deliver(&recipient.into()).await,
         None => false,
     };
     if !delivered {

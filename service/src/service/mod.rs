@@ -240,7 +240,7 @@ impl<S: Store> Service<S> {
             let result = create::child(&self.inner, &caller, &lapse, &req).await;
             let target = match (&caller, req.parent_session_id.as_str()) {
                 (Caller::Session(me), "") => me.session_id.clone(),
-                (_, parent) => parent.to_owned(),
+                (_, parent) => parent.into(),
             };
             self.audit_outcome(&caller, Action::CreateSession, &target, &result)
                 .await;
@@ -257,7 +257,14 @@ impl<S: Store> Service<S> {
         }
         match caller {
             Caller::Session(me) => me.trace,
-            Caller::Operator => self.inner.store.get_session(named).await.ok()??.trace,
+            Caller::Operator => {
+                self.inner
+                    .store
+                    .get_session(&named.into())
+                    .await
+                    .ok()??
+                    .trace
+            }
         }
     }
 }
@@ -265,7 +272,7 @@ impl<S: Store> Service<S> {
 /// The caller's own session (an operator's call names none).
 fn own_id(caller: &Caller) -> String {
     match caller {
-        Caller::Session(me) => me.session_id.clone(),
+        Caller::Session(me) => me.session_id.to_string(),
         Caller::Operator => String::new(),
     }
 }
@@ -273,7 +280,7 @@ fn own_id(caller: &Caller) -> String {
 /// The caller's parent session, if it has one.
 fn parent_id(caller: &Caller) -> String {
     match caller {
-        Caller::Session(me) => me.parent_session_id.clone().unwrap_or_default(),
+        Caller::Session(me) => me.parent_session_id.clone().unwrap_or_default().into(),
         Caller::Operator => String::new(),
     }
 }

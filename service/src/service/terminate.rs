@@ -33,7 +33,7 @@ pub async fn session<S: Store>(
     let (ended, row) = inner
         .store
         .terminate(
-            &req.session_id,
+            &req.session_id.as_str().into(),
             &caller.principal(),
             reason,
             audit,
@@ -44,7 +44,7 @@ pub async fn session<S: Store>(
         driver.stop(ended.clone());
     }
     Ok(pb::TerminateSessionResponse {
-        terminated_session_ids: ended,
+        terminated_session_ids: ended.into_iter().map(String::from).collect(),
         session: Some(view::session(caller, &row)),
     })
 }

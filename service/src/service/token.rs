@@ -17,7 +17,7 @@ pub async fn issue<S: Store>(
     require_operator(caller)?;
     let row = inner
         .store
-        .get_session(&req.session_id)
+        .get_session(&req.session_id.as_str().into())
         .await?
         .ok_or_else(|| SessionError::not_found(&req.session_id))?;
     if !row.is_active() {

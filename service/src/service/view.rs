@@ -60,10 +60,10 @@ pub fn session(viewer: &Caller, row: &SessionRow) -> pb::Session {
         row.created_by.to_string()
     };
     pb::Session {
-        session_id: row.session_id.clone(),
-        workspace_id: row.workspace_id.clone(),
+        session_id: row.session_id.to_string(),
+        workspace_id: row.workspace_id.to_string(),
         parent_session_id: parent,
-        tree_id: row.tree_id.clone(),
+        tree_id: row.tree_id.to_string(),
         depth: row.depth,
         trust_level: row.trust.to_proto() as i32,
         agent_name: row.agent_name.clone(),
@@ -213,15 +213,15 @@ pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
         sequence: row.seq as u64,
         kind: row.kind.to_proto() as i32,
         at: Some(timestamp(row.at_ms)),
-        session_id: row.session_id.clone(),
+        session_id: row.session_id.to_string(),
         parent_session_id: visible_parent(
             viewer,
             row.parent_session_id.as_deref(),
             row.parent_trust,
         ),
-        tree_id: row.tree_id.clone(),
+        tree_id: row.tree_id.to_string(),
         depth: row.depth,
-        workspace_id: row.workspace_id.clone(),
+        workspace_id: row.workspace_id.to_string(),
         trust_level: row.trust.to_proto() as i32,
         status: row.status as i32,
         detail,

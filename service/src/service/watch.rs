@@ -111,9 +111,9 @@ async fn filter<S: Store>(
 ) -> Result<EventFilter, SessionError> {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let mut filter = EventFilter {
-        session_id: non_empty(&req.session_id),
-        tree_id: non_empty(&req.tree_id),
-        workspace_id: non_empty(&req.workspace_id),
+        session_id: non_empty(&req.session_id).map(Into::into),
+        tree_id: non_empty(&req.tree_id).map(Into::into),
+        workspace_id: non_empty(&req.workspace_id).map(Into::into),
         ..EventFilter::default()
     };
     if let Caller::Session(_) = caller {

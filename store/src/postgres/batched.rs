@@ -15,7 +15,9 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{Audience, AuditRecord, Idempotency, MessageRate, NewMessage, SessionRow, Trust},
+    model::{
+        Audience, AuditRecord, Idempotency, MessageRate, NewMessage, SessionId, SessionRow, Trust,
+    },
     {
         accounts::{INSERT_ACCOUNT, bind_account},
         creates::{INSERT_SESSION, SpawnFacts, bind_session, sandboxed},
@@ -248,7 +250,7 @@ impl Tx<'_> {
     pub(crate) async fn audience(
         &mut self,
         audience: &Audience,
-    ) -> Result<Vec<String>, SessionError> {
+    ) -> Result<Vec<SessionId>, SessionError> {
         let active = "status IN ('pending', 'running')";
         let (sql, key) = match audience {
             Audience::Workspace(workspace_id) => (
@@ -256,7 +258,7 @@ impl Tx<'_> {
                     "SELECT session_id FROM sessions WHERE workspace_id = $1 AND {active} \
                      ORDER BY row_id"
                 ),
-                workspace_id,
+                workspace_id.as_str(),
             ),
             Audience::Subtree(root) => (
                 format!(
@@ -268,14 +270,14 @@ impl Tx<'_> {
                        FROM sessions s JOIN down ON s.parent_session_id = down.session_id) \
                      SELECT session_id FROM down WHERE {active} ORDER BY depth, row_id"
                 ),
-                root,
+                root.as_str(),
             ),
             Audience::Children(parent) => (
                 format!(
                     "SELECT session_id FROM sessions WHERE parent_session_id = $1 AND {active} \
                      ORDER BY row_id"
                 ),
-                parent,
+                parent.as_str(),
             ),
             Audience::Group { .. } => {
                 return Err(SessionError::Internal(
@@ -293,7 +295,7 @@ impl Tx<'_> {
     /// the order of `ids`.
     pub(crate) async fn lock_rows(
         &mut self,
-        ids: &[String],
+        ids: &[SessionId],
     ) -> Result<Vec<SessionRow>, SessionError> {
         let raws: Vec<RawSession> = sqlx::query_as(concat!(
             "SELECT ",

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{EndReason, NewMessage, ParentEnd, ProcessChange, SessionRow},
+    model::{EndReason, NewMessage, ParentEnd, ProcessChange, SessionId, SessionRow},
     policy::Member,
     {Fence, parse_stored},
 };
@@ -102,7 +102,7 @@ impl Tx<'_> {
     pub(crate) async fn ancestors(
         &mut self,
         session_id: &str,
-    ) -> Result<Vec<String>, SessionError> {
+    ) -> Result<Vec<SessionId>, SessionError> {
         Ok(sqlx::query_scalar(
             "WITH RECURSIVE up(session_id, parent, n) AS ( \
                SELECT session_id, parent_session_id, 0 FROM sessions WHERE session_id = $1 \
@@ -121,7 +121,7 @@ impl Tx<'_> {
     pub(crate) async fn active_subtree(
         &mut self,
         session_id: &str,
-    ) -> Result<Vec<String>, SessionError> {
+    ) -> Result<Vec<SessionId>, SessionError> {
         locks::active_subtree(self.conn(), session_id).await
     }
 
@@ -148,8 +148,8 @@ impl Tx<'_> {
         rows.into_iter()
             .map(|(session_id, parent_session_id, policy)| {
                 Ok(Member {
-                    session_id,
-                    parent_session_id,
+                    session_id: session_id.into(),
+                    parent_session_id: parent_session_id.map(Into::into),
                     on_parent_end: parse_stored("parent-end policy", &policy, ParentEnd::parse)?,
                 })
             })
@@ -161,7 +161,7 @@ impl Tx<'_> {
     /// their new rows, in the order of `ids`.
     pub(crate) async fn end_sessions(
         &mut self,
-        ids: &[String],
+        ids: &[SessionId],
         status: SessionStatus,
         target: &str,
         reason: &EndReason,
@@ -182,7 +182,10 @@ impl Tx<'_> {
 
     /// Marks the active ones of `ids` orphaned; returns their new rows, in
     /// the order of `ids`.
-    pub(crate) async fn orphan(&mut self, ids: &[String]) -> Result<Vec<SessionRow>, SessionError> {
+    pub(crate) async fn orphan(
+        &mut self,
+        ids: &[SessionId],
+    ) -> Result<Vec<SessionRow>, SessionError> {
         let raws: Vec<RawSession> = sqlx::query_as(concat!(
             "UPDATE sessions SET orphaned = TRUE \
              WHERE session_id = ANY($1) AND status IN ('pending', 'running') RETURNING ",

@@ -29,7 +29,10 @@ use sqlx::PgConnection;
 use troupe_proto::{session::SessionStatus, status::status_str};
 
 use super::open::{RawSession, session_columns};
-use crate::{error::SessionError, model::SessionRow};
+use crate::{
+    error::SessionError,
+    model::{SessionId, SessionRow},
+};
 
 /// Where a session's counters are: its workspace and its tree (neither
 /// ever changes, so they are read without a lock).
@@ -110,7 +113,7 @@ pub(super) async fn place_of(
 /// returns their new rows.
 pub(super) async fn end_sessions(
     conn: &mut PgConnection,
-    ids: &[String],
+    ids: &[SessionId],
     status: SessionStatus,
     target: &str,
     reason: &str,
@@ -147,7 +150,7 @@ pub(super) async fn end_sessions(
 pub(super) async fn active_subtree(
     conn: &mut PgConnection,
     target: &str,
-) -> Result<Vec<String>, SessionError> {
+) -> Result<Vec<SessionId>, SessionError> {
     Ok(sqlx::query_scalar(
         "WITH RECURSIVE down(session_id, row_id, status, level) AS ( \
            SELECT session_id, row_id, status, 0 FROM sessions WHERE session_id = $1 \

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{SessionRow, Trust},
+    model::{SessionId, SessionRow, Trust, WorkspaceId},
 };
 
 impl PgStore {
@@ -81,8 +81,8 @@ impl PgStore {
 
     pub(crate) async fn active_counts_impl(
         &self,
-    ) -> Result<Vec<(String, Trust, u32)>, SessionError> {
-        let rows: Vec<(String, i32, i32)> = sqlx::query_as(
+    ) -> Result<Vec<(WorkspaceId, Trust, u32)>, SessionError> {
+        let rows: Vec<(WorkspaceId, i32, i32)> = sqlx::query_as(
             "SELECT workspace_id, active_direct, active_sandboxed FROM workspaces \
              WHERE active_direct > 0 OR active_sandboxed > 0",
         )
@@ -105,7 +105,7 @@ impl PgStore {
         conn: &mut PgConnection,
         id: &str,
     ) -> Result<SessionRow, SessionError> {
-        self.rows_of(conn, &[id.to_owned()])
+        self.rows_of(conn, &[id.into()])
             .await?
             .pop()
             .ok_or_else(|| SessionError::not_found(id))
@@ -116,7 +116,7 @@ impl PgStore {
     pub(crate) async fn rows_of(
         &self,
         conn: &mut PgConnection,
-        ids: &[String],
+        ids: &[SessionId],
     ) -> Result<Vec<SessionRow>, SessionError> {
         let raws: Vec<RawSession> = sqlx::query_as(concat!(
             "SELECT ",
@@ -145,7 +145,7 @@ impl PgStore {
 /// Session rows read, in the order of `ids`.
 pub(super) fn in_order(
     raws: Vec<RawSession>,
-    ids: &[String],
+    ids: &[SessionId],
 ) -> Result<Vec<SessionRow>, SessionError> {
     let mut rows = raws
         .into_iter()

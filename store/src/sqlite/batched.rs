@@ -27,7 +27,8 @@ use super::{SqliteStore, Writer, write::INSERT_ENTRY, writer::insert_event};
 use crate::{
     error::SessionError,
     model::{
-        Audience, AuditRecord, Idempotency, MessageRate, NewMessage, SessionRow, Trust, now_ms,
+        Audience, AuditRecord, Idempotency, MessageRate, NewMessage, SessionId, SessionRow, Trust,
+        now_ms,
     },
     {
         accounts::{INSERT_ACCOUNT, bind_account},
@@ -47,7 +48,7 @@ pub(crate) struct Batched<'s> {
     /// What each statement that returns a row returns, in order.
     returns: Vec<Returned>,
     /// A parent's spawn rate state, changed.
-    spawn_tats: Vec<(String, i64)>,
+    spawn_tats: Vec<(SessionId, i64)>,
 }
 
 /// What a statement of the batch returns, for the ledger.
@@ -316,7 +317,7 @@ impl Batched<'_> {
     pub(crate) async fn audience(
         &mut self,
         audience: &Audience,
-    ) -> Result<Vec<String>, SessionError> {
+    ) -> Result<Vec<SessionId>, SessionError> {
         let ledger = self.store.ledger();
         Ok(match audience {
             Audience::Workspace(workspace_id) => {
@@ -345,7 +346,7 @@ impl Batched<'_> {
     /// The rows of `ids` that exist, in the order of `ids`.
     pub(crate) async fn lock_rows(
         &mut self,
-        ids: &[String],
+        ids: &[SessionId],
     ) -> Result<Vec<SessionRow>, SessionError> {
         let ledger = self.store.ledger();
         Ok(ids.iter().filter_map(|id| ledger.get(id)).collect())
@@ -371,7 +372,7 @@ impl Batched<'_> {
         w.unsettled = self
             .returns
             .iter()
-            .map(|r| r.session_id().to_owned())
+            .map(|r| r.session_id().into())
             .chain(self.spawn_tats.iter().map(|(id, _)| id.clone()))
             .collect();
         // Open until the batch's answer: dropped in between, the next

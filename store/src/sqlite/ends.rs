@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     error::SessionError,
-    model::{EndReason, NewMessage, ProcessChange, SessionRow, now_ms},
+    model::{EndReason, NewMessage, ProcessChange, SessionId, SessionRow, now_ms},
     policy::Member,
     {Fence, messages::INSERT_BODY, session_rows::RawSession, shared::json_ids},
 };
@@ -58,11 +58,12 @@ impl Tx<'_> {
         &mut self,
         session_id: &str,
     ) -> Result<Option<String>, SessionError> {
-        Ok(self
+        Ok((self
             .store
             .ledger()
             .get(session_id)
             .map(|row| row.workspace_id))
+        .map(Into::into))
     }
 
     /// The row of `session_id`, for a write of its events alone.
@@ -94,7 +95,7 @@ impl Tx<'_> {
         .bind(status_str(status))
         .fetch_all(self.conn())
         .await?;
-        self.returned(raws, &[session_id.to_owned()])?
+        self.returned(raws, &[session_id.into()])?
             .pop()
             .ok_or_else(|| SessionError::not_found(session_id))
     }
@@ -103,7 +104,7 @@ impl Tx<'_> {
     pub(crate) async fn ancestors(
         &mut self,
         session_id: &str,
-    ) -> Result<Vec<String>, SessionError> {
+    ) -> Result<Vec<SessionId>, SessionError> {
         Ok(self.store.ledger().ancestors(session_id))
     }
 
@@ -112,7 +113,7 @@ impl Tx<'_> {
     pub(crate) async fn active_subtree(
         &mut self,
         session_id: &str,
-    ) -> Result<Vec<String>, SessionError> {
+    ) -> Result<Vec<SessionId>, SessionError> {
         Ok(self.store.ledger().active_subtree(session_id))
     }
 
@@ -130,7 +131,7 @@ impl Tx<'_> {
     fn returned(
         &mut self,
         raws: Vec<RawSession>,
-        ids: &[String],
+        ids: &[SessionId],
     ) -> Result<Vec<SessionRow>, SessionError> {
         let mut rows = Vec::with_capacity(raws.len());
         for raw in raws {
@@ -148,7 +149,7 @@ impl Tx<'_> {
     /// order of `ids`.
     pub(crate) async fn end_sessions(
         &mut self,
-        ids: &[String],
+        ids: &[SessionId],
         status: SessionStatus,
         target: &str,
         reason: &EndReason,
@@ -161,7 +162,7 @@ impl Tx<'_> {
              AND status IN ('pending', 'running') RETURNING ",
             session_columns!()
         ))
-        .bind(json_ids(ids.iter().map(String::as_str)))
+        .bind(json_ids(ids.iter().map(SessionId::as_str)))
         .bind(status_str(status))
         .bind(now_ms())
         .bind(target)
@@ -174,14 +175,17 @@ impl Tx<'_> {
 
     /// Marks the active ones of `ids` orphaned; returns their new rows, in
     /// the order of `ids`.
-    pub(crate) async fn orphan(&mut self, ids: &[String]) -> Result<Vec<SessionRow>, SessionError> {
+    pub(crate) async fn orphan(
+        &mut self,
+        ids: &[SessionId],
+    ) -> Result<Vec<SessionRow>, SessionError> {
         let raws = sqlx::query_as(concat!(
             "UPDATE sessions SET orphaned = 1 \
              WHERE session_id IN (SELECT value FROM json_each($1)) \
              AND status IN ('pending', 'running') RETURNING ",
             session_columns!()
         ))
-        .bind(json_ids(ids.iter().map(String::as_str)))
+        .bind(json_ids(ids.iter().map(SessionId::as_str)))
         .fetch_all(self.conn())
         .await?;
         self.returned(raws, ids)

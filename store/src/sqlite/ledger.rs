@@ -17,7 +17,7 @@ use std::{
 
 use crate::{
     creates::SpawnFacts,
-    model::{SessionRow, Trust},
+    model::{SessionId, SessionRow, TreeId, Trust, WorkspaceId},
 };
 
 fn trust_index(trust: Trust) -> usize {
@@ -45,12 +45,12 @@ struct Workspace {
 /// The sessions table, in memory, with the indexes the reads need.
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
-    sessions: HashMap<String, Entry>,
-    workspaces: HashMap<String, Workspace>,
+    sessions: HashMap<SessionId, Entry>,
+    workspaces: HashMap<WorkspaceId, Workspace>,
     /// Sessions per tree, direct and sandboxed ([`trust_index`]).
-    trees: HashMap<String, [u32; 2]>,
+    trees: HashMap<TreeId, [u32; 2]>,
     /// Children of each session, by rowid.
-    children: HashMap<String, Vec<(i64, String)>>,
+    children: HashMap<SessionId, Vec<(i64, SessionId)>>,
     /// Sessions that ended since the ledger was loaded.
     ended: u64,
 }
@@ -137,7 +137,7 @@ impl Ledger {
 
     /// Pending or running sessions by workspace and trust level (those
     /// with any).
-    pub fn active_counts(&self) -> Vec<(String, Trust, u32)> {
+    pub fn active_counts(&self) -> Vec<(WorkspaceId, Trust, u32)> {
         let mut counts = Vec::new();
         for (id, workspace) in &self.workspaces {
             for trust in [Trust::Direct, Trust::Sandboxed] {
@@ -161,7 +161,7 @@ impl Ledger {
     }
 
     /// A session's ancestors, nearest first.
-    pub fn ancestors(&self, session_id: &str) -> Vec<String> {
+    pub fn ancestors(&self, session_id: &str) -> Vec<SessionId> {
         let mut out = Vec::new();
         let mut at = self.sessions.get(session_id);
         while let Some(parent) = at.and_then(|e| e.row.parent_session_id.as_ref()) {
@@ -173,7 +173,7 @@ impl Ledger {
 
     /// The active sessions of the subtree rooted at `session_id`: the root
     /// first, then level by level, each level in creation order.
-    pub fn active_subtree(&self, session_id: &str) -> Vec<String> {
+    pub fn active_subtree(&self, session_id: &str) -> Vec<SessionId> {
         let mut out = Vec::new();
         let mut level: Vec<(i64, &str)> = match self.sessions.get_key_value(session_id) {
             Some((id, e)) => vec![(e.rowid, id.as_str())],
@@ -184,7 +184,7 @@ impl Ledger {
             let mut next = Vec::new();
             for (_, id) in &level {
                 if self.sessions[*id].row.is_active() {
-                    out.push((*id).to_owned());
+                    out.push((*id).into());
                 }
                 for (rowid, child) in self.children.get(*id).into_iter().flatten() {
                     next.push((*rowid, child.as_str()));
@@ -250,11 +250,11 @@ mod tests {
     /// tree of its own).
     fn row(id: &str, ws: &str, parent: Option<&SessionRow>, trust: Trust) -> SessionRow {
         SessionRow {
-            session_id: id.to_owned(),
-            workspace_id: ws.to_owned(),
+            session_id: id.into(),
+            workspace_id: ws.into(),
             parent_session_id: parent.map(|p| p.session_id.clone()),
             parent_trust: parent.map(|p| p.trust),
-            tree_id: parent.map_or_else(|| format!("tree_{id}"), |p| p.tree_id.clone()),
+            tree_id: parent.map_or_else(|| format!("tree_{id}").into(), |p| p.tree_id.clone()),
             depth: parent.map_or(0, |p| p.depth + 1),
             trust,
             agent_name: "echo".to_owned(),
@@ -325,9 +325,9 @@ mod tests {
         assert_eq!(
             counts,
             [
-                ("ws".to_owned(), Trust::Direct, 2),
-                ("ws".to_owned(), Trust::Sandboxed, 2),
-                ("ws2".to_owned(), Trust::Sandboxed, 1),
+                ("ws".into(), Trust::Direct, 2),
+                ("ws".into(), Trust::Sandboxed, 2),
+                ("ws2".into(), Trust::Sandboxed, 1),
             ]
         );
         assert_eq!(ledger.ended(), 0);
@@ -415,7 +415,7 @@ mod tests {
         ledger.put(3, ended(b));
         let list = |sandboxed_only, include_ended, after, limit| {
             let (rows, next) = ledger.list("ws", sandboxed_only, include_ended, after, limit);
-            let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
+            let ids: Vec<SessionId> = rows.iter().map(|r| r.session_id.clone()).collect();
             (ids, next)
         };
         assert_eq!(

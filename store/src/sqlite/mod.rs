@@ -44,7 +44,10 @@ use tokio::sync::{Mutex, watch};
 
 use self::{ledger::Ledger, write::rollback};
 use super::OutputBudget;
-use crate::{error::SessionError, model::SessionRow};
+use crate::{
+    error::SessionError,
+    model::{SessionId, SessionRow},
+};
 
 pub(crate) use self::batched::Batched;
 pub(crate) use self::writer::{Tx, any_of, db_now_ms, for_update, retrying, row_order};
@@ -91,7 +94,7 @@ struct Writer {
     /// cleared once the ledger has its result: if the write's future is
     /// dropped in between, the next writer rolls back what is open and
     /// rereads these rows, so the ledger never misses a commit.
-    unsettled: Vec<String>,
+    unsettled: Vec<SessionId>,
     /// A transaction was opened by a statement of its own
     /// ([`SqliteStore::begin`]) and its batch has not ended it yet: the next
     /// writer rolls it back if the write was cancelled in between.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::SqliteStore;
 use crate::{
     error::SessionError,
-    model::{SessionRow, Trust},
+    model::{SessionRow, Trust, WorkspaceId},
 };
 
 impl SqliteStore {
@@ -39,7 +39,7 @@ impl SqliteStore {
 
     pub(crate) async fn active_counts_impl(
         &self,
-    ) -> Result<Vec<(String, Trust, u32)>, SessionError> {
+    ) -> Result<Vec<(WorkspaceId, Trust, u32)>, SessionError> {
         Ok(self.ledger().active_counts())
     }
 

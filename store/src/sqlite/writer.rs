@@ -19,7 +19,7 @@ use super::{
 use crate::{
     error::SessionError,
     journal::NewEvent,
-    model::{SessionRow, now_ms},
+    model::{SessionId, SessionRow, now_ms},
 };
 use troupe_proto::status::status_str;
 
@@ -66,11 +66,7 @@ impl Tx<'_> {
     /// unsettled from before `COMMIT` until the ledger has them: if the
     /// caller goes away in between, the next writer rereads them.
     pub(crate) async fn commit(mut self) -> Result<(), SessionError> {
-        self.w.unsettled = self
-            .changes
-            .iter()
-            .map(|c| c.session_id().to_owned())
-            .collect();
+        self.w.unsettled = self.changes.iter().map(|c| c.session_id().into()).collect();
         let done = sqlx::query("COMMIT").execute(&mut self.w.conn).await;
         let done = self.w.or_abandon(done.map_err(SessionError::from)).await;
         self.w.open = false;
@@ -156,7 +152,7 @@ impl SqliteStore {
     pub(crate) async fn rows_of(
         &self,
         _conn: &mut SqliteConnection,
-        ids: &[String],
+        ids: &[SessionId],
     ) -> Result<Vec<SessionRow>, SessionError> {
         let ledger = self.ledger();
         Ok(ids.iter().filter_map(|id| ledger.get(id)).collect())

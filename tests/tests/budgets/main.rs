@@ -60,8 +60,8 @@ fn audit(target: &str) -> AuditRecord {
 
 fn new_session(id: &str, budget: Budget) -> NewSession {
     NewSession {
-        session_id: id.to_owned(),
-        workspace_id: "alpha".to_owned(),
+        session_id: id.into(),
+        workspace_id: "alpha".into(),
         trust: Trust::Direct,
         agent_name: "worker".to_owned(),
         agent_command: "[\"/bin/cat\"]".to_owned(),
@@ -105,9 +105,13 @@ async fn spawn<S: Store>(
 ) -> Result<Created, SessionError> {
     let limits = limits();
     store
-        .create_child(parent, new_session(id, budget), None, audit(id), &|ctx| {
-            policy::admit_spawn(ctx, &limits)
-        })
+        .create_child(
+            &parent.into(),
+            new_session(id, budget),
+            None,
+            audit(id),
+            &|ctx| policy::admit_spawn(ctx, &limits),
+        )
         .await
 }
 
@@ -118,14 +122,18 @@ async fn reserve<S: Store>(
     charge: Charge,
 ) -> Result<Reservation, SessionError> {
     store
-        .reserve(session_id, charge, &|session, path| {
+        .reserve(&session_id.into(), charge, &|session, path| {
             policy::admit_charge(session, path, &charge, now_ms())
         })
         .await
 }
 
 async fn account<S: Store>(store: &S, id: &str) -> Account {
-    store.account(id).await.expect("account").expect("exists")
+    store
+        .account(&id.into())
+        .await
+        .expect("account")
+        .expect("exists")
 }
 
 fn call(tokens: TokenUsage, cost: Cost) -> ModelCall {

@@ -77,7 +77,7 @@ async fn settle_lands_on_every_ancestor<S: Store>(stores: &[S]) {
     assert_eq!(account(store, "s_b").await.subtree, settled);
     // The usage event, as a watcher reads it.
     let filter = EventFilter {
-        session_id: Some("s_b".to_owned()),
+        session_id: Some("s_b".into()),
         ..EventFilter::default()
     };
     let EventPage::Events(events) = store.events_after(&filter, 0, 100).await.expect("events")

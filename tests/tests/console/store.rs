@@ -68,7 +68,7 @@ async fn messages_contract(store: impl Store) {
         async move {
             store
                 .send_message(
-                    to,
+                    &to.into(),
                     NewMessage {
                         message_id: format!("msg_{n}"),
                         sender: from,
@@ -86,14 +86,14 @@ async fn messages_contract(store: impl Store) {
     send(1, "sess_a", Principal::Operator, "to a").await;
     send(2, "sess_b", Principal::Session("sess_a".into()), "from a").await;
     send(3, "sess_b", Principal::Operator, "not a's").await;
-    let got = store.session_messages("sess_a", 10).await.unwrap();
+    let got = store.session_messages(&"sess_a".into(), 10).await.unwrap();
     let bodies: Vec<_> = got
         .iter()
         .map(|m| (m.session_id.as_str(), m.body.as_str()))
         .collect();
     assert_eq!(bodies, [("sess_a", "to a"), ("sess_b", "from a")]);
     assert_eq!(
-        store.session_messages("sess_a", 1).await.unwrap()[0].body,
+        store.session_messages(&"sess_a".into(), 1).await.unwrap()[0].body,
         "from a",
         "the newest"
     );

@@ -7,7 +7,7 @@ use super::*;
 /// Every event of `session` after `after`, as a watcher pages through them.
 async fn watch(store: &SqliteStore, session: &str, mut after: i64) -> Vec<EventRow> {
     let filter = EventFilter {
-        session_id: Some(session.to_owned()),
+        session_id: Some(session.into()),
         ..Default::default()
     };
     let mut all = Vec::new();

@@ -51,7 +51,10 @@ async fn running(store: &SqliteStore, id: &str) {
     assert!(matches!(created, Ok(Created::New { .. })));
     let fence = fence(store).await;
     troupe_tests::embedded_runner(store, &fence).await;
-    store.start_process(&fence, id).await.expect("process");
+    store
+        .start_process(&fence, &id.into())
+        .await
+        .expect("process");
     print(store, id, 1, ProcessChange::Started).await;
 }
 
@@ -72,7 +75,7 @@ async fn fence(store: &SqliteStore) -> Fence {
 
 async fn print(store: &SqliteStore, id: &str, seq: u64, change: ProcessChange) {
     let applied = store
-        .record_process(&fence(store).await, id, seq, change, TAIL)
+        .record_process(&fence(store).await, &id.into(), seq, change, TAIL)
         .await
         .expect("record");
     assert!(applied.is_some(), "runner event {seq} of {id} applied");

@@ -21,7 +21,7 @@ async fn every_byte_printed_reaches_the_output_tail() {
         printed.extend_from_slice(c);
     }
     let tail = store
-        .process("sess_bytes")
+        .process(&"sess_bytes".into())
         .await
         .unwrap()
         .unwrap()
@@ -32,7 +32,7 @@ async fn every_byte_printed_reaches_the_output_tail() {
     let limited = store
         .record_process(
             &fence(&store).await,
-            "sess_bytes",
+            &"sess_bytes".into(),
             10,
             output(b"\0\0tail".to_vec()),
             8,
@@ -42,7 +42,7 @@ async fn every_byte_printed_reaches_the_output_tail() {
     assert!(limited.is_some());
     printed.extend_from_slice(b"\0\0tail");
     let tail = store
-        .process("sess_bytes")
+        .process(&"sess_bytes".into())
         .await
         .unwrap()
         .unwrap()

@@ -19,7 +19,7 @@ async fn on_budget<S: Store>(store: S) {
     )
     .await;
     exits(&store, &fence, "p", 0).await;
-    let a = store.get_session("a").await.unwrap().unwrap();
+    let a = store.get_session(&"a".into()).await.unwrap().unwrap();
     assert!(a.is_active() && a.orphaned);
     let one_call = Charge {
         cost: Cost(0),
@@ -28,11 +28,11 @@ async fn on_budget<S: Store>(store: S) {
     };
     let admit = |session: &_, path: &[_]| policy::admit_charge(session, path, &one_call, now_ms());
     store
-        .reserve("a", one_call, &admit)
+        .reserve(&"a".into(), one_call, &admit)
         .await
         .expect("p's one call");
     let refused = store
-        .reserve("a", one_call, &admit)
+        .reserve(&"a".into(), one_call, &admit)
         .await
         .expect_err("p's budget is spent");
     assert_eq!(refused.reason().as_str(), "BUDGET_EXCEEDED", "{refused}");
@@ -40,7 +40,7 @@ async fn on_budget<S: Store>(store: S) {
     assert!(store.over_deadline(now_ms()).await.unwrap().is_empty());
     // ...after it, the orphan is due: its deadline is its parent's.
     let due = store.over_deadline(now_ms() + 61_000).await.unwrap();
-    assert!(due.contains(&"a".to_owned()), "{due:?}");
+    assert!(due.contains(&"a".to_owned().as_str().into()), "{due:?}");
     for id in &due {
         store
             .end_for_budget(&fence, id, audit(Action::EndForBudget, id))
@@ -48,7 +48,7 @@ async fn on_budget<S: Store>(store: S) {
             .expect("end for budget");
     }
     for id in ["a", "q", "qa"] {
-        let s = store.get_session(id).await.unwrap().unwrap();
+        let s = store.get_session(&id.into()).await.unwrap().unwrap();
         assert_eq!(
             (s.status, s.end_reason),
             (
@@ -58,7 +58,7 @@ async fn on_budget<S: Store>(store: S) {
             "{id}"
         );
     }
-    let r = store.get_session("r").await.unwrap().unwrap();
+    let r = store.get_session(&"r".into()).await.unwrap().unwrap();
     assert!(r.is_active(), "no budget of its own");
 }
 

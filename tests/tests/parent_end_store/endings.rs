@@ -7,7 +7,8 @@ use super::*;
 /// Asserts what `p`'s end (with `status`, `reason` as its notice says)
 /// did to the [`MIXED`] tree below it.
 async fn assert_applied<S: Store>(store: &S, status: SessionStatus, reason: &str) {
-    let row = |id: &'static str| async move { store.get_session(id).await.unwrap().unwrap() };
+    let row =
+        |id: &'static str| async move { store.get_session(&id.into()).await.unwrap().unwrap() };
     let p = row("p").await;
     assert_eq!(p.status, status);
     for id in ["t", "tt"] {
@@ -68,9 +69,17 @@ async fn assert_applied<S: Store>(store: &S, status: SessionStatus, reason: &str
     for quiet in ["a", "ta", "at", "nt", "sibling"] {
         assert!(notices(store, quiet).await.is_empty(), "{quiet}");
     }
-    assert_eq!(store.get_session("n").await.unwrap().unwrap().inbox_seq, 1);
+    assert_eq!(
+        store
+            .get_session(&"n".into())
+            .await
+            .unwrap()
+            .unwrap()
+            .inbox_seq,
+        1
+    );
     // One audit entry of what the end did.
-    let entries = store.list_audit(Some("p"), 0, 100).await.unwrap();
+    let entries = store.list_audit(Some(&"p".into()), 0, 100).await.unwrap();
     let entry = entries
         .iter()
         .find(|e| e.action == "parent_ended")
@@ -97,7 +106,13 @@ async fn on_exit<S: Store>(store: S) {
 async fn on_failure<S: Store>(store: S, failure: Failure, reason: &str) {
     let fence = tree(&store, &MIXED, &[]).await;
     let ended = store
-        .fail_session(&fence, "p", failure, "gone", audit(Action::RunnerLost, "p"))
+        .fail_session(
+            &fence,
+            &"p".into(),
+            failure,
+            "gone",
+            audit(Action::RunnerLost, "p"),
+        )
         .await
         .expect("fail");
     assert!(ended);
@@ -109,7 +124,7 @@ async fn on_terminate<S: Store>(store: S) {
     tree(&store, &MIXED, &[]).await;
     let (ended, _) = store
         .terminate(
-            "p",
+            &"p".into(),
             &Principal::Operator,
             "my private reason",
             audit(Action::TerminateSession, "p"),
@@ -123,7 +138,7 @@ async fn on_terminate<S: Store>(store: S) {
     // and all: the operator's way to clear them.
     let (ended, _) = store
         .terminate(
-            "p",
+            &"p".into(),
             &Principal::Operator,
             "",
             audit(Action::TerminateSession, "p"),
@@ -145,7 +160,7 @@ async fn on_finish<S: Store>(store: S) {
     };
     let (terminated, _) = store
         .finish(
-            "p",
+            &"p".into(),
             &finish,
             now_ms() + 3_600_000,
             audit(Action::FinishSession, "p"),

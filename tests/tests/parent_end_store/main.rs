@@ -25,7 +25,7 @@ use troupe_session_svc::{
     model::{
         Action, AuditRecord, Budget, Charge, Cost, EndReason, EventFilter, EventKind, ExitReason,
         Failure, Finish, NewSession, Outcome, ParentEnd, Principal, ProcessChange, ProcessExit,
-        Trust, now_ms,
+        SessionId, Trust, now_ms,
     },
     policy::{self, Admission, SpawnContext},
     store::{EventPage, Fence, Store},
@@ -82,7 +82,7 @@ async fn tree<S: Store>(
         };
         store
             .create_child(
-                parent,
+                &SessionId::from(*parent),
                 new_session(id, *policy, budget),
                 None,
                 audit(Action::CreateSession, id),
@@ -103,7 +103,7 @@ async fn exits<S: Store>(store: &S, fence: &Fence, id: &str, code: i32) {
         detail: String::new(),
     });
     store
-        .record_process(fence, id, 2, exit, 1024)
+        .record_process(fence, &id.into(), 2, exit, 1024)
         .await
         .expect("exit");
 }
@@ -123,7 +123,7 @@ const MIXED: [(&str, &str, ParentEnd); 10] = [
 
 async fn events_of<S: Store>(store: &S, id: &str) -> Vec<(EventKind, serde_json::Value)> {
     let filter = EventFilter {
-        session_id: Some(id.to_owned()),
+        session_id: Some(id.into()),
         ..Default::default()
     };
     match store.events_after(&filter, 0, 1000).await.expect("events") {
@@ -137,7 +137,7 @@ async fn events_of<S: Store>(store: &S, id: &str) -> Vec<(EventKind, serde_json:
 
 /// The `parent_ended` notices in a session's inbox, from Troupe.
 async fn notices<S: Store>(store: &S, id: &str) -> Vec<ParentEnded> {
-    let inbox = store.undelivered(id).await.expect("inbox");
+    let inbox = store.undelivered(&id.into()).await.expect("inbox");
     inbox
         .iter()
         .map(|m| {

@@ -151,7 +151,7 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
     let writing = join_all(writers);
     tokio::pin!(writing);
     let filter = EventFilter {
-        workspace_id: Some("alpha".to_owned()),
+        workspace_id: Some("alpha".into()),
         ..EventFilter::default()
     };
     let mut paged: Vec<i64> = Vec::new();

@@ -3,7 +3,7 @@ use crate::model::TokenUsage;
 
 fn account(id: &str, depth: u32, budget: Budget) -> Account {
     Account {
-        session_id: id.to_owned(),
+        session_id: id.into(),
         depth,
         budget,
         ..Account::default()
