@@ -6,7 +6,6 @@
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use troupe_proto::session::ListAuditRequest;
 use troupe_tests::{
     OPERATOR_TOKEN, TestServer,
     console::{self, JSON, LIMIT},
@@ -37,18 +36,7 @@ fn sign_in_body() -> String {
 }
 
 async fn audit(server: &TestServer) -> Vec<troupe_proto::session::AuditEntry> {
-    server
-        .operator()
-        .await
-        .list_audit(ListAuditRequest {
-            session_id: String::new(),
-            after_id: 0,
-            limit: 100_000,
-        })
-        .await
-        .expect("audit")
-        .into_inner()
-        .entries
+    troupe_tests::audit_log(server, 100_000).await
 }
 
 /// A refusal of `Host` or `Origin`: 403, no cookie, and a body that names
