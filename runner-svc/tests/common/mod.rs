@@ -54,6 +54,12 @@ impl TestRunner {
         Self::start_with(|_| {}).await
     }
 
+    /// As [`TestRunner::start`], called with the session service's operator
+    /// token, as a session service that drives it calls it.
+    pub async fn driven() -> Self {
+        Self::start_with(|c| c.operator_token = Some(troupe_tests::OPERATOR_TOKEN.into())).await
+    }
+
     pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -184,6 +190,11 @@ impl TestRunner {
             troupe_runner_svc::AgentSocket::Relayed { socket, .. } => socket,
             local => panic!("not relayed: {local:?}"),
         }
+    }
+
+    /// The runner's execs, as it lists them.
+    pub async fn execs(&self) -> Vec<troupe_proto::runner::ExecInfo> {
+        list_execs(&mut self.client().await).await
     }
 
     /// A fresh workspace id, whose container is removed when the runner drops.
@@ -324,6 +335,37 @@ pub fn start_request(workspace: &str, exec_id: &str, command: &[&str]) -> StartE
         env: HashMap::new(),
         ..Default::default()
     }
+}
+
+/// The definition of a test agent `name` that runs `command`.
+pub fn test_agent(name: &str, command: &[&str]) -> String {
+    let command = serde_json::to_string(command).unwrap();
+    format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n")
+}
+
+/// Creates a direct root session of `agent` in `workspace`, given `message`.
+pub async fn direct_root(
+    client: &mut troupe_tests::Client,
+    workspace: &str,
+    agent: &str,
+    message: &str,
+) -> troupe_proto::session::Session {
+    client
+        .create_root_session(troupe_proto::session::CreateRootSessionRequest {
+            workspace_id: workspace.into(),
+            trust_level: troupe_proto::session::TrustLevel::Direct as i32,
+            title: "root".into(),
+            agent_name: agent.into(),
+            initial_message: message.into(),
+            request_id: String::new(),
+            budget: None,
+            writable_paths: Vec::new(),
+        })
+        .await
+        .expect("create root")
+        .into_inner()
+        .session
+        .unwrap()
 }
 
 /// Builds (or finds, cached) the Claude Code image with

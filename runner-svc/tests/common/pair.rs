@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-use troupe_proto::session::{
-    self as pb, CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, SessionStatus,
-    TrustLevel,
-};
+use troupe_proto::session::{self as pb, CreateSessionRequest, ExecutionMode, SessionStatus};
 use troupe_tests::{OPERATOR_TOKEN, TestServer};
 
 use super::TestRunner;
@@ -103,33 +100,12 @@ impl Pair {
     }
 
     pub fn agent_command(&self, ws: &str, name: &str, command: &[&str]) {
-        let command = serde_json::to_string(command).unwrap();
-        self.server.write_agent_text(
-            Some(ws),
-            name,
-            &format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n"),
-        );
+        self.server
+            .write_agent_text(Some(ws), name, &super::test_agent(name, command));
     }
 
     pub async fn root(&self, ws: &str, agent: &str, message: &str) -> pb::Session {
-        self.server
-            .operator()
-            .await
-            .create_root_session(CreateRootSessionRequest {
-                workspace_id: ws.into(),
-                trust_level: TrustLevel::Direct as i32,
-                title: "root".into(),
-                agent_name: agent.into(),
-                initial_message: message.into(),
-                request_id: String::new(),
-                budget: None,
-                writable_paths: Vec::new(),
-            })
-            .await
-            .expect("create root")
-            .into_inner()
-            .session
-            .unwrap()
+        super::direct_root(&mut self.server.operator().await, ws, agent, message).await
     }
 
     /// As [`Pair::root`], once its agent runs.
