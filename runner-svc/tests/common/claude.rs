@@ -69,9 +69,7 @@ pub async fn team(
     workspace: &str,
     env: &[(&str, &str)],
 ) -> Option<Team> {
-    let image = tokio::task::spawn_blocking(super::claude_image)
-        .await
-        .unwrap()?;
+    let image = tokio::task::spawn_blocking(claude_image).await.unwrap()?;
     let dir = tempfile::tempdir().unwrap();
     let config = gateway_config(dir.path(), upstream, key, model);
     let pair = Pair::start_on(
@@ -83,4 +81,34 @@ pub async fn team(
     pair.server
         .write_agent_text(Some(&ws), "claude", &claude_agent(model, env));
     Some(Team { pair, ws, dir })
+}
+
+/// Builds (or finds, cached) the Claude Code image with
+/// `scripts/build-claude-image`; `None` when npm cannot be reached.
+pub fn claude_image() -> Option<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-claude-image");
+    let out = std::process::Command::new(script)
+        .output()
+        .expect("run scripts/build-claude-image");
+    match out.status.code() {
+        Some(0) => Some(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .last()
+                .expect("the image's tag")
+                .to_owned(),
+        ),
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: the Claude Code image cannot be built, the npm registry is unreachable:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            None
+        }
+        _ => panic!(
+            "scripts/build-claude-image failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }

@@ -240,31 +240,35 @@ impl Drop for TestRunner {
             .iter()
             .map(|w| Engine::container_name(w))
             .collect();
-        if names.is_empty() {
-            return;
-        }
-        // Drop cannot await: remove the containers from a thread of its own.
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let Ok(docker) = bollard::Docker::connect_with_defaults() else {
-                    return;
-                };
-                for name in names {
-                    let options =
-                        bollard::query_parameters::RemoveContainerOptionsBuilder::default()
-                            .force(true)
-                            .build();
-                    let _ = docker.remove_container(&name, Some(options)).await;
-                }
-            });
-        })
-        .join()
-        .ok();
+        remove_containers(names);
     }
+}
+
+/// Removes the named containers by force, from a thread of its own: for a
+/// `Drop`, which cannot await.
+pub fn remove_containers(names: Vec<String>) {
+    if names.is_empty() {
+        return;
+    }
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let Ok(docker) = bollard::Docker::connect_with_defaults() else {
+                return;
+            };
+            for name in names {
+                let options = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .build();
+                let _ = docker.remove_container(&name, Some(options)).await;
+            }
+        });
+    })
+    .join()
+    .ok();
 }
 
 /// A range of 10,000 uids no other runner of these tests uses, even in
@@ -366,35 +370,4 @@ pub async fn direct_root(
         .into_inner()
         .session
         .unwrap()
-}
-
-/// Builds (or finds, cached) the Claude Code image with
-/// `scripts/build-claude-image`; `None` when npm cannot be reached.
-pub fn claude_image() -> Option<String> {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-claude-image");
-    let out = std::process::Command::new(script)
-        .output()
-        .expect("run scripts/build-claude-image");
-    match out.status.code() {
-        Some(0) => Some(
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .lines()
-                .last()
-                .expect("the image's tag")
-                .to_owned(),
-        ),
-        Some(3) => {
-            eprintln!(
-                "SKIPPED: the Claude Code image cannot be built, the npm registry is unreachable:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            None
-        }
-        _ => panic!(
-            "scripts/build-claude-image failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
 }
