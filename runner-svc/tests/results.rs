@@ -330,13 +330,8 @@ async fn the_stopped_processs_exit_sends_no_second_notice() {
 /// The state of `exec_id` as the runner reports it.
 async fn exec_state(pair: &Pair, exec_id: &str) -> troupe_proto::runner::ExecState {
     pair.runner
-        .client()
+        .execs()
         .await
-        .list_execs(troupe_proto::runner::ListExecsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .execs
         .into_iter()
         .find(|e| e.exec_id == exec_id)
         .unwrap_or_else(|| panic!("the runner does not know {exec_id}"))

@@ -34,6 +34,24 @@ pub fn claude_agent(model: &str, env: &[(&str, &str)]) -> String {
 /// Writes `key` and a gateway configuration to `dir`: one Anthropic
 /// provider, `scripted`, at `upstream`, pricing `model` at [`PRICE`].
 pub fn gateway_config(dir: &Path, upstream: &str, key: &str, model: &str) -> PathBuf {
+    gateway_config_priced(
+        dir,
+        upstream,
+        key,
+        model,
+        r#"{ input: "3", output: "15", cache_read: "0.30", cache_write: "3.75" }"#,
+    )
+}
+
+/// As [`gateway_config`], pricing `model` at `prices` (the YAML map of its
+/// dollars per million tokens).
+pub fn gateway_config_priced(
+    dir: &Path,
+    upstream: &str,
+    key: &str,
+    model: &str,
+    prices: &str,
+) -> PathBuf {
     let key_file = dir.join("key");
     std::fs::write(&key_file, key).unwrap();
     let file = dir.join("gateway.yaml");
@@ -41,8 +59,7 @@ pub fn gateway_config(dir: &Path, upstream: &str, key: &str, model: &str) -> Pat
         &file,
         format!(
             "providers:\n  scripted:\n    kind: anthropic\n    base_url: {upstream}\n    \
-             key_file: {}\n    models:\n      {model}: {{ input: \"3\", output: \"15\", \
-             cache_read: \"0.30\", cache_write: \"3.75\" }}\n",
+             key_file: {}\n    models:\n      {model}: {prices}\n",
             key_file.display()
         ),
     )

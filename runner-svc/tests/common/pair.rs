@@ -179,6 +179,69 @@ impl Pair {
         events(&done.result.expect("a result").output_tail)
     }
 
+    /// Waits until the session's output tail holds `needle` (within a
+    /// minute); returns the tail.
+    pub async fn tail_with(&self, id: &str, needle: &str) -> String {
+        self.tail_within(id, needle, MINUTE, String::new).await
+    }
+
+    /// As [`Pair::tail_with`], within `limit`; a miss also shows `context()`.
+    pub async fn tail_within(
+        &self,
+        id: &str,
+        needle: &str,
+        limit: Duration,
+        context: impl Fn() -> String,
+    ) -> String {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let tail = self
+                .get(id)
+                .await
+                .result
+                .map(|r| r.output_tail)
+                .unwrap_or_default();
+            if tail.contains(needle) {
+                return tail;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} never printed {needle:?}: {tail}{}",
+                context()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The session's usage, as the operator reads it.
+    pub async fn usage(&self, id: &str) -> pb::SessionUsage {
+        self.get(id).await.session.unwrap().usage.unwrap()
+    }
+
+    /// The events of the session, as the operator watches them.
+    pub async fn watch(&self, id: &str) -> tonic::Streaming<pb::SessionEvent> {
+        self.server
+            .operator()
+            .await
+            .watch_sessions(pb::WatchSessionsRequest {
+                session_id: id.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("watch")
+            .into_inner()
+    }
+
+    /// Terminates the session's tree as the operator.
+    pub async fn terminate(&self, id: &str) {
+        self.server
+            .operator()
+            .await
+            .terminate_session(troupe_tests::terminate(id))
+            .await
+            .expect("terminate");
+    }
+
     /// Waits until the session's status is `status`.
     pub async fn wait_status(&self, id: &str, status: SessionStatus) -> pb::GetSessionResponse {
         let deadline = tokio::time::Instant::now() + MINUTE;
