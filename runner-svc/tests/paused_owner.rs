@@ -18,8 +18,8 @@ use std::time::Duration;
 use common::{
     MINUTE, TestRunner, direct_root,
     replicas::{
-        LINES, assert_each_line_once, first_lease, output, output_with, replica_logging,
-        taken_over, until,
+        LINES, assert_each_line_once, end_and_stop, first_lease, output, output_with,
+        replica_logging, taken_over, until,
     },
 };
 use sqlx::{Connection, PgConnection};
@@ -202,10 +202,6 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
             .unwrap();
     assert!(by_new_owner > 0, "the record shows the new owner's writes");
 
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
     assert!(first.stop().await, "the woken replica stops cleanly");
 }

@@ -13,8 +13,8 @@ mod common;
 use common::{
     MINUTE, TestRunner, direct_root, list_execs,
     replicas::{
-        Holder, first_lease, kill_replica, output, output_with, replica, taken_over, until,
-        until_delivered, until_lock_wait, until_running,
+        Holder, end_and_stop, first_lease, kill_replica, output, replica, send_until_echoed,
+        taken_over, until, until_delivered, until_lock_wait, until_running,
     },
 };
 use troupe_proto::runner::{ExecState, StdinFrame};
@@ -73,11 +73,8 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
     until_delivered(&store, &root, 1).await;
     // Stdin is written in order: a repeat of the first message would be
     // echoed before this one.
-    via_second
-        .send_message(troupe_tests::message(&root, "the-next"))
-        .await
-        .unwrap();
-    let out = output_with(
+    let out = send_until_echoed(
+        &mut via_second,
         &store,
         &root,
         "the-next",
@@ -86,11 +83,7 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
     .await;
     assert_eq!(out.matches("the-plan").count(), 1, "{out}");
     assert_eq!(out.matches("the-next").count(), 1, "{out}");
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,11 +131,8 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
 
     taken_over(&store, &held, MINUTE).await;
     until_delivered(&store, &root, 2).await;
-    via_second
-        .send_message(troupe_tests::message(&root, "the-third"))
-        .await
-        .unwrap();
-    let out = output_with(
+    let out = send_until_echoed(
+        &mut via_second,
         &store,
         &root,
         "the-third",
@@ -151,11 +141,7 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
     .await;
     assert_eq!(out.matches("the-plan").count(), 1, "{out}");
     assert_eq!(out.matches("the-second").count(), 1, "{out}");
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,11 +206,8 @@ async fn a_start_that_finds_its_exec_started_with_fewer_messages_loses_none() {
     until_running(&client, &root).await;
     // Stdin is written in order: the second message, if written, is
     // echoed before this one.
-    client
-        .send_message(troupe_tests::message(&root, "the-third"))
-        .await
-        .unwrap();
-    let out = output_with(
+    let out = send_until_echoed(
+        &mut client,
         &store,
         &root,
         "the-third",
@@ -234,9 +217,5 @@ async fn a_start_that_finds_its_exec_started_with_fewer_messages_loses_none() {
     assert_eq!(out.matches("earlier-start").count(), 1, "{out}");
     assert_eq!(out.matches("the-plan").count(), 0, "{out}");
     assert_eq!(out.matches("the-second").count(), 1, "{out}");
-    client
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(owner.stop().await);
+    end_and_stop(&mut client, &root, owner).await;
 }

@@ -16,8 +16,8 @@ use std::time::Duration;
 use common::{
     MINUTE, TestRunner, direct_root,
     replicas::{
-        LEASE_TTL, LINES, assert_each_line_once, first_lease, output, output_with, replica, status,
-        taken_over, until,
+        LEASE_TTL, LINES, assert_each_line_once, end_and_stop, first_lease, output, output_with,
+        replica, status, taken_over, until,
     },
 };
 use futures::StreamExt;
@@ -175,9 +175,5 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
         status(&mut via_second, &child).await,
         SessionStatus::Completed
     );
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
 }

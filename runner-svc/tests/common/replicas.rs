@@ -177,6 +177,33 @@ pub async fn output_with(store: &PgStore, id: &str, needle: &str, what: &str) ->
     .await
 }
 
+/// Sends `text` to the session through `client`, then waits until its
+/// output holds it (within a minute; `what` says what did not come);
+/// returns the output.
+pub async fn send_until_echoed(
+    client: &mut troupe_tests::Client,
+    store: &PgStore,
+    id: &str,
+    text: &str,
+    what: &str,
+) -> String {
+    client
+        .send_message(troupe_tests::message(id, text))
+        .await
+        .unwrap();
+    output_with(store, id, text, what).await
+}
+
+/// Terminates the session through `client`, then stops `replica`, which
+/// must exit cleanly.
+pub async fn end_and_stop(client: &mut troupe_tests::Client, id: &str, replica: SessionProcess) {
+    client
+        .terminate_session(troupe_tests::terminate(id))
+        .await
+        .unwrap();
+    assert!(replica.stop().await);
+}
+
 /// Waits until the store records at least `seq` of the session's messages
 /// delivered (within a minute).
 pub async fn until_delivered(store: &PgStore, id: &str, seq: u64) {
