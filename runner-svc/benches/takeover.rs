@@ -96,7 +96,7 @@ async fn bench() {
     let url = troupe_tests::postgres::fresh_database().await;
     let store = PgStore::open(&url).await.expect("open the database");
     let admin = sqlx::PgPool::connect(&url).await.expect("connect");
-    let runner = TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
+    let runner = TestRunner::driven().await;
     let runner_endpoint = format!("http://{}", runner.addr);
     let logs = tempfile::tempdir().unwrap();
     let mut started = 0;

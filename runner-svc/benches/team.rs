@@ -30,7 +30,7 @@ use troupe_proto::session::{
     SendMessageRequest, SessionEvent, SessionStatus, TrustLevel, WatchSessionsRequest,
     session_event::Detail,
 };
-use troupe_tests::{OPERATOR_TOKEN, TestServer, bench::Noop};
+use troupe_tests::{TestServer, bench::Noop};
 
 const SPAWNS: usize = 40;
 const MESSAGES: usize = 1000;
@@ -44,7 +44,7 @@ fn main() {
 }
 
 async fn bench() {
-    let runner = TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
+    let runner = TestRunner::driven().await;
     let endpoint = format!("http://{}", runner.addr);
     let server = TestServer::start_with(|c| {
         c.runner = Some(endpoint);

@@ -22,31 +22,17 @@ const MODEL: &str = "claude-fault-test";
 
 /// The session's output tail once it holds `needle` (within three minutes).
 async fn output_with(pair: &Pair, id: &str, needle: &str, upstream: &Upstream) -> String {
-    let deadline = tokio::time::Instant::now() + 3 * MINUTE;
-    loop {
-        let tail = pair
-            .get(id)
-            .await
-            .result
-            .map(|r| r.output_tail)
-            .unwrap_or_default();
-        if tail.contains(needle) {
-            return tail;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no {needle:?} in the output: {tail}\nrequests {:#?}",
-            upstream.requests()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    pair.tail_within(id, needle, 3 * MINUTE, || {
+        format!("\nrequests {:#?}", upstream.requests())
+    })
+    .await
 }
 
 /// Its usage once nothing is reserved any more.
 async fn settled(pair: &Pair, id: &str) -> pb::SessionUsage {
     let deadline = tokio::time::Instant::now() + MINUTE;
     loop {
-        let usage = pair.get(id).await.session.unwrap().usage.unwrap();
+        let usage = pair.usage(id).await;
         if usage.reserved_calls == 0 {
             return usage;
         }
@@ -113,12 +99,7 @@ async fn claude_code_rides_out_provider_faults_and_is_charged_what_was_reported(
         status(&pair, &root.session_id).await,
         pb::SessionStatus::Running
     );
-    pair.server
-        .operator()
-        .await
-        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
-        .await
-        .expect("terminate");
+    pair.terminate(&root.session_id).await;
 }
 
 /// The provider listens nowhere: Claude Code (told to retry once) prints
@@ -163,10 +144,5 @@ async fn claude_code_whose_provider_is_down_is_told_and_charged_nothing() {
         status(&pair, &root.session_id).await,
         pb::SessionStatus::Running
     );
-    pair.server
-        .operator()
-        .await
-        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
-        .await
-        .expect("terminate");
+    pair.terminate(&root.session_id).await;
 }

@@ -174,10 +174,5 @@ async fn sandboxed_claude_code_workers_hand_their_results_to_a_direct_coordinato
             );
         }
     }
-    pair.server
-        .operator()
-        .await
-        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
-        .await
-        .expect("terminate");
+    pair.terminate(&root.session_id).await;
 }

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::{
     claude::{self, PRICE, Team},
-    pair::Pair,
     *,
 };
 use serde_json::json;
@@ -52,10 +51,6 @@ fn tokens(u: &[Usage]) -> [u64; 4] {
             t[3] + u.cache_creation_input_tokens,
         ]
     })
-}
-
-async fn own_and_tree(pair: &Pair, id: &str) -> pb::SessionUsage {
-    pair.get(id).await.session.unwrap().usage.unwrap()
 }
 
 /// A coordinator (the real Claude Code) spawns a worker (the real Claude
@@ -119,7 +114,7 @@ async fn a_claude_code_team_is_metered_to_the_token_and_the_cent() {
     // Every scripted turn given, and every call settled.
     let deadline = tokio::time::Instant::now() + 3 * MINUTE;
     let (tree, child) = loop {
-        let tree = own_and_tree(&pair, &root.session_id).await;
+        let tree = pair.usage(&root.session_id).await;
         let children = pair.get(&root.session_id).await.children;
         if upstream.turns_left() == 0 && tree.subtree_calls == 5 && tree.reserved_calls == 0 {
             break (tree, children[0].session_id.clone());
@@ -153,7 +148,7 @@ async fn a_claude_code_team_is_metered_to_the_token_and_the_cent() {
     let all: Vec<Usage> = coordinator.iter().chain(&worker).copied().collect();
     assert_eq!(tree.subtree_cost_pico_usd, cost(&all));
     assert_eq!(tree.subtree_tokens, tokens(&all).iter().sum::<u64>());
-    let worker_usage = own_and_tree(&pair, &child).await;
+    let worker_usage = pair.usage(&child).await;
     let own = worker_usage.own_tokens.unwrap();
     assert_eq!(
         [own.input, own.output, own.cache_read, own.cache_write],
@@ -168,12 +163,7 @@ async fn a_claude_code_team_is_metered_to_the_token_and_the_cent() {
             + 1_800 * PRICE[2]
             + 900 * PRICE[3]
     );
-    pair.server
-        .operator()
-        .await
-        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
-        .await
-        .expect("terminate");
+    pair.terminate(&root.session_id).await;
 }
 
 const RUNAWAY: &str = "SPAWN-FOREVER-51d2";
@@ -232,28 +222,15 @@ async fn a_runaway_claude_code_spawner_stops_exactly_at_its_budget() {
         "budget exceeded: session {}'s model_calls budget is 4, 4 is used or reserved",
         root.session_id
     );
-    let deadline = tokio::time::Instant::now() + 3 * MINUTE;
-    let tail = loop {
-        let tail = pair
-            .get(&root.session_id)
-            .await
-            .result
-            .map(|r| r.output_tail)
-            .unwrap_or_default();
-        if tail.contains(&refusal) {
-            break tail;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no refusal in the output: {tail}\nrequests {:#?}",
-            upstream.requests()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let tail = pair
+        .tail_within(&root.session_id, &refusal, 3 * MINUTE, || {
+            format!("\nrequests {:#?}", upstream.requests())
+        })
+        .await;
     assert!(!tail.contains(KEY));
     assert_eq!(upstream.requests().len(), 4);
     assert_eq!(upstream.turns_left(), 4);
-    let usage = own_and_tree(&pair, &root.session_id).await;
+    let usage = pair.usage(&root.session_id).await;
     assert_eq!(
         (usage.subtree_calls, usage.reserved_calls),
         (4, 0),
@@ -284,10 +261,5 @@ async fn a_runaway_claude_code_spawner_stops_exactly_at_its_budget() {
         "{:#?}",
         audit.entries
     );
-    pair.server
-        .operator()
-        .await
-        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
-        .await
-        .expect("terminate");
+    pair.terminate(&root.session_id).await;
 }

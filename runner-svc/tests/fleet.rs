@@ -20,8 +20,7 @@ use common::{
     runners::{Containers, RunnerProcess, TTL_MS, workspace},
 };
 use troupe_proto::session::{
-    self as pb, CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, ListAuditRequest,
-    SessionStatus, TrustLevel,
+    self as pb, CreateSessionRequest, ExecutionMode, ListAuditRequest, SessionStatus,
 };
 use troupe_tests::TestServer;
 
@@ -33,34 +32,17 @@ async fn service() -> (TestServer, PathBuf, tempfile::TempDir) {
     let sockets = tempfile::tempdir().unwrap();
     let socket = sockets.path().join("session.sock");
     let server = TestServer::start_with(|c| c.socket = Some(socket.clone())).await;
-    let command = serde_json::to_string(&["sh", "-c", "echo up; cat"]).unwrap();
     server.write_agent_text(
         None,
         "idle",
-        &format!("---\nname: idle\ndescription: test agent\ncommand: {command}\n---\n"),
+        &common::test_agent("idle", &["sh", "-c", "echo up; cat"]),
     );
     (server, socket, sockets)
 }
 
 async fn root(server: &TestServer, ws: &str) -> String {
-    server
-        .operator()
+    common::direct_root(&mut server.operator().await, ws, "idle", "hello")
         .await
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: ws.to_owned(),
-            trust_level: TrustLevel::Direct as i32,
-            title: "root".into(),
-            agent_name: "idle".into(),
-            initial_message: "hello".into(),
-            request_id: String::new(),
-            budget: None,
-            writable_paths: Vec::new(),
-        })
-        .await
-        .expect("create root")
-        .into_inner()
-        .session
-        .unwrap()
         .session_id
 }
 

@@ -10,82 +10,25 @@
 
 mod common;
 
-use std::{
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use common::{
     MINUTE,
     pair::require_agent_tools,
+    replicas::start_replica,
     runners::{Containers, RunnerProcess, TTL_MS, workspace},
 };
-use troupe_proto::session::{
-    CreateRootSessionRequest, GetSessionRequest, SessionStatus, TrustLevel,
-};
+use troupe_proto::session::{GetSessionRequest, SessionStatus};
 use troupe_tests::process::SessionProcess;
-
-fn binary() -> String {
-    let exe = std::env::current_exe().unwrap();
-    let path: PathBuf = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("troupe-session");
-    assert!(
-        path.exists(),
-        "build the service first: cargo build -p troupe-session-svc ({})",
-        path.display()
-    );
-    path.display().to_string()
-}
 
 /// A replica on `url` with the agent `idle`, and no runner of its own.
 fn replica(url: &str) -> SessionProcess {
-    let dir = tempfile::tempdir().unwrap();
-    let agents = dir.path().join("data/agents");
-    std::fs::create_dir_all(&agents).unwrap();
-    let command = serde_json::to_string(&["sh", "-c", "echo up; cat"]).unwrap();
-    std::fs::write(
-        agents.join("idle.md"),
-        format!("---\nname: idle\ndescription: test agent\ncommand: {command}\n---\n"),
-    )
-    .unwrap();
-    SessionProcess::start_in(
-        &binary(),
-        dir,
-        &[
-            "--database-url",
-            url,
-            "--lease-ttl-ms",
-            "1000",
-            "--lease-renew-ms",
-            "200",
-        ],
-        &[],
-    )
+    start_replica(url, None, &[("idle", "echo up; cat")], None)
 }
 
 async fn root(through: &SessionProcess, ws: &str) -> String {
-    through
-        .operator()
+    common::direct_root(&mut through.operator().await, ws, "idle", "hello")
         .await
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: ws.to_owned(),
-            trust_level: TrustLevel::Direct as i32,
-            title: "root".into(),
-            agent_name: "idle".into(),
-            initial_message: "hello".into(),
-            request_id: String::new(),
-            budget: None,
-            writable_paths: Vec::new(),
-        })
-        .await
-        .expect("create root")
-        .into_inner()
-        .session
-        .unwrap()
         .session_id
 }
 

@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{pair::Pair, *};
+use common::{claude, pair::Pair, *};
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::upstream::{Turn, Upstream};
 
@@ -44,43 +42,17 @@ echo "found:[$found]"
 cat
 "#;
 
-async fn tail_with(pair: &Pair, id: &str, what: &str) -> String {
-    let deadline = tokio::time::Instant::now() + MINUTE;
-    loop {
-        let tail = pair
-            .get(id)
-            .await
-            .result
-            .map(|r| r.output_tail)
-            .unwrap_or_default();
-        if tail.contains(what) {
-            return tail;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no {what} in {tail}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn no_provider_key_can_be_found_inside_the_container() {
     let upstream = Upstream::tcp(vec![Turn::text("answer one"), Turn::text("answer two")]).await;
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("key");
-    std::fs::write(&key, KEY).unwrap();
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {}\n    key_file: {}\n    \
-             models:\n      claude-keys: {{ input: \"1\", output: \"1\" }}\n",
-            upstream.base_url(),
-            key.display()
-        ),
-    )
-    .unwrap();
+    let config = claude::gateway_config_priced(
+        dir.path(),
+        &upstream.base_url(),
+        KEY,
+        "claude-keys",
+        r#"{ input: "1", output: "1" }"#,
+    );
     let pair = Pair::start_with(move |c| c.gateway_config = Some(config)).await;
     let ws = pair.runner.workspace("keys");
     pair.agent(&ws, "searcher", SEARCH);
@@ -102,7 +74,7 @@ async fn no_provider_key_can_be_found_inside_the_container() {
         .session
         .unwrap();
     for id in [&root.session_id, &sandboxed.session_id] {
-        let tail = tail_with(&pair, id, "found:[").await;
+        let tail = pair.tail_with(id, "found:[").await;
         assert!(tail.contains("found:[]"), "{id}: {tail}");
         assert!(tail.contains("answer "), "the model answered: {tail}");
         assert_eq!(
@@ -115,10 +87,5 @@ async fn no_provider_key_can_be_found_inside_the_container() {
     // The key went upstream, and only there.
     let seen = upstream.wait_for_requests(2, MINUTE).await;
     assert!(seen.iter().all(|r| r.api_key() == Some(KEY)), "{seen:#?}");
-    pair.server
-        .operator()
-        .await
-        .terminate_session(troupe_tests::terminate(root.session_id.clone()))
-        .await
-        .expect("terminate");
+    pair.terminate(&root.session_id).await;
 }

@@ -10,7 +10,7 @@ mod common;
 
 use std::{collections::HashMap, os::unix::fs::PermissionsExt, path::Path, time::Duration};
 
-use common::{pair::Pair, *};
+use common::{claude::claude_image, pair::Pair, *};
 use troupe_proto::{
     runner::{ExitReason, StartExecRequest},
     session::SessionStatus,

@@ -174,12 +174,8 @@ async fn output_the_runner_dropped_while_the_service_was_down_is_marked() {
     std::fs::write(pair.runner.config.workspaces_dir().join(&ws).join("go"), "").unwrap();
     let mut runner = pair.runner.client().await;
     let deadline = tokio::time::Instant::now() + MINUTE;
-    while runner
-        .list_execs(troupe_proto::runner::ListExecsRequest::default())
+    while common::list_execs(&mut runner)
         .await
-        .unwrap()
-        .into_inner()
-        .execs
         .iter()
         .any(|e| e.exec_id == root.session_id && e.exit.is_none())
     {
@@ -193,17 +189,7 @@ async fn output_the_runner_dropped_while_the_service_was_down_is_marked() {
     pair.wait_status(&root.session_id, SessionStatus::Completed)
         .await;
 
-    let mut events = pair
-        .server
-        .operator()
-        .await
-        .watch_sessions(WatchSessionsRequest {
-            session_id: root.session_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = pair.watch(&root.session_id).await;
     let (mut before, mut after, mut marker) = (Vec::new(), Vec::new(), None);
     loop {
         let event = next(&mut events).await;

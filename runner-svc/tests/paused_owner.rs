@@ -16,13 +16,14 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    MINUTE, TestRunner,
-    replicas::{LINES, output, replica_logging, until},
+    MINUTE, TestRunner, direct_root,
+    replicas::{
+        LINES, assert_each_line_once, end_and_stop, first_lease, output, output_with,
+        replica_logging, taken_over, until,
+    },
 };
 use sqlx::{Connection, PgConnection};
-use troupe_proto::session::{CreateRootSessionRequest, TrustLevel};
 use troupe_session_svc::store::{PgStore, Store};
-use troupe_tests::OPERATOR_TOKEN;
 
 /// The written-rows record and its trigger, on every table of the service.
 const RECORD_WRITES: &str = r#"
@@ -74,7 +75,7 @@ async fn send(client: &mut troupe_tests::Client, to: &str, text: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_writes_nothing_once_it_wakes() {
     let url = troupe_tests::postgres::fresh_database().await;
-    let runner = TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
+    let runner = TestRunner::driven().await;
     let endpoint = format!("http://{}", runner.addr);
     let store = PgStore::open(&url).await.unwrap();
     let mut db = PgConnection::connect(&url).await.unwrap();
@@ -83,36 +84,18 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     let logs = tempfile::tempdir().unwrap();
     let first_log = logs.path().join("first.log");
     let first = replica_logging(&named(&url, "first"), &endpoint, Some(&first_log));
-    let held = until("nobody took the lease", MINUTE, || async {
-        store.lease().await.unwrap().filter(|l| l.live)
-    })
-    .await;
+    let held = first_lease(&store).await;
     let second = replica_logging(&named(&url, "second"), &endpoint, None);
     let mut via_second = second.operator().await;
-    let root = via_second
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: runner.workspace("paused"),
-            trust_level: TrustLevel::Direct as i32,
-            title: "root".into(),
-            agent_name: "printer".into(),
-            initial_message: "first".into(),
-            request_id: String::new(),
-            budget: None,
-            writable_paths: Vec::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
-        .session_id;
-    until("the root never printed", MINUTE, || async {
-        output(&store, &root)
-            .await
-            .contains("line20\n")
-            .then_some(())
-    })
-    .await;
+    let root = direct_root(
+        &mut via_second,
+        &runner.workspace("paused"),
+        "printer",
+        "first",
+    )
+    .await
+    .session_id;
+    output_with(&store, &root, "line20\n", "the root never printed").await;
     let owner: String =
         sqlx::query_scalar("SELECT app FROM written WHERE tbl = 'leases' ORDER BY id DESC LIMIT 1")
             .fetch_one(&mut db)
@@ -125,14 +108,7 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     // lease row until the server ends its transaction, idle for a term
     // (1 s here), well before the 5 s after which it ends any idle one.
     first.signal("STOP");
-    let taken = until("nobody took over", Duration::from_secs(4), || async {
-        store
-            .lease()
-            .await
-            .unwrap()
-            .filter(|l| l.live && l.epoch > held.epoch)
-    })
-    .await;
+    let taken = taken_over(&store, &held, Duration::from_secs(4)).await;
     assert_ne!(taken.holder, held.holder);
     send(&mut via_second, &root, "while paused").await;
     // Delivered (the agent echoes its stdin only once it has printed).
@@ -177,14 +153,7 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     })
     .await;
     // Each line printed, and each message written to stdin, once.
-    for n in 1..=LINES {
-        let line = format!("line{n}");
-        assert_eq!(
-            out.lines().filter(|l| *l == line).count(),
-            1,
-            "{line} once in {out}"
-        );
-    }
+    assert_each_line_once(&out);
     for message in ["\"first\"", "while paused", "after the wake"] {
         assert_eq!(out.matches(message).count(), 1, "{message} once in {out}");
     }
@@ -233,10 +202,6 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
             .unwrap();
     assert!(by_new_owner > 0, "the record shows the new owner's writes");
 
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
     assert!(first.stop().await, "the woken replica stops cleanly");
 }

@@ -9,11 +9,8 @@ use std::time::Duration;
 use common::{pair::*, *};
 use tokio_stream::StreamExt;
 use troupe_proto::{
-    runner::{ExecState, ExitReason, ListExecsRequest},
-    session::{
-        EventKind, SessionStatus, TerminateSessionRequest, WatchSessionsRequest,
-        session_event::Detail,
-    },
+    runner::{ExecState, ExitReason},
+    session::{EventKind, SessionStatus, TerminateSessionRequest, session_event::Detail},
 };
 use troupe_runner_svc::admission::RESERVE;
 
@@ -29,17 +26,7 @@ const FILLER: &str = "(while :; do sleep 1001 & done) 2>/dev/null; echo full; ex
 async fn failure(pair: &Pair, id: &str) -> (String, String) {
     let got = pair.wait_status(id, SessionStatus::Failed).await;
     let reason = got.session.unwrap().end_reason;
-    let mut events = pair
-        .server
-        .operator()
-        .await
-        .watch_sessions(WatchSessionsRequest {
-            session_id: id.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = pair.watch(id).await;
     while let Ok(Some(Ok(event))) =
         tokio::time::timeout(Duration::from_secs(10), events.next()).await
     {
@@ -130,12 +117,8 @@ async fn agents_at_their_limits_never_keep_a_start_from_its_room() {
         .unwrap();
     let mut runner = pair.runner.client().await;
     let deadline = tokio::time::Instant::now() + MINUTE;
-    while runner
-        .list_execs(ListExecsRequest::default())
+    while list_execs(&mut runner)
         .await
-        .unwrap()
-        .into_inner()
-        .execs
         .iter()
         .any(|e| e.exec_id == ended && e.state() == ExecState::Running)
     {

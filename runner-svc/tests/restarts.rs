@@ -58,12 +58,8 @@ async fn a_session_service_restart_loses_no_output_and_reconciles() {
 
     let deadline = tokio::time::Instant::now() + MINUTE;
     loop {
-        let stray = runner
-            .list_execs(troupe_proto::runner::ListExecsRequest::default())
+        let stray = common::list_execs(&mut runner)
             .await
-            .unwrap()
-            .into_inner()
-            .execs
             .into_iter()
             .find(|e| e.exec_id == "sess_stray")
             .unwrap();
@@ -119,15 +115,7 @@ async fn a_start_retried_while_the_runner_is_down_gives_up_once_the_session_ende
     // Longer than the driver's pause between attempts: the next one has
     // found the session ended by now.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let execs = pair
-        .runner
-        .client()
-        .await
-        .list_execs(troupe_proto::runner::ListExecsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .execs;
+    let execs = pair.runner.execs().await;
     assert!(
         execs.iter().all(|e| e.exec_id != root.session_id),
         "{execs:?}"

@@ -277,15 +277,7 @@ async fn the_stopped_processs_exit_sends_no_second_notice() {
     let pair = Pair::start_with(|c| c.finish_grace_ms = 200).await;
     let (root, child) =
         parent_and_running_child(&pair, "one-notice", ExecutionMode::Callback).await;
-    pair.server
-        .act_as(&child.session_id)
-        .await
-        .finish_session(FinishSessionRequest {
-            result: "done".into(),
-            outcome: Outcome::Success as i32,
-        })
-        .await
-        .unwrap();
+    finish_done(&pair, &child.session_id).await;
     pair.notice_of(&root.session_id, &child.session_id).await;
     // The grace runs out: the process is stopped and its exit recorded.
     let deadline = tokio::time::Instant::now() + MINUTE;
@@ -327,16 +319,24 @@ async fn the_stopped_processs_exit_sends_no_second_notice() {
     assert_eq!(notices.len(), 1, "{notices:#?}");
 }
 
+/// Finishes the session as itself: a success, with the result `done`.
+async fn finish_done(pair: &Pair, id: &str) {
+    pair.server
+        .act_as(id)
+        .await
+        .finish_session(FinishSessionRequest {
+            result: "done".into(),
+            outcome: Outcome::Success as i32,
+        })
+        .await
+        .unwrap();
+}
+
 /// The state of `exec_id` as the runner reports it.
 async fn exec_state(pair: &Pair, exec_id: &str) -> troupe_proto::runner::ExecState {
     pair.runner
-        .client()
+        .execs()
         .await
-        .list_execs(troupe_proto::runner::ListExecsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .execs
         .into_iter()
         .find(|e| e.exec_id == exec_id)
         .unwrap_or_else(|| panic!("the runner does not know {exec_id}"))
@@ -351,15 +351,7 @@ async fn a_new_owner_keeps_the_finish_grace() {
     use troupe_proto::runner::ExecState;
     let mut pair = Pair::start_with(|c| c.finish_grace_ms = 20_000).await;
     let (_, child) = parent_and_running_child(&pair, "grace-takeover", ExecutionMode::Async).await;
-    pair.server
-        .act_as(&child.session_id)
-        .await
-        .finish_session(FinishSessionRequest {
-            result: "done".into(),
-            outcome: Outcome::Success as i32,
-        })
-        .await
-        .unwrap();
+    finish_done(&pair, &child.session_id).await;
 
     pair.server.stop_for_restart().await;
     pair.runner

@@ -10,17 +10,15 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{
-    MINUTE, TestRunner,
-    replicas::{output, replica, status, until},
+    MINUTE, TestRunner, direct_root, list_execs,
+    replicas::{
+        Holder, end_and_stop, first_lease, kill_replica, output, replica, send_until_echoed,
+        taken_over, until, until_delivered, until_lock_wait, until_running,
+    },
 };
-use sqlx::{Connection, PgConnection};
-use troupe_proto::{
-    runner::{ExecState, ListExecsRequest, StdinFrame},
-    session::{CreateRootSessionRequest, DeliveryStatus, SessionStatus, TrustLevel},
-};
+use troupe_proto::runner::{ExecState, StdinFrame};
+use troupe_proto::session::DeliveryStatus;
 use troupe_session_svc::store::{PgStore, Store};
 use troupe_tests::OPERATOR_TOKEN;
 
@@ -33,39 +31,21 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
     let endpoint = format!("http://{addr}");
     let store = PgStore::open(&url).await.unwrap();
     let mut first = replica(&url, &endpoint);
-    let held = until("nobody took the lease", MINUTE, || async {
-        store.lease().await.unwrap().filter(|l| l.live)
-    })
-    .await;
+    let held = first_lease(&store).await;
     let second = replica(&url, &endpoint);
     let mut via_second = second.operator().await;
-    let root = via_second
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: "stdin-takeover".into(),
-            trust_level: TrustLevel::Direct as i32,
-            title: "root".into(),
-            agent_name: "echo".into(),
-            initial_message: "the-plan".into(),
-            request_id: String::new(),
-            budget: None,
-            writable_paths: Vec::new(),
-        })
+    let root = direct_root(&mut via_second, "stdin-takeover", "echo", "the-plan")
         .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
         .session_id;
 
     // `mark_delivered` updates the message's row: held, the owner's record
     // of the delivery waits after the runner has the start.
-    let mut holder = PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT seq FROM messages WHERE session_id = $1 FOR UPDATE")
-        .bind(&root)
-        .fetch_all(&mut holder)
-        .await
-        .unwrap();
+    let holder = Holder::rows(
+        &url,
+        "SELECT seq FROM messages WHERE session_id = $1 FOR UPDATE",
+        &root,
+    )
+    .await;
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let runner = TestRunner::start_on(listener, |c| {
         c.operator_token = Some(OPERATOR_TOKEN.into());
@@ -76,112 +56,49 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
         let mut client = runner_client.clone();
         let root = root.clone();
         async move {
-            let execs = client
-                .list_execs(ListExecsRequest::default())
+            list_execs(&mut client)
                 .await
-                .unwrap()
-                .into_inner()
-                .execs;
-            execs
                 .iter()
                 .find(|e| e.exec_id == root)
                 .and_then(|e| (e.stdin_sequence == 1).then_some(()))
         }
     })
     .await;
-    let watcher = sqlx::PgPool::connect(&url).await.unwrap();
-    until(
-        "the owner never waited to record the delivery",
-        MINUTE,
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&watcher)
-            .await
-            .unwrap();
-            (waiting > 0).then_some(())
-        },
-    )
-    .await;
-    first.kill();
-    assert!(
-        first.exited_within(Duration::from_secs(10)).await.is_some(),
-        "the owner outlived SIGKILL"
-    );
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    until_lock_wait(&url, "%", "the owner never waited to record the delivery").await;
+    kill_replica(&mut first).await;
+    holder.release().await;
 
-    until("nobody took over", MINUTE, || async {
-        store
-            .lease()
-            .await
-            .unwrap()
-            .filter(|l| l.live && l.epoch > held.epoch)
-    })
-    .await;
+    taken_over(&store, &held, MINUTE).await;
     // The new owner records what the runner says reached stdin.
-    until("the delivery was never recorded", MINUTE, || async {
-        let process = store.process(&root.as_str().into()).await.unwrap()?;
-        (process.delivered_seq >= 1).then_some(())
-    })
-    .await;
+    until_delivered(&store, &root, 1).await;
     // Stdin is written in order: a repeat of the first message would be
     // echoed before this one.
-    via_second
-        .send_message(troupe_tests::message(&root, "the-next"))
-        .await
-        .unwrap();
-    let out = until("the next message never came back", MINUTE, || async {
-        let out = output(&store, &root).await;
-        out.contains("the-next").then_some(out)
-    })
+    let out = send_until_echoed(
+        &mut via_second,
+        &store,
+        &root,
+        "the-next",
+        "the next message never came back",
+    )
     .await;
     assert_eq!(out.matches("the-plan").count(), 1, "{out}");
     assert_eq!(out.matches("the-next").count(), 1, "{out}");
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_written_before_its_owner_died_is_not_written_again() {
     let url = troupe_tests::postgres::fresh_database().await;
-    let runner = TestRunner::start_with(|c| {
-        c.operator_token = Some(OPERATOR_TOKEN.into());
-    })
-    .await;
+    let runner = TestRunner::driven().await;
     let endpoint = format!("http://{}", runner.addr);
     let store = PgStore::open(&url).await.unwrap();
     let mut first = replica(&url, &endpoint);
-    let held = until("nobody took the lease", MINUTE, || async {
-        store.lease().await.unwrap().filter(|l| l.live)
-    })
-    .await;
+    let held = first_lease(&store).await;
     let second = replica(&url, &endpoint);
     let mut via_first = first.operator().await;
     let mut via_second = second.operator().await;
-    let root = via_first
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: "stdin-write".into(),
-            trust_level: TrustLevel::Direct as i32,
-            title: "root".into(),
-            agent_name: "echo".into(),
-            initial_message: "the-plan".into(),
-            request_id: String::new(),
-            budget: None,
-            writable_paths: Vec::new(),
-        })
+    let root = direct_root(&mut via_first, "stdin-write", "echo", "the-plan")
         .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
         .session_id;
     // Running, its first message delivered and echoed: the next is
     // written to it at once.
@@ -191,22 +108,16 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
             .then_some(())
     })
     .await;
-    until("the session never ran", MINUTE, || {
-        let mut client = via_second.clone();
-        let root = root.clone();
-        async move { (status(&mut client, &root).await == SessionStatus::Running).then_some(()) }
-    })
-    .await;
+    until_running(&via_second, &root).await;
 
     // `mark_delivered` updates the session's process row first: held, the
     // owner's record of the next delivery waits after the runner has it.
-    let mut holder = PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM processes WHERE session_id = $1 FOR UPDATE")
-        .bind(&root)
-        .fetch_all(&mut holder)
-        .await
-        .unwrap();
+    let holder = Holder::rows(
+        &url,
+        "SELECT 1 FROM processes WHERE session_id = $1 FOR UPDATE",
+        &root,
+    )
+    .await;
     // Sent through the owner, which writes it to the agent before it
     // answers; its record of that cannot commit while the row is held.
     let sent = via_first
@@ -215,54 +126,28 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
         .unwrap()
         .into_inner();
     assert_eq!(sent.delivery(), DeliveryStatus::Delivered);
-    first.kill();
-    assert!(
-        first.exited_within(Duration::from_secs(10)).await.is_some(),
-        "the owner outlived SIGKILL"
-    );
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    kill_replica(&mut first).await;
+    holder.release().await;
 
-    until("nobody took over", MINUTE, || async {
-        store
-            .lease()
-            .await
-            .unwrap()
-            .filter(|l| l.live && l.epoch > held.epoch)
-    })
-    .await;
-    until("the delivery was never recorded", MINUTE, || async {
-        let process = store.process(&root.as_str().into()).await.unwrap()?;
-        (process.delivered_seq >= 2).then_some(())
-    })
-    .await;
-    via_second
-        .send_message(troupe_tests::message(&root, "the-third"))
-        .await
-        .unwrap();
-    let out = until("the third message never came back", MINUTE, || async {
-        let out = output(&store, &root).await;
-        out.contains("the-third").then_some(out)
-    })
+    taken_over(&store, &held, MINUTE).await;
+    until_delivered(&store, &root, 2).await;
+    let out = send_until_echoed(
+        &mut via_second,
+        &store,
+        &root,
+        "the-third",
+        "the third message never came back",
+    )
     .await;
     assert_eq!(out.matches("the-plan").count(), 1, "{out}");
     assert_eq!(out.matches("the-second").count(), 1, "{out}");
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_that_finds_its_exec_started_with_fewer_messages_loses_none() {
     let url = troupe_tests::postgres::fresh_database().await;
-    let runner = TestRunner::start_with(|c| {
-        c.operator_token = Some(OPERATOR_TOKEN.into());
-    })
-    .await;
+    let runner = TestRunner::driven().await;
     let mut runner_client = runner.client().await;
     let workspace = "stdin-started";
     // An exec no session has: the owner's one reconciliation of the runner
@@ -281,13 +166,8 @@ async fn a_start_that_finds_its_exec_started_with_fewer_messages_loses_none() {
     until("the runner was never reconciled", MINUTE, || {
         let mut client = runner_client.clone();
         async move {
-            let execs = client
-                .list_execs(ListExecsRequest::default())
+            list_execs(&mut client)
                 .await
-                .unwrap()
-                .into_inner()
-                .execs;
-            execs
                 .iter()
                 .any(|e| e.exec_id == "orphan" && e.state() == ExecState::Exited)
                 .then_some(())
@@ -297,43 +177,15 @@ async fn a_start_that_finds_its_exec_started_with_fewer_messages_loses_none() {
 
     // The placement writes `workspace_runner`: held, the owner's launch
     // waits before it reads the session's inbox.
-    let mut holder = PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql("BEGIN; LOCK TABLE workspace_runner IN SHARE MODE")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let holder = Holder::table(&url, "LOCK TABLE workspace_runner IN SHARE MODE").await;
     let mut client = owner.operator().await;
-    let root = client
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: workspace.into(),
-            trust_level: TrustLevel::Direct as i32,
-            title: "root".into(),
-            agent_name: "echo".into(),
-            initial_message: "the-plan".into(),
-            request_id: String::new(),
-            budget: None,
-            writable_paths: Vec::new(),
-        })
+    let root = direct_root(&mut client, workspace, "echo", "the-plan")
         .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
         .session_id;
-    let watcher = sqlx::PgPool::connect(&url).await.unwrap();
-    until(
+    until_lock_wait(
+        &url,
+        "%INTO workspace_runner%",
         "the launch never waited on its placement",
-        MINUTE,
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query LIKE '%INTO workspace_runner%'",
-            )
-            .fetch_one(&watcher)
-            .await
-            .unwrap();
-            (waiting > 0).then_some(())
-        },
     )
     .await;
     // Stored before the launch reads the inbox: its start gives both.
@@ -349,34 +201,21 @@ async fn a_start_that_finds_its_exec_started_with_fewer_messages_loses_none() {
         data: b"earlier-start\n".to_vec(),
     }];
     runner_client.start_exec(start).await.unwrap();
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    holder.release().await;
 
-    until("the session never ran", MINUTE, || {
-        let mut client = client.clone();
-        let root = root.clone();
-        async move { (status(&mut client, &root).await == SessionStatus::Running).then_some(()) }
-    })
-    .await;
+    until_running(&client, &root).await;
     // Stdin is written in order: the second message, if written, is
     // echoed before this one.
-    client
-        .send_message(troupe_tests::message(&root, "the-third"))
-        .await
-        .unwrap();
-    let out = until("the third message never came back", MINUTE, || async {
-        let out = output(&store, &root).await;
-        out.contains("the-third").then_some(out)
-    })
+    let out = send_until_echoed(
+        &mut client,
+        &store,
+        &root,
+        "the-third",
+        "the third message never came back",
+    )
     .await;
     assert_eq!(out.matches("earlier-start").count(), 1, "{out}");
     assert_eq!(out.matches("the-plan").count(), 0, "{out}");
     assert_eq!(out.matches("the-second").count(), 1, "{out}");
-    client
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(owner.stop().await);
+    end_and_stop(&mut client, &root, owner).await;
 }

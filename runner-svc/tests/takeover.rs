@@ -14,21 +14,21 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    MINUTE, TestRunner,
-    replicas::{LEASE_TTL, LINES, output, replica, status, until},
+    MINUTE, TestRunner, direct_root,
+    replicas::{
+        LEASE_TTL, LINES, assert_each_line_once, end_and_stop, first_lease, output, output_with,
+        replica, status, taken_over, until,
+    },
 };
 use futures::StreamExt;
 use troupe_proto::{
     runner::{OutputStream, WatchExecRequest, exec_event},
-    session::{
-        CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, SessionStatus, TrustLevel,
-    },
+    session::{CreateSessionRequest, ExecutionMode, SessionStatus},
 };
 use troupe_session_svc::{
     model::ProcessChange,
     store::{Fence, Lease, PgStore, Store},
 };
-use troupe_tests::OPERATOR_TOKEN;
 
 /// What a new owner that re-followed from an older cursor than the one
 /// the old owner left would do: the runner's output of `session`, from
@@ -101,34 +101,22 @@ async fn reoffer_written_output(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
     let url = troupe_tests::postgres::fresh_database().await;
-    let runner = TestRunner::start_with(|c| c.operator_token = Some(OPERATOR_TOKEN.into())).await;
+    let runner = TestRunner::driven().await;
     let endpoint = format!("http://{}", runner.addr);
     let store = PgStore::open(&url).await.unwrap();
     let first = replica(&url, &endpoint);
-    let held = until("nobody took the lease", MINUTE, || async {
-        store.lease().await.unwrap().filter(|l| l.live)
-    })
-    .await;
+    let held = first_lease(&store).await;
     let second = replica(&url, &endpoint);
     let mut via_second = second.operator().await;
     // Created through the replica that does not own: the owner starts it.
-    let root = via_second
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: runner.workspace("takeover"),
-            trust_level: TrustLevel::Direct as i32,
-            title: "root".into(),
-            agent_name: "printer".into(),
-            initial_message: "first".into(),
-            request_id: String::new(),
-            budget: None,
-            writable_paths: Vec::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
-        .session_id;
+    let root = direct_root(
+        &mut via_second,
+        &runner.workspace("takeover"),
+        "printer",
+        "first",
+    )
+    .await
+    .session_id;
     // A CALLBACK child whose end falls after the kill.
     let child = via_second
         .create_session(CreateSessionRequest {
@@ -145,13 +133,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
         .session
         .unwrap()
         .session_id;
-    until("the root never printed", MINUTE, || async {
-        output(&store, &root)
-            .await
-            .contains("line20\n")
-            .then_some(())
-    })
-    .await;
+    output_with(&store, &root, "line20\n", "the root never printed").await;
     // Killed mid-output; a message sent in the gap.
     first.kill();
     let killed_at = tokio::time::Instant::now();
@@ -159,14 +141,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
         .send_message(troupe_tests::message(&root, "in the gap"))
         .await
         .unwrap();
-    let taken = until("nobody took over", Duration::from_secs(10), || async {
-        store
-            .lease()
-            .await
-            .unwrap()
-            .filter(|l| l.live && l.epoch > held.epoch)
-    })
-    .await;
+    let taken = taken_over(&store, &held, Duration::from_secs(10)).await;
     assert!(
         killed_at.elapsed() < Duration::from_secs(5),
         "took over late"
@@ -181,14 +156,7 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
         .then_some(out)
     })
     .await;
-    for n in 1..=LINES {
-        let line = format!("line{n}");
-        assert_eq!(
-            out.lines().filter(|l| *l == line).count(),
-            1,
-            "{line} once in {out}"
-        );
-    }
+    assert_each_line_once(&out);
     assert!(
         again.is_empty(),
         "runner sequences applied again: {again:?}"
@@ -207,9 +175,5 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
         status(&mut via_second, &child).await,
         SessionStatus::Completed
     );
-    via_second
-        .terminate_session(troupe_tests::terminate(&root))
-        .await
-        .unwrap();
-    assert!(second.stop().await);
+    end_and_stop(&mut via_second, &root, second).await;
 }

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use hyper::body::Incoming;
 use serde_json::{Value, json};
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{Config, model::TokenUsage};
@@ -131,24 +133,23 @@ impl Setup {
     }
 
     pub async fn root(&self, workspace: &str, budget: Option<pb::Budget>) -> (String, String) {
-        let response = self
-            .server
-            .operator()
-            .await
-            .create_root_session(pb::CreateRootSessionRequest {
-                workspace_id: workspace.to_owned(),
-                trust_level: TrustLevel::Direct as i32,
-                agent_name: "worker".to_owned(),
-                budget,
-                ..Default::default()
-            })
-            .await
-            .expect("root")
-            .into_inner();
-        (
-            response.session.expect("session").session_id,
-            response.session_token,
+        let (session, token) = root_of(&self.server, workspace, budget).await;
+        (session.session_id, token)
+    }
+
+    /// Opens a streamed call of [`MODEL`] as `token`, asserts that it
+    /// answered 200, and reads its first piece; returns that piece and the
+    /// body, still open.
+    pub async fn open_stream(&self, token: &str) -> (Bytes, Incoming) {
+        let (status, mut body) = http::post_stream(
+            &self.url("/v1/messages"),
+            &[("x-api-key", token)],
+            &request(MODEL, true),
         )
+        .await;
+        assert_eq!(status, 200);
+        let first = http::next_chunk(&mut body).await.expect("message_start");
+        (first, body)
     }
 
     pub async fn call(&self, token: &str, stream: bool) -> Answer {
@@ -174,6 +175,29 @@ impl Setup {
             .usage
             .expect("usage")
     }
+}
+
+/// Creates a direct root session of agent `worker` in `workspace` on
+/// `server`, with `budget`; returns it and its token.
+pub async fn root_of(
+    server: &TestServer,
+    workspace: &str,
+    budget: Option<pb::Budget>,
+) -> (pb::Session, String) {
+    let response = server
+        .operator()
+        .await
+        .create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: workspace.to_owned(),
+            trust_level: TrustLevel::Direct as i32,
+            agent_name: "worker".to_owned(),
+            budget,
+            ..Default::default()
+        })
+        .await
+        .expect("root")
+        .into_inner();
+    (response.session.expect("session"), response.session_token)
 }
 
 pub fn request(model: &str, stream: bool) -> Value {

@@ -120,6 +120,22 @@ pub async fn create_child(client: &mut Client, request: pb::CreateSessionRequest
         .expect("a created session")
 }
 
+/// The first `limit` entries of `server`'s audit log, oldest first, as the
+/// operator lists them.
+pub async fn audit_log(server: &TestServer, limit: u32) -> Vec<pb::AuditEntry> {
+    server
+        .operator()
+        .await
+        .list_audit(pb::ListAuditRequest {
+            limit,
+            ..Default::default()
+        })
+        .await
+        .expect("audit")
+        .into_inner()
+        .entries
+}
+
 /// Records an embedded runner (`default`, never called) in `store` for
 /// `fence`'s term, so that `Store::start_process` places every process on
 /// it: for tests of the store alone.

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use troupe_session_svc::{
-    error::SessionError,
+    error::{QuotaLeft, SessionError},
     model::{Action, AuditRecord, NewSession, Principal, ProcessChange, Trust},
+    policy::{Admission, SpawnContext},
     store::{Bounds, Fence, Holder, PgStore, SqliteStore, Store},
 };
 
@@ -57,6 +58,17 @@ pub fn new_session(id: &str, trust: Trust) -> NewSession {
     }
 }
 
+/// Admits any child, one level deeper than its parent, with no quota
+/// counted and no deadline.
+pub fn admit_child(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
+    Ok(Admission {
+        depth: ctx.parent.depth + 1,
+        parent_spawn_tat_ms: ctx.parent.spawn_tat_ms,
+        quota: QuotaLeft::default(),
+        deadline_ms: None,
+    })
+}
+
 /// An allowed audit entry of the operator's.
 pub fn operator_audit(action: Action, target: &str) -> AuditRecord {
     AuditRecord {
@@ -69,15 +81,21 @@ pub fn operator_audit(action: Action, target: &str) -> AuditRecord {
     }
 }
 
-/// The fence of a lease taken for an hour, with the embedded runner
-/// recorded ([`crate::embedded_runner`]): what a test of the store alone
-/// holds before it starts processes.
-pub async fn fence<S: Store>(store: &S) -> Fence {
-    let fence = store
+/// The fence of a lease taken for an hour (a long one: tests are not about
+/// its expiry), by a new holder.
+pub async fn lease_fence<S: Store>(store: &S) -> Fence {
+    store
         .acquire_lease(&Holder::generate(), Duration::from_secs(3600))
         .await
         .expect("lease")
-        .expect("lease free");
+        .expect("lease free")
+}
+
+/// A [`lease_fence`], with the embedded runner recorded
+/// ([`crate::embedded_runner`]): what a test of the store alone holds
+/// before it starts processes.
+pub async fn fence<S: Store>(store: &S) -> Fence {
+    let fence = lease_fence(store).await;
     crate::embedded_runner(store, &fence).await;
     fence
 }

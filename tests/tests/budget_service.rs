@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use troupe_proto::session::{self as pb, ListAuditRequest, TrustLevel};
+use troupe_proto::session::{self as pb, ListAuditRequest};
 use troupe_tests::{TestServer, child, error_metadata, reason};
 
 fn budget(
@@ -26,20 +26,7 @@ fn budget(
 }
 
 async fn root_with(server: &TestServer, budget: Option<pb::Budget>) -> (pb::Session, String) {
-    let response = server
-        .operator()
-        .await
-        .create_root_session(pb::CreateRootSessionRequest {
-            workspace_id: "alpha".to_owned(),
-            trust_level: TrustLevel::Direct as i32,
-            agent_name: "worker".to_owned(),
-            budget,
-            ..Default::default()
-        })
-        .await
-        .expect("root")
-        .into_inner();
-    (response.session.expect("session"), response.session_token)
+    troupe_tests::gateway::root_of(server, "alpha", budget).await
 }
 
 /// Through the service: the root's budget shows in GetSession with its

@@ -4,7 +4,7 @@
 //! renews without a new generation. `ListRunners`: the operator's only, by
 //! name, a runner whose lease lapsed shown as no longer live.
 
-use tonic::{Code, Status};
+use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use troupe_proto::{
     fleet::{
         ListRunnersRequest, RegisterRunnerRequest, Runner, fleet_service_client::FleetServiceClient,
@@ -22,17 +22,24 @@ fn request(name: &str, endpoint: &str, capacity: u32) -> RegisterRunnerRequest {
     }
 }
 
+/// A client of the server's fleet service, with `token`.
+async fn fleet_client(
+    server: &TestServer,
+    token: &str,
+) -> FleetServiceClient<InterceptedService<Channel, Bearer>> {
+    let channel = troupe_proto::endpoint::connect(&format!("http://{}", server.addr))
+        .await
+        .expect("connect");
+    FleetServiceClient::with_interceptor(channel, Bearer::new(Some(token)).unwrap())
+}
+
 async fn register(
     server: &TestServer,
     token: &str,
     req: RegisterRunnerRequest,
 ) -> Result<u64, Status> {
-    let channel = troupe_proto::endpoint::connect(&format!("http://{}", server.addr))
+    fleet_client(server, token)
         .await
-        .expect("connect");
-    let mut client =
-        FleetServiceClient::with_interceptor(channel, Bearer::new(Some(token)).unwrap());
-    client
         .register_runner(req)
         .await
         .map(|r| r.into_inner().generation)
@@ -132,12 +139,8 @@ async fn bad_registrations_are_invalid_arguments_naming_the_field() {
 }
 
 async fn list(server: &TestServer, token: &str) -> Result<Vec<Runner>, Status> {
-    let channel = troupe_proto::endpoint::connect(&format!("http://{}", server.addr))
+    fleet_client(server, token)
         .await
-        .expect("connect");
-    let mut client =
-        FleetServiceClient::with_interceptor(channel, Bearer::new(Some(token)).unwrap());
-    client
         .list_runners(ListRunnersRequest {})
         .await
         .map(|r| r.into_inner().runners)

@@ -208,19 +208,8 @@ async fn an_expired_token_is_refused_and_audited_as_expired() {
 
 /// The refused model calls in the audit, oldest first: reason and detail.
 async fn refusals(setup: &Setup) -> Vec<(String, String)> {
-    let audit = setup
-        .server
-        .operator()
+    troupe_tests::audit_log(&setup.server, 1000)
         .await
-        .list_audit(pb::ListAuditRequest {
-            limit: 1000,
-            ..Default::default()
-        })
-        .await
-        .expect("audit")
-        .into_inner();
-    audit
-        .entries
         .into_iter()
         .filter(|e| e.action == "model_call" && !e.allowed)
         .map(|e| {

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::model::TokenUsage;
 use troupe_tests::{
     TestServer,
@@ -93,21 +92,8 @@ async fn an_upstream_that_is_down_is_a_clear_error_and_releases() {
     let file = dir.path().join("gateway.yaml");
     std::fs::write(&file, config(&format!("http://127.0.0.1:{port}"), &key, "")).unwrap();
     let down = TestServer::start_with(|c| c.gateway_config = Some(file)).await;
-    let (id2, token2) = {
-        let response = down
-            .operator()
-            .await
-            .create_root_session(pb::CreateRootSessionRequest {
-                workspace_id: "alpha".to_owned(),
-                trust_level: TrustLevel::Direct as i32,
-                agent_name: "worker".to_owned(),
-                ..Default::default()
-            })
-            .await
-            .expect("root")
-            .into_inner();
-        (response.session.unwrap().session_id, response.session_token)
-    };
+    let (root2, token2) = root_of(&down, "alpha", None).await;
+    let id2 = root2.session_id;
     let answer = http::post(
         &format!("http://{}/v1/messages", down.addr),
         &[("x-api-key", &token2)],
@@ -145,14 +131,7 @@ async fn a_client_that_hangs_up_mid_stream_is_settled() {
     )
     .await;
     let (id, token) = setup.root("alpha", None).await;
-    let (status, mut body) = http::post_stream(
-        &setup.url("/v1/messages"),
-        &[("x-api-key", &token)],
-        &request(MODEL, true),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let first = http::next_chunk(&mut body).await.expect("message_start");
+    let (first, body) = setup.open_stream(&token).await;
     assert!(String::from_utf8_lossy(&first).contains("message_start"));
     assert_eq!(setup.usage(&id).await.reserved_calls, 1);
     drop(body);

@@ -6,7 +6,6 @@
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use troupe_proto::session::ListAuditRequest;
 use troupe_tests::{
     OPERATOR_TOKEN, TestServer,
     console::{self, JSON, LIMIT},
@@ -32,23 +31,25 @@ async fn call(
     .await
 }
 
+/// Signs in to the console at `addr` with the right token, sent with the
+/// header `header`.
+async fn sign_in(addr: std::net::SocketAddr, header: (&str, &str)) -> http::Answer {
+    call(
+        addr,
+        Method::POST,
+        "/api/sign-in",
+        &[JSON, header],
+        &sign_in_body(),
+    )
+    .await
+}
+
 fn sign_in_body() -> String {
     json!({ "token": OPERATOR_TOKEN }).to_string()
 }
 
 async fn audit(server: &TestServer) -> Vec<troupe_proto::session::AuditEntry> {
-    server
-        .operator()
-        .await
-        .list_audit(ListAuditRequest {
-            session_id: String::new(),
-            after_id: 0,
-            limit: 100_000,
-        })
-        .await
-        .expect("audit")
-        .into_inner()
-        .entries
+    troupe_tests::audit_log(server, 100_000).await
 }
 
 /// A refusal of `Host` or `Origin`: 403, no cookie, and a body that names
@@ -111,14 +112,7 @@ async fn the_console_answers_only_to_loopback_names_and_the_allowed_ones() {
             );
         }
         // The right token through a rebound name signs no one in.
-        let answer = call(
-            addr,
-            Method::POST,
-            "/api/sign-in",
-            &[JSON, ("host", host.as_str())],
-            &sign_in_body(),
-        )
-        .await;
+        let answer = sign_in(addr, ("host", host.as_str())).await;
         assert_refused(&answer, &format!("sign-in as {host:?}"));
     }
     let signed_in = audit(&server)
@@ -140,14 +134,7 @@ async fn the_console_answers_only_to_loopback_names_and_the_allowed_ones() {
     ] {
         let page = call(addr, Method::GET, "/", &[("host", host.as_str())], "").await;
         assert_eq!(page.status, StatusCode::OK, "{host}: {}", page.body);
-        let signed = call(
-            addr,
-            Method::POST,
-            "/api/sign-in",
-            &[JSON, ("host", host.as_str())],
-            &sign_in_body(),
-        )
-        .await;
+        let signed = sign_in(addr, ("host", host.as_str())).await;
         assert_eq!(signed.status, StatusCode::OK, "{host}: {}", signed.body);
     }
 }
@@ -191,14 +178,7 @@ async fn a_request_from_another_origin_is_refused() {
     // the other loopback name: not the origin the request was sent to),
     // not even with the right token.
     for origin in &foreign {
-        let answer = call(
-            addr,
-            Method::POST,
-            "/api/sign-in",
-            &[JSON, ("origin", origin.as_str())],
-            &sign_in_body(),
-        )
-        .await;
+        let answer = sign_in(addr, ("origin", origin.as_str())).await;
         assert_refused(&answer, &format!("sign-in from {origin}"));
     }
     let twice = call(
@@ -214,14 +194,7 @@ async fn a_request_from_another_origin_is_refused() {
     )
     .await;
     assert_refused(&twice, "two origins");
-    let from_own = call(
-        addr,
-        Method::POST,
-        "/api/sign-in",
-        &[JSON, ("origin", own.as_str())],
-        &sign_in_body(),
-    )
-    .await;
+    let from_own = sign_in(addr, ("origin", own.as_str())).await;
     assert_eq!(from_own.status, StatusCode::OK, "{}", from_own.body);
 
     // An action with the cookie and the CSRF token, from another origin:

@@ -160,14 +160,7 @@ async fn a_client_that_hangs_up_is_charged_what_the_provider_generated() {
     }])
     .await;
     let (id, token) = setup.root("alpha", None).await;
-    let (status, mut body) = http::post_stream(
-        &setup.url("/v1/messages"),
-        &[("x-api-key", &token)],
-        &request(MODEL, true),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let first = http::next_chunk(&mut body).await.expect("message_start");
+    let (first, body) = setup.open_stream(&token).await;
     assert!(String::from_utf8_lossy(&first).contains("message_start"));
     drop(body);
     let usage = settled(&setup, &id).await;
@@ -185,14 +178,7 @@ async fn a_client_that_hangs_up_on_a_stream_without_its_usage_is_charged_the_wor
     )
     .await;
     let (id, token) = setup.root("alpha", None).await;
-    let (status, mut body) = http::post_stream(
-        &setup.url("/v1/messages"),
-        &[("x-api-key", &token)],
-        &request(MODEL, true),
-    )
-    .await;
-    assert_eq!(status, 200);
-    http::next_chunk(&mut body).await.expect("message_start");
+    let (_first, body) = setup.open_stream(&token).await;
     drop(body);
     let usage = settled(&setup, &id).await;
     let worst = TokenUsage {

@@ -12,10 +12,9 @@ use troupe_session_svc::{
         Action, AuditRecord, ExitReason, Failure, NewMessage, NewSession, Principal, ProcessChange,
         ProcessExit, Trust,
     },
-    policy::{Admission, SpawnContext},
     store::{Created, Fence, Holder, Store},
 };
-use troupe_tests::stores::{postgres, sqlite};
+use troupe_tests::stores::{self, postgres, sqlite};
 
 const TTL: Duration = Duration::from_millis(300);
 
@@ -28,15 +27,6 @@ fn new_session(id: &str, notify_parent: bool) -> NewSession {
 
 fn audit(action: Action, target: &str) -> AuditRecord {
     troupe_tests::stores::operator_audit(action, target)
-}
-
-fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
-    Ok(Admission {
-        depth: ctx.parent.depth + 1,
-        parent_spawn_tat_ms: ctx.parent.spawn_tat_ms,
-        quota: QuotaLeft::default(),
-        deadline_ms: None,
-    })
 }
 
 fn message(id: &str) -> NewMessage {
@@ -64,7 +54,7 @@ async fn family<S: Store>(store: &S, parent: &str, child: &str) {
             new_session(child, true),
             None,
             audit(Action::CreateSession, child),
-            &admit,
+            &stores::admit_child,
         )
         .await
         .expect("child");

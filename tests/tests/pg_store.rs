@@ -9,53 +9,24 @@
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        Action, AuditRecord, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal,
-        ProcessChange, ProcessExit, ProgressReport, SessionId, SessionRow, Trust,
+        Action, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal, ProcessChange,
+        ProcessExit, ProgressReport, SessionId, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
-    store::{Created, EventPage, Fence, Holder, OutputBudget, PgStore, SqliteStore, Store},
+    store::{Created, EventPage, OutputBudget, Store},
 };
+use troupe_tests::stores::{self, operator_audit as audit};
 
 fn new_session(id: &str, initial: Option<&str>) -> NewSession {
     NewSession {
-        session_id: id.into(),
-        workspace_id: "alpha".into(),
-        trust: Trust::Direct,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
         title: format!("title of {id}"),
-        created_by: Principal::Operator,
-        trace: None,
         initial_message: initial.map(|body| NewMessage {
             message_id: format!("msg_{id}_0"),
             sender: Principal::Operator,
             body: body.to_owned(),
         }),
         notify_parent: id == "a1",
-        budget: Default::default(),
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
-    }
-}
-
-/// The lease's term for background writes (a long one: tests are not
-/// about its expiry).
-async fn owner_fence<S: Store>(store: &S) -> Fence {
-    store
-        .acquire_lease(&Holder::generate(), std::time::Duration::from_secs(3600))
-        .await
-        .expect("lease")
-        .expect("lease free")
-}
-
-fn audit(action: Action, target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail: String::new(),
+        ..stores::new_session(id, Trust::Direct)
     }
 }
 
@@ -91,7 +62,7 @@ fn comparable(row: &SessionRow) -> String {
 
 /// Runs the script; returns what a caller reads back, as text lines.
 async fn script<S: Store>(store: &S) -> Vec<String> {
-    let fence = owner_fence(store).await;
+    let fence = stores::lease_fence(store).await;
     let mut seen = Vec::new();
     let root_quota = |_| Ok(QuotaLeft::default());
     store
@@ -368,19 +339,9 @@ async fn postgres_and_sqlite_stores_answer_the_same_script_alike() {
         session_bytes: 100,
         total_bytes: 120,
     };
-    let dir = tempfile::tempdir().expect("dir");
-    let sqlite = SqliteStore::open(&format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("troupe.db").display()
-    ))
-    .await
-    .expect("sqlite")
-    .with_output_budget(budget);
-    let url = troupe_tests::postgres::fresh_database().await;
-    let pg = PgStore::open(&url)
-        .await
-        .expect("postgres")
-        .with_output_budget(budget);
+    let (_dir, sqlite) = stores::sqlite().await;
+    let sqlite = sqlite.with_output_budget(budget);
+    let pg = stores::postgres().await.with_output_budget(budget);
     let on_sqlite = script(&sqlite).await;
     let on_pg = script(&pg).await;
     assert!(

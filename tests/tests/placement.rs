@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{
-        Action, AuditRecord, EndReason, ExitReason, Failure, NewSession, Principal, RunnerName,
-        RunnerSpec, Trust,
+        Action, AuditRecord, EndReason, ExitReason, Failure, NewSession, RunnerName, RunnerSpec,
+        Trust,
     },
     placement::Place,
-    store::{Fence, Holder, Store},
+    store::{Fence, Store},
 };
-use troupe_tests::stores::{postgres, sqlite};
+use troupe_tests::stores::{self, postgres, sqlite};
 
 const LONG: Duration = Duration::from_secs(3600);
 
@@ -33,19 +33,8 @@ fn on(name: &str) -> Place {
 /// A root session `id` in `workspace`.
 async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
     let new = NewSession {
-        session_id: id.into(),
         workspace_id: workspace.into(),
-        trust: Trust::Direct,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
-        initial_message: None,
-        notify_parent: false,
-        budget: Default::default(),
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
+        ..stores::new_session(id, Trust::Direct)
     };
     store
         .create_root(new, None, audit(id), &|_| Ok(QuotaLeft::default()))
@@ -54,22 +43,11 @@ async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
 }
 
 fn audit(target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action: Action::SendMessage,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail: String::new(),
-    }
+    stores::operator_audit(Action::SendMessage, target)
 }
 
 async fn fence<S: Store>(store: &S) -> Fence {
-    store
-        .acquire_lease(&Holder::generate(), LONG)
-        .await
-        .expect("lease")
-        .expect("lease free")
+    stores::lease_fence(store).await
 }
 
 /// New workspaces go to the live runner with the most room (ties by name);

@@ -10,10 +10,14 @@ use sqlx::Connection;
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{Action, AuditRecord, Idempotency, NewMessage, NewSession, Principal, Trust, now_ms},
-    store::{Created, Fence, Holder, PgStore, SqliteStore, Store},
+    model::{Action, Idempotency, NewMessage, NewSession, Principal, Trust, now_ms},
+    store::{Created, Fence, Holder, Store},
 };
-use troupe_tests::{TestServer, child, postgres::is_postgres};
+use troupe_tests::{
+    TestServer, child,
+    postgres::is_postgres,
+    stores::{self, operator_audit as audit},
+};
 
 /// A create retried within the window replays; after it, the same request
 /// id (even with another payload) is a new call, which replays in turn.
@@ -129,33 +133,8 @@ fn key(action: Action, request_id: &str, window_start_ms: i64) -> Option<Idempot
     })
 }
 
-fn audit(action: Action, target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail: String::new(),
-    }
-}
-
 fn root(id: &str) -> NewSession {
-    NewSession {
-        session_id: id.into(),
-        workspace_id: "alpha".into(),
-        trust: Trust::Direct,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
-        initial_message: None,
-        notify_parent: false,
-        budget: Default::default(),
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
-    }
+    stores::new_session(id, Trust::Direct)
 }
 
 async fn create_root<S: Store>(store: &S, id: &str, idem: Option<Idempotency>) -> Created {
@@ -282,18 +261,11 @@ async fn pruned_in_batches_under_the_fence<S: Store>(store: &S) {
 
 #[tokio::test]
 async fn sqlite_pruned_in_batches_under_the_fence() {
-    let dir = tempfile::tempdir().expect("dir");
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("troupe.db").display()
-    );
-    let store = SqliteStore::open(&url).await.expect("sqlite");
+    let (_dir, store) = stores::sqlite().await;
     pruned_in_batches_under_the_fence(&store).await;
 }
 
 #[tokio::test]
 async fn postgres_pruned_in_batches_under_the_fence() {
-    let url = troupe_tests::postgres::fresh_database().await;
-    let store = PgStore::open(&url).await.expect("postgres");
-    pruned_in_batches_under_the_fence(&store).await;
+    pruned_in_batches_under_the_fence(&stores::postgres().await).await;
 }

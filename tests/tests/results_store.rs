@@ -8,11 +8,11 @@
 
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
-    error::{QuotaLeft, SessionError},
+    error::QuotaLeft,
     model::{
         Action, AuditRecord, EndReason, Finish, NewSession, Outcome, Principal, Trust, now_ms,
     },
-    policy::{self, Admission, SpawnContext},
+    policy,
     store::{Fence, Store},
 };
 use troupe_tests::stores;
@@ -35,15 +35,6 @@ fn audit(action: Action, target: &str) -> AuditRecord {
     }
 }
 
-fn admit(ctx: &SpawnContext<'_>) -> Result<Admission, SessionError> {
-    Ok(Admission {
-        depth: ctx.parent.depth + 1,
-        parent_spawn_tat_ms: ctx.parent.spawn_tat_ms,
-        quota: QuotaLeft::default(),
-        deadline_ms: None,
-    })
-}
-
 /// A parent `p`, its CALLBACK child `c` (started) and `c`'s child `g`.
 async fn tree<S: Store>(store: &S) -> Fence {
     let fence = stores::fence(store).await;
@@ -63,7 +54,7 @@ async fn tree<S: Store>(store: &S) -> Fence {
                 new_session(id, id == "c"),
                 None,
                 audit(Action::CreateSession, id),
-                &admit,
+                &stores::admit_child,
             )
             .await
             .expect("child");

@@ -18,53 +18,21 @@ use troupe_session_svc::{
     Limits,
     error::{QuotaLeft, SessionError, StorageKind},
     model::{
-        Action, AuditRecord, EventFilter, Idempotency, NewMessage, NewSession, Principal,
-        ProcessChange, Trust,
+        Action, EventFilter, Idempotency, NewMessage, NewSession, Principal, ProcessChange, Trust,
     },
     policy,
-    store::{Created, EventPage, Fence, Holder, InboxStore, LogStore, SqliteStore, Store},
+    store::{Created, EventPage, InboxStore, LogStore, SqliteStore, Store},
 };
+use troupe_tests::stores::{self, operator_audit as audit};
 
 fn new_session(id: &str, initial_message: bool) -> NewSession {
     NewSession {
-        session_id: id.into(),
-        workspace_id: "alpha".into(),
-        trust: Trust::Direct,
-        agent_name: "worker".into(),
-        agent_command: "[\"/bin/cat\"]".into(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
         initial_message: initial_message.then(|| NewMessage {
             message_id: format!("msg_{id}"),
             sender: Principal::Operator,
             body: "hello".into(),
         }),
-        notify_parent: false,
-        budget: Default::default(),
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
-    }
-}
-
-/// The lease's term for background writes (a long one: tests are not
-/// about its expiry).
-async fn owner_fence<S: Store>(store: &S) -> Fence {
-    store
-        .acquire_lease(&Holder::generate(), std::time::Duration::from_secs(3600))
-        .await
-        .expect("lease")
-        .expect("lease free")
-}
-
-fn audit(action: Action, target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".into(),
-        detail: String::new(),
+        ..stores::new_session(id, Trust::Direct)
     }
 }
 
@@ -98,7 +66,7 @@ async fn cancelled_writes_never_leave_the_ledger_behind_the_database() {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
     let store = SqliteStore::open(&url).await.expect("open");
-    let fence = owner_fence(&store).await;
+    let fence = stores::lease_fence(&store).await;
     let limits = Limits {
         max_depth: 100,
         max_tree_sessions: u32::MAX,
@@ -319,7 +287,7 @@ async fn unknown_stored_text_is_a_storage_error() {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
     let store = SqliteStore::open(&url).await.expect("open");
-    let fence = owner_fence(&store).await;
+    let fence = stores::lease_fence(&store).await;
     let id = "sess_odd";
     store
         .create_root(

@@ -113,17 +113,7 @@ async fn malformed_and_forged_tokens_are_refused() {
     );
 
     // Refusals are audited.
-    let audit = server
-        .operator()
-        .await
-        .list_audit(pb::ListAuditRequest {
-            limit: 1000,
-            ..Default::default()
-        })
-        .await
-        .expect("audit")
-        .into_inner()
-        .entries;
+    let audit = troupe_tests::audit_log(&server, 1000).await;
     assert!(
         audit
             .iter()

@@ -5,7 +5,7 @@
 //! session's behalf, widens it. The runner is asked for what is stored.
 
 use tonic::Code;
-use troupe_proto::session::{self as pb, ListAuditRequest, TrustLevel};
+use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::{TestServer, child, create_child, postgres::Backend, reason};
 
 fn scoped(title: &str, paths: &[&str]) -> pb::CreateSessionRequest {
@@ -131,17 +131,7 @@ async fn a_grandchild_cannot_widen_its_scope(backend: Backend) {
     assert_eq!(reason(&status), "SCOPE_ESCALATION");
 
     // Both the grants and the refusals are audited, with the scope.
-    let audit = server
-        .operator()
-        .await
-        .list_audit(ListAuditRequest {
-            limit: 10_000,
-            ..Default::default()
-        })
-        .await
-        .expect("audit")
-        .into_inner()
-        .entries;
+    let audit = troupe_tests::audit_log(&server, 10_000).await;
     assert!(
         audit.iter().any(|e| e.action == "create_session"
             && e.allowed

@@ -53,17 +53,7 @@ async fn an_agent_runs_reads_its_messages_and_its_exit_is_recorded() {
     );
 
     // The watch stream tells the same story, in order.
-    let mut events = pair
-        .server
-        .operator()
-        .await
-        .watch_sessions(WatchSessionsRequest {
-            session_id: root.session_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = pair.watch(&root.session_id).await;
     let mut kinds = Vec::new();
     let mut printed = Vec::new();
     while let Ok(Some(Ok(event))) =

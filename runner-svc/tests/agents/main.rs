@@ -13,8 +13,7 @@ use common::{pair::*, *};
 use tokio_stream::StreamExt;
 use troupe_proto::session::{
     self as pb, CreateSessionRequest, DeliveryStatus, EventKind, ExecutionMode, SendMessageRequest,
-    SessionStatus, TerminateSessionRequest, TrustLevel, WatchSessionsRequest,
-    session_event::Detail,
+    SessionStatus, TerminateSessionRequest, TrustLevel, session_event::Detail,
 };
 
 mod lives;

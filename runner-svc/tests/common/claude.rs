@@ -34,6 +34,24 @@ pub fn claude_agent(model: &str, env: &[(&str, &str)]) -> String {
 /// Writes `key` and a gateway configuration to `dir`: one Anthropic
 /// provider, `scripted`, at `upstream`, pricing `model` at [`PRICE`].
 pub fn gateway_config(dir: &Path, upstream: &str, key: &str, model: &str) -> PathBuf {
+    gateway_config_priced(
+        dir,
+        upstream,
+        key,
+        model,
+        r#"{ input: "3", output: "15", cache_read: "0.30", cache_write: "3.75" }"#,
+    )
+}
+
+/// As [`gateway_config`], pricing `model` at `prices` (the YAML map of its
+/// dollars per million tokens).
+pub fn gateway_config_priced(
+    dir: &Path,
+    upstream: &str,
+    key: &str,
+    model: &str,
+    prices: &str,
+) -> PathBuf {
     let key_file = dir.join("key");
     std::fs::write(&key_file, key).unwrap();
     let file = dir.join("gateway.yaml");
@@ -41,8 +59,7 @@ pub fn gateway_config(dir: &Path, upstream: &str, key: &str, model: &str) -> Pat
         &file,
         format!(
             "providers:\n  scripted:\n    kind: anthropic\n    base_url: {upstream}\n    \
-             key_file: {}\n    models:\n      {model}: {{ input: \"3\", output: \"15\", \
-             cache_read: \"0.30\", cache_write: \"3.75\" }}\n",
+             key_file: {}\n    models:\n      {model}: {prices}\n",
             key_file.display()
         ),
     )
@@ -69,9 +86,7 @@ pub async fn team(
     workspace: &str,
     env: &[(&str, &str)],
 ) -> Option<Team> {
-    let image = tokio::task::spawn_blocking(super::claude_image)
-        .await
-        .unwrap()?;
+    let image = tokio::task::spawn_blocking(claude_image).await.unwrap()?;
     let dir = tempfile::tempdir().unwrap();
     let config = gateway_config(dir.path(), upstream, key, model);
     let pair = Pair::start_on(
@@ -83,4 +98,34 @@ pub async fn team(
     pair.server
         .write_agent_text(Some(&ws), "claude", &claude_agent(model, env));
     Some(Team { pair, ws, dir })
+}
+
+/// Builds (or finds, cached) the Claude Code image with
+/// `scripts/build-claude-image`; `None` when npm cannot be reached.
+pub fn claude_image() -> Option<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-claude-image");
+    let out = std::process::Command::new(script)
+        .output()
+        .expect("run scripts/build-claude-image");
+    match out.status.code() {
+        Some(0) => Some(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .last()
+                .expect("the image's tag")
+                .to_owned(),
+        ),
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: the Claude Code image cannot be built, the npm registry is unreachable:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            None
+        }
+        _ => panic!(
+            "scripts/build-claude-image failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }

@@ -131,18 +131,22 @@ pub async fn wait_for_output(client: &mut Client, exec_id: &str, needle: &str) {
     }
 }
 
+/// The execs of `client`'s runner.
+pub async fn list_execs(client: &mut Client) -> Vec<troupe_proto::runner::ExecInfo> {
+    client
+        .list_execs(troupe_proto::runner::ListExecsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .execs
+}
+
 /// The exit of the first exec of `client`'s runner that has one, once one
 /// has (execs are polled), within a minute.
 pub async fn first_exit(client: &mut Client) -> troupe_proto::runner::Exited {
     tokio::time::timeout(MINUTE, async {
         loop {
-            let execs = client
-                .list_execs(troupe_proto::runner::ListExecsRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .execs;
-            if let Some(exit) = execs.into_iter().find_map(|e| e.exit) {
+            if let Some(exit) = list_execs(client).await.into_iter().find_map(|e| e.exit) {
                 return exit;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

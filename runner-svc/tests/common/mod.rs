@@ -54,6 +54,12 @@ impl TestRunner {
         Self::start_with(|_| {}).await
     }
 
+    /// As [`TestRunner::start`], called with the session service's operator
+    /// token, as a session service that drives it calls it.
+    pub async fn driven() -> Self {
+        Self::start_with(|c| c.operator_token = Some(troupe_tests::OPERATOR_TOKEN.into())).await
+    }
+
     pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -186,6 +192,11 @@ impl TestRunner {
         }
     }
 
+    /// The runner's execs, as it lists them.
+    pub async fn execs(&self) -> Vec<troupe_proto::runner::ExecInfo> {
+        list_execs(&mut self.client().await).await
+    }
+
     /// A fresh workspace id, whose container is removed when the runner drops.
     pub fn workspace(&self, name: &str) -> String {
         static N: AtomicU32 = AtomicU32::new(0);
@@ -229,31 +240,35 @@ impl Drop for TestRunner {
             .iter()
             .map(|w| Engine::container_name(w))
             .collect();
-        if names.is_empty() {
-            return;
-        }
-        // Drop cannot await: remove the containers from a thread of its own.
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let Ok(docker) = bollard::Docker::connect_with_defaults() else {
-                    return;
-                };
-                for name in names {
-                    let options =
-                        bollard::query_parameters::RemoveContainerOptionsBuilder::default()
-                            .force(true)
-                            .build();
-                    let _ = docker.remove_container(&name, Some(options)).await;
-                }
-            });
-        })
-        .join()
-        .ok();
+        remove_containers(names);
     }
+}
+
+/// Removes the named containers by force, from a thread of its own: for a
+/// `Drop`, which cannot await.
+pub fn remove_containers(names: Vec<String>) {
+    if names.is_empty() {
+        return;
+    }
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let Ok(docker) = bollard::Docker::connect_with_defaults() else {
+                return;
+            };
+            for name in names {
+                let options = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .build();
+                let _ = docker.remove_container(&name, Some(options)).await;
+            }
+        });
+    })
+    .join()
+    .ok();
 }
 
 /// A range of 10,000 uids no other runner of these tests uses, even in
@@ -326,33 +341,33 @@ pub fn start_request(workspace: &str, exec_id: &str, command: &[&str]) -> StartE
     }
 }
 
-/// Builds (or finds, cached) the Claude Code image with
-/// `scripts/build-claude-image`; `None` when npm cannot be reached.
-pub fn claude_image() -> Option<String> {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-claude-image");
-    let out = std::process::Command::new(script)
-        .output()
-        .expect("run scripts/build-claude-image");
-    match out.status.code() {
-        Some(0) => Some(
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .lines()
-                .last()
-                .expect("the image's tag")
-                .to_owned(),
-        ),
-        Some(3) => {
-            eprintln!(
-                "SKIPPED: the Claude Code image cannot be built, the npm registry is unreachable:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            None
-        }
-        _ => panic!(
-            "scripts/build-claude-image failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
+/// The definition of a test agent `name` that runs `command`.
+pub fn test_agent(name: &str, command: &[&str]) -> String {
+    let command = serde_json::to_string(command).unwrap();
+    format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n")
+}
+
+/// Creates a direct root session of `agent` in `workspace`, given `message`.
+pub async fn direct_root(
+    client: &mut troupe_tests::Client,
+    workspace: &str,
+    agent: &str,
+    message: &str,
+) -> troupe_proto::session::Session {
+    client
+        .create_root_session(troupe_proto::session::CreateRootSessionRequest {
+            workspace_id: workspace.into(),
+            trust_level: troupe_proto::session::TrustLevel::Direct as i32,
+            title: "root".into(),
+            agent_name: agent.into(),
+            initial_message: message.into(),
+            request_id: String::new(),
+            budget: None,
+            writable_paths: Vec::new(),
+        })
+        .await
+        .expect("create root")
+        .into_inner()
+        .session
+        .unwrap()
 }

@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-use troupe_proto::session::{
-    self as pb, CreateRootSessionRequest, CreateSessionRequest, ExecutionMode, SessionStatus,
-    TrustLevel,
-};
+use troupe_proto::session::{self as pb, CreateSessionRequest, ExecutionMode, SessionStatus};
 use troupe_tests::{OPERATOR_TOKEN, TestServer};
 
 use super::TestRunner;
@@ -103,33 +100,12 @@ impl Pair {
     }
 
     pub fn agent_command(&self, ws: &str, name: &str, command: &[&str]) {
-        let command = serde_json::to_string(command).unwrap();
-        self.server.write_agent_text(
-            Some(ws),
-            name,
-            &format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n"),
-        );
+        self.server
+            .write_agent_text(Some(ws), name, &super::test_agent(name, command));
     }
 
     pub async fn root(&self, ws: &str, agent: &str, message: &str) -> pb::Session {
-        self.server
-            .operator()
-            .await
-            .create_root_session(CreateRootSessionRequest {
-                workspace_id: ws.into(),
-                trust_level: TrustLevel::Direct as i32,
-                title: "root".into(),
-                agent_name: agent.into(),
-                initial_message: message.into(),
-                request_id: String::new(),
-                budget: None,
-                writable_paths: Vec::new(),
-            })
-            .await
-            .expect("create root")
-            .into_inner()
-            .session
-            .unwrap()
+        super::direct_root(&mut self.server.operator().await, ws, agent, message).await
     }
 
     /// As [`Pair::root`], once its agent runs.
@@ -201,6 +177,69 @@ impl Pair {
     pub async fn completed_events(&self, id: &str) -> Vec<serde_json::Value> {
         let done = self.wait_status(id, SessionStatus::Completed).await;
         events(&done.result.expect("a result").output_tail)
+    }
+
+    /// Waits until the session's output tail holds `needle` (within a
+    /// minute); returns the tail.
+    pub async fn tail_with(&self, id: &str, needle: &str) -> String {
+        self.tail_within(id, needle, MINUTE, String::new).await
+    }
+
+    /// As [`Pair::tail_with`], within `limit`; a miss also shows `context()`.
+    pub async fn tail_within(
+        &self,
+        id: &str,
+        needle: &str,
+        limit: Duration,
+        context: impl Fn() -> String,
+    ) -> String {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let tail = self
+                .get(id)
+                .await
+                .result
+                .map(|r| r.output_tail)
+                .unwrap_or_default();
+            if tail.contains(needle) {
+                return tail;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} never printed {needle:?}: {tail}{}",
+                context()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The session's usage, as the operator reads it.
+    pub async fn usage(&self, id: &str) -> pb::SessionUsage {
+        self.get(id).await.session.unwrap().usage.unwrap()
+    }
+
+    /// The events of the session, as the operator watches them.
+    pub async fn watch(&self, id: &str) -> tonic::Streaming<pb::SessionEvent> {
+        self.server
+            .operator()
+            .await
+            .watch_sessions(pb::WatchSessionsRequest {
+                session_id: id.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("watch")
+            .into_inner()
+    }
+
+    /// Terminates the session's tree as the operator.
+    pub async fn terminate(&self, id: &str) {
+        self.server
+            .operator()
+            .await
+            .terminate_session(troupe_tests::terminate(id))
+            .await
+            .expect("terminate");
     }
 
     /// Waits until the session's status is `status`.

@@ -5,12 +5,15 @@
 use std::{path::Path, path::PathBuf, time::Duration};
 
 use base64::Engine as _;
+use sqlx::{Connection, PgConnection};
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
     model::{EventFilter, EventKind},
-    store::{EventPage, LogStore, PgStore},
+    store::{EventPage, Lease, LogStore, PgStore, Store},
 };
 use troupe_tests::process::SessionProcess;
+
+use super::{MINUTE, test_agent};
 
 /// Lines the root agent prints, one every 20 ms, before it echoes its stdin.
 pub const LINES: usize = 250;
@@ -42,40 +45,195 @@ pub fn replica(url: &str, runner: &str) -> SessionProcess {
 
 /// [`replica`], its log written to `log` if given.
 pub fn replica_logging(url: &str, runner: &str, log: Option<&Path>) -> SessionProcess {
-    let dir = tempfile::tempdir().unwrap();
-    let agents = dir.path().join("data/agents");
-    std::fs::create_dir_all(&agents).unwrap();
     let printer =
         format!("i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo line$i; sleep 0.02; done; cat");
-    for (name, script) in [
+    let agents = [
         ("printer", printer.as_str()),
         ("brief", "sleep 3; echo done"),
         ("echo", "cat"),
-    ] {
-        let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
+    ];
+    start_replica(url, Some(runner), &agents, log)
+}
+
+/// A replica on `url`, driving `runner` if given (else the runners that
+/// register with it), with each `(name, sh -c script)` of `agents`.
+pub fn start_replica(
+    url: &str,
+    runner: Option<&str>,
+    agents: &[(&str, &str)],
+    log: Option<&Path>,
+) -> SessionProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let agents_dir = dir.path().join("data/agents");
+    std::fs::create_dir_all(&agents_dir).unwrap();
+    for (name, script) in agents {
         std::fs::write(
-            agents.join(format!("{name}.md")),
-            format!("---\nname: {name}\ndescription: test agent\ncommand: {command}\n---\n"),
+            agents_dir.join(format!("{name}.md")),
+            test_agent(name, &["sh", "-c", script]),
         )
         .unwrap();
     }
     let ttl = LEASE_TTL.as_millis().to_string();
-    SessionProcess::start_logging(
-        &binary(),
-        dir,
-        &[
-            "--database-url",
-            url,
-            "--runner",
-            runner,
-            "--lease-ttl-ms",
-            &ttl,
-            "--lease-renew-ms",
-            "200",
-        ],
-        &[],
-        log,
-    )
+    let mut flags = vec!["--database-url", url];
+    if let Some(runner) = runner {
+        flags.extend(["--runner", runner]);
+    }
+    flags.extend(["--lease-ttl-ms", &ttl, "--lease-renew-ms", "200"]);
+    SessionProcess::start_logging(&binary(), dir, &flags, &[], log)
+}
+
+/// The live lease, once a replica took it (within a minute).
+pub async fn first_lease(store: &PgStore) -> Lease {
+    until("nobody took the lease", MINUTE, || async {
+        store.lease().await.unwrap().filter(|l| l.live)
+    })
+    .await
+}
+
+/// The live lease of a later term than `held`'s, once another replica took
+/// over (within `limit`).
+pub async fn taken_over(store: &PgStore, held: &Lease, limit: Duration) -> Lease {
+    until("nobody took over", limit, || async {
+        store
+            .lease()
+            .await
+            .unwrap()
+            .filter(|l| l.live && l.epoch > held.epoch)
+    })
+    .await
+}
+
+/// Kills the replica (SIGKILL) and waits until it is gone.
+pub async fn kill_replica(replica: &mut SessionProcess) {
+    replica.kill();
+    assert!(
+        replica
+            .exited_within(Duration::from_secs(10))
+            .await
+            .is_some(),
+        "the owner outlived SIGKILL"
+    );
+}
+
+/// A transaction on `url` that holds locks until it is released: a
+/// replica's write that needs them waits meanwhile.
+pub struct Holder(PgConnection);
+
+impl Holder {
+    /// Begins, and locks the rows `query` selects (`$1` bound to `id`).
+    pub async fn rows(url: &str, query: &'static str, id: &str) -> Holder {
+        let mut holder = PgConnection::connect(url).await.unwrap();
+        sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
+        sqlx::query(query)
+            .bind(id)
+            .fetch_all(&mut holder)
+            .await
+            .unwrap();
+        Holder(holder)
+    }
+
+    /// Begins, and runs `lock` (a `LOCK TABLE` statement).
+    pub async fn table(url: &str, lock: &'static str) -> Holder {
+        let mut holder = PgConnection::connect(url).await.unwrap();
+        sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
+        sqlx::raw_sql(lock).execute(&mut holder).await.unwrap();
+        Holder(holder)
+    }
+
+    /// Rolls back: the waiting writes go on.
+    pub async fn release(mut self) {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
+    }
+}
+
+/// Waits until a statement on `url`'s database waits on a lock, one whose
+/// query is `LIKE` `query` (within a minute; `what` says what did not).
+pub async fn until_lock_wait(url: &str, query: &str, what: &str) {
+    let watcher = sqlx::PgPool::connect(url).await.unwrap();
+    until(what, MINUTE, || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE $1",
+        )
+        .bind(query)
+        .fetch_one(&watcher)
+        .await
+        .unwrap();
+        (waiting > 0).then_some(())
+    })
+    .await;
+}
+
+/// The session's output, once it holds `needle` (within a minute; `what`
+/// says what did not come).
+pub async fn output_with(store: &PgStore, id: &str, needle: &str, what: &str) -> String {
+    until(what, MINUTE, || async {
+        let out = output(store, id).await;
+        out.contains(needle).then_some(out)
+    })
+    .await
+}
+
+/// Sends `text` to the session through `client`, then waits until its
+/// output holds it (within a minute; `what` says what did not come);
+/// returns the output.
+pub async fn send_until_echoed(
+    client: &mut troupe_tests::Client,
+    store: &PgStore,
+    id: &str,
+    text: &str,
+    what: &str,
+) -> String {
+    client
+        .send_message(troupe_tests::message(id, text))
+        .await
+        .unwrap();
+    output_with(store, id, text, what).await
+}
+
+/// Terminates the session through `client`, then stops `replica`, which
+/// must exit cleanly.
+pub async fn end_and_stop(client: &mut troupe_tests::Client, id: &str, replica: SessionProcess) {
+    client
+        .terminate_session(troupe_tests::terminate(id))
+        .await
+        .unwrap();
+    assert!(replica.stop().await);
+}
+
+/// Waits until the store records at least `seq` of the session's messages
+/// delivered (within a minute).
+pub async fn until_delivered(store: &PgStore, id: &str, seq: u64) {
+    until("the delivery was never recorded", MINUTE, || async {
+        let process = store.process(&id.into()).await.unwrap()?;
+        (process.delivered_seq >= seq).then_some(())
+    })
+    .await
+}
+
+/// Waits until the session runs, as `client` reads it (within a minute).
+pub async fn until_running(client: &troupe_tests::Client, id: &str) {
+    until("the session never ran", MINUTE, || {
+        let mut client = client.clone();
+        async move { (status(&mut client, id).await == SessionStatus::Running).then_some(()) }
+    })
+    .await
+}
+
+/// Asserts that each of the [`LINES`] lines the printer prints is in `out`
+/// once.
+pub fn assert_each_line_once(out: &str) {
+    for n in 1..=LINES {
+        let line = format!("line{n}");
+        assert_eq!(
+            out.lines().filter(|l| *l == line).count(),
+            1,
+            "{line} once in {out}"
+        );
+    }
 }
 
 pub async fn until<T, F: std::future::Future<Output = Option<T>>>(

@@ -193,26 +193,6 @@ impl Containers {
 
 impl Drop for Containers {
     fn drop(&mut self) {
-        let names = std::mem::take(&mut self.0);
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let Ok(docker) = bollard::Docker::connect_with_defaults() else {
-                    return;
-                };
-                for name in names {
-                    let options =
-                        bollard::query_parameters::RemoveContainerOptionsBuilder::default()
-                            .force(true)
-                            .build();
-                    let _ = docker.remove_container(&name, Some(options)).await;
-                }
-            });
-        })
-        .join()
-        .ok();
+        super::remove_containers(std::mem::take(&mut self.0));
     }
 }

@@ -23,7 +23,7 @@ use tonic_health::pb::{
 use troupe_proto::runner::{ExitReason, exec_event};
 use troupe_proto::{
     runner::runner_service_server::SERVICE_NAME,
-    session::{SessionStatus, WatchSessionsRequest, session_event},
+    session::{SessionStatus, session_event},
 };
 
 mod engine_down;
@@ -184,17 +184,7 @@ async fn wait_status_within(
 
 /// The reason and detail of the session's end, from its events.
 async fn ended(pair: &Pair, id: &str) -> (String, String) {
-    let mut events = pair
-        .server
-        .operator()
-        .await
-        .watch_sessions(WatchSessionsRequest {
-            session_id: id.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("watch")
-        .into_inner();
+    let mut events = pair.watch(id).await;
     loop {
         let event = tokio::time::timeout(MINUTE, events.next())
             .await

@@ -7,8 +7,7 @@
 
 use tonic::Code;
 use troupe_proto::session::{
-    self as pb, ApplyAgentRequest, ListAgentsRequest, ListAuditRequest, RemoveAgentRequest,
-    TrustLevel,
+    self as pb, ApplyAgentRequest, ListAgentsRequest, RemoveAgentRequest, TrustLevel,
 };
 use troupe_tests::{Client, TestServer, agent_definition, reason};
 
@@ -61,17 +60,7 @@ async fn create(
 }
 
 async fn audit_of(server: &TestServer, action: &str) -> Vec<pb::AuditEntry> {
-    let entries = server
-        .operator()
-        .await
-        .list_audit(ListAuditRequest {
-            limit: 10_000,
-            ..Default::default()
-        })
-        .await
-        .expect("audit")
-        .into_inner()
-        .entries;
+    let entries = troupe_tests::audit_log(server, 10_000).await;
     entries.into_iter().filter(|e| e.action == action).collect()
 }
 

@@ -16,7 +16,7 @@ use troupe_session_svc::{
     error::SessionError,
     model::{
         Account, Action, AuditRecord, Budget, CallOutcome, Charge, Cost, Dimension, EventFilter,
-        EventKind, ModelCall, NewSession, Price, Principal, Reservation, TokenUsage, Trust, now_ms,
+        EventKind, ModelCall, NewSession, Price, Reservation, TokenUsage, Trust, now_ms,
     },
     policy,
     store::{Created, EventPage, PgStore, Store},
@@ -48,31 +48,13 @@ macro_rules! on_backend {
 }
 
 fn audit(target: &str) -> AuditRecord {
-    AuditRecord {
-        caller: Principal::Operator,
-        action: Action::SendMessage,
-        target: target.to_owned(),
-        allowed: true,
-        reason: "OK".to_owned(),
-        detail: String::new(),
-    }
+    troupe_tests::stores::operator_audit(Action::SendMessage, target)
 }
 
 fn new_session(id: &str, budget: Budget) -> NewSession {
     NewSession {
-        session_id: id.into(),
-        workspace_id: "alpha".into(),
-        trust: Trust::Direct,
-        agent_name: "worker".to_owned(),
-        agent_command: "[\"/bin/cat\"]".to_owned(),
-        title: id.to_owned(),
-        created_by: Principal::Operator,
-        trace: None,
-        initial_message: None,
-        notify_parent: false,
         budget,
-        write_scope: Default::default(),
-        on_parent_end: Default::default(),
+        ..troupe_tests::stores::new_session(id, Trust::Direct)
     }
 }
 

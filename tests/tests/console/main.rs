@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use troupe_proto::session::ListAuditRequest;
 use troupe_session_svc::{
     error::QuotaLeft,
     model::{
@@ -51,18 +50,7 @@ async fn sign_in(base: &str) -> (String, String) {
 }
 
 async fn audit(server: &TestServer) -> Vec<troupe_proto::session::AuditEntry> {
-    server
-        .operator()
-        .await
-        .list_audit(ListAuditRequest {
-            session_id: String::new(),
-            after_id: 0,
-            limit: 10_000,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .entries
+    troupe_tests::audit_log(server, 10_000).await
 }
 
 mod pages;
