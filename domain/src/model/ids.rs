@@ -1,7 +1,7 @@
-//! The ids of the spawn tree, each a type of its own: a session's, a
-//! tree's and a workspace's. One cannot stand for
-//! another where a signature names it; each reads as the text it is
-//! (`Deref<Target = str>`), which is how it is stored, sent and shown.
+//! The ids of the spawn tree, each a type of its own: a session's, a tree's
+//! and a workspace's. One cannot stand for another where a signature names
+//! it; each reads as the text it is (`Deref<Target = str>`), which is how it
+//! is stored (sqlx transparent), sent (serde transparent) and shown.
 //!
 //! An id becomes one of these where it enters: from a request (the
 //! service's handlers), from a row (the store), or where it is made (a
