@@ -32,7 +32,7 @@ const AUDIENCE: &str = "troupe.session.v1";
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Claims {
     /// The session the token is bound to.
-    pub sub: String,
+    pub sub: SessionId,
     pub iss: String,
     pub aud: String,
     pub iat: u64,
@@ -99,7 +99,7 @@ impl Tokens {
         let iat = unix_now();
         let exp = iat + self.ttl.as_secs().max(1);
         let claims = Claims {
-            sub: session_id.to_string(),
+            sub: session_id.clone(),
             iss: ISSUER.to_owned(),
             aud: AUDIENCE.to_owned(),
             iat,

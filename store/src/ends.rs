@@ -45,7 +45,7 @@ each_backend! {
         /// subtree (its orphans) is ended whole (`cascade`).
         pub(crate) async fn terminate_once(
             &self,
-            target: &str,
+            target: &SessionId,
             by: &Principal,
             reason: &str,
             audit: &AuditRecord,
@@ -56,7 +56,7 @@ each_backend! {
             let ancestors = tx.ancestors(target).await?;
             check(&row, &ancestors)?;
             let subtree = if row.is_active() {
-                vec![target.into()]
+                vec![target.clone()]
             } else {
                 tx.active_subtree(target).await?
             };
@@ -68,12 +68,12 @@ each_backend! {
             let mut events: Vec<NewEvent> = ended
                 .iter()
                 .map(|r| {
-                    let why = if r.session_id == target { &given } else { &cascade };
+                    let why = if r.session_id == *target { &given } else { &cascade };
                     terminated(&r.session_id, why, by)
                 })
                 .collect();
             let mut ended_ids = ids(&ended);
-            let own = ended.iter().find(|r| r.session_id == target);
+            let own = ended.iter().find(|r| r.session_id == *target);
             if let Some(own) = own {
                 let reached = tx.reach_children(own, by).await?;
                 ended_ids.extend(reached.applied.terminated);
@@ -91,7 +91,7 @@ each_backend! {
         /// `Store::finish`, one attempt.
         pub(crate) async fn finish_once(
             &self,
-            session_id: &str,
+            session_id: &SessionId,
             finish: &Finish,
             stop_after_ms: i64,
             audit: &AuditRecord,
@@ -103,7 +103,7 @@ each_backend! {
             let status = finish.outcome.status();
             let own = tx
                 .end_sessions(
-                    &[session_id.into()],
+                    std::slice::from_ref(session_id),
                     status,
                     session_id,
                     &EndReason::Finished,
@@ -134,7 +134,7 @@ each_backend! {
             let mut events = vec![NewEvent::new(session_id, kind, status, &finish.event_detail())];
             let mut terminated = Vec::new();
             if let Some(own) = &own {
-                let by = Principal::Session(session_id.into());
+                let by = Principal::Session(session_id.clone());
                 let reached = tx.reach_children(own, &by).await?;
                 terminated = reached.applied.terminated;
                 events.extend(reached.events);
@@ -172,7 +172,7 @@ each_backend! {
         pub(crate) async fn fail_session_once(
             &self,
             fence: &Fence,
-            session_id: &str,
+            session_id: &SessionId,
             failure: Failure,
             detail: &str,
             audit: &AuditRecord,
@@ -184,7 +184,7 @@ each_backend! {
             let step = policy::process_step(row.status, &exit);
             let own = match (step.status, &step.end_reason) {
                 (Some(status), Some(reason)) => tx
-                    .end_sessions(&[session_id.into()], status, session_id, reason, reason)
+                    .end_sessions(std::slice::from_ref(session_id), status, session_id, reason, reason)
                     .await?
                     .pop(),
                 _ => None,

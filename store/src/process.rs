@@ -15,7 +15,7 @@ each_backend! {
         error::SessionError,
         model::{
             AuditRecord, EventDetail, EventKind, Principal, ProcessChange, ProgressReport,
-            SessionRow, now_ms,
+            SessionId, SessionRow, now_ms,
         },
         policy,
         {
@@ -31,7 +31,7 @@ each_backend! {
         pub(crate) async fn record_process_once(
             &self,
             fence: &Fence,
-            session_id: &str,
+            session_id: &SessionId,
             runner_seq: u64,
             change: &ProcessChange,
             tail_max: usize,
@@ -78,7 +78,7 @@ each_backend! {
             }
             let changed = match (step.status, &step.end_reason) {
                 (Some(status), Some(reason)) => tx
-                    .end_sessions(&[session_id.into()], status, session_id, reason, reason)
+                    .end_sessions(std::slice::from_ref(session_id), status, session_id, reason, reason)
                     .await?
                     .pop(),
                 (Some(status), None) => Some(tx.set_status(session_id, status).await?),

@@ -6,6 +6,14 @@
 //! An id becomes one of these where it enters: from a request (the
 //! service's handlers), from a row (the store), or where it is made (a
 //! session's by the service's create, a tree's by the store's root create).
+//!
+//! One kind of id is not taken where another is named:
+//!
+//! ```compile_fail
+//! use troupe_domain::model::{SessionId, TreeId};
+//! fn end(_: &SessionId) {}
+//! end(&TreeId::from("tree_1"));
+//! ```
 
 use std::{borrow::Borrow, fmt, ops::Deref};
 
@@ -122,7 +130,7 @@ macro_rules! id_type {
 }
 
 id_type!(
-    /// A session's id (`ses_` and a UUID).
+    /// A session's id (`sess_` and a UUID).
     SessionId
 );
 
@@ -135,3 +143,28 @@ id_type!(
     /// A workspace's id, as its creator named it.
     WorkspaceId
 );
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn an_id_is_its_text_in_json() {
+        let id = SessionId::from("sess_1");
+        assert_eq!(serde_json::to_string(&id).unwrap(), r#""sess_1""#);
+        assert_eq!(
+            serde_json::from_str::<SessionId>(r#""sess_1""#).unwrap(),
+            id
+        );
+        assert!(serde_json::from_str::<SessionId>("1").is_err());
+    }
+
+    #[test]
+    fn a_map_of_ids_is_read_by_text() {
+        let map = HashMap::from([(WorkspaceId::from("ws"), 1)]);
+        assert_eq!(map.get("ws"), Some(&1));
+        assert_eq!(map.get("other"), None);
+    }
+}

@@ -286,7 +286,7 @@ async fn fan_out<S: Store>(
                 sequence,
             } => {
                 let delivered = match &inner.driver {
-                    Some(driver) => driver.deliver(&session_id.as_str().into()).await,
+                    Some(driver) => driver.deliver(&session_id).await,
                     None => false,
                 };
                 if !delivered {

@@ -45,13 +45,9 @@ async fn identify_as<S: Store>(
     match inner.tokens.verify(token, &inner.store).await? {
         Bearer::Operator => Ok((Caller::Operator, None)),
         Bearer::Session(claims) => {
-            let row = inner
-                .store
-                .get_session(&claims.sub.as_str().into())
-                .await?
-                .ok_or_else(|| {
-                    SessionError::refused(Reason::TokenInvalid, "invalid session token")
-                })?;
+            let row = inner.store.get_session(&claims.sub).await?.ok_or_else(|| {
+                SessionError::refused(Reason::TokenInvalid, "invalid session token")
+            })?;
             if !row.is_active() && !ended_too {
                 return Err(SessionError::refused(
                     Reason::TokenRevoked,

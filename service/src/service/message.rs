@@ -10,7 +10,7 @@ use troupe_proto::session as pb;
 use super::{Inner, MAX_MESSAGE_BYTES, allowed, check_len, idempotency};
 use crate::{
     error::SessionError,
-    model::{Action, Caller, Idempotency, MessageRate, NewMessage, Sending},
+    model::{Action, Caller, Idempotency, MessageRate, NewMessage, Sending, SessionId},
     policy,
     store::{Bounds, InboxCheck, MessageCheck, RateCheck, Sent, Store, Throttle},
 };
@@ -56,7 +56,7 @@ pub async fn send<S: Store>(
         inner,
         caller,
         Action::SendMessage,
-        &req.session_id,
+        &SessionId::from(&req.session_id),
         &req.message,
         idem,
         &|target| policy::may_message(caller, target),
@@ -77,7 +77,7 @@ pub(super) async fn store_and_deliver<S: Store>(
     inner: &Inner<S>,
     caller: &Caller,
     action: crate::model::Action,
-    recipient: &str,
+    recipient: &SessionId,
     body: &str,
     idem: Option<Idempotency>,
     check: MessageCheck<'_>,
@@ -101,7 +101,7 @@ pub(super) async fn store_and_deliver<S: Store>(
     let sent = inner
         .store
         .send_message(
-            &recipient.into(),
+            recipient,
             message,
             idem,
             audit,
@@ -110,7 +110,7 @@ pub(super) async fn store_and_deliver<S: Store>(
         )
         .await?;
     let delivered = match &inner.driver {
-        Some(driver) => driver.deliver(&recipient.into()).await,
+        Some(driver) => driver.deliver(recipient).await,
         None => false,
     };
     if !delivered {

@@ -280,7 +280,11 @@ fn own_id(caller: &Caller) -> String {
 /// The caller's parent session, if it has one.
 fn parent_id(caller: &Caller) -> String {
     match caller {
-        Caller::Session(me) => me.parent_session_id.clone().unwrap_or_default().into(),
+        Caller::Session(me) => me
+            .parent_session_id
+            .as_deref()
+            .unwrap_or_default()
+            .to_owned(),
         Caller::Operator => String::new(),
     }
 }
