@@ -15,7 +15,7 @@ use troupe_proto::session::{
 };
 use troupe_session_svc::{
     model::{ExitReason, ProcessChange, ProcessExit},
-    store::{Holder, SqliteStore, Store},
+    store::{Holder, SqliteStore, prelude::*},
 };
 use troupe_tests::{OPERATOR_TOKEN, TestServer, child, create_child};
 

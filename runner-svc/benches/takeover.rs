@@ -52,7 +52,7 @@ use troupe_proto::session::{
     CreateRootSessionRequest, EventKind, SessionStatus, TrustLevel, WatchSessionsRequest,
     session_event::Detail,
 };
-use troupe_session_svc::store::{LogStore, PgStore, Store};
+use troupe_session_svc::store::{PgStore, prelude::*};
 use troupe_tests::{OPERATOR_TOKEN, bench::percentile, process::SessionProcess};
 
 /// Replicas kept up: the holder and two that may take over from it.

@@ -23,7 +23,7 @@ use common::{
     },
 };
 use sqlx::{Connection, PgConnection};
-use troupe_session_svc::store::{PgStore, Store};
+use troupe_session_svc::store::{PgStore, prelude::*};
 
 /// The written-rows record and its trigger, on every table of the service.
 const RECORD_WRITES: &str = r#"

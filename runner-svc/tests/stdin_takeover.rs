@@ -19,7 +19,7 @@ use common::{
 };
 use troupe_proto::runner::{ExecState, StdinFrame};
 use troupe_proto::session::DeliveryStatus;
-use troupe_session_svc::store::{PgStore, Store};
+use troupe_session_svc::store::{PgStore, prelude::*};
 use troupe_tests::OPERATOR_TOKEN;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

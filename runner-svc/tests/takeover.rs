@@ -27,7 +27,7 @@ use troupe_proto::{
 };
 use troupe_session_svc::{
     model::ProcessChange,
-    store::{Fence, Lease, PgStore, Store},
+    store::{Fence, Lease, PgStore, prelude::*},
 };
 
 /// What a new owner that re-followed from an older cursor than the one

@@ -1,7 +1,7 @@
 //! The operator token, shared by every service on one database: the
 //! database is its home. At start a service offers its own (configured,
 //! else its `<data-dir>/operator.token`, else a new one) and the store keeps
-//! the first it was offered ([`Store::claim_operator_token`]): the first
+//! the first it was offered ([`CatalogStore::claim_operator_token`](crate::store::CatalogStore::claim_operator_token)): the first
 //! service to start on a database wins. A configured token that differs
 //! from the stored one stops the service; a file or generated one gives way
 //! to the stored one, which is then written to the file for the local CLI.

@@ -2,7 +2,7 @@
 //! delivering, stopping, callbacks, reconciling), life-span export, event
 //! pruning and the wall-clock budgets (ending the subtrees whose deadline
 //! passed) run in one service at a time, the holder of the lease
-//! (`Store::acquire_lease`). Every service (a SQLite one is alone on its
+//! (`LeaseStore::acquire_lease`). Every service (a SQLite one is alone on its
 //! database) tries for the lease, renews it while it holds it, and runs the work only for the term it holds: a
 //! [`Term`] whose fence every background write carries. A term ends when a
 //! renewal fails or is late (past the lease's time on this process's

@@ -18,7 +18,7 @@
 //! [`serve`] runs the whole service on a listener the caller bound: it opens
 //! the store, settles the operator token with it, loads the signing keys,
 //! starts the background work's lease ([`owner`]) and the store's own upkeep
-//! ([`upkeep`]: `Store::maintain` every second), and serves `SessionService`,
+//! ([`upkeep`]: `UpkeepStore::maintain` every second), and serves `SessionService`,
 //! `FleetService`, health and reflection, with the gateway's routes, on TCP
 //! and on `<data-dir>/run/session.sock` (mode 0666; none with `--socket
 //! none`), and the console on a listener of its own.
@@ -49,10 +49,10 @@ use crate::{
     auth::Tokens,
     driver::Driver,
     service::{Finishing, Inner, Service},
-    store::{Holder, PgStore, SqliteStore, Store},
+    store::{Holder, PgStore, SqliteStore, prelude::*},
 };
 
-/// How often the store does its upkeep ([`Store::maintain`]).
+/// How often the store does its upkeep ([`UpkeepStore::maintain`]).
 const MAINTAIN_EVERY: Duration = Duration::from_secs(1);
 
 /// Serves the session service on `listener` until `shutdown` completes.

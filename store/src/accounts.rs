@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// How long a reservation may go unsettled before the store's upkeep
-/// ([`super::Store::maintain`]) releases it: its call's replica died
+/// ([`super::UpkeepStore::maintain`]) releases it: its call's replica died
 /// mid-call. Longer than any model call streams.
 pub const RESERVATION_STALE_AFTER: Duration = Duration::from_secs(30 * 60);
 /// Stale reservations released per round of upkeep, at most.
@@ -142,4 +142,20 @@ pub(crate) fn stored_budget(budget: &Budget) -> Result<[Option<i64>; 4], Session
         budget.calls.map(stored).transpose()?,
         budget.wall_ms.map(stored).transpose()?,
     ])
+}
+
+/// Releases reservations left stale (a failure is logged: the upkeep
+/// goes on), a batch per call: the part of [`crate::UpkeepStore::maintain`]
+/// both backends do alike.
+pub(crate) async fn release_stale(store: &impl crate::BudgetStore) {
+    let stale_before =
+        crate::model::now_ms().saturating_sub(RESERVATION_STALE_AFTER.as_millis() as i64);
+    match store
+        .release_stale_reservations(stale_before, RESERVATION_RELEASE_BATCH)
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(released = n, "stale model-call reservations released"),
+        Err(e) => tracing::warn!(error = %e, "releasing stale reservations failed"),
+    }
 }

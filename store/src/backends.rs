@@ -55,6 +55,8 @@ macro_rules! each_backend {
     ($($body:tt)*) => {
         pub(crate) mod sqlite {
             #[allow(unused_imports)]
+            use super::*;
+            #[allow(unused_imports)]
             use crate::sqlite::{
                 Batched, SqliteStore as This, Tx, db_now_ms, for_update, any_of, retrying,
                 row_order,
@@ -64,6 +66,8 @@ macro_rules! each_backend {
             $($body)*
         }
         pub(crate) mod postgres {
+            #[allow(unused_imports)]
+            use super::*;
             #[allow(unused_imports)]
             use crate::postgres::{
                 Batched, PgStore as This, Tx, db_now_ms, for_update, any_of, retrying,

@@ -47,7 +47,7 @@ pub trait BudgetStore: Send + Sync {
     /// Releases at most `limit` reservations made before `before_ms` (their
     /// call's replica died mid-call): each is taken off its path's accounts
     /// and removed, nothing billed. Returns how many. Part of
-    /// [`super::Store::maintain`] (with [`super::RESERVATION_STALE_AFTER`]).
+    /// [`super::UpkeepStore::maintain`] (with [`super::RESERVATION_STALE_AFTER`]).
     fn release_stale_reservations(
         &self,
         before_ms: i64,

@@ -7,10 +7,15 @@
 //! account and initial message, the request id, the audit entry, and its
 //! events last. On SQLite those writes leave as one batch at the commit.
 
-use super::backends::each_backend;
+use std::future::Future;
+
 use troupe_proto::session::SessionStatus;
 
-use crate::model::{NewSession, SessionRow, Trust};
+use super::{Created, RootCheck, SpawnCheck, backends::each_backend};
+use crate::{
+    error::SessionError,
+    model::{AuditRecord, Idempotency, NewSession, SessionId, SessionRow, Trust},
+};
 
 /// What a spawn's rule reads of its parent's place, as the transaction has
 /// it.
@@ -101,6 +106,28 @@ pub(crate) fn sandboxed(trust: Trust) -> i32 {
     i32::from(trust == Trust::Sandboxed)
 }
 
+/// Creating sessions; every [`super::Store`] is one.
+pub trait SpawnStore: Send + Sync {
+    /// Inserts a root session (a new tree whose id is the session id's tree).
+    fn create_root(
+        &self,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: RootCheck<'_>,
+    ) -> impl Future<Output = Result<Created, SessionError>> + Send;
+
+    /// Inserts a child of `parent_id` if `check` admits it.
+    fn create_child(
+        &self,
+        parent_id: &SessionId,
+        new: NewSession,
+        idem: Option<Idempotency>,
+        audit: AuditRecord,
+        check: SpawnCheck<'_>,
+    ) -> impl Future<Output = Result<Created, SessionError>> + Send;
+}
+
 each_backend! {
     use crate::{
         error::{QuotaLeft, SessionError},
@@ -115,77 +142,84 @@ each_backend! {
         },
     };
 
-    impl This {
-        /// `Store::create_root`, one attempt.
-        pub(crate) async fn create_root_once(
+    impl SpawnStore for This {
+        async fn create_root(
             &self,
-            new: &NewSession,
-            idem: Option<&Idempotency>,
-            audit: &AuditRecord,
+            new: NewSession,
+            idem: Option<Idempotency>,
+            audit: AuditRecord,
             check: RootCheck<'_>,
         ) -> Result<Created, SessionError> {
-            let mut tx = self.batched().await?;
-            if let Some(idem) = idem
-                && let Some(result) = tx.claim(idem).await?
-            {
-                return replayed_create(&result);
-            }
-            let quota = check(tx.workspace_active(&new.workspace_id).await?)?;
-            let limits = stored_budget(&new.budget)?;
-            let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
-            let deadline_ms = policy::deadline(&new.budget, &[], now_ms());
-            tx.count_root(&tree_id, new.trust).await?;
-            let mut session = pending_row(new, None, &tree_id, 0, now_ms());
-            let events = insert(&mut tx, new, &mut session, limits, deadline_ms).await?;
-            self.created(tx, new, idem, audit, &quota, &events).await?;
-            Ok(Created::New {
-                session: Box::new(session),
-                quota,
+            let (new, idem, audit) = (&new, idem.as_ref(), &audit);
+            retrying!(async {
+                let mut tx = self.batched().await?;
+                if let Some(idem) = idem
+                    && let Some(result) = tx.claim(idem).await?
+                {
+                    return replayed_create(&result);
+                }
+                let quota = check(tx.workspace_active(&new.workspace_id).await?)?;
+                let limits = stored_budget(&new.budget)?;
+                let tree_id = format!("tree_{}", uuid::Uuid::now_v7().simple());
+                let deadline_ms = policy::deadline(&new.budget, &[], now_ms());
+                tx.count_root(&tree_id, new.trust).await?;
+                let mut session = pending_row(new, None, &tree_id, 0, now_ms());
+                let events = insert(&mut tx, new, &mut session, limits, deadline_ms).await?;
+                self.created(tx, new, idem, audit, &quota, &events).await?;
+                Ok(Created::New {
+                    session: Box::new(session),
+                    quota,
+                })
             })
         }
 
-        /// `Store::create_child`, one attempt.
-        pub(crate) async fn create_child_once(
+        async fn create_child(
             &self,
-            parent_id: &str,
-            new: &NewSession,
-            idem: Option<&Idempotency>,
-            audit: &AuditRecord,
+            parent_id: &SessionId,
+            new: NewSession,
+            idem: Option<Idempotency>,
+            audit: AuditRecord,
             check: SpawnCheck<'_>,
         ) -> Result<Created, SessionError> {
-            let mut tx = self.batched().await?;
-            if let Some(idem) = idem
-                && let Some(result) = tx.claim(idem).await?
-            {
-                return replayed_create(&result);
-            }
-            let facts = tx.spawn_facts(parent_id).await?;
-            // Read, not locked: a reservation racing this create only makes
-            // the check stricter, and every call is checked against every
-            // ancestor.
-            let accounts = This::account_path(tx.conn(), parent_id, false).await?;
-            let limits = stored_budget(&new.budget)?;
-            let parent = &facts.parent;
-            let admission = check(&SpawnContext {
-                parent,
-                tree_sessions: facts.tree_sessions,
-                tree_sandboxed: facts.tree_sandboxed,
-                children: facts.children,
-                workspace_active: facts.workspace_active,
-                accounts: &accounts,
-                budget: &new.budget,
-                now_ms: now_ms(),
-            })?;
-            tx.count_child(parent, admission.parent_spawn_tat_ms, new.trust)
-                .await?;
-            let mut session = pending_row(new, Some(parent), &parent.tree_id, admission.depth, now_ms());
-            let events = insert(&mut tx, new, &mut session, limits, admission.deadline_ms).await?;
-            self.created(tx, new, idem, audit, &admission.quota, &events).await?;
-            Ok(Created::New {
-                session: Box::new(session),
-                quota: admission.quota,
+            let (new, idem, audit) = (&new, idem.as_ref(), &audit);
+            retrying!(async {
+                let mut tx = self.batched().await?;
+                if let Some(idem) = idem
+                    && let Some(result) = tx.claim(idem).await?
+                {
+                    return replayed_create(&result);
+                }
+                let facts = tx.spawn_facts(parent_id).await?;
+                // Read, not locked: a reservation racing this create only makes
+                // the check stricter, and every call is checked against every
+                // ancestor.
+                let accounts = This::account_path(tx.conn(), parent_id, false).await?;
+                let limits = stored_budget(&new.budget)?;
+                let parent = &facts.parent;
+                let admission = check(&SpawnContext {
+                    parent,
+                    tree_sessions: facts.tree_sessions,
+                    tree_sandboxed: facts.tree_sandboxed,
+                    children: facts.children,
+                    workspace_active: facts.workspace_active,
+                    accounts: &accounts,
+                    budget: &new.budget,
+                    now_ms: now_ms(),
+                })?;
+                tx.count_child(parent, admission.parent_spawn_tat_ms, new.trust)
+                    .await?;
+                let mut session = pending_row(new, Some(parent), &parent.tree_id, admission.depth, now_ms());
+                let events = insert(&mut tx, new, &mut session, limits, admission.deadline_ms).await?;
+                self.created(tx, new, idem, audit, &admission.quota, &events).await?;
+                Ok(Created::New {
+                    session: Box::new(session),
+                    quota: admission.quota,
+                })
             })
         }
+    }
+
+    impl This {
 
         /// A create's last writes: its request id, its audit entry, its
         /// events; then the commit.

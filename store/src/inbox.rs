@@ -40,12 +40,12 @@ pub trait InboxStore: Send + Sync {
 }
 
 each_backend! {
-    use sqlx::Row;
+
 
     use super::InboxStore;
     use crate::{
         error::SessionError,
-        model::{SessionId, ExitReason, InboxMessage, Principal, ProcessRow, ReceivedMessage, RunnerName},
+        model::{SessionId, InboxMessage, Principal, ReceivedMessage},
         parse_stored,
     };
 
@@ -114,42 +114,6 @@ each_backend! {
                     })
                 })
                 .collect()
-        }
-    }
-
-    impl This {
-        /// A session's process record.
-        pub(crate) async fn process_impl(
-            &self,
-            session_id: &str,
-        ) -> Result<Option<ProcessRow>, SessionError> {
-            let row = sqlx::query(
-                "SELECT runner_seq, exit_code, exit_reason, output_tail, delivered_seq, \
-                 notify_parent, callback_due, runner, stop_after_ms \
-                 FROM processes WHERE session_id = $1",
-            )
-            .bind(session_id)
-            .fetch_optional(&self.pool)
-            .await?;
-            row.map(|row| {
-                let exit_reason: Option<String> = row.try_get("exit_reason")?;
-                Ok(ProcessRow {
-                    runner_seq: row.try_get::<i64, _>("runner_seq")? as u64,
-                    exit_code: row.try_get("exit_code")?,
-                    exit_reason: exit_reason
-                        .map(|r| parse_stored("exit reason", &r, ExitReason::parse))
-                        .transpose()?,
-                    output_tail: row.try_get("output_tail")?,
-                    delivered_seq: row.try_get::<i64, _>("delivered_seq")? as u64,
-                    notify_parent: row.try_get("notify_parent")?,
-                    callback_due: row.try_get("callback_due")?,
-                    stop_after_ms: row.try_get("stop_after_ms")?,
-                    runner: row
-                        .try_get::<Option<String>, _>("runner")?
-                        .map(RunnerName::stored),
-                })
-            })
-            .transpose()
         }
     }
 }

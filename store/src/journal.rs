@@ -137,6 +137,13 @@ pub trait LogStore: Send + Sync {
         after_id: i64,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<AuditRow>, SessionError>> + Send;
+
+    /// Returns a receiver that changes after every commit that wrote events.
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Returns a receiver that changes after every commit that ended
+    /// sessions (a subset of [`LogStore::subscribe`]'s).
+    fn subscribe_ends(&self) -> tokio::sync::watch::Receiver<u64>;
 }
 
 each_backend! {
@@ -167,6 +174,14 @@ each_backend! {
     }
 
     impl LogStore for This {
+        fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+            self.events_written.subscribe()
+        }
+
+        fn subscribe_ends(&self) -> tokio::sync::watch::Receiver<u64> {
+            self.sessions_ended.subscribe()
+        }
+
         async fn events_after(
             &self,
             filter: &EventFilter,

@@ -6,10 +6,9 @@
 //! database's clock): a service that lost the lease, however long it was
 //! paused, writes nothing more ([`crate::error::SessionError::Fenced`]).
 
-use std::time::Duration;
+use std::{future::Future, time::Duration};
 
-use super::backends::each_backend;
-use crate::model::{Action, SessionId};
+use crate::{error::SessionError, model::Action};
 
 /// The name of the one lease (the table may hold others later).
 pub const BACKGROUND: &str = "background";
@@ -92,23 +91,6 @@ pub struct LeaseTiming {
     pub renew_every: Duration,
 }
 
-/// The work the owner of the background work finds in the store, whoever
-/// recorded it: what any service's calls left for the driver.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct DriverWork {
-    /// Pending sessions whose agent was never asked for (no process row).
-    pub unstarted: Vec<crate::model::SessionRow>,
-    /// Running sessions with messages not yet written to their agent.
-    pub undelivered: Vec<SessionId>,
-    /// Ended sessions whose process has reported no exit (to be stopped).
-    pub unstopped: Vec<SessionId>,
-    /// Ended sessions whose parent is owed its callback notice.
-    pub callbacks_due: Vec<SessionId>,
-    /// Active sessions with a process on a runner whose lease lapsed (or
-    /// that is gone), deepest first: they fail `runner_lost`.
-    pub runner_lost: Vec<SessionId>,
-}
-
 /// The actions whose request-id records are pruned past their retention:
 /// the calls that carry a caller's request id. The callback guard is one
 /// row per child session (whose rows are kept too), not per call.
@@ -142,66 +124,30 @@ pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-each_backend! {
-    use crate::{error::SessionError, model::SessionId, DriverWork};
+/// The lease of the background work; every [`super::Store`] is one.
+pub trait LeaseStore: Send + Sync {
+    /// Takes the lease of the background work for `holder` if it is free
+    /// or expired (on the database's clock), bumping its epoch; returns the
+    /// new term, or `None` while another holder's term is live.
+    fn acquire_lease(
+        &self,
+        holder: &Holder,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<Option<Fence>, SessionError>> + Send;
 
-    impl This {
-        /// `Store::driver_work`: what the calls of any service left for the
-        /// driver.
-        pub(crate) async fn driver_work_impl(&self) -> Result<DriverWork, SessionError> {
-            let mut conn = self.pool.acquire().await?;
-            let unstarted: Vec<SessionId> = sqlx::query_scalar(concat!(
-                "SELECT session_id FROM sessions s WHERE status = 'pending' \
-                 AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
-                 ORDER BY ",
-                row_order!()
-            ))
-            .fetch_all(&mut *conn)
-            .await?;
-            let undelivered: Vec<SessionId> = sqlx::query_scalar(concat!(
-                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
-                 WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.",
-                row_order!()
-            ))
-            .fetch_all(&mut *conn)
-            .await?;
-            // Ended sessions whose process may still run (no exit reported,
-            // not yet asked to stop; a finished one's after its grace), and
-            // CALLBACK-mode ones ended before any start.
-            let unstopped: Vec<SessionId> = sqlx::query_scalar(concat!(
-                "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
-                 WHERE s.status IN ('completed', 'failed', 'terminated') \
-                 AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
-                       AND (p.stop_after_ms IS NULL OR p.stop_after_ms <= ",
-                db_now_ms!(),
-                ")) OR (p.session_id IS NULL AND s.notify_parent)) ORDER BY s.",
-                row_order!()
-            ))
-            .fetch_all(&mut *conn)
-            .await?;
-            let callbacks_due: Vec<SessionId> =
-                sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
-                    .fetch_all(&mut *conn)
-                    .await?;
-            // Active sessions on a runner whose lease lapsed (or that is gone).
-            let runner_lost: Vec<SessionId> = sqlx::query_scalar(concat!(
-                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
-                 LEFT JOIN runners r ON r.name = p.runner \
-                 WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
-                 AND (r.name IS NULL OR r.lease_expires_ms <= ",
-                db_now_ms!(),
-                ") ORDER BY s.depth DESC, s.",
-                row_order!()
-            ))
-            .fetch_all(&mut *conn)
-            .await?;
-            Ok(DriverWork {
-                runner_lost,
-                unstarted: self.rows_of(&mut conn, &unstarted).await?,
-                undelivered,
-                unstopped,
-                callbacks_due,
-            })
-        }
-    }
+    /// Extends `fence`'s term by `ttl` from now; false if the term is over
+    /// (expired or taken over), which its holder cannot undo.
+    fn renew_lease(
+        &self,
+        fence: &Fence,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<bool, SessionError>> + Send;
+
+    /// Ends `fence`'s term now (a service that stops), so another takes
+    /// the lease without waiting out its time.
+    fn release_lease(&self, fence: &Fence)
+    -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Returns the lease of the background work as it stands.
+    fn lease(&self) -> impl Future<Output = Result<Option<Lease>, SessionError>> + Send;
 }

@@ -48,7 +48,7 @@ pub struct Bounds<'a> {
     pub inbox: InboxCheck<'a>,
 }
 
-/// A message to many, as a [`Store::fan_out`] stores it.
+/// A message to many, as a [`crate::MessageStore::fan_out`] stores it.
 #[derive(Clone, Debug)]
 pub struct FanOut {
     pub audience: Audience,
@@ -87,7 +87,7 @@ pub struct Sent {
     pub replayed: bool,
 }
 
-/// What one round of [`Store::maintain`] did.
+/// What one round of [`crate::UpkeepStore::maintain`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Maintenance {
     /// Database pages returned to the file system.

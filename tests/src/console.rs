@@ -10,7 +10,7 @@ use troupe_session_svc::{
     Config, Limits,
     model::{Action, Trust},
     policy,
-    store::{PgStore, SqliteStore, Store},
+    store::{PgStore, SqliteStore, prelude::*},
 };
 
 use crate::{

@@ -137,7 +137,7 @@ pub async fn audit_log(server: &TestServer, limit: u32) -> Vec<pb::AuditEntry> {
 }
 
 /// Records an embedded runner (`default`, never called) in `store` for
-/// `fence`'s term, so that `Store::start_process` places every process on
+/// `fence`'s term, so that `RunnerStore::start_process` places every process on
 /// it: for tests of the store alone.
 pub async fn embedded_runner<S: troupe_session_svc::store::Store>(
     store: &S,

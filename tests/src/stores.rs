@@ -7,7 +7,7 @@ use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{Action, AuditRecord, NewSession, Principal, ProcessChange, Trust},
     policy::{Admission, SpawnContext},
-    store::{Bounds, Fence, Holder, PgStore, SqliteStore, Store},
+    store::{Bounds, Fence, Holder, PgStore, SqliteStore, prelude::*},
 };
 
 /// No bound on a message a test stores directly: no rate, any inbox.

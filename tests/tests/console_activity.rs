@@ -12,7 +12,7 @@ use troupe_session_svc::{
         Action, AuditRecord, EventFilter, EventKind, NewMessage, Principal, ProcessChange,
         ProgressReport, SessionActivity, SessionId, Trust,
     },
-    store::{EventPage, Fence, Holder, Store},
+    store::{EventPage, Fence, Holder, prelude::*},
 };
 use troupe_tests::stores::{new_session, operator_audit};
 

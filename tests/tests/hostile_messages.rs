@@ -13,7 +13,7 @@ use troupe_session_svc::{
     error::SessionError,
     model::{Action, NewMessage, Principal, SessionId, Trust},
     policy,
-    store::{Bounds, Fence, Holder, Store},
+    store::{Bounds, Fence, Holder, prelude::*},
 };
 use troupe_tests::{
     TestServer, message, reason,

@@ -12,7 +12,7 @@ use troupe_session_svc::{
         Action, AuditRecord, ExitReason, Failure, NewMessage, NewSession, Principal, ProcessChange,
         ProcessExit, Trust,
     },
-    store::{Created, Fence, Holder, Store},
+    store::{Created, Fence, Holder, prelude::*},
 };
 use troupe_tests::stores::{self, postgres, sqlite};
 

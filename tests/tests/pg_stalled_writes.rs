@@ -18,7 +18,7 @@ use std::{
 use sqlx::{Connection, PgConnection};
 use troupe_session_svc::{
     error::SessionError,
-    store::{Holder, PgStore, Store},
+    store::{Holder, PgStore, prelude::*},
 };
 
 /// The store's connections name themselves so, to be told from the test's.

@@ -13,7 +13,7 @@ use troupe_session_svc::{
         ProcessExit, ProgressReport, SessionId, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
-    store::{Created, EventPage, OutputBudget, Store},
+    store::{Created, EventPage, OutputBudget, prelude::*},
 };
 use troupe_tests::stores::{self, operator_audit as audit};
 

@@ -12,7 +12,7 @@ use troupe_session_svc::{
         Trust,
     },
     placement::Place,
-    store::{Fence, Store},
+    store::{Fence, prelude::*},
 };
 use troupe_tests::stores::{self, postgres, sqlite};
 

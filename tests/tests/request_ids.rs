@@ -11,7 +11,7 @@ use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{Action, Idempotency, NewMessage, NewSession, Principal, Trust, now_ms},
-    store::{Created, Fence, Holder, Store},
+    store::{Created, Fence, Holder, prelude::*},
 };
 use troupe_tests::{
     TestServer, child,

@@ -13,7 +13,7 @@ use troupe_session_svc::{
         Action, AuditRecord, EndReason, Finish, NewSession, Outcome, Principal, Trust, now_ms,
     },
     policy,
-    store::{Fence, Store},
+    store::{Fence, prelude::*},
 };
 use troupe_tests::stores;
 

@@ -21,7 +21,7 @@ use troupe_session_svc::{
         Action, EventFilter, Idempotency, NewMessage, NewSession, Principal, ProcessChange, Trust,
     },
     policy,
-    store::{Created, EventPage, InboxStore, LogStore, SqliteStore, Store},
+    store::{Created, EventPage, SqliteStore, prelude::*},
 };
 use troupe_tests::stores::{self, operator_audit as audit};
 

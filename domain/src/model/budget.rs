@@ -236,7 +236,7 @@ pub struct ModelCall {
     pub http_status: Option<u16>,
 }
 
-/// A reservation made before a model call (the store's `Store::reserve`).
+/// A reservation made before a model call (the store's `BudgetStore::reserve`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
     pub id: String,

@@ -116,7 +116,7 @@ pub struct SessionActivity {
     /// Messages stored in its inbox (its last inbox sequence).
     pub received: u64,
     /// Every inbox message up to this sequence was handed to its agent
-    /// (`Store::mark_delivered`, which also sets their `delivered_at_ms`).
+    /// (`ProcessStore::mark_delivered`, which also sets their `delivered_at_ms`).
     pub delivered_through: u64,
     pub progress: Option<ProgressReport>,
 }

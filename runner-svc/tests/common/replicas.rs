@@ -9,7 +9,7 @@ use sqlx::{Connection, PgConnection};
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
     model::{EventFilter, EventKind},
-    store::{EventPage, Lease, LogStore, PgStore, Store},
+    store::{EventPage, Lease, PgStore, prelude::*},
 };
 use troupe_tests::process::SessionProcess;
 

@@ -4,7 +4,7 @@
 //! that died before recording it, or by a stale owner, is not written again.
 //!
 //! Frames go from the process's `delivered_seq`; the `stdin_sequence` the
-//! runner answers is recorded by `Store::mark_delivered`, which also sets
+//! runner answers is recorded by `ProcessStore::mark_delivered`, which also sets
 //! the messages' `delivered_at_ms` and, when `delivered_seq` advanced,
 //! writes one `delivered` event, in the same transaction.
 

@@ -4,7 +4,7 @@
 //! and reconciles the two after a restart of either.
 //!
 //! The ledger stays the authority: the driver only reports what the runner
-//! saw (through [`Store::record_process`], which applies each runner event
+//! saw (through [`ProcessStore::record_process`], which applies each runner event
 //! once, by its sequence), and asks the runner to act on what the ledger
 //! decided.
 //!
@@ -35,7 +35,7 @@
 //!   stops the runner's execs whose session is not active.
 //! - `owner`: [`Driver::own`], one task per term, which watches the
 //!   store's wake-ups for the work any service recorded
-//!   (`Store::driver_work`: sessions to start, messages to deliver,
+//!   (`ProcessStore::driver_work`: sessions to start, messages to deliver,
 //!   processes to stop, callbacks due, sessions whose runner was lost) and
 //!   hands each to one task at a time.
 //! - `runners`: the runners the store knows (the embedded `--runner` and
@@ -44,7 +44,7 @@
 //!
 //! # Runners
 //!
-//! Each session's process is placed on one runner (`Store::start_process`,
+//! Each session's process is placed on one runner (`RunnerStore::start_process`,
 //! by `crate::placement`), and every call about it (start, watch, stdin,
 //! stop) goes to that runner, whose endpoint is the store's.
 //!

@@ -4,7 +4,7 @@
 //! A callback is durable: the store makes it due in the transaction that
 //! ends the child (an exit, a failure, a stop before any start) and clears
 //! it in the one that writes the notice, so an owner that dies in between
-//! leaves it to the next (`Store::driver_work`'s `callbacks_due`).
+//! leaves it to the next (`ProcessStore::driver_work`'s `callbacks_due`).
 
 use std::sync::Arc;
 

@@ -23,36 +23,46 @@ use super::{PgStore, lease};
 use crate::{
     error::SessionError,
     model::{Idempotency, now_ms},
-    {Fence, lease::PRUNED_ACTIONS, shared::earlier_answer},
+    {Fence, Maintenance, UpkeepStore, lease::PRUNED_ACTIONS, shared::earlier_answer},
 };
 
 /// The background work's pruning, each pass one fenced transaction.
-impl PgStore {
-    pub(crate) async fn prune_events_once(
-        &self,
-        fence: &Fence,
-        keep: u64,
-    ) -> Result<i64, SessionError> {
-        let mut tx = self.begin().await?;
-        lease::check(&mut tx, fence).await?;
-        let pruned = prune(&mut tx, keep).await?;
-        tx.commit().await?;
-        Ok(pruned)
+impl UpkeepStore for PgStore {
+    async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
+        retrying!(async {
+            let mut tx = self.begin().await?;
+            lease::check(&mut tx, fence).await?;
+            let pruned = prune(&mut tx, keep).await?;
+            tx.commit().await?;
+            Ok(pruned)
+        })
     }
 
-    pub(crate) async fn prune_request_ids_once(
+    async fn prune_request_ids(
         &self,
         fence: &Fence,
         before_ms: i64,
         limit: u32,
     ) -> Result<u64, SessionError> {
-        let mut tx = self.begin().await?;
-        lease::check(&mut tx, fence).await?;
-        let pruned = prune_request_ids(&mut tx, before_ms, limit).await?;
-        tx.commit().await?;
-        Ok(pruned)
+        retrying!(async {
+            let mut tx = self.begin().await?;
+            lease::check(&mut tx, fence).await?;
+            let pruned = prune_request_ids(&mut tx, before_ms, limit).await?;
+            tx.commit().await?;
+            Ok(pruned)
+        })
+    }
+
+    /// The store's own upkeep (releases stale
+    /// reservations first): none, as PostgreSQL checkpoints by itself and
+    /// autovacuum returns what pruning frees.
+    async fn maintain(&self) -> Result<Maintenance, SessionError> {
+        crate::accounts::release_stale(self).await;
+        Ok(Maintenance::default())
     }
 }
+
+impl PgStore {}
 
 /// The advisory lock key that orders event ids by commit ("troupeev").
 pub const EVENTS_LOCK: i64 = 0x7472_6f75_7065_6576;

@@ -10,12 +10,11 @@
 //! the lease's time to live, at most `IDLE_IN_TRANSACTION` (5 s, after
 //! which PostgreSQL ends the connection).
 
-use std::time::Duration;
-
 use sqlx::PgConnection;
 
 use super::{PgStore, open::IDLE_IN_TRANSACTION};
 use crate::{
+    LeaseStore,
     error::SessionError,
     lease::{BACKGROUND, Fence, Holder, Lease, millis},
 };
@@ -42,55 +41,59 @@ pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), 
     fence.held(live.is_some())
 }
 
-impl PgStore {
-    pub(crate) async fn acquire_lease_once(
+impl LeaseStore for PgStore {
+    async fn acquire_lease(
         &self,
         holder: &Holder,
-        ttl: Duration,
+        ttl: std::time::Duration,
     ) -> Result<Option<Fence>, SessionError> {
-        // The row of an expired term, unless a write of that term still
-        // holds it (`check`): then this try fails at once, and the next
-        // one comes a renewal later. A try never waits on the row, so a
-        // term starts with all of its time, on both clocks.
-        let epoch: Option<i64> = sqlx::query_scalar(
-            "WITH free AS (SELECT name FROM leases \
-               WHERE name = $1 AND expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED), \
-             taken AS (UPDATE leases SET holder = $2, epoch = leases.epoch + 1, \
-               expires_at = clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
-               FROM free WHERE leases.name = free.name RETURNING leases.epoch), \
-             first AS (INSERT INTO leases (name, holder, epoch, expires_at) \
-               SELECT $1, $2, 1, clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
-               WHERE NOT EXISTS (SELECT 1 FROM leases WHERE name = $1) \
-               ON CONFLICT (name) DO NOTHING RETURNING epoch) \
-             SELECT epoch FROM taken UNION ALL SELECT epoch FROM first",
-        )
-        .bind(BACKGROUND)
-        .bind(holder.as_str())
-        .bind(millis(ttl))
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(Fence::taken(holder, epoch, ttl))
+        retrying!(async {
+            // The row of an expired term, unless a write of that term still
+            // holds it (`check`): then this try fails at once, and the next
+            // one comes a renewal later. A try never waits on the row, so a
+            // term starts with all of its time, on both clocks.
+            let epoch: Option<i64> = sqlx::query_scalar(
+                "WITH free AS (SELECT name FROM leases \
+                   WHERE name = $1 AND expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED), \
+                 taken AS (UPDATE leases SET holder = $2, epoch = leases.epoch + 1, \
+                   expires_at = clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
+                   FROM free WHERE leases.name = free.name RETURNING leases.epoch), \
+                 first AS (INSERT INTO leases (name, holder, epoch, expires_at) \
+                   SELECT $1, $2, 1, clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
+                   WHERE NOT EXISTS (SELECT 1 FROM leases WHERE name = $1) \
+                   ON CONFLICT (name) DO NOTHING RETURNING epoch) \
+                 SELECT epoch FROM taken UNION ALL SELECT epoch FROM first",
+            )
+            .bind(BACKGROUND)
+            .bind(holder.as_str())
+            .bind(millis(ttl))
+            .fetch_optional(&self.pool)
+            .await?;
+            Ok(Fence::taken(holder, epoch, ttl))
+        })
     }
 
-    pub(crate) async fn renew_lease_once(
+    async fn renew_lease(
         &self,
         fence: &Fence,
-        ttl: Duration,
+        ttl: std::time::Duration,
     ) -> Result<bool, SessionError> {
-        let renewed = sqlx::query(
-            "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000) \
-             WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()",
-        )
-        .bind(BACKGROUND)
-        .bind(fence.holder.as_str())
-        .bind(fence.epoch)
-        .bind(millis(ttl))
-        .execute(&self.pool)
-        .await?;
-        Ok(renewed.rows_affected() == 1)
+        retrying!(async {
+            let renewed = sqlx::query(
+                "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000) \
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()",
+            )
+            .bind(BACKGROUND)
+            .bind(fence.holder.as_str())
+            .bind(fence.epoch)
+            .bind(millis(ttl))
+            .execute(&self.pool)
+            .await?;
+            Ok(renewed.rows_affected() == 1)
+        })
     }
 
-    pub(crate) async fn release_lease_impl(&self, fence: &Fence) -> Result<(), SessionError> {
+    async fn release_lease(&self, fence: &Fence) -> Result<(), SessionError> {
         sqlx::query(
             "UPDATE leases SET expires_at = clock_timestamp() \
              WHERE name = $1 AND holder = $2 AND epoch = $3",
@@ -103,7 +106,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(crate) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
+    async fn lease(&self) -> Result<Option<Lease>, SessionError> {
         let row: Option<(String, i64, bool)> = sqlx::query_as(
             "SELECT holder, epoch, expires_at > clock_timestamp() FROM leases WHERE name = $1",
         )
@@ -117,3 +120,5 @@ impl PgStore {
         }))
     }
 }
+
+impl PgStore {}

@@ -47,7 +47,7 @@ pub(crate) use self::retry::retrying;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction, pool::PoolConnection};
 use tokio::sync::watch;
 
-use super::{Maintenance, OutputBudget};
+use super::OutputBudget;
 use crate::error::SessionError;
 
 /// Connections each replica keeps to the database.
@@ -116,13 +116,6 @@ impl PgStore {
     /// `ended` sessions).
     pub(crate) fn committed(&self, ended: bool) {
         self.published(ended);
-    }
-
-    /// The store's own upkeep (`Store::maintain` releases stale
-    /// reservations first): none, as PostgreSQL checkpoints by itself and
-    /// autovacuum returns what pruning frees.
-    pub(crate) async fn maintain_impl(&self) -> Result<Maintenance, SessionError> {
-        Ok(Maintenance::default())
     }
 
     /// Wakes the local watchers after a commit.

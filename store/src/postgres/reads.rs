@@ -10,14 +10,15 @@ use super::{
     open::{RawSession, rows, session_columns},
 };
 use crate::{
+    ReadStore,
     error::SessionError,
     model::{SessionId, SessionRow, Trust, WorkspaceId},
 };
 
-impl PgStore {
-    pub(crate) async fn get_session_impl(
+impl ReadStore for PgStore {
+    async fn get_session(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<Option<SessionRow>, SessionError> {
         let raw: Option<RawSession> = sqlx::query_as(concat!(
             "SELECT ",
@@ -30,10 +31,7 @@ impl PgStore {
         raw.map(RawSession::into_row).transpose()
     }
 
-    pub(crate) async fn children_impl(
-        &self,
-        session_id: &str,
-    ) -> Result<Vec<SessionRow>, SessionError> {
+    async fn children(&self, session_id: &SessionId) -> Result<Vec<SessionRow>, SessionError> {
         let raw: Vec<RawSession> = sqlx::query_as(concat!(
             "SELECT ",
             session_columns!(),
@@ -45,9 +43,9 @@ impl PgStore {
         rows(raw)
     }
 
-    pub(crate) async fn list_workspace_impl(
+    async fn list_workspace(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
         sandboxed_only: bool,
         include_ended: bool,
         after: i64,
@@ -79,9 +77,19 @@ impl PgStore {
         Ok((page, more.then_some(last)))
     }
 
-    pub(crate) async fn active_counts_impl(
-        &self,
-    ) -> Result<Vec<(WorkspaceId, Trust, u32)>, SessionError> {
+    /// Every active session, in creation order.
+    async fn active_sessions(&self) -> Result<Vec<SessionRow>, SessionError> {
+        let raw: Vec<RawSession> = sqlx::query_as(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE status IN ('pending', 'running') ORDER BY row_id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        super::open::rows(raw)
+    }
+
+    async fn active_counts(&self) -> Result<Vec<(WorkspaceId, Trust, u32)>, SessionError> {
         let rows: Vec<(WorkspaceId, i32, i32)> = sqlx::query_as(
             "SELECT workspace_id, active_direct, active_sandboxed FROM workspaces \
              WHERE active_direct > 0 OR active_sandboxed > 0",
@@ -98,7 +106,9 @@ impl PgStore {
         }
         Ok(counts)
     }
+}
 
+impl PgStore {
     /// The row of the session `id`, unlocked, read on `conn`.
     pub(crate) async fn row_of(
         &self,
@@ -127,18 +137,6 @@ impl PgStore {
         .fetch_all(conn)
         .await?;
         in_order(raws, ids)
-    }
-
-    /// Every active session, in creation order.
-    pub(crate) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
-        let raw: Vec<RawSession> = sqlx::query_as(concat!(
-            "SELECT ",
-            session_columns!(),
-            " FROM sessions WHERE status IN ('pending', 'running') ORDER BY row_id"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        super::open::rows(raw)
     }
 }
 

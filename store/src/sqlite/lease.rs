@@ -3,11 +3,10 @@
 //! PostgreSQL's: every background write checks its fence inside its
 //! transaction, on the database's clock.
 
-use std::time::Duration;
-
 use sqlx::SqliteConnection;
 
 use super::SqliteStore;
+use crate::LeaseStore;
 use crate::{
     error::SessionError,
     lease::{BACKGROUND, Fence, Holder, Lease, millis},
@@ -29,11 +28,11 @@ pub(super) async fn check(conn: &mut SqliteConnection, fence: &Fence) -> Result<
     fence.held(live.is_some())
 }
 
-impl SqliteStore {
-    pub(crate) async fn acquire_lease_once(
+impl LeaseStore for SqliteStore {
+    async fn acquire_lease(
         &self,
         holder: &Holder,
-        ttl: Duration,
+        ttl: std::time::Duration,
     ) -> Result<Option<Fence>, SessionError> {
         let epoch: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "INSERT INTO leases (name, holder, epoch, expires_at_ms) VALUES (?1, ?2, 1, {NOW_MS} + ?3) \
@@ -49,10 +48,10 @@ impl SqliteStore {
         Ok(Fence::taken(holder, epoch, ttl))
     }
 
-    pub(crate) async fn renew_lease_once(
+    async fn renew_lease(
         &self,
         fence: &Fence,
-        ttl: Duration,
+        ttl: std::time::Duration,
     ) -> Result<bool, SessionError> {
         let renewed = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE leases SET expires_at_ms = {NOW_MS} + ?4 \
@@ -67,7 +66,7 @@ impl SqliteStore {
         Ok(renewed.rows_affected() == 1)
     }
 
-    pub(crate) async fn release_lease_impl(&self, fence: &Fence) -> Result<(), SessionError> {
+    async fn release_lease(&self, fence: &Fence) -> Result<(), SessionError> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE leases SET expires_at_ms = {NOW_MS} WHERE name = ? AND holder = ? AND epoch = ?"
         )))
@@ -79,7 +78,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(crate) async fn lease_impl(&self) -> Result<Option<Lease>, SessionError> {
+    async fn lease(&self) -> Result<Option<Lease>, SessionError> {
         let row: Option<(String, i64, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT holder, epoch, expires_at_ms > {NOW_MS} FROM leases WHERE name = ?"
         )))
@@ -93,3 +92,5 @@ impl SqliteStore {
         }))
     }
 }
+
+impl SqliteStore {}

@@ -12,7 +12,7 @@
 //! trip), the others statement by statement (`Tx`). Reads of events, messages and audit use a pool of
 //! read-only connections and never wait for the writer (WAL). The writer
 //! never checkpoints; [`SqliteStore::checkpoint`] does (part of
-//! [`Store::maintain`]), on a connection of its own, so no call waits for
+//! [`UpkeepStore::maintain`]), on a connection of its own, so no call waits for
 //! the WAL's data to reach the database file.
 //!
 //! Its parts: `ledger` (the sessions in memory, this store's own cache),

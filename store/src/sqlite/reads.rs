@@ -5,28 +5,27 @@ use std::sync::Arc;
 
 use super::SqliteStore;
 use crate::{
+    ReadStore,
     error::SessionError,
+    model::SessionId,
     model::{SessionRow, Trust, WorkspaceId},
 };
 
-impl SqliteStore {
-    pub(crate) async fn get_session_impl(
+impl ReadStore for SqliteStore {
+    async fn get_session(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<Option<SessionRow>, SessionError> {
         Ok(self.ledger().get(session_id))
     }
 
-    pub(crate) async fn children_impl(
-        &self,
-        session_id: &str,
-    ) -> Result<Vec<SessionRow>, SessionError> {
+    async fn children(&self, session_id: &SessionId) -> Result<Vec<SessionRow>, SessionError> {
         Ok(self.ledger().children(session_id))
     }
 
-    pub(crate) async fn list_workspace_impl(
+    async fn list_workspace(
         &self,
-        workspace_id: &str,
+        workspace_id: &WorkspaceId,
         sandboxed_only: bool,
         include_ended: bool,
         after: i64,
@@ -37,14 +36,14 @@ impl SqliteStore {
             .list(workspace_id, sandboxed_only, include_ended, after, limit))
     }
 
-    pub(crate) async fn active_counts_impl(
-        &self,
-    ) -> Result<Vec<(WorkspaceId, Trust, u32)>, SessionError> {
-        Ok(self.ledger().active_counts())
-    }
-
     /// Every active session, in creation order.
-    pub(crate) async fn active_sessions_impl(&self) -> Result<Vec<SessionRow>, SessionError> {
+    async fn active_sessions(&self) -> Result<Vec<SessionRow>, SessionError> {
         Ok(self.ledger().active())
     }
+
+    async fn active_counts(&self) -> Result<Vec<(WorkspaceId, Trust, u32)>, SessionError> {
+        Ok(self.ledger().active_counts())
+    }
 }
+
+impl SqliteStore {}

@@ -1,6 +1,6 @@
 //! The files' sizes: the write-ahead log, checkpointed off the request path
 //! and cut back past its limit, and the database, which returns the pages
-//! it no longer needs (incremental auto-vacuum). [`Store::maintain`](crate::Store::maintain) does
+//! it no longer needs (incremental auto-vacuum). [`UpkeepStore::maintain`](crate::UpkeepStore::maintain) does
 //! both, every second.
 //!
 //! The writer runs with `wal_autocheckpoint=0`: no call checkpoints while
@@ -13,6 +13,7 @@
 use sqlx::{AssertSqlSafe, SqlitePool};
 
 use super::{SqliteStore, write::Write};
+use crate::UpkeepStore;
 use crate::{
     error::SessionError,
     {Fence, Maintenance},
@@ -45,6 +46,50 @@ pub(super) async fn incremental_vacuum_on(pool: &SqlitePool) -> Result<(), Sessi
     Ok(())
 }
 
+impl UpkeepStore for SqliteStore {
+    /// Fenced, in one write.
+    async fn prune_events(&self, fence: &Fence, keep: u64) -> Result<i64, SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
+        let pruned = tx.prune_events(keep).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    /// Fenced, in one write.
+    async fn prune_request_ids(
+        &self,
+        fence: &Fence,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<u64, SessionError> {
+        let mut w = self.writer().await?;
+        let mut tx = Write::begin(&mut w.conn).await?;
+        super::lease::check(tx.conn(), fence).await?;
+        let pruned = tx.prune_request_ids(before_ms, limit).await?;
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    /// The store's own upkeep (releases stale
+    /// reservations first): returns free pages, then checkpoints (which
+    /// then cuts the file to size). A failure to return pages is logged
+    /// and the checkpoint still runs; a failed checkpoint is the error.
+    async fn maintain(&self) -> Result<Maintenance, SessionError> {
+        crate::accounts::release_stale(self).await;
+        let pages_returned = match self.reclaim().await {
+            Ok(pages) => pages,
+            Err(e) => {
+                tracing::warn!(error = %e, "returning free space failed");
+                0
+            }
+        };
+        self.checkpoint().await?;
+        Ok(Maintenance { pages_returned })
+    }
+}
+
 impl SqliteStore {
     /// The write-ahead log's size on disk.
     fn wal_len(&self) -> u64 {
@@ -73,7 +118,7 @@ impl SqliteStore {
 
     /// Moves what the write-ahead log holds into the database file, off
     /// the request path, and keeps the log's size bounded even under
-    /// writes that never pause. Part of [`Store::maintain`](crate::Store::maintain).
+    /// writes that never pause. Part of [`UpkeepStore::maintain`](crate::UpkeepStore::maintain).
     pub async fn checkpoint(&self) -> Result<(), SessionError> {
         {
             let mut conn = self.checkpointer.lock().await;
@@ -94,7 +139,7 @@ impl SqliteStore {
     /// Returns space the database no longer needs (pruned events, dropped
     /// output) to the file system: free pages past [`FREE_BYTES_KEPT`], at
     /// most [`RECLAIM_BYTES`] a call, so no call waits long behind it.
-    /// Returns the pages returned. Part of [`Store::maintain`](crate::Store::maintain).
+    /// Returns the pages returned. Part of [`UpkeepStore::maintain`](crate::UpkeepStore::maintain).
     pub async fn reclaim(&self) -> Result<u64, SessionError> {
         let page = (self.frame_bytes - super::WAL_FRAME_HEADER) as i64;
         let mut w = self.writer().await?;
@@ -112,49 +157,4 @@ impl SqliteStore {
     }
 }
 
-impl SqliteStore {
-    /// The store's own upkeep (`Store::maintain` releases stale
-    /// reservations first): returns free pages, then checkpoints (which
-    /// then cuts the file to size). A failure to return pages is logged
-    /// and the checkpoint still runs; a failed checkpoint is the error.
-    pub(crate) async fn maintain_impl(&self) -> Result<Maintenance, SessionError> {
-        let pages_returned = match self.reclaim().await {
-            Ok(pages) => pages,
-            Err(e) => {
-                tracing::warn!(error = %e, "returning free space failed");
-                0
-            }
-        };
-        self.checkpoint().await?;
-        Ok(Maintenance { pages_returned })
-    }
-
-    /// `Store::prune_events`: fenced, in one write.
-    pub(crate) async fn prune_events_once(
-        &self,
-        fence: &Fence,
-        keep: u64,
-    ) -> Result<i64, SessionError> {
-        let mut w = self.writer().await?;
-        let mut tx = Write::begin(&mut w.conn).await?;
-        super::lease::check(tx.conn(), fence).await?;
-        let pruned = tx.prune_events(keep).await?;
-        tx.commit().await?;
-        Ok(pruned)
-    }
-
-    /// `Store::prune_request_ids`: fenced, in one write.
-    pub(crate) async fn prune_request_ids_once(
-        &self,
-        fence: &Fence,
-        before_ms: i64,
-        limit: u32,
-    ) -> Result<u64, SessionError> {
-        let mut w = self.writer().await?;
-        let mut tx = Write::begin(&mut w.conn).await?;
-        super::lease::check(tx.conn(), fence).await?;
-        let pruned = tx.prune_request_ids(before_ms, limit).await?;
-        tx.commit().await?;
-        Ok(pruned)
-    }
-}
+impl SqliteStore {}

@@ -19,7 +19,7 @@ use troupe_session_svc::{
         EventKind, ModelCall, NewSession, Price, Reservation, TokenUsage, Trust, now_ms,
     },
     policy,
-    store::{Created, EventPage, PgStore, Store},
+    store::{Created, EventPage, PgStore, prelude::*},
 };
 use troupe_tests::{
     error_metadata,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use troupe_session_svc::{
     error::QuotaLeft,
     model::{Action, EventFilter, EventRow, ProcessChange, Trust},
-    store::{Created, EventPage, Fence, Holder, LogStore, OutputBudget, SqliteStore, Store},
+    store::{Created, EventPage, Fence, Holder, OutputBudget, SqliteStore, prelude::*},
 };
 use troupe_tests::stores::{new_session, operator_audit};
 

@@ -5,7 +5,7 @@
 use super::*;
 
 /// Pruned events and dropped output free pages; the database returns them
-/// to the file system, a bounded amount per upkeep tick (`Store::maintain`).
+/// to the file system, a bounded amount per upkeep tick (`UpkeepStore::maintain`).
 #[tokio::test]
 async fn the_database_file_shrinks_once_its_events_are_pruned() {
     let dir = tempfile::tempdir().unwrap();

@@ -28,7 +28,7 @@ use troupe_session_svc::{
         SessionId, Trust, now_ms,
     },
     policy::{self, Admission, SpawnContext},
-    store::{EventPage, Fence, Store},
+    store::{EventPage, Fence, prelude::*},
 };
 use troupe_tests::stores;
 
