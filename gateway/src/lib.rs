@@ -1,6 +1,8 @@
 //! The model gateway: the Anthropic Messages API (`POST /v1/messages`,
-//! `POST /v1/messages/count_tokens`) and OpenAI Chat Completions
-//! (`POST /v1/chat/completions`), served over HTTP/1.1 on the session
+//! `POST /v1/messages/count_tokens`), OpenAI Chat Completions
+//! (`POST /v1/chat/completions`) and Responses (`POST /v1/responses`, as
+//! Codex calls it; a WebSocket upgrade there is a `404` like any other
+//! method, and the client falls back to HTTP), served over HTTP/1.1 on the session
 //! service's own listeners. An agent's key is its session token; the call is
 //! the token's session's, checked like every call ([`identify`]), and goes
 //! upstream with the provider's key in place of the agent's.
@@ -29,6 +31,7 @@
 //! - [`headers`]: the headers that cross, each way.
 //! - [`scrub`]: the provider's key out of what it says.
 //! - [`usage`]: usage as the provider reports it, streaming or not.
+//! - [`meter`]: a stream of server-sent events read as it passes.
 //! - [`forward`]: the upstream call, its answer.
 //! - [`settle`]: a call's reservation settled exactly once.
 //! - [`relay`]: a streamed answer passed on frame by frame, metered.
@@ -38,6 +41,7 @@ mod body;
 pub mod config;
 mod forward;
 mod headers;
+mod meter;
 mod prepare;
 mod reach;
 mod relay;
@@ -116,6 +120,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
                 post(count_tokens::<S>).fallback(not_found),
             )
             .route("/v1/chat/completions", post(chat::<S>).fallback(not_found))
+            .route("/v1/responses", post(responses::<S>).fallback(not_found))
             .route("/v1/{*rest}", any(not_found))
             .with_state(self)
     }
@@ -142,6 +147,13 @@ async fn chat<S: Store + Clone + 'static>(
     gw.serve(Route::Chat, request).await
 }
 
+async fn responses<S: Store + Clone + 'static>(
+    State(gw): State<Arc<Gateway<S>>>,
+    request: Request,
+) -> Response {
+    gw.serve(Route::Responses, request).await
+}
+
 /// A path or method the gateway does not serve: `404` in the shape of the
 /// API the client speaks (Anthropic's if it sends `anthropic-version` or an
 /// `x-api-key`, or calls under `/v1/messages`; OpenAI's otherwise).
@@ -159,7 +171,7 @@ async fn not_found(method: Method, request: Request) -> Response {
     let shown: String = path.chars().take(200).filter(|c| !c.is_control()).collect();
     ApiError::new(
         Kind::NotFound,
-        format!("no route {method} {shown}: the gateway serves POST /v1/messages, /v1/messages/count_tokens and /v1/chat/completions"),
+        format!("no route {method} {shown}: the gateway serves POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions and /v1/responses"),
     )
     .response(api)
 }

@@ -2,8 +2,10 @@
 //! reads it ([`strict`]), its model served to the caller's workspace by a
 //! provider of the route's API, what it may make the provider do
 //! ([`reach`]), and its worst case: every completion it asks for (OpenAI's
-//! `n`) at its output bound, plus its bytes as input. The upstream path
-//! carries no query but Anthropic's `beta=true`.
+//! `n`) at its output bound, plus its bytes as input. A call with no output
+//! bound where the API allows none (Chat Completions, Responses) is given
+//! its model's. The upstream path carries no query but Anthropic's
+//! `beta=true`.
 
 use axum::{body::Bytes, http::HeaderMap};
 use serde_json::Value;
@@ -30,6 +32,8 @@ pub enum Route {
     CountTokens,
     /// `POST /v1/chat/completions`.
     Chat,
+    /// `POST /v1/responses`.
+    Responses,
 }
 
 impl Route {
@@ -37,6 +41,7 @@ impl Route {
         match self {
             Route::Messages | Route::CountTokens => Api::Anthropic,
             Route::Chat => Api::Openai,
+            Route::Responses => Api::Responses,
         }
     }
 
@@ -46,6 +51,7 @@ impl Route {
             Route::Messages => "/v1/messages",
             Route::CountTokens => "/v1/messages/count_tokens",
             Route::Chat => "/v1/chat/completions",
+            Route::Responses => "/v1/responses",
         }
     }
 
@@ -53,7 +59,9 @@ impl Route {
     pub fn action(self) -> troupe_domain::model::Action {
         match self {
             Route::CountTokens => troupe_domain::model::Action::CountTokens,
-            Route::Messages | Route::Chat => troupe_domain::model::Action::ModelCall,
+            Route::Messages | Route::Chat | Route::Responses => {
+                troupe_domain::model::Action::ModelCall
+            }
         }
     }
 }
@@ -119,7 +127,7 @@ pub fn prepare(
     let provider = config.providers[entry.provider].clone();
     let expected = match api {
         Api::Anthropic => ProviderKind::Anthropic,
-        Api::Openai => ProviderKind::Openai,
+        Api::Openai | Api::Responses => ProviderKind::Openai,
     };
     if provider.kind != expected {
         return Err(ApiError::new(
@@ -149,6 +157,7 @@ pub fn prepare(
             }
             (given.into_iter().flatten().max(), n)
         }
+        Api::Responses => (bound(&json, "max_output_tokens")?, 1),
     };
     let max_tokens = match (max_tokens, route) {
         (_, Route::CountTokens) => 0,
@@ -159,20 +168,28 @@ pub fn prepare(
                 "max_tokens: a number is required",
             ));
         }
-        (None, Route::Chat) => {
+        (None, Route::Chat | Route::Responses) => {
             // The call's worst case needs a bound: the model's.
             let n = entry.max_output_tokens;
-            json["max_completion_tokens"] = Value::from(n);
+            let field = match api {
+                Api::Responses => "max_output_tokens",
+                _ => "max_completion_tokens",
+            };
+            json[field] = Value::from(n);
             n
         }
     };
-    let body = if api == Api::Openai {
-        if stream {
-            json["stream_options"] = serde_json::json!({"include_usage": true});
+    // A Responses stream reports its usage in its last event; a Chat
+    // Completions stream only when asked.
+    let body = match api {
+        Api::Anthropic => body,
+        Api::Openai => {
+            if stream {
+                json["stream_options"] = serde_json::json!({"include_usage": true});
+            }
+            Bytes::from(json.to_string())
         }
-        Bytes::from(json.to_string())
-    } else {
-        body
+        Api::Responses => Bytes::from(json.to_string()),
     };
     let too_large = || ApiError::new(Kind::Invalid, "max_tokens: too large");
     let output = max_tokens.checked_mul(completions).ok_or_else(too_large)?;

@@ -1,11 +1,18 @@
 //! What a request body may make the provider do besides answering from
 //! the request itself, checked before the call goes out: run tools of its
 //! own (web search and fetch, code execution, computer use), call MCP
-//! servers, fetch images or documents by URL, read files by id. Each is
+//! servers, fetch images or documents by URL, read files by id, or (the
+//! Responses API) read what it stored of earlier calls: a previous
+//! response, a conversation, a stored prompt, an item by reference. Each is
 //! the operator's to allow, per provider ([`Reach`]); otherwise the call is
 //! refused `400 invalid_request_error`, naming the field. Reaching out with
 //! the operator's key and account is not an agent's to decide: a sandboxed
-//! agent with no network would have one through the provider.
+//! agent with no network would have one through the provider, and what one
+//! session stored at the provider is not another's to read.
+//!
+//! A Responses call in the `background` is refused whatever the operator
+//! allows: its answer, and so its usage, would come later by a route the
+//! gateway does not serve.
 
 use serde_json::Value;
 
@@ -16,6 +23,15 @@ use super::{
 
 /// Tool types that the client runs: only these are not server tools.
 const CLIENT_TOOL_TYPES: [&str; 2] = ["custom", "function"];
+
+/// The Responses API's client tools: functions, free-form tools, the shell
+/// and patch tools the client runs, and `namespace`s of such tools (Codex
+/// sends each MCP server's tools as one).
+const RESPONSES_CLIENT_TOOL_TYPES: [&str; 5] =
+    ["apply_patch", "custom", "function", "local_shell", "shell"];
+
+/// Responses fields that read what the provider stored of earlier calls.
+const RESPONSES_STORED: [&str; 3] = ["conversation", "previous_response_id", "prompt"];
 
 fn refused(what: &str, allow: &str) -> ApiError {
     ApiError::new(
@@ -28,6 +44,16 @@ fn refused(what: &str, allow: &str) -> ApiError {
 
 /// Checks `body` against what the provider allows.
 pub fn check(api: Api, body: &Value, allow: Reach) -> Result<(), ApiError> {
+    if api == Api::Responses
+        && body
+            .get("background")
+            .is_some_and(|b| !b.is_null() && *b != Value::Bool(false))
+    {
+        return Err(ApiError::new(
+            Kind::Invalid,
+            "background: not served through this gateway (the answer and its usage would come later, by a route it does not serve)",
+        ));
+    }
     if !allow.server_tools {
         server_tools(api, body)?;
     }
@@ -44,6 +70,7 @@ pub fn check(api: Api, body: &Value, allow: Reach) -> Result<(), ApiError> {
                 }
             }
             Api::Openai => openai_parts(body)?,
+            Api::Responses => responses_input(body)?,
         }
     }
     Ok(())
@@ -53,27 +80,42 @@ fn server_tools(api: Api, body: &Value) -> Result<(), ApiError> {
     let fields: &[&str] = match api {
         Api::Anthropic => &["container"],
         Api::Openai => &["web_search_options"],
+        Api::Responses => &[],
     };
     for field in fields {
         if body.get(*field).is_some_and(|v| !v.is_null()) {
             return Err(refused(field, "server_tools"));
         }
     }
-    let tools = body.get("tools").and_then(Value::as_array);
+    client_tools(api, "tools", body.get("tools"))
+}
+
+/// Checks that every tool of `tools` (at `path`) is one the client runs;
+/// a Responses `namespace`'s tools are checked as tools.
+fn client_tools(api: Api, path: &str, tools: Option<&Value>) -> Result<(), ApiError> {
+    let tools = tools.and_then(Value::as_array);
     for (i, tool) in tools.into_iter().flatten().enumerate() {
+        let path = format!("{path}[{i}]");
         match tool.get("type") {
             None | Some(Value::Null) if api == Api::Anthropic => {}
-            Some(Value::String(kind)) if CLIENT_TOOL_TYPES.contains(&kind.as_str()) => {}
+            Some(Value::String(kind)) if api == Api::Responses && kind == "namespace" => {
+                client_tools(api, &format!("{path}.tools"), tool.get("tools"))?;
+            }
+            Some(Value::String(kind))
+                if api == Api::Responses
+                    && RESPONSES_CLIENT_TOOL_TYPES.contains(&kind.as_str()) => {}
+            Some(Value::String(kind))
+                if api != Api::Responses && CLIENT_TOOL_TYPES.contains(&kind.as_str()) => {}
             Some(kind) => {
                 return Err(refused(
-                    &format!("tools[{i}]: a server tool (type {kind})"),
+                    &format!("{path}: a server tool (type {kind})"),
                     "server_tools",
                 ));
             }
             None => {
                 return Err(ApiError::new(
                     Kind::Invalid,
-                    format!("tools[{i}].type: a string is required"),
+                    format!("{path}.type: a string is required"),
                 ));
             }
         }
@@ -153,6 +195,50 @@ fn openai_parts(body: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Responses input: what the provider stored (a previous response, a
+/// conversation, a prompt, an item by reference), an image by a URL other
+/// than `data:`, a file by id or URL.
+fn responses_input(body: &Value) -> Result<(), ApiError> {
+    for field in RESPONSES_STORED {
+        if body.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(refused(
+                &format!("{field}: what the provider stored of earlier calls"),
+                "remote_content",
+            ));
+        }
+    }
+    let items = body.get("input").and_then(Value::as_array);
+    for (i, item) in items.into_iter().flatten().enumerate() {
+        let path = format!("input[{i}]");
+        if item.get("type").and_then(Value::as_str) == Some("item_reference") {
+            return Err(refused(
+                &format!("{path}: an item the provider stored"),
+                "remote_content",
+            ));
+        }
+        let parts = item.get("content").and_then(Value::as_array);
+        for (p, part) in parts.into_iter().flatten().enumerate() {
+            let path = format!("{path}.content[{p}]");
+            if let Some(url) = part.get("image_url").filter(|u| !u.is_null())
+                && !url.as_str().is_some_and(|u| u.starts_with("data:"))
+            {
+                return Err(refused(
+                    &format!(
+                        "{path}.image_url: an image the provider fetches (only data: URLs are sent)"
+                    ),
+                    "remote_content",
+                ));
+            }
+            for field in ["file_id", "file_url"] {
+                if part.get(field).is_some_and(|v| !v.is_null()) {
+                    return Err(refused(&format!("{path}.{field}"), "remote_content"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -177,6 +263,34 @@ mod tests {
         let openai = json!({"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}],
             "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]});
         check(Api::Openai, &openai, Reach::default()).unwrap();
+        // Codex's tools: its own functions, free-form and shell tools, and
+        // each MCP server as a namespace of functions.
+        let responses = json!({"model": "m", "store": false, "tools": [
+            {"type": "function", "name": "f", "parameters": {}},
+            {"type": "custom", "name": "apply_patch"}, {"type": "local_shell"},
+            {"type": "namespace", "name": "mcp__troupe", "tools": [{"type": "function", "name": "create_session"}]}],
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]});
+        check(Api::Responses, &responses, Reach::default()).unwrap();
+    }
+
+    /// A background call's answer and usage would come by a route the
+    /// gateway does not serve: refused whatever the operator allows.
+    #[test]
+    fn a_background_response_is_refused_even_when_everything_is_allowed() {
+        let all = Reach {
+            server_tools: true,
+            mcp_servers: true,
+            remote_content: true,
+        };
+        for background in [json!(true), json!("yes"), json!(1)] {
+            let body = json!({"model": "m", "background": background});
+            let e = check(Api::Responses, &body, all).expect_err("refused");
+            assert!(e.message.starts_with("background:"), "{}", e.message);
+        }
+        for background in [json!(false), Value::Null] {
+            check(Api::Responses, &json!({"background": background}), all).unwrap();
+        }
     }
 
     #[test]
@@ -240,6 +354,57 @@ mod tests {
             (
                 Api::Openai,
                 json!({"messages": [{"content": [{"type": "file", "file": {"file_id": "file-1"}}]}]}),
+                "file_id",
+            ),
+            (
+                Api::Responses,
+                json!({"tools": [{"type": "web_search"}]}),
+                "server tool",
+            ),
+            (
+                Api::Responses,
+                json!({"tools": [{"type": "mcp", "server_url": "https://mcp.example"}]}),
+                "server tool",
+            ),
+            (
+                Api::Responses,
+                json!({"tools": [{"type": "namespace", "name": "n", "tools": [
+                    {"type": "function", "name": "f"}, {"type": "code_interpreter"}]}]}),
+                "tools[0].tools[1]: a server tool",
+            ),
+            (
+                Api::Responses,
+                json!({"previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
+            (
+                Api::Responses,
+                json!({"conversation": "conv_1"}),
+                "conversation",
+            ),
+            (
+                Api::Responses,
+                json!({"prompt": {"id": "pmpt_1"}}),
+                "prompt",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
+                "input[0]: an item the provider stored",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x.example/a.png"}]}]}),
+                "image_url",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://x.example/a.pdf"}]}]}),
+                "file_url",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}),
                 "file_id",
             ),
         ];

@@ -29,10 +29,11 @@ use tokio::{
 
 use super::{
     forward::Call,
+    meter::Meter,
     scrub::StreamScrubber,
     settle::Settlement,
     shape::{Api, ApiError, Kind},
-    usage::{Meter, Reported},
+    usage::Reported,
 };
 use troupe_domain::model::CallOutcome;
 use troupe_store::Store;

@@ -40,7 +40,7 @@ pub(super) struct Settlement<S: Store + 'static> {
 impl<S: Store + 'static> Settlement<S> {
     pub(super) fn new(store: S, call: &Call, reservation: Reservation) -> Settlement<S> {
         let operation = match call.api {
-            Api::Anthropic | Api::Openai => "chat",
+            Api::Anthropic | Api::Openai | Api::Responses => "chat",
         };
         let span = tracing::info_span!(
             "model_call",

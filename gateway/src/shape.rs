@@ -1,7 +1,9 @@
 //! Errors in each provider's own shape, so the agent's client prints them:
 //! Anthropic's `{"type":"error","error":{"type","message"}}` and OpenAI's
-//! `{"error":{"message","type","code"}}`, with the HTTP status each API
-//! gives that kind of error.
+//! `{"error":{"message","type","code"}}` (Chat Completions and Responses
+//! alike), with the HTTP status each API gives that kind of error. In a
+//! stream already under way, each API's error event: Anthropic's `error`,
+//! a Chat Completions chunk with an `error`, a Responses `error` event.
 
 use axum::{
     body::Body,
@@ -15,8 +17,12 @@ use troupe_domain::error::{Reason, SessionError};
 /// Which API a route speaks to its client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Api {
+    /// Anthropic Messages.
     Anthropic,
+    /// OpenAI Chat Completions.
     Openai,
+    /// OpenAI Responses.
+    Responses,
 }
 
 /// What went wrong, in terms every API has.
@@ -96,7 +102,7 @@ impl ApiError {
             (Kind::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
             (Kind::Busy, _) => StatusCode::TOO_MANY_REQUESTS,
             (Kind::Budget, Api::Anthropic) => StatusCode::BAD_REQUEST,
-            (Kind::Budget, Api::Openai) => StatusCode::TOO_MANY_REQUESTS,
+            (Kind::Budget, Api::Openai | Api::Responses) => StatusCode::TOO_MANY_REQUESTS,
             (Kind::Upstream, _) => StatusCode::BAD_GATEWAY,
             (Kind::Timeout, _) => StatusCode::GATEWAY_TIMEOUT,
             (Kind::Internal, _) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -118,19 +124,24 @@ impl ApiError {
                 };
                 json!({"type": "error", "error": {"type": kind, "message": self.message}})
             }
-            Api::Openai => {
-                let (kind, code) = match self.kind {
-                    Kind::Invalid => ("invalid_request_error", None),
-                    Kind::Unauthenticated => ("invalid_request_error", Some("invalid_api_key")),
-                    Kind::Forbidden => ("invalid_request_error", Some("model_not_allowed")),
-                    Kind::NotFound => ("invalid_request_error", Some("unknown_url")),
-                    Kind::TooLarge => ("invalid_request_error", Some("request_too_large")),
-                    Kind::Busy => ("requests", Some("rate_limit_exceeded")),
-                    Kind::Budget => ("insufficient_quota", Some("insufficient_quota")),
-                    Kind::Upstream | Kind::Timeout | Kind::Internal => ("server_error", None),
-                };
+            Api::Openai | Api::Responses => {
+                let (kind, code) = self.openai_kind();
                 json!({"error": {"message": self.message, "type": kind, "param": null, "code": code}})
             }
+        }
+    }
+
+    /// The error's `type` and `code` in OpenAI's words.
+    fn openai_kind(&self) -> (&'static str, Option<&'static str>) {
+        match self.kind {
+            Kind::Invalid => ("invalid_request_error", None),
+            Kind::Unauthenticated => ("invalid_request_error", Some("invalid_api_key")),
+            Kind::Forbidden => ("invalid_request_error", Some("model_not_allowed")),
+            Kind::NotFound => ("invalid_request_error", Some("unknown_url")),
+            Kind::TooLarge => ("invalid_request_error", Some("request_too_large")),
+            Kind::Busy => ("requests", Some("rate_limit_exceeded")),
+            Kind::Budget => ("insufficient_quota", Some("insufficient_quota")),
+            Kind::Upstream | Kind::Timeout | Kind::Internal => ("server_error", None),
         }
     }
 
@@ -148,6 +159,12 @@ impl ApiError {
         match api {
             Api::Anthropic => format!("event: error\ndata: {}\n\n", self.body(api)),
             Api::Openai => format!("data: {}\n\n", self.body(api)),
+            Api::Responses => {
+                let (kind, code) = self.openai_kind();
+                let event = json!({"type": "error", "code": code.unwrap_or(kind),
+                                   "message": self.message, "param": null});
+                format!("event: error\ndata: {event}\n\n")
+            }
         }
     }
 }

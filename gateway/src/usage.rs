@@ -2,19 +2,15 @@
 //! `usage` of a JSON answer; in an Anthropic stream, `message_start`'s usage
 //! then `message_delta`'s (cumulative, it replaces what it carries); in an
 //! OpenAI stream, the chunk with `usage` (asked for with
-//! `stream_options.include_usage`). [`Meter`] reads a stream as it passes.
+//! `stream_options.include_usage`); in a Responses stream, the response of
+//! its last event (`response.completed`, `response.incomplete`,
+//! `response.failed`). [`super::meter::Meter`] reads a stream as it
+//! passes, and hands each event to [`read_event`].
 //!
 //! A count that is not a whole number from 0 to [`MAX_REPORTED_TOKENS`]
 //! (negative, fractional, absurd, a usage that is not an object) makes the
 //! call's usage unreadable ([`Reported::unreadable`]): it is then charged
 //! its reservation, never less.
-//!
-//! The [`Meter`] finds each event's end with `memchr`, searching each byte
-//! once, and keeps only an unfinished event's start, up to
-//! `MAX_EVENT_BYTES`. Anthropic's content deltas, block starts and stops
-//! and pings carry no usage: they pass unparsed, by the name of their
-//! `event:` line; any other event is parsed. An OpenAI stream is parsed
-//! chunk by chunk (its chunks have no event names).
 
 use serde_json::Value;
 
@@ -25,21 +21,6 @@ use troupe_domain::model::TokenUsage;
 /// context and output (with every completion asked for), short of what
 /// could overflow a price.
 pub const MAX_REPORTED_TOKENS: u64 = 100_000_000;
-
-/// Longest server-sent event the meter keeps whole; a longer one is
-/// passed on unread (no usage is that long).
-const MAX_EVENT_BYTES: usize = 4 << 20;
-
-/// The Anthropic events that carry no usage, stop reason, end or error, by
-/// the name their `event:` line gives them: passed on unparsed. The bulk of
-/// a long answer is `content_block_delta`s. An event with any other name, or
-/// none, is parsed.
-const UNMETERED_EVENTS: [&[u8]; 4] = [
-    b"content_block_delta",
-    b"content_block_start",
-    b"content_block_stop",
-    b"ping",
-];
 
 /// What the provider has said so far of a call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -90,6 +71,13 @@ pub fn from_json(api: Api, body: &[u8]) -> Option<Reported> {
                 None => reported.unreadable = true,
             }
             openai_reasons(&value, &mut reported.finish_reasons);
+        }
+        Api::Responses => {
+            match responses_usage(usage) {
+                Some(tokens) => reported.tokens = tokens,
+                None => reported.unreadable = true,
+            }
+            responses_reasons(&value, &mut reported.finish_reasons);
         }
     }
     Some(reported)
@@ -157,6 +145,42 @@ fn openai_usage(usage: &Value) -> Option<TokenUsage> {
     })
 }
 
+/// The Responses API's usage: as OpenAI's, under its own names
+/// (`input_tokens`, of them `input_tokens_details.cached_tokens` read from
+/// the cache, `output_tokens`).
+fn responses_usage(usage: &Value) -> Option<TokenUsage> {
+    if !usage.is_object() {
+        return None;
+    }
+    let input = count(usage, "input_tokens").ok()?.unwrap_or(0);
+    let cached = match usage.get("input_tokens_details") {
+        None | Some(Value::Null) => 0,
+        Some(details) if details.is_object() => count(details, "cached_tokens").ok()?.unwrap_or(0),
+        Some(_) => return None,
+    };
+    Some(TokenUsage {
+        input: input.checked_sub(cached)?,
+        output: count(usage, "output_tokens").ok()?.unwrap_or(0),
+        cache_read: cached,
+        cache_write: 0,
+    })
+}
+
+/// A response's end: its `status` (`completed`, `incomplete`, `failed`),
+/// and why it is incomplete.
+fn responses_reasons(response: &Value, reasons: &mut Vec<String>) {
+    if let Some(status) = response.get("status").and_then(Value::as_str) {
+        reasons.push(status.to_owned());
+    }
+    if let Some(reason) = response
+        .get("incomplete_details")
+        .and_then(|d| d.get("reason"))
+        .and_then(Value::as_str)
+    {
+        reasons.push(reason.to_owned());
+    }
+}
+
 fn openai_reasons(value: &Value, reasons: &mut Vec<String>) {
     for choice in value
         .get("choices")
@@ -170,183 +194,6 @@ fn openai_reasons(value: &Value, reasons: &mut Vec<String>) {
     }
 }
 
-/// Reads a stream of server-sent events as it passes through: each byte
-/// is searched once, in place; only the start of an event that a piece of
-/// the stream leaves unfinished is kept, up to [`MAX_EVENT_BYTES`].
-#[derive(Debug)]
-pub struct Meter {
-    api: Api,
-    /// The unfinished event's bytes so far (none of them ends it); while
-    /// `skipping`, only its last bytes, that a separator may straddle.
-    buffer: Vec<u8>,
-    /// The current event outgrew [`MAX_EVENT_BYTES`]: skip to its end.
-    skipping: bool,
-    pub reported: Reported,
-}
-
-/// Longest separator (`\r\n\r\n`) but one: the bytes of an event's end
-/// that the piece before may hold.
-const STRADDLE: usize = 3;
-
-impl Meter {
-    pub fn new(api: Api) -> Meter {
-        Meter {
-            api,
-            buffer: Vec::new(),
-            skipping: false,
-            reported: Reported::default(),
-        }
-    }
-
-    /// Reads `chunk`, the next bytes of the stream.
-    pub fn feed(&mut self, chunk: &[u8]) {
-        let mut rest = chunk;
-        if self.skipping || !self.buffer.is_empty() {
-            match self.pending_end(rest) {
-                Some((end, next)) => {
-                    // The unfinished event ends in this piece.
-                    if !std::mem::take(&mut self.skipping) {
-                        let mut event = std::mem::take(&mut self.buffer);
-                        match end {
-                            End::Before(n) => event.truncate(event.len() - n),
-                            End::In(n) => event.extend_from_slice(&rest[..n]),
-                        }
-                        self.event(&event);
-                        // Its allocation serves the next unfinished event.
-                        event.clear();
-                        self.buffer = event;
-                    }
-                    self.buffer.clear();
-                    rest = &rest[next..];
-                }
-                None => {
-                    self.keep(rest);
-                    return;
-                }
-            }
-        }
-        while let Some((end, sep)) = event_end(rest) {
-            self.event(&rest[..end]);
-            rest = &rest[end + sep..];
-        }
-        self.keep(rest);
-    }
-
-    /// Where the unfinished event ends in `chunk`, if it does, and where
-    /// the next begins: a separator straddling the pieces' seam is looked
-    /// for among the last bytes kept and the first of `chunk`.
-    fn pending_end(&self, chunk: &[u8]) -> Option<(End, usize)> {
-        let before = &self.buffer[self.buffer.len().saturating_sub(STRADDLE)..];
-        let after = &chunk[..chunk.len().min(STRADDLE)];
-        let mut seam = [0u8; 2 * STRADDLE];
-        seam[..before.len()].copy_from_slice(before);
-        seam[before.len()..before.len() + after.len()].copy_from_slice(after);
-        let seam = &seam[..before.len() + after.len()];
-        if let Some((end, sep)) = event_end(seam) {
-            let next = end + sep - before.len();
-            return Some(match end.checked_sub(before.len()) {
-                Some(n) => (End::In(n), next),
-                None => (End::Before(before.len() - end), next),
-            });
-        }
-        event_end(chunk).map(|(end, sep)| (End::In(end), end + sep))
-    }
-
-    /// Keeps `rest`, the start of an event that does not end in it.
-    fn keep(&mut self, rest: &[u8]) {
-        if !self.skipping && self.buffer.len() + rest.len() <= MAX_EVENT_BYTES {
-            self.buffer.extend_from_slice(rest);
-            return;
-        }
-        // Only the oversized event's end matters now: keep the bytes a
-        // separator may straddle.
-        self.skipping = true;
-        if rest.len() >= STRADDLE {
-            self.buffer.clear();
-            self.buffer
-                .extend_from_slice(&rest[rest.len() - STRADDLE..]);
-        } else {
-            self.buffer.extend_from_slice(rest);
-            let extra = self.buffer.len().saturating_sub(STRADDLE);
-            self.buffer.drain(..extra);
-        }
-    }
-
-    fn event(&mut self, event: &[u8]) {
-        if self.api == Api::Anthropic
-            && event_name(event).is_some_and(|name| UNMETERED_EVENTS.contains(&name))
-        {
-            return;
-        }
-        let text = String::from_utf8_lossy(event);
-        let data: Vec<&str> = text
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        if data.is_empty() {
-            return;
-        }
-        let data = data.join("\n");
-        if self.api == Api::Openai && data.trim() == "[DONE]" {
-            self.reported.complete = true;
-            return;
-        }
-        let Ok(value) = serde_json::from_str::<Value>(&data) else {
-            return;
-        };
-        match self.api {
-            Api::Anthropic => self.anthropic(&value),
-            Api::Openai => self.openai(&value),
-        }
-    }
-
-    fn anthropic(&mut self, value: &Value) {
-        let r = &mut self.reported;
-        match value.get("type").and_then(Value::as_str) {
-            Some("message_start") => {
-                if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
-                    r.unreadable |= anthropic_usage(usage, &mut r.tokens).is_none();
-                }
-            }
-            Some("message_delta") => {
-                if let Some(usage) = value.get("usage") {
-                    r.unreadable |= anthropic_usage(usage, &mut r.tokens).is_none();
-                    r.final_usage = true;
-                }
-                if let Some(reason) = value
-                    .get("delta")
-                    .and_then(|d| d.get("stop_reason"))
-                    .and_then(Value::as_str)
-                {
-                    r.finish_reasons.push(reason.to_owned());
-                }
-            }
-            Some("message_stop") => r.complete = true,
-            Some("error") => {
-                r.error = Some(error_message(value));
-            }
-            _ => {}
-        }
-    }
-
-    fn openai(&mut self, value: &Value) {
-        let r = &mut self.reported;
-        if value.get("error").is_some() {
-            r.error = Some(error_message(value));
-            return;
-        }
-        if let Some(usage) = value.get("usage").filter(|u| !u.is_null()) {
-            match openai_usage(usage) {
-                Some(tokens) => r.tokens = tokens,
-                None => r.unreadable = true,
-            }
-            r.final_usage = true;
-        }
-        openai_reasons(value, &mut r.finish_reasons);
-    }
-}
-
 fn error_message(value: &Value) -> String {
     value
         .get("error")
@@ -356,50 +203,96 @@ fn error_message(value: &Value) -> String {
         .to_owned()
 }
 
-/// Where an unfinished event ends: this many bytes before the end of what
-/// was kept, or at this offset of the new piece.
-#[derive(Clone, Copy, Debug)]
-enum End {
-    Before(usize),
-    In(usize),
-}
-
-/// The name an event's `event:` line gives it, if that line comes before
-/// its data (as providers send it); only the lines before the data are read.
-fn event_name(event: &[u8]) -> Option<&[u8]> {
-    let mut rest = event;
-    loop {
-        let (line, next) = match memchr::memchr(b'\n', rest) {
-            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
-            None => (rest, None),
-        };
-        if let Some(name) = line.strip_prefix(b"event:") {
-            return Some(name.trim_ascii());
-        }
-        if line.starts_with(b"data:") {
-            return None;
-        }
-        rest = next?;
+/// A stream's event (its data, parsed), read into `r`.
+pub fn read_event(api: Api, r: &mut Reported, value: &Value) {
+    match api {
+        Api::Anthropic => anthropic_event(r, value),
+        Api::Openai => openai_event(r, value),
+        Api::Responses => responses_event(r, value),
     }
 }
 
-/// Where the first event in `buffer` ends (a blank line: `\n\n` or
-/// `\r\n\r\n`), and its separator's length.
-fn event_end(buffer: &[u8]) -> Option<(usize, usize)> {
-    for at in memchr::memchr_iter(b'\n', buffer) {
-        if buffer.get(at + 1) == Some(&b'\n') {
-            return Some((at, 2));
+/// An Anthropic stream event, read into `r`.
+fn anthropic_event(r: &mut Reported, value: &Value) {
+    match value.get("type").and_then(Value::as_str) {
+        Some("message_start") => {
+            if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
+                r.unreadable |= anthropic_usage(usage, &mut r.tokens).is_none();
+            }
         }
-        if buffer.get(at + 1..at + 3) == Some(b"\r\n") && at > 0 && buffer[at - 1] == b'\r' {
-            return Some((at - 1, 4));
+        Some("message_delta") => {
+            if let Some(usage) = value.get("usage") {
+                r.unreadable |= anthropic_usage(usage, &mut r.tokens).is_none();
+                r.final_usage = true;
+            }
+            if let Some(reason) = value
+                .get("delta")
+                .and_then(|d| d.get("stop_reason"))
+                .and_then(Value::as_str)
+            {
+                r.finish_reasons.push(reason.to_owned());
+            }
         }
+        Some("message_stop") => r.complete = true,
+        Some("error") => {
+            r.error = Some(error_message(value));
+        }
+        _ => {}
     }
-    None
+}
+
+/// A Chat Completions chunk, read into `r`.
+fn openai_event(r: &mut Reported, value: &Value) {
+    if value.get("error").is_some() {
+        r.error = Some(error_message(value));
+        return;
+    }
+    if let Some(usage) = value.get("usage").filter(|u| !u.is_null()) {
+        match openai_usage(usage) {
+            Some(tokens) => r.tokens = tokens,
+            None => r.unreadable = true,
+        }
+        r.final_usage = true;
+    }
+    openai_reasons(value, &mut r.finish_reasons);
+}
+/// A Responses stream event, read into `r`.
+fn responses_event(r: &mut Reported, value: &Value) {
+    let kind = value.get("type").and_then(Value::as_str);
+    match kind {
+        Some("response.completed" | "response.incomplete" | "response.failed") => {
+            let Some(response) = value.get("response") else {
+                return;
+            };
+            if let Some(usage) = response.get("usage").filter(|u| !u.is_null()) {
+                match responses_usage(usage) {
+                    Some(tokens) => r.tokens = tokens,
+                    None => r.unreadable = true,
+                }
+                r.final_usage = true;
+            }
+            responses_reasons(response, &mut r.finish_reasons);
+            if kind == Some("response.failed") {
+                r.error = Some(error_message(response));
+            }
+            r.complete = true;
+        }
+        Some("error") => {
+            let message = value.get("message").and_then(Value::as_str);
+            r.error = Some(
+                message
+                    .unwrap_or("the provider reported an error")
+                    .to_owned(),
+            );
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meter::Meter;
 
     #[test]
     fn an_anthropic_stream_reports_start_then_delta_usage_across_chunks() {
@@ -431,111 +324,68 @@ mod tests {
         assert!(r.complete);
     }
 
+    /// A Responses stream, as OpenAI and Codex speak it: its deltas pass
+    /// unread by their names (even one that claims a usage); its last
+    /// event's response carries the usage, cached input read from the
+    /// cache.
     #[test]
-    fn events_are_read_by_their_name_and_unnamed_ones_are_parsed() {
-        // A content delta carries no usage: by its name, it is not read,
-        // whatever its data says. Named otherwise, or unnamed, it is.
+    fn a_responses_stream_is_metered_from_its_last_event_however_cut() {
         let stream = concat!(
-            "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n",
-            ": a comment\nevent: message_delta\ndata: {\"type\":\"message_delta\",",
-            "\"usage\":{\"output_tokens\":7}}\n\n",
-            "event: content_block_delta\r\n",
-            "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":999}}\r\n\r\n",
-            "data: {\"type\":\"message_stop\"}\nevent: ping\n\n",
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":",
+            "{\"status\":\"in_progress\",\"usage\":null}}\n\n",
+            "event: response.output_text.delta\ndata: {\"type\":\"response.completed\",",
+            "\"response\":{\"usage\":{\"input_tokens\":99999,\"output_tokens\":99999}}}\n\n",
+            "event: response.completed\r\ndata: {\"type\":\"response.completed\",\"response\":",
+            "{\"status\":\"completed\",\"usage\":{\"input_tokens\":120,\"input_tokens_details\":",
+            "{\"cached_tokens\":20},\"output_tokens\":42,\"output_tokens_details\":",
+            "{\"reasoning_tokens\":30},\"total_tokens\":162}}}\r\n\r\n",
         );
-        let mut meter = Meter::new(Api::Anthropic);
-        meter.feed(stream.as_bytes());
-        assert_eq!(meter.reported.tokens.input, 5);
-        assert_eq!(meter.reported.tokens.output, 7);
-        // An event whose name comes after its data is read by its data.
-        assert!(meter.reported.complete);
-        assert_eq!(event_name(b"event:  ping \r\ndata: x"), Some(&b"ping"[..]));
-        assert_eq!(event_name(b"data: x\nevent: ping"), None);
-        assert_eq!(event_name(b"id: 1"), None);
-    }
-
-    #[test]
-    fn a_separator_split_across_pieces_ends_its_event() {
-        let event = "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":4}}}\r\n\r\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-        for cut in 0..event.len() {
-            let mut meter = Meter::new(Api::Anthropic);
-            meter.feed(&event.as_bytes()[..cut]);
-            meter.feed(&event.as_bytes()[cut..]);
-            assert_eq!(meter.reported.tokens.input, 4, "cut at {cut}");
-            assert!(meter.reported.complete, "cut at {cut}");
+        let expected = TokenUsage {
+            input: 100,
+            output: 42,
+            cache_read: 20,
+            cache_write: 0,
+        };
+        for cut in 0..=stream.len() {
+            let mut meter = Meter::new(Api::Responses);
+            meter.feed(&stream.as_bytes()[..cut]);
+            meter.feed(&stream.as_bytes()[cut..]);
+            let r = &meter.reported;
+            assert_eq!(r.tokens, expected, "cut at {cut}");
+            assert_eq!(r.finish_reasons, ["completed"], "cut at {cut}");
+            assert!(r.complete && r.final_usage && !r.unreadable, "cut at {cut}");
         }
+        // The same response whole, as JSON.
+        let json = br#"{"object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":20},"output_tokens":42}}"#;
+        let r = from_json(Api::Responses, json).expect("a usage");
+        assert_eq!(r.tokens, expected);
+        assert_eq!(r.finish_reasons, ["incomplete", "max_output_tokens"]);
     }
 
+    /// A failed response and an error event are errors; a usage that is
+    /// no count, or more cached than there was input, is unreadable.
     #[test]
-    fn an_event_past_the_bound_is_skipped_and_the_next_read() {
-        let mut meter = Meter::new(Api::Anthropic);
-        meter.feed(b"event: content_block_delta\ndata: ");
-        let piece = vec![b'x'; 1 << 20];
-        for _ in 0..5 {
-            meter.feed(&piece);
-        }
-        meter.feed(b"\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n");
-        assert_eq!(meter.reported.tokens.output, 9);
-    }
-
-    /// A stream of events with both separators, a provider's error
-    /// and a `[DONE]`-like line, as the meter must read it however cut.
-    const MIXED: &str = concat!(
-        "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":",
-        "{\"input_tokens\":11,\"output_tokens\":1}}}\r\n\r\n",
-        ": a comment\n\n",
-        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":",
-        "{\"text\":\"a\\n\\nb\\r\\n\"}}\n\n",
-        "event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":",
-        "{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":23}}\r\n\r\n",
-        "event: error\ndata: {\"type\":\"error\",\"error\":{\"message\":\"overloaded\"}}\n\n",
-        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-    );
-
-    fn read_whole(stream: &[u8]) -> Reported {
-        let mut meter = Meter::new(Api::Anthropic);
-        meter.feed(stream);
-        meter.reported
-    }
-
-    #[test]
-    fn every_way_of_cutting_a_stream_reads_the_same() {
-        let stream = MIXED.as_bytes();
-        let whole = read_whole(stream);
-        assert_eq!(whole.tokens.input, 11);
-        assert_eq!(whole.tokens.output, 23);
-        assert_eq!(whole.finish_reasons, ["end_turn"]);
-        assert_eq!(whole.error.as_deref(), Some("overloaded"));
-        assert!(whole.complete);
-        // Two cuts anywhere: three pieces, some of them empty.
-        for a in 0..=stream.len() {
-            for b in a..=stream.len() {
-                let mut meter = Meter::new(Api::Anthropic);
-                for piece in [&stream[..a], &stream[a..b], &stream[b..]] {
-                    meter.feed(piece);
-                }
-                assert_eq!(meter.reported, whole, "cut at {a} and {b}");
-            }
-        }
-    }
-
-    #[test]
-    fn an_oversized_events_end_is_found_however_its_pieces_fall() {
-        let mut stream = b"event: content_block_delta\ndata: ".to_vec();
-        stream.resize(stream.len() + MAX_EVENT_BYTES + 10, b'x');
-        let big = stream.len();
-        stream.extend_from_slice(b"\r\n\r\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n");
-        // The bulk in one piece, then the rest, from a little before the
-        // separator, in pieces of every size from one byte up.
-        let tail = big - 8;
-        for size in 1..=8 {
-            let mut meter = Meter::new(Api::Anthropic);
-            meter.feed(&stream[..tail]);
-            assert!(meter.skipping && meter.buffer.len() <= STRADDLE);
-            for piece in stream[tail..].chunks(size) {
-                meter.feed(piece);
-            }
-            assert_eq!(meter.reported.tokens.output, 9, "pieces of {size}");
+    fn a_responses_failure_and_unreadable_usage_are_reported() {
+        let mut meter = Meter::new(Api::Responses);
+        meter.feed(b"event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"overloaded\"}\n\n");
+        assert_eq!(meter.reported.error.as_deref(), Some("overloaded"));
+        let mut meter = Meter::new(Api::Responses);
+        meter.feed(b"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"message\":\"boom\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}}\n\n");
+        let r = &meter.reported;
+        assert_eq!(
+            (r.error.as_deref(), r.tokens.input, r.complete),
+            (Some("boom"), 3, true)
+        );
+        for usage in [
+            r#"{"input_tokens":-1}"#,
+            r#"{"input_tokens":1.5}"#,
+            r#"{"input_tokens":5,"input_tokens_details":{"cached_tokens":6}}"#,
+            r#"{"input_tokens":5,"input_tokens_details":7}"#,
+            r#""lots""#,
+        ] {
+            let body = format!(r#"{{"status":"completed","usage":{usage}}}"#);
+            let r = from_json(Api::Responses, body.as_bytes()).expect("a usage");
+            assert!(r.unreadable, "{usage}");
         }
     }
 

@@ -13,6 +13,11 @@
 //!   asked (and a last chunk with the usage if `stream_options.include_usage`)
 //!   ending in `data: [DONE]`; input tokens are the prompt's, cache reads
 //!   its `cached_tokens`.
+//! - `POST /v1/responses` (OpenAI Responses, as Codex calls it) answers the
+//!   next turn as a response (texts as messages, tool uses as function
+//!   calls), or its stream of named events with the usage in the last; a
+//!   [`Fault::Status`] or [`Fault::Usage`] turn answers as on the others, a
+//!   [`Fault::Truncated`] one with its stream cut before its first delta.
 //! - `POST /v1/messages/count_tokens` answers `{"input_tokens": N}` (N: the
 //!   body's bytes / 4) and takes no turn.
 //! - With no turn left, a `400` in the API's error shape
@@ -54,6 +59,7 @@ use axum::{
 };
 mod anthropic;
 mod openai;
+mod responses;
 mod script;
 pub mod tls;
 
@@ -61,6 +67,7 @@ pub use script::{Block, Fault, Recorded, Turn, Usage};
 
 use anthropic::{error, faulty, message, sse};
 use openai::{chat_chunks, chat_completion, openai_error};
+use responses::{response, response_events};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
@@ -292,6 +299,67 @@ async fn answer(
                     .body(Body::from(chat_chunks(&turn, &model, include_usage)))
                     .expect("a response"),
                 Some(turn) => json_response(StatusCode::OK, &chat_completion(&turn, &model)),
+            }
+        }
+        "/v1/responses" if post => {
+            let turn = shared.turns.lock().unwrap().pop_front();
+            match turn {
+                None => openai_error(
+                    StatusCode::BAD_REQUEST,
+                    "the scripted upstream has no turn left",
+                ),
+                Some(Turn {
+                    fault: Some(Fault::Status(code)),
+                    ..
+                }) => openai_error(
+                    StatusCode::from_u16(code).expect("a status"),
+                    "the scripted upstream failed",
+                ),
+                Some(Turn {
+                    fault: Some(Fault::Truncated),
+                    blocks,
+                    stop_reason,
+                    usage,
+                }) => {
+                    let turn = Turn {
+                        blocks,
+                        stop_reason,
+                        usage,
+                        fault: None,
+                    };
+                    let events = response_events(&turn, &model);
+                    // Up to the first item's start: no end, no usage.
+                    let cut = events
+                        .find("event: response.output_text.delta")
+                        .unwrap_or(0);
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .header(header::CONTENT_TYPE, "text/event-stream")
+                        .body(Body::from(events[..cut].to_owned()))
+                        .expect("a response")
+                }
+                Some(Turn {
+                    fault: Some(Fault::Usage(usage)),
+                    blocks,
+                    stop_reason,
+                    usage: counts,
+                }) => {
+                    let turn = Turn {
+                        blocks,
+                        stop_reason,
+                        usage: counts,
+                        fault: None,
+                    };
+                    let mut answer = response(&turn, &model);
+                    answer["usage"] = usage;
+                    json_response(StatusCode::OK, &answer)
+                }
+                Some(turn) if stream => Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, "text/event-stream")
+                    .body(Body::from(response_events(&turn, &model)))
+                    .expect("a response"),
+                Some(turn) => json_response(StatusCode::OK, &response(&turn, &model)),
             }
         }
         "/v1/messages" if post => {

@@ -178,3 +178,49 @@ async fn a_body_that_gives_a_key_twice_is_refused() {
     let usage = setup.usage(&id).await;
     assert_eq!((usage.own_calls, usage.reserved_calls), (0, 0), "{usage:?}");
 }
+
+/// A Responses body that hides a server tool deep in namespaces of
+/// namespaces, nests past JSON's bound, or gives its output bound twice
+/// (checked on one, run on the other) is refused before the upstream, and
+/// nothing is charged.
+#[tokio::test]
+async fn a_responses_body_that_hides_a_server_tool_or_gives_its_bound_twice_is_refused() {
+    let setup = Setup::new(vec![Turn::text("never")]).await;
+    let (id, token) = setup.root("alpha", None).await;
+    let nested = |depth: usize| {
+        let mut tool = r#"{"type": "web_search"}"#.to_owned();
+        for _ in 0..depth {
+            tool = format!(r#"{{"type": "namespace", "name": "n", "tools": [{tool}]}}"#);
+        }
+        format!(r#"{{"model": "gpt-test", "input": "x", "tools": [{tool}]}}"#)
+    };
+    let bodies = [
+        (nested(40), "a server tool"),
+        (nested(200), "not JSON"),
+        (
+            r#"{"model": "gpt-test", "max_output_tokens": 1, "max_output_tokens": 100000, "input": "x"}"#.to_owned(),
+            "given twice",
+        ),
+    ];
+    for (body, words) in &bodies {
+        let answer = http::send(
+            hyper::Method::POST,
+            &setup.url("/v1/responses"),
+            &[
+                ("authorization", &format!("Bearer {token}")),
+                ("content-type", "application/json"),
+            ],
+            body,
+            LIMIT,
+        )
+        .await;
+        assert_eq!(answer.status, 400, "{words}: {answer:?}");
+        let json = answer.json();
+        assert_eq!(json["error"]["type"], "invalid_request_error", "{json}");
+        let message = json["error"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{words}: {message}");
+    }
+    assert!(setup.upstream.requests().is_empty());
+    let usage = setup.usage(&id).await;
+    assert_eq!((usage.own_calls, usage.reserved_calls), (0, 0), "{usage:?}");
+}
