@@ -7,7 +7,7 @@
 //! ```yaml
 //! providers:
 //!   anthropic:
-//!     kind: anthropic            # or openai
+//!     kind: anthropic            # or openai, gemini
 //!     base_url: https://api.anthropic.com # or http:// (a local proxy)
 //!     key_env: ANTHROPIC_API_KEY # or key_file: /run/secrets/anthropic
 //!     # ca_file: /etc/troupe/proxy-ca.pem # PEM; trusted besides the
@@ -77,6 +77,7 @@ impl fmt::Debug for ProviderKey {
 pub enum ProviderKind {
     Anthropic,
     Openai,
+    Gemini,
 }
 
 impl ProviderKind {
@@ -84,6 +85,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Openai => "openai",
+            ProviderKind::Gemini => "gemini",
         }
     }
 }
@@ -537,7 +539,7 @@ access:
                 GOOD.replace("http://127.0.0.1:9/", "https://api example"),
                 "providers.anthropic.base_url: \"https://api example\" is not a URL",
             ),
-            (GOOD.replace("kind: anthropic", "kind: gemini"), "kind"),
+            (GOOD.replace("kind: anthropic", "kind: cohere"), "kind"),
             (
                 GOOD.replace("[claude-b]", "[claude-c]"),
                 "access.workspaces.narrow: no provider serves model \"claude-c\"",

@@ -238,7 +238,7 @@ pub async fn run<S: Store + 'static>(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    if status.is_success() && event_stream && call.route != Route::CountTokens {
+    if status.is_success() && event_stream && !call.route.counts_tokens() {
         let relay = Relay::new(body, settlement, status, &call);
         return relayed_head(status, &parts.headers, &call.scrubber)
             .body(Body::new(relay))
@@ -296,7 +296,7 @@ pub async fn run<S: Store + 'static>(
             .await;
         return relayed(status, &parts.headers, &call.scrubber, &bytes);
     }
-    if call.route == Route::CountTokens {
+    if call.route.counts_tokens() {
         // It generates nothing: a call of no tokens.
         settlement
             .settle(&Reported::default(), CallOutcome::Ok, Some(status))

@@ -19,7 +19,7 @@ use super::{
 fn from_agent(kind: ProviderKind) -> &'static [&'static str] {
     match kind {
         ProviderKind::Anthropic => &["accept", "anthropic-version"],
-        ProviderKind::Openai => &["accept"],
+        ProviderKind::Openai | ProviderKind::Gemini => &["accept"],
     }
 }
 
@@ -73,6 +73,7 @@ pub fn upstream_headers(agent: &HeaderMap, provider: &Provider) -> Result<Header
     let (name, value) = match provider.kind {
         ProviderKind::Anthropic => ("x-api-key", key.to_owned()),
         ProviderKind::Openai => ("authorization", format!("Bearer {key}")),
+        ProviderKind::Gemini => ("x-goog-api-key", key.to_owned()),
     };
     let mut value = HeaderValue::from_str(&value)
         .map_err(|_| ApiError::new(Kind::Internal, "the provider's key is not a header value"))?;

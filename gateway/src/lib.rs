@@ -2,7 +2,9 @@
 //! `POST /v1/messages/count_tokens`), OpenAI Chat Completions
 //! (`POST /v1/chat/completions`) and Responses (`POST /v1/responses`, as
 //! Codex calls it; a WebSocket upgrade there is a `404` like any other
-//! method, and the client falls back to HTTP), served over HTTP/1.1 on the session
+//! method, and the client falls back to HTTP), and Gemini's
+//! (`POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`
+//! as server-sent events, `:countTokens`, as Gemini CLI calls them), served over HTTP/1.1 on the session
 //! service's own listeners. An agent's key is its session token; the call is
 //! the token's session's, checked like every call ([`identify`]), and goes
 //! upstream with the provider's key in place of the agent's.
@@ -57,7 +59,7 @@ use std::{collections::HashMap, sync::Arc};
 use axum::{
     Router,
     body::Body,
-    extract::{Request, State},
+    extract::{Path, Request, State},
     http::{HeaderMap, Method},
     response::Response,
     routing::{any, post},
@@ -66,7 +68,7 @@ use axum::{
 use self::{
     config::GatewayConfig,
     forward::Client,
-    prepare::Route,
+    prepare::{Route, Target},
     shape::{Api, ApiError, Kind},
 };
 use troupe_domain::{
@@ -121,7 +123,12 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             )
             .route("/v1/chat/completions", post(chat::<S>).fallback(not_found))
             .route("/v1/responses", post(responses::<S>).fallback(not_found))
+            .route(
+                "/v1beta/models/{target}",
+                post(gemini::<S>).fallback(not_found),
+            )
             .route("/v1/{*rest}", any(not_found))
+            .route("/v1beta/{*rest}", any(not_found))
             .with_state(self)
     }
 }
@@ -130,40 +137,62 @@ async fn messages<S: Store + Clone + 'static>(
     State(gw): State<Arc<Gateway<S>>>,
     request: Request,
 ) -> Response {
-    gw.serve(Route::Messages, request).await
+    gw.serve(Route::Messages, None, request).await
 }
 
 async fn count_tokens<S: Store + Clone + 'static>(
     State(gw): State<Arc<Gateway<S>>>,
     request: Request,
 ) -> Response {
-    gw.serve(Route::CountTokens, request).await
+    gw.serve(Route::CountTokens, None, request).await
 }
 
 async fn chat<S: Store + Clone + 'static>(
     State(gw): State<Arc<Gateway<S>>>,
     request: Request,
 ) -> Response {
-    gw.serve(Route::Chat, request).await
+    gw.serve(Route::Chat, None, request).await
 }
 
 async fn responses<S: Store + Clone + 'static>(
     State(gw): State<Arc<Gateway<S>>>,
     request: Request,
 ) -> Response {
-    gw.serve(Route::Responses, request).await
+    gw.serve(Route::Responses, None, request).await
+}
+
+/// `{model}:{method}`: a Gemini method of a model.
+async fn gemini<S: Store + Clone + 'static>(
+    State(gw): State<Arc<Gateway<S>>>,
+    Path(target): Path<String>,
+    method: Method,
+    request: Request,
+) -> Response {
+    let route = target
+        .rsplit_once(':')
+        .and_then(|(model, name)| Some((model, Route::gemini(name)?)));
+    match route {
+        Some((model, route)) if !model.is_empty() => {
+            let model = model.to_owned();
+            gw.serve(route, Some(model), request).await
+        }
+        _ => not_found(method, request).await,
+    }
 }
 
 /// A path or method the gateway does not serve: `404` in the shape of the
-/// API the client speaks (Anthropic's if it sends `anthropic-version` or an
-/// `x-api-key`, or calls under `/v1/messages`; OpenAI's otherwise).
+/// API the client speaks (Gemini's under `/v1beta/`; Anthropic's if it
+/// sends `anthropic-version` or an `x-api-key`, or calls under
+/// `/v1/messages`; OpenAI's otherwise).
 async fn not_found(method: Method, request: Request) -> Response {
     let headers = request.headers();
     let path = request.uri().path();
     let anthropic = headers.contains_key("anthropic-version")
         || headers.contains_key("x-api-key")
         || path.starts_with("/v1/messages");
-    let api = if anthropic {
+    let api = if path.starts_with("/v1beta/") {
+        Api::Gemini
+    } else if anthropic {
         Api::Anthropic
     } else {
         Api::Openai
@@ -171,15 +200,17 @@ async fn not_found(method: Method, request: Request) -> Response {
     let shown: String = path.chars().take(200).filter(|c| !c.is_control()).collect();
     ApiError::new(
         Kind::NotFound,
-        format!("no route {method} {shown}: the gateway serves POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions and /v1/responses"),
+        format!("no route {method} {shown}: the gateway serves POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions, /v1/responses and /v1beta/models/MODEL:generateContent, :streamGenerateContent, :countTokens"),
     )
     .response(api)
 }
 
-/// The agent's key: `x-api-key`, else `Authorization: Bearer`.
+/// The agent's key: `x-api-key` (Anthropic's) or `x-goog-api-key`
+/// (Gemini's), else `Authorization: Bearer`.
 fn token_of(headers: &HeaderMap) -> Option<&str> {
-    let key = headers
-        .get("x-api-key")
+    let key = ["x-api-key", "x-goog-api-key"]
+        .into_iter()
+        .find_map(|name| headers.get(name))
         .and_then(|v| v.to_str().ok())
         .map(str::trim);
     let bearer = || {
@@ -193,7 +224,12 @@ fn token_of(headers: &HeaderMap) -> Option<&str> {
 }
 
 impl<S: Store + Clone + 'static> Gateway<S> {
-    async fn serve(self: Arc<Self>, route: Route, request: Request) -> Response {
+    async fn serve(
+        self: Arc<Self>,
+        route: Route,
+        model: Option<String>,
+        request: Request,
+    ) -> Response {
         let (api, action) = (route.api(), route.action());
         let (parts, body) = request.into_parts();
         // The token first, from the headers: nobody else's body is read.
@@ -201,10 +237,12 @@ impl<S: Store + Clone + 'static> Gateway<S> {
             Ok(session) => session,
             Err(e) => return e.response(api),
         };
-        let call = match self
-            .checked(route, parts.uri.query(), parts.headers, body, &session)
-            .await
-        {
+        let target = Target {
+            route,
+            model: model.as_deref(),
+            query: parts.uri.query(),
+        };
+        let call = match self.checked(target, parts.headers, body, &session).await {
             Ok(call) => call,
             Err(e) => {
                 self.audit(&session, action, false, kind_reason(&e), &e.message)
@@ -253,8 +291,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
     /// that holds the body's count in flight.
     async fn checked(
         &self,
-        route: Route,
-        query: Option<&str>,
+        target: Target<'_>,
         headers: HeaderMap,
         body: Body,
         session: &SessionRow,
@@ -263,7 +300,7 @@ impl<S: Store + Clone + 'static> Gateway<S> {
         let config = self.config.as_deref();
         let idle = config.map(|c| c.timeouts).unwrap_or_default().body;
         let bytes = body::read(&headers, body, &mut held, idle).await?;
-        let call = prepare::prepare(config, route, query, headers, bytes, session)?;
+        let call = prepare::prepare(config, target, headers, bytes, session)?;
         Ok(forward::Call {
             _held: Some(held),
             ..call
@@ -350,11 +387,7 @@ fn admit(
         tokens: 1,
         calls: 1,
     };
-    let asked = if route == Route::CountTokens {
-        &UNIT
-    } else {
-        worst
-    };
+    let asked = if route.counts_tokens() { &UNIT } else { worst };
     policy::admit_charge(row, path, asked, now_ms())
 }
 

@@ -149,7 +149,7 @@ impl Meter {
         let unmetered = match self.api {
             Api::Anthropic => name.is_some_and(|name| UNMETERED_EVENTS.contains(&name)),
             Api::Responses => name.is_some_and(|name| !RESPONSES_METERED_EVENTS.contains(&name)),
-            Api::Openai => false,
+            Api::Openai | Api::Gemini => false,
         };
         if unmetered {
             return;

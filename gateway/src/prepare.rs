@@ -23,6 +23,9 @@ use troupe_domain::model::{Charge, Cost, SessionRow, TokenUsage};
 /// Most completions one OpenAI call may ask for (`n`), as OpenAI bounds it.
 const MAX_COMPLETIONS: u64 = 128;
 
+/// Most candidates one Gemini call may ask for (`candidateCount`).
+const MAX_CANDIDATES: u64 = 8;
+
 /// The routes the gateway serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -34,6 +37,12 @@ pub enum Route {
     Chat,
     /// `POST /v1/responses`.
     Responses,
+    /// `POST /v1beta/models/{model}:generateContent`.
+    GeminiGenerate,
+    /// `POST /v1beta/models/{model}:streamGenerateContent?alt=sse`.
+    GeminiStream,
+    /// `POST /v1beta/models/{model}:countTokens`.
+    GeminiCount,
 }
 
 impl Route {
@@ -42,40 +51,75 @@ impl Route {
             Route::Messages | Route::CountTokens => Api::Anthropic,
             Route::Chat => Api::Openai,
             Route::Responses => Api::Responses,
+            Route::GeminiGenerate | Route::GeminiStream | Route::GeminiCount => Api::Gemini,
         }
     }
 
-    /// The path it calls upstream, under the provider's `base_url`.
-    pub fn path(self) -> &'static str {
+    /// A Gemini route by its method's name (`generateContent`...).
+    pub fn gemini(method: &str) -> Option<Route> {
+        match method {
+            "generateContent" => Some(Route::GeminiGenerate),
+            "streamGenerateContent" => Some(Route::GeminiStream),
+            "countTokens" => Some(Route::GeminiCount),
+            _ => None,
+        }
+    }
+
+    /// It counts tokens, generating nothing: a call of no tokens.
+    pub fn counts_tokens(self) -> bool {
+        matches!(self, Route::CountTokens | Route::GeminiCount)
+    }
+
+    /// The path it calls upstream for `model`, under the provider's
+    /// `base_url`.
+    fn path(self, model: &str) -> String {
         match self {
-            Route::Messages => "/v1/messages",
-            Route::CountTokens => "/v1/messages/count_tokens",
-            Route::Chat => "/v1/chat/completions",
-            Route::Responses => "/v1/responses",
+            Route::Messages => "/v1/messages".to_owned(),
+            Route::CountTokens => "/v1/messages/count_tokens".to_owned(),
+            Route::Chat => "/v1/chat/completions".to_owned(),
+            Route::Responses => "/v1/responses".to_owned(),
+            Route::GeminiGenerate => format!("/v1beta/models/{model}:generateContent"),
+            Route::GeminiStream => format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+            Route::GeminiCount => format!("/v1beta/models/{model}:countTokens"),
         }
     }
 
     /// Its audit action.
     pub fn action(self) -> troupe_domain::model::Action {
         match self {
-            Route::CountTokens => troupe_domain::model::Action::CountTokens,
-            Route::Messages | Route::Chat | Route::Responses => {
-                troupe_domain::model::Action::ModelCall
-            }
+            Route::CountTokens | Route::GeminiCount => troupe_domain::model::Action::CountTokens,
+            Route::Messages
+            | Route::Chat
+            | Route::Responses
+            | Route::GeminiGenerate
+            | Route::GeminiStream => troupe_domain::model::Action::ModelCall,
         }
     }
 }
 
-/// The upstream path and query: the route's path, and of the agent's query
-/// only Anthropic's `beta=true` (which its SDK adds).
-fn upstream_path(route: Route, query: Option<&str>) -> String {
+/// The upstream path and query: the route's path (a Gemini stream's with
+/// `alt=sse`), and of the agent's query only Anthropic's `beta=true`
+/// (which its SDK adds).
+fn upstream_path(route: Route, model: &str, query: Option<&str>) -> String {
     let beta = route.api() == Api::Anthropic
         && query.is_some_and(|q| q.split('&').any(|pair| pair == "beta=true"));
     if beta {
-        format!("{}?beta=true", route.path())
+        format!("{}?beta=true", route.path(model))
     } else {
-        route.path().to_owned()
+        route.path(model)
     }
+}
+
+/// The model a request names: a Gemini call's in its path (`model`, given
+/// by the router), the others' in their body.
+fn model_of(json: &Value, path_model: Option<&str>) -> Result<String, ApiError> {
+    if let Some(model) = path_model {
+        return Ok(model.to_owned());
+    }
+    json.get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::new(Kind::Invalid, "model: a string is required"))
 }
 
 /// A bound the body gives: absent (or null), or a whole number.
@@ -91,23 +135,40 @@ fn bound(json: &Value, field: &str) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// Where a request was sent: its route, the model its path names (a Gemini
+/// call's), its query.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub route: Route,
+    pub model: Option<&'a str>,
+    pub query: Option<&'a str>,
+}
+
 /// Checks the request and decides where it goes and what it may cost.
 pub fn prepare(
     config: Option<&GatewayConfig>,
-    route: Route,
-    query: Option<&str>,
+    target: Target<'_>,
     headers: HeaderMap,
     body: Bytes,
     session: &SessionRow,
 ) -> Result<Call, ApiError> {
+    let Target {
+        route,
+        model: path_model,
+        query,
+    } = target;
     let api = route.api();
     let mut json = strict::parse(&body)
         .map_err(|e| ApiError::new(Kind::Invalid, format!("the body is not JSON: {e}")))?;
-    let model = json
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::new(Kind::Invalid, "model: a string is required"))?
-        .to_owned();
+    let model = model_of(&json, path_model)?;
+    if route == Route::GeminiStream
+        && !query.is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"))
+    {
+        return Err(ApiError::new(
+            Kind::Invalid,
+            "streamGenerateContent is served as server-sent events only: add ?alt=sse",
+        ));
+    }
     let Some(config) = config else {
         return Err(ApiError::new(
             Kind::Forbidden,
@@ -128,6 +189,7 @@ pub fn prepare(
     let expected = match api {
         Api::Anthropic => ProviderKind::Anthropic,
         Api::Openai | Api::Responses => ProviderKind::Openai,
+        Api::Gemini => ProviderKind::Gemini,
     };
     if provider.kind != expected {
         return Err(ApiError::new(
@@ -139,7 +201,8 @@ pub fn prepare(
         ));
     }
     reach::check(api, &json, provider.allow)?;
-    let stream = json.get("stream").and_then(Value::as_bool) == Some(true);
+    let stream =
+        route == Route::GeminiStream || json.get("stream").and_then(Value::as_bool) == Some(true);
     // Each completion asked for may run to the output bound.
     let (max_tokens, completions) = match api {
         Api::Anthropic => (bound(&json, "max_tokens")?, 1),
@@ -158,9 +221,22 @@ pub fn prepare(
             (given.into_iter().flatten().max(), n)
         }
         Api::Responses => (bound(&json, "max_output_tokens")?, 1),
+        Api::Gemini => {
+            let config = json.get("generationConfig").unwrap_or(&Value::Null);
+            let n = bound(config, "candidateCount")?.unwrap_or(1);
+            if !(1..=MAX_CANDIDATES).contains(&n) {
+                return Err(ApiError::new(
+                    Kind::Invalid,
+                    format!(
+                        "generationConfig.candidateCount: from 1 to {MAX_CANDIDATES} candidates"
+                    ),
+                ));
+            }
+            (bound(config, "maxOutputTokens")?, n)
+        }
     };
     let max_tokens = match (max_tokens, route) {
-        (_, Route::CountTokens) => 0,
+        (_, Route::CountTokens | Route::GeminiCount) => 0,
         (Some(n), _) => n,
         (None, Route::Messages) => {
             return Err(ApiError::new(
@@ -168,14 +244,19 @@ pub fn prepare(
                 "max_tokens: a number is required",
             ));
         }
-        (None, Route::Chat | Route::Responses) => {
+        (None, _) => {
             // The call's worst case needs a bound: the model's.
             let n = entry.max_output_tokens;
-            let field = match api {
-                Api::Responses => "max_output_tokens",
-                _ => "max_completion_tokens",
-            };
-            json[field] = Value::from(n);
+            match api {
+                Api::Gemini => {
+                    if !json["generationConfig"].is_object() {
+                        json["generationConfig"] = serde_json::json!({});
+                    }
+                    json["generationConfig"]["maxOutputTokens"] = Value::from(n);
+                }
+                Api::Responses => json["max_output_tokens"] = Value::from(n),
+                _ => json["max_completion_tokens"] = Value::from(n),
+            }
             n
         }
     };
@@ -189,11 +270,11 @@ pub fn prepare(
             }
             Bytes::from(json.to_string())
         }
-        Api::Responses => Bytes::from(json.to_string()),
+        Api::Responses | Api::Gemini => Bytes::from(json.to_string()),
     };
     let too_large = || ApiError::new(Kind::Invalid, "max_tokens: too large");
     let output = max_tokens.checked_mul(completions).ok_or_else(too_large)?;
-    let (worst, worst_tokens) = if route == Route::CountTokens {
+    let (worst, worst_tokens) = if route.counts_tokens() {
         // Nothing is generated: a call against the calls budget only.
         let charge = Charge {
             cost: Cost::ZERO,
@@ -218,10 +299,10 @@ pub fn prepare(
         api,
         scrubber: Scrubber::new(provider.key.expose()),
         provider,
+        path_and_query: upstream_path(route, &model, query),
         model,
         price: entry.price,
         timeouts: config.timeouts,
-        path_and_query: upstream_path(route, query),
         headers,
         body,
         worst,
@@ -241,20 +322,24 @@ mod tests {
     #[test]
     fn only_anthropics_beta_query_goes_upstream() {
         assert_eq!(
-            upstream_path(Route::Messages, Some("beta=true")),
+            upstream_path(Route::Messages, "m", Some("beta=true")),
             "/v1/messages?beta=true"
         );
         assert_eq!(
-            upstream_path(Route::CountTokens, Some("x=1&beta=true")),
+            upstream_path(Route::CountTokens, "m", Some("x=1&beta=true")),
             "/v1/messages/count_tokens?beta=true"
         );
         assert_eq!(
-            upstream_path(Route::Messages, Some("api-version=9")),
+            upstream_path(Route::Messages, "m", Some("api-version=9")),
             "/v1/messages"
         );
         assert_eq!(
-            upstream_path(Route::Chat, Some("beta=true")),
+            upstream_path(Route::Chat, "m", Some("beta=true")),
             "/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_path(Route::GeminiStream, "g", Some("alt=sse&key=x&beta=true")),
+            "/v1beta/models/g:streamGenerateContent?alt=sse"
         );
     }
 }

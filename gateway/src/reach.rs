@@ -71,6 +71,7 @@ pub fn check(api: Api, body: &Value, allow: Reach) -> Result<(), ApiError> {
             }
             Api::Openai => openai_parts(body)?,
             Api::Responses => responses_input(body)?,
+            Api::Gemini => gemini_parts(body)?,
         }
     }
     Ok(())
@@ -80,8 +81,11 @@ fn server_tools(api: Api, body: &Value) -> Result<(), ApiError> {
     let fields: &[&str] = match api {
         Api::Anthropic => &["container"],
         Api::Openai => &["web_search_options"],
-        Api::Responses => &[],
+        Api::Responses | Api::Gemini => &[],
     };
+    if api == Api::Gemini {
+        return gemini_tools(body);
+    }
     for field in fields {
         if body.get(*field).is_some_and(|v| !v.is_null()) {
             return Err(refused(field, "server_tools"));
@@ -239,6 +243,60 @@ fn responses_input(body: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Gemini's tools: each names its kind by its key, and only
+/// `functionDeclarations` are the client's (Google Search, code execution,
+/// URL context, computer use, file search, Maps are the provider's).
+fn gemini_tools(body: &Value) -> Result<(), ApiError> {
+    let tools = body.get("tools").and_then(Value::as_array);
+    for (i, tool) in tools.into_iter().flatten().enumerate() {
+        let Some(tool) = tool.as_object() else {
+            return Err(ApiError::new(
+                Kind::Invalid,
+                format!("tools[{i}]: an object is required"),
+            ));
+        };
+        if let Some(kind) = tool.keys().find(|k| *k != "functionDeclarations") {
+            return Err(refused(
+                &format!("tools[{i}].{kind}: a server tool"),
+                "server_tools",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Gemini content: a file the provider fetches or holds (`fileData`, by
+/// URI), or a cache it stored (`cachedContent`).
+fn gemini_parts(body: &Value) -> Result<(), ApiError> {
+    if body.get("cachedContent").is_some_and(|v| !v.is_null()) {
+        return Err(refused(
+            "cachedContent: what the provider stored of earlier calls",
+            "remote_content",
+        ));
+    }
+    let contents = body.get("contents").and_then(Value::as_array);
+    let contents = contents.into_iter().flatten().enumerate();
+    let mut blocks: Vec<(String, &Value)> = contents
+        .map(|(c, v)| (format!("contents[{c}]"), v))
+        .collect();
+    blocks.extend(
+        body.get("systemInstruction")
+            .map(|v| ("systemInstruction".to_owned(), v)),
+    );
+    for (path, content) in blocks {
+        let parts = content.get("parts").and_then(Value::as_array);
+        for (p, part) in parts.into_iter().flatten().enumerate() {
+            if part.get("fileData").is_some_and(|v| !v.is_null()) {
+                return Err(refused(
+                    &format!("{path}.parts[{p}].fileData: a file the provider fetches"),
+                    "remote_content",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -272,6 +330,11 @@ mod tests {
             "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"},
                 {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]});
         check(Api::Responses, &responses, Reach::default()).unwrap();
+        // Gemini CLI's: function declarations with JSON schemas, inline data.
+        let gemini = json!({"tools": [{"functionDeclarations": [{"name": "f", "parametersJsonSchema": {}}]}],
+            "contents": [{"role": "user", "parts": [{"text": "hi"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]}],
+            "systemInstruction": {"parts": [{"text": "be brief"}]}});
+        check(Api::Gemini, &gemini, Reach::default()).unwrap();
     }
 
     /// A background call's answer and usage would come by a route the
@@ -406,6 +469,31 @@ mod tests {
                 Api::Responses,
                 json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}),
                 "file_id",
+            ),
+            (
+                Api::Gemini,
+                json!({"tools": [{"functionDeclarations": []}, {"googleSearch": {}}]}),
+                "tools[1].googleSearch: a server tool",
+            ),
+            (
+                Api::Gemini,
+                json!({"tools": [{"functionDeclarations": [], "codeExecution": {}}]}),
+                "tools[0].codeExecution: a server tool",
+            ),
+            (
+                Api::Gemini,
+                json!({"cachedContent": "cachedContents/1"}),
+                "cachedContent",
+            ),
+            (
+                Api::Gemini,
+                json!({"contents": [{"role": "user", "parts": [{"text": "x"}, {"fileData": {"fileUri": "https://x.example/a.pdf"}}]}]}),
+                "contents[0].parts[1].fileData",
+            ),
+            (
+                Api::Gemini,
+                json!({"systemInstruction": {"parts": [{"fileData": {"fileUri": "gs://b/a"}}]}}),
+                "systemInstruction.parts[0].fileData",
             ),
         ];
         for (api, body, words) in cases {

@@ -41,6 +41,7 @@ impl<S: Store + 'static> Settlement<S> {
     pub(super) fn new(store: S, call: &Call, reservation: Reservation) -> Settlement<S> {
         let operation = match call.api {
             Api::Anthropic | Api::Openai | Api::Responses => "chat",
+            Api::Gemini => "generate_content",
         };
         let span = tracing::info_span!(
             "model_call",

@@ -1,9 +1,11 @@
 //! Errors in each provider's own shape, so the agent's client prints them:
 //! Anthropic's `{"type":"error","error":{"type","message"}}` and OpenAI's
 //! `{"error":{"message","type","code"}}` (Chat Completions and Responses
-//! alike), with the HTTP status each API gives that kind of error. In a
-//! stream already under way, each API's error event: Anthropic's `error`,
-//! a Chat Completions chunk with an `error`, a Responses `error` event.
+//! alike), Gemini's `{"error":{"code","message","status"}}`, with the HTTP
+//! status each API gives that kind of error. In a stream already under
+//! way, each API's error event: Anthropic's `error`, a Chat Completions
+//! chunk with an `error`, a Responses `error` event, a Gemini chunk that is
+//! its error.
 
 use axum::{
     body::Body,
@@ -23,6 +25,8 @@ pub enum Api {
     Openai,
     /// OpenAI Responses.
     Responses,
+    /// Google's Gemini API (`generateContent` and its kin).
+    Gemini,
 }
 
 /// What went wrong, in terms every API has.
@@ -102,7 +106,9 @@ impl ApiError {
             (Kind::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
             (Kind::Busy, _) => StatusCode::TOO_MANY_REQUESTS,
             (Kind::Budget, Api::Anthropic) => StatusCode::BAD_REQUEST,
-            (Kind::Budget, Api::Openai | Api::Responses) => StatusCode::TOO_MANY_REQUESTS,
+            (Kind::Budget, Api::Openai | Api::Responses | Api::Gemini) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             (Kind::Upstream, _) => StatusCode::BAD_GATEWAY,
             (Kind::Timeout, _) => StatusCode::GATEWAY_TIMEOUT,
             (Kind::Internal, _) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -127,6 +133,20 @@ impl ApiError {
             Api::Openai | Api::Responses => {
                 let (kind, code) = self.openai_kind();
                 json!({"error": {"message": self.message, "type": kind, "param": null, "code": code}})
+            }
+            Api::Gemini => {
+                let status = match self.kind {
+                    Kind::Invalid | Kind::TooLarge => "INVALID_ARGUMENT",
+                    Kind::Unauthenticated => "UNAUTHENTICATED",
+                    Kind::Forbidden => "PERMISSION_DENIED",
+                    Kind::NotFound => "NOT_FOUND",
+                    Kind::Busy | Kind::Budget => "RESOURCE_EXHAUSTED",
+                    Kind::Upstream => "UNAVAILABLE",
+                    Kind::Timeout => "DEADLINE_EXCEEDED",
+                    Kind::Internal => "INTERNAL",
+                };
+                let code = self.status(api).as_u16();
+                json!({"error": {"code": code, "message": self.message, "status": status}})
             }
         }
     }
@@ -158,7 +178,7 @@ impl ApiError {
     pub fn stream_event(&self, api: Api) -> String {
         match api {
             Api::Anthropic => format!("event: error\ndata: {}\n\n", self.body(api)),
-            Api::Openai => format!("data: {}\n\n", self.body(api)),
+            Api::Openai | Api::Gemini => format!("data: {}\n\n", self.body(api)),
             Api::Responses => {
                 let (kind, code) = self.openai_kind();
                 let event = json!({"type": "error", "code": code.unwrap_or(kind),

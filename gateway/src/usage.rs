@@ -52,7 +52,10 @@ impl Reported {
 /// Reads the usage of a whole JSON answer (`None`: it has none).
 pub fn from_json(api: Api, body: &[u8]) -> Option<Reported> {
     let value: Value = serde_json::from_slice(body).ok()?;
-    let usage = value.get("usage")?;
+    let usage = match api {
+        Api::Gemini => value.get("usageMetadata")?,
+        _ => value.get("usage")?,
+    };
     let mut reported = Reported {
         complete: true,
         final_usage: true,
@@ -78,6 +81,13 @@ pub fn from_json(api: Api, body: &[u8]) -> Option<Reported> {
                 None => reported.unreadable = true,
             }
             responses_reasons(&value, &mut reported.finish_reasons);
+        }
+        Api::Gemini => {
+            match gemini_usage(usage) {
+                Some(tokens) => reported.tokens = tokens,
+                None => reported.unreadable = true,
+            }
+            gemini_reasons(&value, &mut reported.finish_reasons);
         }
     }
     Some(reported)
@@ -166,6 +176,35 @@ fn responses_usage(usage: &Value) -> Option<TokenUsage> {
     })
 }
 
+/// Gemini's usage metadata: the prompt's tokens (of them
+/// `cachedContentTokenCount` read from the cache) and a server tool's
+/// prompt are input; the candidates' tokens and the model's thoughts are
+/// output, as Google bills them.
+fn gemini_usage(usage: &Value) -> Option<TokenUsage> {
+    if !usage.is_object() {
+        return None;
+    }
+    let read = |name| count(usage, name).ok().map(Option::unwrap_or_default);
+    let prompt = read("promptTokenCount")?.checked_add(read("toolUsePromptTokenCount")?)?;
+    let cached = read("cachedContentTokenCount")?;
+    Some(TokenUsage {
+        input: prompt.checked_sub(cached)?,
+        output: read("candidatesTokenCount")?.checked_add(read("thoughtsTokenCount")?)?,
+        cache_read: cached,
+        cache_write: 0,
+    })
+}
+
+/// Each candidate's `finishReason` (`STOP`, `MAX_TOKENS`...).
+fn gemini_reasons(value: &Value, reasons: &mut Vec<String>) {
+    let candidates = value.get("candidates").and_then(Value::as_array);
+    for candidate in candidates.into_iter().flatten() {
+        if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
+            reasons.push(reason.to_owned());
+        }
+    }
+}
+
 /// A response's end: its `status` (`completed`, `incomplete`, `failed`),
 /// and why it is incomplete.
 fn responses_reasons(response: &Value, reasons: &mut Vec<String>) {
@@ -209,6 +248,28 @@ pub fn read_event(api: Api, r: &mut Reported, value: &Value) {
         Api::Anthropic => anthropic_event(r, value),
         Api::Openai => openai_event(r, value),
         Api::Responses => responses_event(r, value),
+        Api::Gemini => gemini_event(r, value),
+    }
+}
+
+/// A Gemini stream's chunk, read into `r`: each carries the usage so far
+/// (it replaces the one before); a candidate's `finishReason` ends it.
+fn gemini_event(r: &mut Reported, value: &Value) {
+    if value.get("error").is_some() {
+        r.error = Some(error_message(value));
+        return;
+    }
+    if let Some(usage) = value.get("usageMetadata").filter(|u| !u.is_null()) {
+        match gemini_usage(usage) {
+            Some(tokens) => r.tokens = tokens,
+            None => r.unreadable = true,
+        }
+        r.final_usage = true;
+    }
+    let before = r.finish_reasons.len();
+    gemini_reasons(value, &mut r.finish_reasons);
+    if r.finish_reasons.len() > before {
+        r.complete = true;
     }
 }
 
@@ -360,6 +421,52 @@ mod tests {
         let r = from_json(Api::Responses, json).expect("a usage");
         assert_eq!(r.tokens, expected);
         assert_eq!(r.finish_reasons, ["incomplete", "max_output_tokens"]);
+    }
+
+    /// A Gemini stream: each chunk's usage replaces the one before (input
+    /// less its cached part, output with the thoughts), a candidate's
+    /// finish reason ends it; the same as one JSON answer.
+    #[test]
+    fn a_gemini_stream_is_metered_from_its_last_chunks_usage() {
+        let stream = concat!(
+            "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}],",
+            "\"usageMetadata\":{\"promptTokenCount\":120}}\r\n\r\n",
+            "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},",
+            "\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":120,",
+            "\"cachedContentTokenCount\":20,\"candidatesTokenCount\":12,\"thoughtsTokenCount\":30,",
+            "\"totalTokenCount\":162}}\r\n\r\n",
+        );
+        let expected = TokenUsage {
+            input: 100,
+            output: 42,
+            cache_read: 20,
+            cache_write: 0,
+        };
+        let mut meter = Meter::new(Api::Gemini);
+        for chunk in stream.as_bytes().chunks(7) {
+            meter.feed(chunk);
+        }
+        let r = &meter.reported;
+        assert_eq!(r.tokens, expected);
+        assert_eq!(r.finish_reasons, ["STOP"]);
+        assert!(r.complete && r.final_usage && !r.unreadable);
+        let json = br#"{"candidates":[{"finishReason":"MAX_TOKENS"}],"usageMetadata":{"promptTokenCount":120,"cachedContentTokenCount":20,"candidatesTokenCount":12,"thoughtsTokenCount":30}}"#;
+        let r = from_json(Api::Gemini, json).expect("a usage");
+        assert_eq!(
+            (r.tokens, r.finish_reasons),
+            (expected, vec!["MAX_TOKENS".to_owned()])
+        );
+        for usage in [
+            r#"{"promptTokenCount":-1}"#,
+            r#"{"promptTokenCount":5,"cachedContentTokenCount":6}"#,
+            r#"{"candidatesTokenCount":"7"}"#,
+        ] {
+            let body = format!(r#"{{"usageMetadata":{usage}}}"#);
+            assert!(
+                from_json(Api::Gemini, body.as_bytes()).unwrap().unreadable,
+                "{usage}"
+            );
+        }
     }
 
     /// A failed response and an error event are errors; a usage that is

@@ -1,6 +1,6 @@
 //! The model gateway's test setup: a session service whose gateway sends
-//! its calls to a scripted upstream (an Anthropic provider `scripted` and an
-//! OpenAI one `openai`, both on it), and what the gateway's tests assert
+//! its calls to a scripted upstream (an Anthropic provider `scripted`, an
+//! OpenAI one `openai` and a Gemini one `gemini`, all on it), and what the gateway's tests assert
 //! of a session's usage.
 
 use std::time::Duration;
@@ -39,6 +39,12 @@ providers:
     key_file: {key}
     models:
       gpt-test: {{ input: "2.50", output: "10", cache_read: "1.25", max_output_tokens: 300 }}
+  gemini:
+    kind: gemini
+    base_url: {upstream}
+    key_file: {key}
+    models:
+      gemini-test: {{ input: "1.25", output: "10", cache_read: "0.125", max_output_tokens: 400 }}
 access:
   workspaces:
     narrow: [claude-other]
@@ -292,6 +298,9 @@ pub fn gpt_tokens() -> TokenUsage {
         cache_write: 0,
     }
 }
+
+/// $1.25/M input, $10/M output, $0.125/M cached input.
+pub const GEMINI_COST: u64 = 1_234 * 1_250_000 + 567 * 10_000_000 + 10_000 * 125_000;
 
 pub fn chat(stream: bool) -> Value {
     json!({"model": "gpt-test", "stream": stream,

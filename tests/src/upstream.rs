@@ -18,6 +18,10 @@
 //!   calls), or its stream of named events with the usage in the last; a
 //!   [`Fault::Status`] or [`Fault::Usage`] turn answers as on the others, a
 //!   [`Fault::Truncated`] one with its stream cut before its first delta.
+//! - `POST /v1beta/models/{model}:generateContent` (Gemini) answers the
+//!   next turn as Gemini does, `:streamGenerateContent` as its chunks (the
+//!   usage so far in each), `:countTokens` `{"totalTokens": N}`; a
+//!   [`Fault::Status`] or [`Fault::Usage`] turn answers as on the others.
 //! - `POST /v1/messages/count_tokens` answers `{"input_tokens": N}` (N: the
 //!   body's bytes / 4) and takes no turn.
 //! - With no turn left, a `400` in the API's error shape
@@ -58,6 +62,7 @@ use axum::{
     response::Response,
 };
 mod anthropic;
+mod gemini;
 mod openai;
 mod responses;
 mod script;
@@ -66,6 +71,7 @@ pub mod tls;
 pub use script::{Block, Fault, Recorded, Turn, Usage};
 
 use anthropic::{error, faulty, message, sse};
+use gemini::{gemini_error, generated, generated_chunks};
 use openai::{chat_chunks, chat_completion, openai_error};
 use responses::{response, response_events};
 use serde_json::{Value, json};
@@ -264,16 +270,68 @@ async fn answer(
     let key = recorded.api_key().unwrap_or_default().to_owned();
     let first_message = recorded.body["messages"][0].to_string();
     let include_usage = recorded.body["stream_options"]["include_usage"].as_bool() == Some(true);
-    let model = recorded
-        .body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("scripted")
-        .to_owned();
+    let gemini = uri
+        .path()
+        .strip_prefix("/v1beta/models/")
+        .and_then(|target| target.rsplit_once(':'))
+        .map(|(model, method)| (model.to_owned(), method.to_owned()));
+    let model = match &gemini {
+        Some((model, _)) => model.clone(),
+        None => recorded
+            .body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("scripted")
+            .to_owned(),
+    };
     shared.requests.lock().unwrap().push(recorded);
     shared.arrived.notify_waiters();
 
     let post = method == axum::http::Method::POST;
+    if let Some((_, method)) = gemini.filter(|_| post) {
+        if method == "countTokens" {
+            return json_response(
+                StatusCode::OK,
+                &json!({"totalTokens": body.len() as u64 / 4}),
+            );
+        }
+        let turn = shared.turns.lock().unwrap().pop_front();
+        return match turn {
+            None => gemini_error(
+                StatusCode::BAD_REQUEST,
+                "the scripted upstream has no turn left",
+            ),
+            Some(Turn {
+                fault: Some(Fault::Status(code)),
+                ..
+            }) => gemini_error(
+                StatusCode::from_u16(code).expect("a status"),
+                "the scripted upstream failed",
+            ),
+            Some(Turn {
+                fault: Some(Fault::Usage(usage)),
+                blocks,
+                stop_reason,
+                usage: counts,
+            }) => {
+                let turn = Turn {
+                    blocks,
+                    stop_reason,
+                    usage: counts,
+                    fault: None,
+                };
+                let mut answer = generated(&turn, &model);
+                answer["usageMetadata"] = usage;
+                json_response(StatusCode::OK, &answer)
+            }
+            Some(turn) if method == "streamGenerateContent" => Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from(generated_chunks(&turn, &model)))
+                .expect("a response"),
+            Some(turn) => json_response(StatusCode::OK, &generated(&turn, &model)),
+        };
+    }
     match uri.path() {
         "/v1/messages/count_tokens" if post => json_response(
             StatusCode::OK,

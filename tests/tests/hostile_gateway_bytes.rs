@@ -147,19 +147,26 @@ async fn a_body_that_stops_arriving_is_refused() {
 
 /// A path or a method the gateway does not serve is a `404` in the shape
 /// of the API the client speaks, never gRPC's empty `200`, and never
-/// reaches the provider.
+/// reaches the provider: a `GET` of `/v1/responses` (a WebSocket attempt,
+/// which the client then makes over HTTP) among them.
 #[tokio::test]
 async fn paths_the_gateway_does_not_serve_are_404_in_the_apis_shape() {
     let setup = Setup::new(vec![]).await;
     let (_, token) = setup.root("alpha", None).await;
     let bearer = format!("Bearer {token}");
     type Case<'a> = (hyper::Method, &'a str, &'a [(&'a str, &'a str)]);
-    let cases: [Case; 4] = [
+    let cases: [Case; 6] = [
         (
-            hyper::Method::POST,
+            hyper::Method::GET,
             "/v1/responses",
             &[("authorization", &bearer)],
         ),
+        (
+            hyper::Method::POST,
+            "/v1beta/models/gemini-test:embedContent",
+            &[("x-goog-api-key", &token)],
+        ),
+        (hyper::Method::GET, "/v1beta/files", &[]),
         (hyper::Method::POST, "/v1/embeddings", &[]),
         (hyper::Method::GET, "/v1/messages", &[("x-api-key", &token)]),
         (
@@ -175,6 +182,8 @@ async fn paths_the_gateway_does_not_serve_are_404_in_the_apis_shape() {
         if path.starts_with("/v1/messages") {
             assert_eq!(json["type"], "error", "{json}");
             assert_eq!(json["error"]["type"], "not_found_error", "{json}");
+        } else if path.starts_with("/v1beta/") {
+            assert_eq!(json["error"]["status"], "NOT_FOUND", "{json}");
         } else {
             assert_eq!(json["error"]["code"], "unknown_url", "{json}");
         }

@@ -79,7 +79,7 @@ impl ProviderHeaders {
             ));
         }
         for (name, given) in [("organization", &p.organization), ("project", &p.project)] {
-            if anthropic && given.is_some() {
+            if p.kind != ProviderKind::Openai && given.is_some() {
                 return Err(format!("{field}.{name}: only an openai provider has one"));
             }
         }
