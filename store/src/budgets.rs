@@ -170,117 +170,6 @@ each_backend! {
     }
 
     impl This {
-        async fn reserve_once(
-            &self,
-            session_id: &str,
-            worst: &Charge,
-            check: ChargeCheck<'_>,
-        ) -> Result<Reservation, SessionError> {
-            let mut tx = self.tx().await?;
-            let session = self.row_of(tx.conn(), session_id).await?;
-            let accounts = path(tx.conn(), session_id, true).await?;
-            check(&session, &accounts)?;
-            reserve_on(tx.conn(), &accounts, worst, 1).await?;
-            let id = format!("res_{}", uuid::Uuid::now_v7().simple());
-            sqlx::query(
-                "INSERT INTO reservations (reservation_id, session_id, calls, tokens, cost, \
-                   created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(&id)
-            .bind(session_id)
-            .bind(stored(worst.calls)?)
-            .bind(stored(worst.tokens)?)
-            .bind(stored(worst.cost.0)?)
-            .bind(now_ms())
-            .execute(tx.conn())
-            .await?;
-            tx.commit().await?;
-            Ok(Reservation {
-                id,
-                session_id: session_id.into(),
-                charge: *worst,
-            })
-        }
-
-        async fn settle_once(
-            &self,
-            reservation: &Reservation,
-            call: &ModelCall,
-        ) -> Result<Account, SessionError> {
-            let session_id = reservation.session_id.as_str();
-            let mut tx = self.tx().await?;
-            let held: Option<(i64, i64, i64)> = sqlx::query_as(
-                "DELETE FROM reservations WHERE reservation_id = $1 AND session_id = $2 \
-                 RETURNING calls, tokens, cost",
-            )
-            .bind(&reservation.id)
-            .bind(session_id)
-            .fetch_optional(tx.conn())
-            .await?;
-            let (res_calls, res_tokens, res_cost) = held.unwrap_or_default();
-            let accounts = path(tx.conn(), session_id, true).await?;
-            let tokens = &call.tokens;
-            sqlx::query(concat!(
-                "UPDATE accounts SET sub_calls = sub_calls + 1, sub_tokens = sub_tokens + $2, \
-                 sub_cost = sub_cost + $3, res_calls = res_calls - $4, \
-                 res_tokens = res_tokens - $5, res_cost = res_cost - $6 WHERE session_id ",
-                any_of!(1)
-            ))
-            .bind(ids(&accounts))
-            .bind(stored(tokens.total())?)
-            .bind(stored(call.cost.0)?)
-            .bind(res_calls)
-            .bind(res_tokens)
-            .bind(res_cost)
-            .execute(tx.conn())
-            .await?;
-            sqlx::query(
-                "UPDATE accounts SET own_calls = own_calls + 1, own_input = own_input + $2, \
-                 own_output = own_output + $3, own_cache_read = own_cache_read + $4, \
-                 own_cache_write = own_cache_write + $5, own_cost = own_cost + $6 \
-                 WHERE session_id = $1",
-            )
-            .bind(session_id)
-            .bind(stored(tokens.input)?)
-            .bind(stored(tokens.output)?)
-            .bind(stored(tokens.cache_read)?)
-            .bind(stored(tokens.cache_write)?)
-            .bind(stored(call.cost.0)?)
-            .execute(tx.conn())
-            .await?;
-            sqlx::query(
-                "INSERT INTO model_calls (session_id, tree_id, workspace_id, provider, model, \
-                   input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost, \
-                   started_at_ms, duration_ms, outcome, http_status) \
-                 SELECT session_id, tree_id, workspace_id, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                   $11, $12 \
-                 FROM sessions WHERE session_id = $1",
-            )
-            .bind(session_id)
-            .bind(&call.provider)
-            .bind(&call.model)
-            .bind(stored(tokens.input)?)
-            .bind(stored(tokens.output)?)
-            .bind(stored(tokens.cache_read)?)
-            .bind(stored(tokens.cache_write)?)
-            .bind(stored(call.cost.0)?)
-            .bind(call.started_at_ms)
-            .bind(stored(call.duration_ms)?)
-            .bind(call.outcome.as_str())
-            .bind(call.http_status.map(i64::from))
-            .execute(tx.conn())
-            .await?;
-            let status = self.row_of(tx.conn(), session_id).await?.status;
-            let account = read_account(tx.conn(), session_id)
-                .await?
-                .ok_or_else(|| SessionError::not_found(session_id))?;
-            let usage = EventDetail::Usage(Usage::of(&account));
-            let event = NewEvent::new(session_id, EventKind::Usage, status, &usage);
-            This::append_events(tx.conn(), &[event], false).await?;
-            tx.commit().await?;
-            self.committed(false);
-            Ok(account)
-        }
 
         /// Releases one stale reservation (made before `before_ms`), if any
         /// is not being settled or released now; returns whether it did.
@@ -320,7 +209,33 @@ each_backend! {
             worst: Charge,
             check: ChargeCheck<'_>,
         ) -> Result<Reservation, SessionError> {
-            retrying!(self.reserve_once(session_id, &worst, check))
+            let worst = &worst;
+            retrying!(async {
+                let mut tx = self.tx().await?;
+                let session = self.row_of(tx.conn(), session_id).await?;
+                let accounts = path(tx.conn(), session_id, true).await?;
+                check(&session, &accounts)?;
+                reserve_on(tx.conn(), &accounts, worst, 1).await?;
+                let id = format!("res_{}", uuid::Uuid::now_v7().simple());
+                sqlx::query(
+                    "INSERT INTO reservations (reservation_id, session_id, calls, tokens, cost, \
+                       created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&id)
+                .bind(session_id)
+                .bind(stored(worst.calls)?)
+                .bind(stored(worst.tokens)?)
+                .bind(stored(worst.cost.0)?)
+                .bind(now_ms())
+                .execute(tx.conn())
+                .await?;
+                tx.commit().await?;
+                Ok(Reservation {
+                    id,
+                    session_id: session_id.clone(),
+                    charge: *worst,
+                })
+            })
         }
 
         async fn settle(
@@ -328,7 +243,81 @@ each_backend! {
             reservation: &Reservation,
             call: &ModelCall,
         ) -> Result<Account, SessionError> {
-            retrying!(self.settle_once(reservation, call))
+            retrying!(async {
+                let session_id = reservation.session_id.as_str();
+                let mut tx = self.tx().await?;
+                let held: Option<(i64, i64, i64)> = sqlx::query_as(
+                    "DELETE FROM reservations WHERE reservation_id = $1 AND session_id = $2 \
+                     RETURNING calls, tokens, cost",
+                )
+                .bind(&reservation.id)
+                .bind(session_id)
+                .fetch_optional(tx.conn())
+                .await?;
+                let (res_calls, res_tokens, res_cost) = held.unwrap_or_default();
+                let accounts = path(tx.conn(), session_id, true).await?;
+                let tokens = &call.tokens;
+                sqlx::query(concat!(
+                    "UPDATE accounts SET sub_calls = sub_calls + 1, sub_tokens = sub_tokens + $2, \
+                     sub_cost = sub_cost + $3, res_calls = res_calls - $4, \
+                     res_tokens = res_tokens - $5, res_cost = res_cost - $6 WHERE session_id ",
+                    any_of!(1)
+                ))
+                .bind(ids(&accounts))
+                .bind(stored(tokens.total())?)
+                .bind(stored(call.cost.0)?)
+                .bind(res_calls)
+                .bind(res_tokens)
+                .bind(res_cost)
+                .execute(tx.conn())
+                .await?;
+                sqlx::query(
+                    "UPDATE accounts SET own_calls = own_calls + 1, own_input = own_input + $2, \
+                     own_output = own_output + $3, own_cache_read = own_cache_read + $4, \
+                     own_cache_write = own_cache_write + $5, own_cost = own_cost + $6 \
+                     WHERE session_id = $1",
+                )
+                .bind(session_id)
+                .bind(stored(tokens.input)?)
+                .bind(stored(tokens.output)?)
+                .bind(stored(tokens.cache_read)?)
+                .bind(stored(tokens.cache_write)?)
+                .bind(stored(call.cost.0)?)
+                .execute(tx.conn())
+                .await?;
+                sqlx::query(
+                    "INSERT INTO model_calls (session_id, tree_id, workspace_id, provider, model, \
+                       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost, \
+                       started_at_ms, duration_ms, outcome, http_status) \
+                     SELECT session_id, tree_id, workspace_id, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                       $11, $12 \
+                     FROM sessions WHERE session_id = $1",
+                )
+                .bind(session_id)
+                .bind(&call.provider)
+                .bind(&call.model)
+                .bind(stored(tokens.input)?)
+                .bind(stored(tokens.output)?)
+                .bind(stored(tokens.cache_read)?)
+                .bind(stored(tokens.cache_write)?)
+                .bind(stored(call.cost.0)?)
+                .bind(call.started_at_ms)
+                .bind(stored(call.duration_ms)?)
+                .bind(call.outcome.as_str())
+                .bind(call.http_status.map(i64::from))
+                .execute(tx.conn())
+                .await?;
+                let status = self.row_of(tx.conn(), session_id).await?.status;
+                let account = read_account(tx.conn(), session_id)
+                    .await?
+                    .ok_or_else(|| SessionError::not_found(session_id))?;
+                let usage = EventDetail::Usage(Usage::of(&account));
+                let event = NewEvent::new(session_id, EventKind::Usage, status, &usage);
+                This::append_events(tx.conn(), &[event], false).await?;
+                tx.commit().await?;
+                self.committed(false);
+                Ok(account)
+            })
         }
 
         async fn release_stale_reservations(

@@ -103,64 +103,6 @@ each_backend! {
     };
 
     impl This {
-        async fn apply_agent_once(
-            &self,
-            agent: &NewAgent,
-            audit: &AuditRecord,
-        ) -> Result<StoredAgent, SessionError> {
-            let env = env_json(agent)?;
-            let command = command_json(agent)?;
-            let mut tx = self.tx().await?;
-            let row: AgentRow = sqlx::query_as(concat!(
-                "INSERT INTO agents (",
-                agent_columns!(),
-                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                 ON CONFLICT (workspace_id, name) DO UPDATE SET \
-                   description = excluded.description, command = excluded.command, \
-                   prompt = excluded.prompt, definition = excluded.definition, \
-                   updated_at_ms = excluded.updated_at_ms, updated_by = excluded.updated_by, \
-                   env = excluded.env \
-                 RETURNING ",
-                agent_columns!()
-            ))
-            .bind(agent.scope.workspace_id())
-            .bind(&agent.definition.name)
-            .bind(&agent.definition.description)
-            .bind(&command)
-            .bind(&agent.definition.prompt)
-            .bind(&agent.source)
-            .bind(now_ms())
-            .bind(agent.applied_by.to_string())
-            .bind(&env)
-            .fetch_one(tx.conn())
-            .await?;
-            This::insert_audit(tx.conn(), audit).await?;
-            tx.commit().await?;
-            row.into_stored()
-        }
-
-        async fn remove_agent_once(
-            &self,
-            scope: &AgentScope,
-            name: &str,
-            audit: &AuditRecord,
-        ) -> Result<Option<StoredAgent>, SessionError> {
-            let mut tx = self.tx().await?;
-            let row: Option<AgentRow> = sqlx::query_as(concat!(
-                "DELETE FROM agents WHERE workspace_id = $1 AND name = $2 RETURNING ",
-                agent_columns!()
-            ))
-            .bind(scope.workspace_id())
-            .bind(name)
-            .fetch_optional(tx.conn())
-            .await?;
-            let Some(row) = row else {
-                return Ok(None);
-            };
-            This::insert_audit(tx.conn(), audit).await?;
-            tx.commit().await?;
-            row.into_stored().map(Some)
-        }
     }
 
     impl CatalogStore for This {
@@ -233,7 +175,38 @@ each_backend! {
             agent: NewAgent,
             audit: AuditRecord,
         ) -> Result<StoredAgent, SessionError> {
-            retrying!(self.apply_agent_once(&agent, &audit))
+            let (agent, audit) = (&agent, &audit);
+            retrying!(async {
+                let env = env_json(agent)?;
+                let command = command_json(agent)?;
+                let mut tx = self.tx().await?;
+                let row: AgentRow = sqlx::query_as(concat!(
+                    "INSERT INTO agents (",
+                    agent_columns!(),
+                    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                     ON CONFLICT (workspace_id, name) DO UPDATE SET \
+                       description = excluded.description, command = excluded.command, \
+                       prompt = excluded.prompt, definition = excluded.definition, \
+                       updated_at_ms = excluded.updated_at_ms, updated_by = excluded.updated_by, \
+                       env = excluded.env \
+                     RETURNING ",
+                    agent_columns!()
+                ))
+                .bind(agent.scope.workspace_id())
+                .bind(&agent.definition.name)
+                .bind(&agent.definition.description)
+                .bind(&command)
+                .bind(&agent.definition.prompt)
+                .bind(&agent.source)
+                .bind(now_ms())
+                .bind(agent.applied_by.to_string())
+                .bind(&env)
+                .fetch_one(tx.conn())
+                .await?;
+                This::insert_audit(tx.conn(), audit).await?;
+                tx.commit().await?;
+                row.into_stored()
+            })
         }
 
         async fn list_agents(
@@ -259,7 +232,24 @@ each_backend! {
             name: &str,
             audit: AuditRecord,
         ) -> Result<Option<StoredAgent>, SessionError> {
-            retrying!(self.remove_agent_once(scope, name, &audit))
+            let audit = &audit;
+            retrying!(async {
+                let mut tx = self.tx().await?;
+                let row: Option<AgentRow> = sqlx::query_as(concat!(
+                    "DELETE FROM agents WHERE workspace_id = $1 AND name = $2 RETURNING ",
+                    agent_columns!()
+                ))
+                .bind(scope.workspace_id())
+                .bind(name)
+                .fetch_optional(tx.conn())
+                .await?;
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                This::insert_audit(tx.conn(), audit).await?;
+                tx.commit().await?;
+                row.into_stored().map(Some)
+            })
         }
 
         async fn find_agent(

@@ -80,41 +80,6 @@ each_backend! {
     };
 
     impl This {
-        async fn create_group_once(
-            &self,
-            workspace_id: &str,
-            name: &GroupName,
-            creator: &str,
-            audit: &AuditRecord,
-        ) -> Result<GroupRow, SessionError> {
-            let mut tx = self.tx().await?;
-            let inserted = sqlx::query(
-                "INSERT INTO groups (group_id, workspace_id, name, created_by, created_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (workspace_id, name) DO NOTHING",
-            )
-            .bind(format!("grp_{}", uuid::Uuid::now_v7().simple()))
-            .bind(workspace_id)
-            .bind(name.as_str())
-            .bind(creator)
-            .bind(now_ms())
-            .execute(tx.conn())
-            .await?;
-            let found = find(tx.conn(), workspace_id, name, false)
-                .await?
-                .ok_or_else(|| SessionError::Internal("a group just stored is missing".to_owned()))?;
-            if inserted.rows_affected() == 1 {
-                insert_member(tx.conn(), &found.group_id, creator).await?;
-                This::insert_audit(tx.conn(), audit).await?;
-            } else if found.created_by != creator {
-                return Err(SessionError::refused(
-                    Reason::GroupExists,
-                    format!("a group named {:?} exists in this workspace", name.as_str()),
-                ));
-            }
-            let group = self.group_row(tx.conn(), workspace_id, name, found).await?;
-            tx.commit().await?;
-            Ok(group)
-        }
 
         async fn add_group_members_once(
             &self,
@@ -183,7 +148,36 @@ each_backend! {
             creator: &SessionId,
             audit: AuditRecord,
         ) -> Result<GroupRow, SessionError> {
-            retrying!(self.create_group_once(workspace_id, name, creator, &audit))
+            let audit = &audit;
+            retrying!(async {
+                let mut tx = self.tx().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO groups (group_id, workspace_id, name, created_by, created_at_ms) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (workspace_id, name) DO NOTHING",
+                )
+                .bind(format!("grp_{}", uuid::Uuid::now_v7().simple()))
+                .bind(workspace_id)
+                .bind(name.as_str())
+                .bind(creator)
+                .bind(now_ms())
+                .execute(tx.conn())
+                .await?;
+                let found = find(tx.conn(), workspace_id, name, false)
+                    .await?
+                    .ok_or_else(|| SessionError::Internal("a group just stored is missing".to_owned()))?;
+                if inserted.rows_affected() == 1 {
+                    insert_member(tx.conn(), &found.group_id, creator).await?;
+                    This::insert_audit(tx.conn(), audit).await?;
+                } else if found.created_by != creator.as_str() {
+                    return Err(SessionError::refused(
+                        Reason::GroupExists,
+                        format!("a group named {:?} exists in this workspace", name.as_str()),
+                    ));
+                }
+                let group = self.group_row(tx.conn(), workspace_id, name, found).await?;
+                tx.commit().await?;
+                Ok(group)
+            })
         }
 
         async fn add_group_members(

@@ -1,7 +1,9 @@
 //! The model gateway's cost, against the scripted upstream on loopback, in
 //! one run: time to first token of a streamed call through the gateway and
 //! to the same upstream directly (interleaved, so both meet the same
-//! moments of the machine), streaming throughput through it against
+//! moments of the machine), for each API the gateway speaks (Anthropic
+//! Messages, OpenAI Chat Completions and Responses, Gemini), streaming
+//! throughput through it (Anthropic's) against
 //! directly, and calls per second (each a reservation, a forward and a
 //! settlement) with a whole tree calling at once under a budget.
 //!
@@ -55,13 +57,68 @@ const LOAD: Duration = Duration::from_secs(10);
 
 type Http = Client<HttpConnector, Full<Bytes>>;
 
-fn request(url: &str, key: &str, stream: bool) -> Request<Full<Bytes>> {
-    let body = json!({"model": "claude-bench", "max_tokens": 100, "stream": stream,
-                      "messages": [{"role": "user", "content": "hi"}]});
+/// The APIs the gateway speaks, as a client calls each.
+#[derive(Clone, Copy)]
+enum Api {
+    Messages,
+    Chat,
+    Responses,
+    Gemini,
+}
+
+impl Api {
+    const ALL: [Api; 4] = [Api::Messages, Api::Chat, Api::Responses, Api::Gemini];
+
+    fn name(self) -> &'static str {
+        match self {
+            Api::Messages => "Anthropic Messages",
+            Api::Chat => "OpenAI Chat Completions",
+            Api::Responses => "OpenAI Responses",
+            Api::Gemini => "Gemini",
+        }
+    }
+
+    /// The path of a streamed call.
+    fn path(self) -> &'static str {
+        match self {
+            Api::Messages => "/v1/messages",
+            Api::Chat => "/v1/chat/completions",
+            Api::Responses => "/v1/responses",
+            Api::Gemini => "/v1beta/models/gemini-bench:streamGenerateContent?alt=sse",
+        }
+    }
+
+    fn body(self, stream: bool) -> serde_json::Value {
+        match self {
+            Api::Messages => json!({"model": "claude-bench", "max_tokens": 100, "stream": stream,
+                                    "messages": [{"role": "user", "content": "hi"}]}),
+            Api::Chat => {
+                json!({"model": "gpt-bench", "max_completion_tokens": 100, "stream": stream,
+                                "messages": [{"role": "user", "content": "hi"}]})
+            }
+            Api::Responses => json!({"model": "gpt-bench", "max_output_tokens": 100,
+                                     "stream": stream, "input": "hi"}),
+            Api::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                                  "generationConfig": {"maxOutputTokens": 100}}),
+        }
+    }
+
+    /// The header that carries the key, and its value.
+    fn key(self, key: &str) -> (&'static str, String) {
+        match self {
+            Api::Messages => ("x-api-key", key.to_owned()),
+            Api::Chat | Api::Responses => ("authorization", format!("Bearer {key}")),
+            Api::Gemini => ("x-goog-api-key", key.to_owned()),
+        }
+    }
+}
+
+fn request(api: Api, url: &str, key: &str, stream: bool) -> Request<Full<Bytes>> {
+    let (name, value) = api.key(key);
     Request::post(url)
-        .header("x-api-key", key)
+        .header(name, value)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(Bytes::from(api.body(stream).to_string())))
         .unwrap()
 }
 
@@ -75,10 +132,10 @@ struct Answer {
 }
 
 /// Sends a call and reads its answer whole.
-async fn call(http: &Http, url: &str, key: &str, stream: bool) -> Answer {
+async fn call(http: &Http, api: Api, url: &str, key: &str, stream: bool) -> Answer {
     let start = Instant::now();
     let response = http
-        .request(request(url, key, stream))
+        .request(request(api, url, key, stream))
         .await
         .expect("answer");
     assert!(response.status().is_success(), "{}", response.status());
@@ -135,10 +192,14 @@ async fn main() {
     std::fs::write(
         &file,
         format!(
-            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {}\n    key_file: {}\n    \
-             models:\n      claude-bench: {{ input: \"3\", output: \"15\" }}\n",
-            upstream.base_url(),
-            key.display()
+            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {url}\n    key_file: {key}\n    \
+             models:\n      claude-bench: {{ input: \"3\", output: \"15\" }}\n\
+             \x20 openai:\n    kind: openai\n    base_url: {url}\n    key_file: {key}\n    \
+             models:\n      gpt-bench: {{ input: \"2.50\", output: \"10\" }}\n\
+             \x20 gemini:\n    kind: gemini\n    base_url: {url}\n    key_file: {key}\n    \
+             models:\n      gemini-bench: {{ input: \"1.25\", output: \"10\" }}\n",
+            url = upstream.base_url(),
+            key = key.display()
         ),
     )
     .unwrap();
@@ -170,7 +231,13 @@ async fn main() {
 
     let root_id = root.session.expect("the root").session_id;
     if runs("first-token") {
-        first_token(&http, &upstream, &direct, &gateway, &token).await;
+        println!("| time to first token, ms | direct p50 / p99 | gateway p50 / p99 | difference |");
+        println!("|---|---|---|---|");
+        for api in Api::ALL {
+            let direct = format!("{}{}", upstream.base_url(), api.path());
+            let gateway = format!("http://{}{}", server.addr, api.path());
+            first_token(&http, &upstream, api, &direct, &gateway, &token).await;
+        }
     }
     if runs("streaming") {
         streaming(&http, &upstream, &direct, &gateway, &token).await;
@@ -180,15 +247,22 @@ async fn main() {
     }
 }
 
-/// Time to first token, interleaved.
-async fn first_token(http: &Http, upstream: &Upstream, direct: &str, gateway: &str, token: &str) {
+/// Time to first token of `api`, interleaved.
+async fn first_token(
+    http: &Http,
+    upstream: &Upstream,
+    api: Api,
+    direct: &str,
+    gateway: &str,
+    token: &str,
+) {
     for _ in 0..(TTFT_CALLS + TTFT_CALLS / 10) * 2 {
         upstream.push(Turn::text("first token"));
     }
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for i in 0..TTFT_CALLS + TTFT_CALLS / 10 {
-        let td = call(http, direct, "sk-bench", true).await.first;
-        let tg = call(http, gateway, token, true).await.first;
+        let td = call(http, api, direct, "sk-bench", true).await.first;
+        let tg = call(http, api, gateway, token, true).await.first;
         if i >= TTFT_CALLS / 10 {
             d.push(td);
             g.push(tg);
@@ -197,22 +271,13 @@ async fn first_token(http: &Http, upstream: &Upstream, direct: &str, gateway: &s
     d.sort();
     g.sort();
     let ms = |t: Duration| t.as_secs_f64() * 1e3;
-    println!("| time to first token | p50 ms | p99 ms |");
-    println!("|---|---|---|");
+    let (d50, d99) = (ms(percentile(&d, 50.0)), ms(percentile(&d, 99.0)));
+    let (g50, g99) = (ms(percentile(&g, 50.0)), ms(percentile(&g, 99.0)));
     println!(
-        "| direct | {:.2} | {:.2} |",
-        ms(percentile(&d, 50.0)),
-        ms(percentile(&d, 99.0))
-    );
-    println!(
-        "| through the gateway | {:.2} | {:.2} |",
-        ms(percentile(&g, 50.0)),
-        ms(percentile(&g, 99.0))
-    );
-    println!(
-        "| difference | +{:.2} | +{:.2} |",
-        ms(percentile(&g, 50.0)) - ms(percentile(&d, 50.0)),
-        ms(percentile(&g, 99.0)) - ms(percentile(&d, 99.0))
+        "| {} | {d50:.2} / {d99:.2} | {g50:.2} / {g99:.2} | +{:.2} / +{:.2} |",
+        api.name(),
+        g50 - d50,
+        g99 - d99
     );
 }
 
@@ -260,9 +325,11 @@ async fn streaming(http: &Http, upstream: &Upstream, direct: &str, gateway: &str
         let (mut best_d, mut best_g) = (0f64, 0f64);
         for _ in 0..BIG_RUNS {
             upstream.push(turn.clone());
-            best_d = best_d.max(rate(call(http, direct, "sk-bench", true).await));
+            best_d = best_d.max(rate(
+                call(http, Api::Messages, direct, "sk-bench", true).await,
+            ));
             upstream.push(turn.clone());
-            best_g = best_g.max(rate(call(http, gateway, token, true).await));
+            best_g = best_g.max(rate(call(http, Api::Messages, gateway, token, true).await));
         }
         let timed = if paced {
             "call to last byte"
@@ -306,7 +373,7 @@ async fn calls(
             let (done, stop) = (done.clone(), stop.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    call(&http, &url, &key, false).await;
+                    call(&http, Api::Messages, &url, &key, false).await;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
