@@ -290,6 +290,16 @@ pub fn counted_nothing() -> TokenUsage {
 /// $2.50/M input, $10/M output, $1.25/M cached input.
 pub const GPT_COST: u64 = 1_234 * 2_500_000 + 567 * 10_000_000 + 10_000 * 1_250_000;
 
+/// Two calls' worth of `tokens`.
+pub fn twice(tokens: TokenUsage) -> TokenUsage {
+    TokenUsage {
+        input: 2 * tokens.input,
+        output: 2 * tokens.output,
+        cache_read: 2 * tokens.cache_read,
+        cache_write: 2 * tokens.cache_write,
+    }
+}
+
 pub fn gpt_tokens() -> TokenUsage {
     TokenUsage {
         input: 1_234,

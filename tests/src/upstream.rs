@@ -295,41 +295,17 @@ async fn answer(
                 &json!({"totalTokens": body.len() as u64 / 4}),
             );
         }
-        let turn = shared.turns.lock().unwrap().pop_front();
-        return match turn {
-            None => gemini_error(
-                StatusCode::BAD_REQUEST,
-                "the scripted upstream has no turn left",
-            ),
-            Some(Turn {
-                fault: Some(Fault::Status(code)),
-                ..
-            }) => gemini_error(
-                StatusCode::from_u16(code).expect("a status"),
-                "the scripted upstream failed",
-            ),
-            Some(Turn {
-                fault: Some(Fault::Usage(usage)),
-                blocks,
-                stop_reason,
-                usage: counts,
-            }) => {
-                let turn = Turn {
-                    blocks,
-                    stop_reason,
-                    usage: counts,
-                    fault: None,
-                };
+        return match next_turn(&shared, gemini_error) {
+            Err(refusal) => *refusal,
+            Ok((Some(Fault::Usage(usage)), turn)) => {
                 let mut answer = generated(&turn, &model);
                 answer["usageMetadata"] = usage;
                 json_response(StatusCode::OK, &answer)
             }
-            Some(turn) if method == "streamGenerateContent" => Response::builder()
-                .status(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "text/event-stream")
-                .body(Body::from(generated_chunks(&turn, &model)))
-                .expect("a response"),
-            Some(turn) => json_response(StatusCode::OK, &generated(&turn, &model)),
+            Ok((_, turn)) if method == "streamGenerateContent" => {
+                event_stream(generated_chunks(&turn, &model))
+            }
+            Ok((_, turn)) => json_response(StatusCode::OK, &generated(&turn, &model)),
         };
     }
     match uri.path() {
@@ -337,89 +313,29 @@ async fn answer(
             StatusCode::OK,
             &json!({"input_tokens": body.len() as u64 / 4}),
         ),
-        "/v1/chat/completions" if post => {
-            let turn = shared.turns.lock().unwrap().pop_front();
-            match turn {
-                None => openai_error(
-                    StatusCode::BAD_REQUEST,
-                    "the scripted upstream has no turn left",
-                ),
-                Some(Turn {
-                    fault: Some(Fault::Status(code)),
-                    ..
-                }) => openai_error(
-                    StatusCode::from_u16(code).expect("a status"),
-                    "the scripted upstream failed",
-                ),
-                Some(turn) if stream => Response::builder()
-                    .status(StatusCode::OK)
-                    .header(header::CONTENT_TYPE, "text/event-stream")
-                    .body(Body::from(chat_chunks(&turn, &model, include_usage)))
-                    .expect("a response"),
-                Some(turn) => json_response(StatusCode::OK, &chat_completion(&turn, &model)),
+        "/v1/chat/completions" if post => match next_turn(&shared, openai_error) {
+            Err(refusal) => *refusal,
+            Ok((_, turn)) if stream => event_stream(chat_chunks(&turn, &model, include_usage)),
+            Ok((_, turn)) => json_response(StatusCode::OK, &chat_completion(&turn, &model)),
+        },
+        "/v1/responses" if post => match next_turn(&shared, openai_error) {
+            Err(refusal) => *refusal,
+            Ok((Some(Fault::Truncated), turn)) => {
+                let events = response_events(&turn, &model);
+                // Up to the first item's start: no end, no usage.
+                let cut = events
+                    .find("event: response.output_text.delta")
+                    .unwrap_or(0);
+                event_stream(events[..cut].to_owned())
             }
-        }
-        "/v1/responses" if post => {
-            let turn = shared.turns.lock().unwrap().pop_front();
-            match turn {
-                None => openai_error(
-                    StatusCode::BAD_REQUEST,
-                    "the scripted upstream has no turn left",
-                ),
-                Some(Turn {
-                    fault: Some(Fault::Status(code)),
-                    ..
-                }) => openai_error(
-                    StatusCode::from_u16(code).expect("a status"),
-                    "the scripted upstream failed",
-                ),
-                Some(Turn {
-                    fault: Some(Fault::Truncated),
-                    blocks,
-                    stop_reason,
-                    usage,
-                }) => {
-                    let turn = Turn {
-                        blocks,
-                        stop_reason,
-                        usage,
-                        fault: None,
-                    };
-                    let events = response_events(&turn, &model);
-                    // Up to the first item's start: no end, no usage.
-                    let cut = events
-                        .find("event: response.output_text.delta")
-                        .unwrap_or(0);
-                    Response::builder()
-                        .status(StatusCode::OK)
-                        .header(header::CONTENT_TYPE, "text/event-stream")
-                        .body(Body::from(events[..cut].to_owned()))
-                        .expect("a response")
-                }
-                Some(Turn {
-                    fault: Some(Fault::Usage(usage)),
-                    blocks,
-                    stop_reason,
-                    usage: counts,
-                }) => {
-                    let turn = Turn {
-                        blocks,
-                        stop_reason,
-                        usage: counts,
-                        fault: None,
-                    };
-                    let mut answer = response(&turn, &model);
-                    answer["usage"] = usage;
-                    json_response(StatusCode::OK, &answer)
-                }
-                Some(turn) if stream => Response::builder()
-                    .status(StatusCode::OK)
-                    .header(header::CONTENT_TYPE, "text/event-stream")
-                    .body(Body::from(response_events(&turn, &model)))
-                    .expect("a response"),
-                Some(turn) => json_response(StatusCode::OK, &response(&turn, &model)),
+            Ok((Some(Fault::Usage(usage)), turn)) => {
+                let mut answer = response(&turn, &model);
+                answer["usage"] = usage;
+                json_response(StatusCode::OK, &answer)
             }
-        }
+            Ok((_, turn)) if stream => event_stream(response_events(&turn, &model)),
+            Ok((_, turn)) => json_response(StatusCode::OK, &response(&turn, &model)),
+        },
         "/v1/messages" if post => {
             let scripted = {
                 let mut scripts = shared.scripts.lock().unwrap();
@@ -467,6 +383,35 @@ async fn answer(
             &format!("no route {method} {}", uri.path()),
         ),
     }
+}
+
+/// The next common turn and its fault, or the answer in the API's shape
+/// (`error`) to no turn left (400) or to a turn that is a status.
+fn next_turn(
+    shared: &Shared,
+    error: fn(StatusCode, &str) -> Response,
+) -> Result<(Option<Fault>, Turn), Box<Response>> {
+    let turn = shared.turns.lock().unwrap().pop_front();
+    match turn.map(Turn::split) {
+        None => Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "the scripted upstream has no turn left",
+        ))),
+        Some((Some(Fault::Status(code)), _)) => Err(Box::new(error(
+            StatusCode::from_u16(code).expect("a status"),
+            "the scripted upstream failed",
+        ))),
+        Some(split) => Ok(split),
+    }
+}
+
+/// `200` with `body` as server-sent events.
+fn event_stream(body: String) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from(body))
+        .expect("a response")
 }
 
 pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {

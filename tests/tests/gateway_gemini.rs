@@ -83,13 +83,12 @@ async fn gemini_calls_are_relayed_and_metered() {
         assert_eq!(config["maxOutputTokens"], 400, "{:?}", r.body);
         assert_eq!(config["topP"], 0.95, "{:?}", r.body);
     }
-    let doubled = TokenUsage {
-        input: 2 * gpt_tokens().input,
-        output: 2 * gpt_tokens().output,
-        cache_read: 2 * gpt_tokens().cache_read,
-        cache_write: 0,
-    };
-    assert_metered(&settled(&setup, &id).await, 2, doubled, 2 * GEMINI_COST);
+    assert_metered(
+        &settled(&setup, &id).await,
+        2,
+        twice(gpt_tokens()),
+        2 * GEMINI_COST,
+    );
 }
 
 /// `countTokens` answers from the provider and is one call of no tokens.

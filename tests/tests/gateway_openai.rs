@@ -4,7 +4,6 @@
 
 use serde_json::json;
 use troupe_proto::session as pb;
-use troupe_session_svc::model::TokenUsage;
 use troupe_tests::{
     gateway::*,
     http,
@@ -50,13 +49,12 @@ async fn openai_chat_completions_are_relayed_and_metered() {
         assert_eq!(r.body["max_completion_tokens"], 300, "{:?}", r.body);
     }
     assert_eq!(seen[1].body["stream_options"]["include_usage"], true);
-    let doubled = TokenUsage {
-        input: 2 * gpt_tokens().input,
-        output: 2 * gpt_tokens().output,
-        cache_read: 2 * gpt_tokens().cache_read,
-        cache_write: 0,
-    };
-    assert_metered(&settled(&setup, &id).await, 2, doubled, 2 * GPT_COST);
+    assert_metered(
+        &settled(&setup, &id).await,
+        2,
+        twice(gpt_tokens()),
+        2 * GPT_COST,
+    );
 }
 
 /// OpenAI's shape for its refusals: 401 `invalid_api_key`, and a budget's

@@ -83,13 +83,12 @@ async fn responses_are_relayed_and_metered() {
         assert_eq!(r.body["stream_options"], Value::Null, "{:?}", r.body);
         assert_eq!(r.body["tools"], codex(false)["tools"]);
     }
-    let doubled = TokenUsage {
-        input: 2 * gpt_tokens().input,
-        output: 2 * gpt_tokens().output,
-        cache_read: 2 * gpt_tokens().cache_read,
-        cache_write: 0,
-    };
-    assert_metered(&settled(&setup, &id).await, 2, doubled, 2 * GPT_COST);
+    assert_metered(
+        &settled(&setup, &id).await,
+        2,
+        twice(gpt_tokens()),
+        2 * GPT_COST,
+    );
 }
 
 /// OpenAI's shape for the route's refusals, none of which reaches the

@@ -128,6 +128,11 @@ impl Turn {
         self.usage = usage;
         self
     }
+
+    /// Its fault, and the turn it would have answered.
+    pub fn split(mut self) -> (Option<Fault>, Turn) {
+        (self.fault.take(), self)
+    }
 }
 
 /// A request the upstream got.
