@@ -222,7 +222,16 @@ pub fn prepare(
         }
         Api::Responses => (bound(&json, "max_output_tokens")?, 1),
         Api::Gemini => {
-            let config = json.get("generationConfig").unwrap_or(&Value::Null);
+            let config = match json.get("generationConfig") {
+                None | Some(Value::Null) => &Value::Null,
+                Some(config) if config.is_object() => config,
+                Some(_) => {
+                    return Err(ApiError::new(
+                        Kind::Invalid,
+                        "generationConfig: an object is required",
+                    ));
+                }
+            };
             let n = bound(config, "candidateCount")?.unwrap_or(1);
             if !(1..=MAX_CANDIDATES).contains(&n) {
                 return Err(ApiError::new(

@@ -109,9 +109,10 @@ async fn gemini_count_tokens_is_a_call_of_no_tokens() {
 
 /// Gemini's shape for the routes' refusals, none of which reaches the
 /// provider: 401 `UNAUTHENTICATED`; a budget's 429 `RESOURCE_EXHAUSTED`;
-/// 400 `INVALID_ARGUMENT` for a model of another API, a server tool, a file
-/// the provider fetches, a cache it stored, too many candidates, a stream
-/// not asked as server-sent events; 404 for a method it does not serve.
+/// 400 `INVALID_ARGUMENT` for a model of another API, settings that are no
+/// object, a server tool, a file the provider fetches, a cache it stored,
+/// too many candidates, a stream not asked as server-sent events; 404 for
+/// a method it does not serve.
 #[tokio::test]
 async fn gemini_refusals_are_in_geminis_shape() {
     let setup = Setup::new(vec![]).await;
@@ -132,7 +133,12 @@ async fn gemini_refusals_are_in_geminis_shape() {
     let answer = http::post(&url, &[("x-goog-api-key", &token)], &cli_request(), LIMIT).await;
     assert_eq!(answer.status, 400, "{answer:?}");
     assert!(answer.body.contains("call its API"), "{}", answer.body);
-    let edits: [(&str, Value, &str); 4] = [
+    let edits: [(&str, Value, &str); 5] = [
+        (
+            "generationConfig",
+            json!("hot"),
+            "generationConfig: an object",
+        ),
         (
             "tools",
             json!([{"googleSearch": {}}]),
