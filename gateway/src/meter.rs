@@ -131,7 +131,17 @@ impl Meter {
             return;
         }
         // Only the oversized event's end matters now: keep the bytes a
-        // separator may straddle.
+        // separator may straddle. An event that may carry the usage and is
+        // not read leaves the call's usage unknown: charged its worst case.
+        if !self.skipping {
+            let mut start = std::mem::take(&mut self.buffer);
+            start.extend_from_slice(&rest[..rest.len().min(MAX_EVENT_BYTES)]);
+            if !self.unmetered(&start) {
+                self.reported.unreadable = true;
+            }
+            start.clear();
+            self.buffer = start;
+        }
         self.skipping = true;
         if rest.len() >= STRADDLE {
             self.buffer.clear();
@@ -144,14 +154,19 @@ impl Meter {
         }
     }
 
-    fn event(&mut self, event: &[u8]) {
+    /// Whether `event` (whole, or its start) is one that carries no usage,
+    /// by its name.
+    fn unmetered(&self, event: &[u8]) -> bool {
         let name = event_name(event);
-        let unmetered = match self.api {
+        match self.api {
             Api::Anthropic => name.is_some_and(|name| UNMETERED_EVENTS.contains(&name)),
             Api::Responses => name.is_some_and(|name| !RESPONSES_METERED_EVENTS.contains(&name)),
             Api::Openai | Api::Gemini => false,
-        };
-        if unmetered {
+        }
+    }
+
+    fn event(&mut self, event: &[u8]) {
+        if self.unmetered(event) {
             return;
         }
         let text = String::from_utf8_lossy(event);
@@ -253,6 +268,32 @@ mod tests {
             assert_eq!(meter.reported.tokens.input, 4, "cut at {cut}");
             assert!(meter.reported.complete, "cut at {cut}");
         }
+    }
+
+    /// An event past the bound that may carry the usage (a Responses
+    /// stream's last, which repeats the whole request; any OpenAI or Gemini
+    /// chunk) is not read: the call's usage is then unknown, charged its
+    /// worst case. A delta past it carries none: nothing is lost.
+    #[test]
+    fn an_oversized_event_that_may_carry_the_usage_leaves_it_unreadable() {
+        let huge = "x".repeat(MAX_EVENT_BYTES + 100_000);
+        for (api, event) in [
+            (
+                Api::Responses,
+                format!("event: response.completed\ndata: {{\"instructions\":\"{huge}\"}}\n\n"),
+            ),
+            (Api::Openai, format!("data: {{\"x\":\"{huge}\"}}\n\n")),
+            (Api::Gemini, format!("data: {{\"x\":\"{huge}\"}}\n\n")),
+        ] {
+            let mut meter = Meter::new(api);
+            for piece in event.as_bytes().chunks(1 << 16) {
+                meter.feed(piece);
+            }
+            assert!(meter.reported.unreadable, "{api:?}");
+        }
+        let mut meter = Meter::new(Api::Responses);
+        meter.feed(format!("event: response.output_text.delta\ndata: {huge}\n\n").as_bytes());
+        assert!(!meter.reported.unreadable);
     }
 
     #[test]

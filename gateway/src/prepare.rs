@@ -241,7 +241,20 @@ pub fn prepare(
                     ),
                 ));
             }
-            (bound(config, "maxOutputTokens")?, n)
+            if json.get("model").is_some() {
+                return Err(ApiError::new(
+                    Kind::Invalid,
+                    "model: a Gemini call's model is the one its path names",
+                ));
+            }
+            let max = bound(config, "maxOutputTokens")?;
+            if max == Some(0) {
+                return Err(ApiError::new(
+                    Kind::Invalid,
+                    "generationConfig.maxOutputTokens: at least 1",
+                ));
+            }
+            (max, n)
         }
     };
     let max_tokens = match (max_tokens, route) {
@@ -279,7 +292,15 @@ pub fn prepare(
             }
             Bytes::from(json.to_string())
         }
-        Api::Responses | Api::Gemini => Bytes::from(json.to_string()),
+        Api::Responses => {
+            // Nothing is kept at the provider for another call to read,
+            // unless the operator lets calls read what it kept.
+            if !provider.allow.remote_content {
+                json["store"] = Value::Bool(false);
+            }
+            Bytes::from(json.to_string())
+        }
+        Api::Gemini => Bytes::from(json.to_string()),
     };
     let too_large = || ApiError::new(Kind::Invalid, "max_tokens: too large");
     let output = max_tokens.checked_mul(completions).ok_or_else(too_large)?;

@@ -44,6 +44,13 @@ fn refused(what: &str, allow: &str) -> ApiError {
 
 /// Checks `body` against what the provider allows.
 pub fn check(api: Api, body: &Value, allow: Reach) -> Result<(), ApiError> {
+    if api == Api::Gemini {
+        gemini_spelling(body)?;
+        // countTokens may carry a whole request: checked as one.
+        if let Some(request) = body.get("generateContentRequest").filter(|r| !r.is_null()) {
+            check(api, request, allow)?;
+        }
+    }
     if api == Api::Responses
         && body
             .get("background")
@@ -107,7 +114,10 @@ fn client_tools(api: Api, path: &str, tools: Option<&Value>) -> Result<(), ApiEr
             }
             Some(Value::String(kind))
                 if api == Api::Responses
-                    && RESPONSES_CLIENT_TOOL_TYPES.contains(&kind.as_str()) => {}
+                    && RESPONSES_CLIENT_TOOL_TYPES.contains(&kind.as_str()) =>
+            {
+                hosted(&path, tool)?;
+            }
             Some(Value::String(kind))
                 if api != Api::Responses && CLIENT_TOOL_TYPES.contains(&kind.as_str()) => {}
             Some(kind) => {
@@ -199,6 +209,26 @@ fn openai_parts(body: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A Responses client tool that would run at the provider all the same: a
+/// `shell` in an `environment` other than the client's own (a container the
+/// provider hosts, or one it kept), or with `skills` the provider stored.
+fn hosted(path: &str, tool: &Value) -> Result<(), ApiError> {
+    let environment = tool.get("environment").filter(|e| !e.is_null());
+    if environment.is_some_and(|e| e.get("type").and_then(Value::as_str) != Some("local")) {
+        return Err(refused(
+            &format!("{path}.environment: a container the provider hosts"),
+            "server_tools",
+        ));
+    }
+    if tool.get("skills").is_some_and(|v| !v.is_null()) {
+        return Err(refused(
+            &format!("{path}.skills: skills the provider stored"),
+            "server_tools",
+        ));
+    }
+    Ok(())
+}
+
 /// Responses input: what the provider stored (a previous response, a
 /// conversation, a prompt, an item by reference), an image by a URL other
 /// than `data:`, a file by id or URL.
@@ -214,30 +244,99 @@ fn responses_input(body: &Value) -> Result<(), ApiError> {
     let items = body.get("input").and_then(Value::as_array);
     for (i, item) in items.into_iter().flatten().enumerate() {
         let path = format!("input[{i}]");
-        if item.get("type").and_then(Value::as_str) == Some("item_reference") {
+        let kind = item.get("type").and_then(Value::as_str);
+        // An item named by its id alone is one the provider stored.
+        let by_id = kind.is_none() && item.get("role").is_none() && item.get("id").is_some();
+        if kind == Some("item_reference") || by_id {
             return Err(refused(
                 &format!("{path}: an item the provider stored"),
                 "remote_content",
             ));
         }
-        let parts = item.get("content").and_then(Value::as_array);
-        for (p, part) in parts.into_iter().flatten().enumerate() {
-            let path = format!("{path}.content[{p}]");
-            if let Some(url) = part.get("image_url").filter(|u| !u.is_null())
-                && !url.as_str().is_some_and(|u| u.starts_with("data:"))
-            {
-                return Err(refused(
-                    &format!(
-                        "{path}.image_url: an image the provider fetches (only data: URLs are sent)"
-                    ),
-                    "remote_content",
-                ));
+        fetched(&path, item)?;
+    }
+    Ok(())
+}
+
+/// Content anywhere in `value` (at `path`) that the provider fetches or
+/// holds: an image by a URL other than `data:`, a file by id or URL (in a
+/// message, a tool's output, a screenshot).
+fn fetched(path: &str, value: &Value) -> Result<(), ApiError> {
+    match value {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                fetched(&format!("{path}[{i}]"), item)?;
             }
-            for field in ["file_id", "file_url"] {
-                if part.get(field).is_some_and(|v| !v.is_null()) {
-                    return Err(refused(&format!("{path}.{field}"), "remote_content"));
+        }
+        Value::Object(map) => {
+            for (key, v) in map {
+                let here = format!("{path}.{key}");
+                match key.as_str() {
+                    "image_url" if v.is_string() => {
+                        if !v.as_str().is_some_and(|u| u.starts_with("data:")) {
+                            return Err(refused(
+                                &format!(
+                                    "{here}: an image the provider fetches (only data: URLs are sent)"
+                                ),
+                                "remote_content",
+                            ));
+                        }
+                    }
+                    "file_id" | "file_url" if !v.is_null() => {
+                        return Err(refused(&here, "remote_content"));
+                    }
+                    _ => fetched(&here, v)?,
                 }
             }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Gemini's fields the gateway reads or guards, as the API also takes
+/// them: in snake case. Each is refused, so the spelling checked is the
+/// one sent.
+const GEMINI_SNAKE: [&str; 8] = [
+    "cached_content",
+    "system_instruction",
+    "generation_config",
+    "generate_content_request",
+    "tool_config",
+    "candidate_count",
+    "max_output_tokens",
+    "file_data",
+];
+
+/// Refuses the snake-case spellings of [`GEMINI_SNAKE`] where they would
+/// be read: the body's fields, its settings', its parts'.
+fn gemini_spelling(body: &Value) -> Result<(), ApiError> {
+    let mut places: Vec<(String, &Value)> = vec![("".to_owned(), body)];
+    if let Some(config) = body.get("generationConfig") {
+        places.push(("generationConfig.".to_owned(), config));
+    }
+    let contents = body.get("contents").and_then(Value::as_array);
+    for (c, content) in contents.into_iter().flatten().enumerate() {
+        let parts = content.get("parts").and_then(Value::as_array);
+        for (p, part) in parts.into_iter().flatten().enumerate() {
+            places.push((format!("contents[{c}].parts[{p}]."), part));
+        }
+    }
+    let system = body.get("systemInstruction").and_then(|s| s.get("parts"));
+    for (p, part) in system
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        places.push((format!("systemInstruction.parts[{p}]."), part));
+    }
+    for (path, place) in places {
+        if let Some(key) = GEMINI_SNAKE.iter().find(|k| place.get(**k).is_some()) {
+            return Err(ApiError::new(
+                Kind::Invalid,
+                format!("{path}{key}: write it in camel case, as the gateway checks it"),
+            ));
         }
     }
     Ok(())
@@ -335,6 +434,44 @@ mod tests {
             "contents": [{"role": "user", "parts": [{"text": "hi"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]}],
             "systemInstruction": {"parts": [{"text": "be brief"}]}});
         check(Api::Gemini, &gemini, Reach::default()).unwrap();
+    }
+
+    /// Gemini takes its fields in snake case too: the spellings of what the
+    /// gateway reads or guards are refused wherever they would be read, so
+    /// the spelling checked is the one the provider reads.
+    #[test]
+    fn geminis_snake_case_spellings_of_guarded_fields_are_refused() {
+        let all = Reach {
+            server_tools: true,
+            mcp_servers: true,
+            remote_content: true,
+        };
+        for (body, words) in [
+            (json!({"cached_content": "c/1"}), "cached_content"),
+            (
+                json!({"generation_config": {"max_output_tokens": 9}}),
+                "generation_config",
+            ),
+            (
+                json!({"generationConfig": {"candidate_count": 8}}),
+                "generationConfig.candidate_count",
+            ),
+            (
+                json!({"contents": [{"parts": [{"file_data": {"file_uri": "https://x"}}]}]}),
+                "contents[0].parts[0].file_data",
+            ),
+            (
+                json!({"systemInstruction": {"parts": [{"file_data": {}}]}}),
+                "systemInstruction.parts[0].file_data",
+            ),
+        ] {
+            let e = check(Api::Gemini, &body, all).expect_err("refused");
+            assert!(e.message.contains(words), "{body}: {}", e.message);
+        }
+        // A function's own schema may name its fields as it likes.
+        let schema = json!({"tools": [{"functionDeclarations": [{"name": "f",
+            "parametersJsonSchema": {"properties": {"file_data": {}, "max_output_tokens": {}}}}]}]});
+        check(Api::Gemini, &schema, Reach::default()).unwrap();
     }
 
     /// A background call's answer and usage would come by a route the
@@ -471,9 +608,40 @@ mod tests {
                 "file_id",
             ),
             (
+                Api::Responses,
+                json!({"tools": [{"type": "shell", "environment": {"type": "container_auto"}}]}),
+                "tools[0].environment: a container the provider hosts",
+            ),
+            (
+                Api::Responses,
+                json!({"tools": [{"type": "shell", "skills": [{"type": "skill_reference", "skill_id": "s"}]}]}),
+                "tools[0].skills",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"id": "rs_1"}]}),
+                "input[0]: an item the provider stored",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"type": "function_call_output", "call_id": "c", "output": [
+                    {"type": "input_image", "image_url": "https://x.example/a.png"}]}]}),
+                "input[0].output[0].image_url",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"type": "computer_call_output", "output": {"type": "input_image", "file_id": "file-1"}}]}),
+                "input[0].output.file_id",
+            ),
+            (
                 Api::Gemini,
                 json!({"tools": [{"functionDeclarations": []}, {"googleSearch": {}}]}),
                 "tools[1].googleSearch: a server tool",
+            ),
+            (
+                Api::Gemini,
+                json!({"generateContentRequest": {"contents": [{"parts": [{"fileData": {"fileUri": "https://x"}}]}]}}),
+                "fileData",
             ),
             (
                 Api::Gemini,

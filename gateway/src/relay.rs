@@ -5,7 +5,9 @@
 //! shows nothing of it and ends between words passes as it is).
 //! When the stream ends, breaks off or stalls past the idle deadline, the
 //! call is settled before the client sees the end (a fault then ends the
-//! stream with an error event in the API's terms). When the client hangs
+//! stream with an error event in the API's terms, and the call, its usage
+//! not whole, is charged its worst case: the provider bills what it
+//! generated, which nobody here saw). When the client hangs
 //! up, the body is dropped, but the provider goes on generating, and
 //! billing, what was asked: the rest of its stream is read in a task of its
 //! own ([`drain`]), each piece within the idle deadline and all within
@@ -104,6 +106,11 @@ impl<S: Store> Relay<S> {
         else {
             return;
         };
+        if fault.is_some() && !self.meter.reported.final_usage {
+            // Cut short before its usage was whole: what the provider
+            // generated (and bills) is unknown, so it is charged in full.
+            self.meter.reported.unreadable = true;
+        }
         let reported = self.meter.reported.clone();
         let status = Some(self.status);
         let settling =

@@ -253,24 +253,25 @@ pub fn read_event(api: Api, r: &mut Reported, value: &Value) {
 }
 
 /// A Gemini stream's chunk, read into `r`: each carries the usage so far
-/// (it replaces the one before); a candidate's `finishReason` ends it.
+/// (it replaces the one before); a candidate's `finishReason` ends it, and
+/// its chunk's usage is the final one.
 fn gemini_event(r: &mut Reported, value: &Value) {
     if value.get("error").is_some() {
         r.error = Some(error_message(value));
         return;
     }
+    let before = r.finish_reasons.len();
+    gemini_reasons(value, &mut r.finish_reasons);
+    let finished = r.finish_reasons.len() > before;
     if let Some(usage) = value.get("usageMetadata").filter(|u| !u.is_null()) {
         match gemini_usage(usage) {
             Some(tokens) => r.tokens = tokens,
             None => r.unreadable = true,
         }
-        r.final_usage = true;
+        // The usage is whole in the chunk that finishes the answer.
+        r.final_usage = finished;
     }
-    let before = r.finish_reasons.len();
-    gemini_reasons(value, &mut r.finish_reasons);
-    if r.finish_reasons.len() > before {
-        r.complete = true;
-    }
+    r.complete |= finished;
 }
 
 /// An Anthropic stream event, read into `r`.

@@ -50,11 +50,12 @@ async fn status(pair: &Pair, id: &str) -> pb::SessionStatus {
 
 /// A 500, then a stream that breaks off after `message_start`: Claude Code
 /// retries each and prints the third answer. Three calls reached the
-/// provider with its key; the session is charged the broken stream's
-/// reported start (10 input, 1 output) and the answer's usage, nothing for
-/// the 500, and it is still running, waiting for its next message.
+/// provider with its key; the session is charged the broken stream's worst
+/// case (what the provider generated before the break is unknown) and the
+/// answer's usage, nothing for the 500, and it is still running, waiting
+/// for its next message.
 #[tokio::test]
-async fn claude_code_rides_out_provider_faults_and_is_charged_what_was_reported() {
+async fn claude_code_rides_out_provider_faults_and_a_broken_stream_is_charged_in_full() {
     let upstream = Upstream::tcp(vec![]).await;
     let Some(Team {
         pair,
@@ -87,12 +88,20 @@ async fn claude_code_rides_out_provider_faults_and_is_charged_what_was_reported(
         assert_eq!(request.api_key(), Some(KEY), "{request:#?}");
         assert_eq!(request.body["model"], MODEL);
     }
+    // The stream that broke off is billed its worst case (its bytes at the
+    // dearest input price, its whole output bound), the answer its usage.
     let usage = settled(&pair, &root.session_id).await;
     let own = usage.own_tokens.unwrap();
-    assert_eq!((own.input, own.output), (10 + 1_000, 1 + 20), "{usage:?}");
+    let broken = &seen[1];
+    let bound = broken.body["max_tokens"].as_u64().expect("a bound");
+    assert_eq!(
+        (own.input, own.output),
+        (broken.bytes + 1_000, bound + 20),
+        "{usage:?}"
+    );
     assert_eq!(
         usage.own_cost_pico_usd,
-        (10 + 1_000) * PRICE[0] + (1 + 20) * PRICE[1],
+        broken.bytes * PRICE[3] + 1_000 * PRICE[0] + (bound + 20) * PRICE[1],
         "{usage:?}"
     );
     assert_eq!(

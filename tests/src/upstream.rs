@@ -265,6 +265,7 @@ async fn answer(
             })
             .collect(),
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        bytes: body.len() as u64,
     };
     let stream = recorded.streams();
     let key = recorded.api_key().unwrap_or_default().to_owned();

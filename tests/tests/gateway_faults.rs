@@ -15,9 +15,9 @@ use troupe_tests::{
 };
 
 /// Each fault ends in bounded time with a clear error in the API's shape,
-/// and leaves nothing reserved; a stream cut short is billed what the
-/// provider reported of it, an answer whose usage cannot be read its
-/// worst case.
+/// and leaves nothing reserved; a stream cut short before its usage was
+/// whole, and an answer whose usage cannot be read, are billed their worst
+/// case (what the provider generated, and bills, nobody here saw).
 #[tokio::test]
 async fn faults_settle_the_reservation_and_tell_the_agent() {
     let setup = Setup::with_timeouts(
@@ -64,16 +64,16 @@ async fn faults_settle_the_reservation_and_tell_the_agent() {
         answer.body
     );
 
-    // The two streams are billed their starts; the answer that could not
-    // be read, its worst case (its bytes at $3.75/M, 1,000 output tokens).
+    // The two streams and the answer that could not be read are billed
+    // their worst case: their bytes at $3.75/M, 1,000 output tokens.
     let usage = settled(&setup, &id).await;
-    let malformed = body_len(MODEL, false);
+    let (json, streamed) = (body_len(MODEL, false), body_len(MODEL, true));
     let billed = TokenUsage {
-        input: 20 + malformed,
-        output: 2 + 1_000,
+        input: json + 2 * streamed,
+        output: 3 * 1_000,
         ..counted_nothing()
     };
-    let cost = 20 * 3_000_000 + 2 * 15_000_000 + malformed * 3_750_000 + 1_000 * 15_000_000;
+    let cost = (json + 2 * streamed) * 3_750_000 + 3 * 1_000 * 15_000_000;
     assert_metered(&usage, 4, billed, cost);
     assert!(!answer.body.contains(KEY));
 }
@@ -146,7 +146,8 @@ async fn a_client_that_hangs_up_mid_stream_is_settled() {
 }
 
 /// The provider's connection breaks mid-stream: the agent reads an error
-/// event, and what the provider had reported is billed.
+/// event, and the call is billed its worst case, not the start the
+/// provider had reported.
 #[tokio::test]
 async fn a_stream_that_breaks_off_is_settled_and_told() {
     let setup = Setup::new(vec![Turn::fault(Fault::BreakOff)]).await;
@@ -157,12 +158,13 @@ async fn a_stream_that_breaks_off_is_settled_and_told() {
     assert!(answer.body.contains("event: error"), "{}", answer.body);
     assert!(answer.body.contains("stream broke off"), "{}", answer.body);
     let usage = settled(&setup, &id).await;
-    let start = TokenUsage {
-        input: 10,
-        output: 1,
+    let streamed = body_len(MODEL, true);
+    let worst = TokenUsage {
+        input: streamed,
+        output: 1_000,
         ..counted_nothing()
     };
-    assert_metered(&usage, 1, start, 10 * 3_000_000 + 15_000_000);
+    assert_metered(&usage, 1, worst, streamed * 3_750_000 + 1_000 * 15_000_000);
 }
 
 /// A stream slower in all than the idle deadline, but never silent that

@@ -110,7 +110,8 @@ async fn gemini_count_tokens_is_a_call_of_no_tokens() {
 /// Gemini's shape for the routes' refusals, none of which reaches the
 /// provider: 401 `UNAUTHENTICATED`; a budget's 429 `RESOURCE_EXHAUSTED`;
 /// 400 `INVALID_ARGUMENT` for a model of another API, settings that are no
-/// object, a server tool, a file the provider fetches, a cache it stored,
+/// object, an output bound of 0, a model in the body, a guarded field in
+/// snake case, a server tool, a file the provider fetches, a cache it stored,
 /// too many candidates, a stream not asked as server-sent events; 404 for
 /// a method it does not serve.
 #[tokio::test]
@@ -133,7 +134,18 @@ async fn gemini_refusals_are_in_geminis_shape() {
     let answer = http::post(&url, &[("x-goog-api-key", &token)], &cli_request(), LIMIT).await;
     assert_eq!(answer.status, 400, "{answer:?}");
     assert!(answer.body.contains("call its API"), "{}", answer.body);
-    let edits: [(&str, Value, &str); 5] = [
+    let edits: [(&str, Value, &str); 8] = [
+        (
+            "generationConfig",
+            json!({"maxOutputTokens": 0}),
+            "at least 1",
+        ),
+        ("model", json!("gemini-test"), "the one its path names"),
+        (
+            "generation_config",
+            json!({"max_output_tokens": 99999}),
+            "camel case",
+        ),
         (
             "generationConfig",
             json!("hot"),

@@ -43,7 +43,7 @@ async fn post(setup: &Setup, token: &str, body: &Value) -> http::Answer {
 
 /// Whole and streamed: the provider's key goes as its Bearer, the call
 /// gets its model's output bound (`max_output_tokens`), Codex's tools reach
-/// the provider as sent, and both calls are metered from the provider's
+/// the provider as sent, nothing is stored there, and both calls are metered from the provider's
 /// usage (cached input as cache reads), to the token and the price.
 #[tokio::test]
 async fn responses_are_relayed_and_metered() {
@@ -62,7 +62,11 @@ async fn responses_are_relayed_and_metered() {
     let body = answer.json();
     assert_eq!(body["output"][0]["content"][0]["text"], "json answer");
     assert_eq!(body["usage"]["input_tokens"], 11_234);
-    let answer = post(&setup, &token, &codex(true)).await;
+    // Asked to store its answer at the provider (OpenAI's default), it
+    // stores nothing: no other call may read it back.
+    let mut stored = codex(true);
+    stored["store"] = json!(true);
+    let answer = post(&setup, &token, &stored).await;
     assert_eq!(answer.status, 200, "{answer:?}");
     assert!(answer.body.contains("streamed answer"), "{}", answer.body);
     assert!(
@@ -82,6 +86,7 @@ async fn responses_are_relayed_and_metered() {
         assert_eq!(r.body["max_output_tokens"], 300, "{:?}", r.body);
         assert_eq!(r.body["stream_options"], Value::Null, "{:?}", r.body);
         assert_eq!(r.body["tools"], codex(false)["tools"]);
+        assert_eq!(r.body["store"], false, "{:?}", r.body);
     }
     assert_metered(
         &settled(&setup, &id).await,
@@ -189,7 +194,7 @@ async fn a_responses_usage_that_is_no_count_is_charged_its_reservation() {
 
 /// A provider's stream cut before its end: the agent's client reads the
 /// gateway's `error` event in the Responses shape as the stream's last, and
-/// the call is settled (nothing stays reserved).
+/// the call, its usage never reported, is charged its reservation.
 #[tokio::test]
 async fn a_responses_stream_cut_short_ends_with_an_error_event() {
     let setup = Setup::new(vec![Turn::fault(Fault::Truncated)]).await;
@@ -218,6 +223,12 @@ async fn a_responses_stream_cut_short_ends_with_an_error_event() {
         message.contains("ended before the answer was whole"),
         "{message}"
     );
-    let usage = settled(&setup, &id).await;
-    assert_eq!(usage.own_calls, 1, "{usage:?}");
+    let sent = setup.upstream.requests()[0].body.to_string().len() as u64;
+    let worst = TokenUsage {
+        input: sent,
+        output: 300,
+        ..TokenUsage::default()
+    };
+    let cost = sent * 2_500_000 + 300 * 10_000_000;
+    assert_metered(&settled(&setup, &id).await, 1, worst, cost);
 }

@@ -145,6 +145,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The body as JSON (`Value::Null` if it was not JSON).
     pub body: Value,
+    /// The body's length in bytes, as it came.
+    pub bytes: u64,
 }
 
 impl Recorded {
