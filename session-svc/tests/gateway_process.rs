@@ -117,13 +117,15 @@ async fn a_model_call_is_a_span_of_its_sessions_life_and_counted_in_metrics() {
         with.push(("gen_ai_token_type", kind));
         sample(&text, "troupe_model_tokens_total", &with)
     };
-    // 120 + 10 input (the truncated stream's message_start), 7 + 1 output.
-    assert_eq!(tokens("input"), Some(130.0), "{text}");
-    assert_eq!(tokens("output"), Some(8.0), "{text}");
-    // 130 input at $3/M and 8 output at $15/M, in pico-dollars.
+    // 120 input and 7 output, and the truncated stream's worst case: its
+    // bytes as input, its whole bound (64) as output.
+    let cut = body(true).to_string().len() as f64;
+    assert_eq!(tokens("input"), Some(120.0 + cut), "{text}");
+    assert_eq!(tokens("output"), Some(7.0 + 64.0), "{text}");
+    // At $3/M input and $15/M output, in pico-dollars.
     assert_eq!(
         sample(&text, "troupe_model_cost_total", &labels),
-        Some(510_000_000.0),
+        Some((120.0 + cut) * 3_000_000.0 + 71.0 * 15_000_000.0),
         "{text}"
     );
     let mut ok = labels.to_vec();
