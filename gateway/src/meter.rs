@@ -56,6 +56,9 @@ pub struct Meter {
     pub reported: Reported,
 }
 
+/// How much of an oversized event's start is read for its name.
+const NAME_BYTES: usize = 1024;
+
 /// Longest separator (`\r\n\r\n`) but one: the bytes of an event's end
 /// that the piece before may hold.
 const STRADDLE: usize = 3;
@@ -134,13 +137,13 @@ impl Meter {
         // separator may straddle. An event that may carry the usage and is
         // not read leaves the call's usage unknown: charged its worst case.
         if !self.skipping {
-            let mut start = std::mem::take(&mut self.buffer);
-            start.extend_from_slice(&rest[..rest.len().min(MAX_EVENT_BYTES)]);
+            // Its name is in its first line: a short start of it will do.
+            let kept = self.buffer.len().min(NAME_BYTES);
+            let mut start = self.buffer[..kept].to_vec();
+            start.extend_from_slice(&rest[..rest.len().min(NAME_BYTES - kept)]);
             if !self.unmetered(&start) {
                 self.reported.unreadable = true;
             }
-            start.clear();
-            self.buffer = start;
         }
         self.skipping = true;
         if rest.len() >= STRADDLE {

@@ -272,8 +272,10 @@ fn fetched(path: &str, value: &Value) -> Result<(), ApiError> {
             for (key, v) in map {
                 let here = format!("{path}.{key}");
                 match key.as_str() {
-                    "image_url" if v.is_string() => {
-                        if !v.as_str().is_some_and(|u| u.starts_with("data:")) {
+                    "image_url" if !v.is_null() => {
+                        // A URL, or an object that holds it (`{"url": ...}`).
+                        let url = v.get("url").unwrap_or(v);
+                        if !url.as_str().is_some_and(|u| u.starts_with("data:")) {
                             return Err(refused(
                                 &format!(
                                     "{here}: an image the provider fetches (only data: URLs are sent)"
@@ -313,33 +315,45 @@ const GEMINI_SNAKE: [&str; 8] = [
 fn gemini_spelling(body: &Value) -> Result<(), ApiError> {
     let mut places: Vec<(String, &Value)> = vec![("".to_owned(), body)];
     if let Some(config) = body.get("generationConfig") {
-        places.push(("generationConfig.".to_owned(), config));
+        places.push(("generationConfig".to_owned(), config));
     }
-    let contents = body.get("contents").and_then(Value::as_array);
-    for (c, content) in contents.into_iter().flatten().enumerate() {
-        let parts = content.get("parts").and_then(Value::as_array);
-        for (p, part) in parts.into_iter().flatten().enumerate() {
-            places.push((format!("contents[{c}].parts[{p}]."), part));
-        }
-    }
-    let system = body.get("systemInstruction").and_then(|s| s.get("parts"));
-    for (p, part) in system
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        places.push((format!("systemInstruction.parts[{p}]."), part));
-    }
+    places.extend(gemini_part_places(body));
     for (path, place) in places {
         if let Some(key) = GEMINI_SNAKE.iter().find(|k| place.get(**k).is_some()) {
+            let at = if path.is_empty() {
+                String::new()
+            } else {
+                format!("{path}.")
+            };
             return Err(ApiError::new(
                 Kind::Invalid,
-                format!("{path}{key}: write it in camel case, as the gateway checks it"),
+                format!("{at}{key}: write it in camel case, as the gateway checks it"),
             ));
         }
     }
     Ok(())
+}
+
+/// Every part of a Gemini body's contents and system instruction, with
+/// its path.
+fn gemini_part_places(body: &Value) -> Vec<(String, &Value)> {
+    let contents = body.get("contents").and_then(Value::as_array);
+    let contents = contents.into_iter().flatten().enumerate();
+    let mut blocks: Vec<(String, &Value)> = contents
+        .map(|(c, v)| (format!("contents[{c}]"), v))
+        .collect();
+    blocks.extend(
+        body.get("systemInstruction")
+            .map(|v| ("systemInstruction".to_owned(), v)),
+    );
+    let mut places = Vec::new();
+    for (path, content) in blocks {
+        let parts = content.get("parts").and_then(Value::as_array);
+        for (p, part) in parts.into_iter().flatten().enumerate() {
+            places.push((format!("{path}.parts[{p}]"), part));
+        }
+    }
+    places
 }
 
 /// Gemini's tools: each names its kind by its key, and only
@@ -373,24 +387,12 @@ fn gemini_parts(body: &Value) -> Result<(), ApiError> {
             "remote_content",
         ));
     }
-    let contents = body.get("contents").and_then(Value::as_array);
-    let contents = contents.into_iter().flatten().enumerate();
-    let mut blocks: Vec<(String, &Value)> = contents
-        .map(|(c, v)| (format!("contents[{c}]"), v))
-        .collect();
-    blocks.extend(
-        body.get("systemInstruction")
-            .map(|v| ("systemInstruction".to_owned(), v)),
-    );
-    for (path, content) in blocks {
-        let parts = content.get("parts").and_then(Value::as_array);
-        for (p, part) in parts.into_iter().flatten().enumerate() {
-            if part.get("fileData").is_some_and(|v| !v.is_null()) {
-                return Err(refused(
-                    &format!("{path}.parts[{p}].fileData: a file the provider fetches"),
-                    "remote_content",
-                ));
-            }
+    for (path, part) in gemini_part_places(body) {
+        if part.get("fileData").is_some_and(|v| !v.is_null()) {
+            return Err(refused(
+                &format!("{path}.fileData: a file the provider fetches"),
+                "remote_content",
+            ));
         }
     }
     Ok(())
@@ -627,6 +629,11 @@ mod tests {
                 json!({"input": [{"type": "function_call_output", "call_id": "c", "output": [
                     {"type": "input_image", "image_url": "https://x.example/a.png"}]}]}),
                 "input[0].output[0].image_url",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": {"url": "https://x.example/a.png"}}]}]}),
+                "input[0].content[0].image_url",
             ),
             (
                 Api::Responses,

@@ -16,8 +16,9 @@
 //!   `set_rate`, `audience`, `lock_rows`, `lock_row`, `clear_callback`;
 //! - `This::write_conn`: a connection for a write of one statement;
 //! - `Db` and `Conn`: the backend's sqlx database and connection types;
-//! - `retrying!(attempt)`: runs a whole transaction, again while it loses a
-//!   lock conflict (PostgreSQL; once on SQLite, whose writer never does);
+//! - `retrying!(async { .. })`: runs a whole transaction (the block), again
+//!   while it loses a lock conflict (PostgreSQL; once on SQLite, whose
+//!   writer never does);
 //! - `any_of!(n)`: SQL for "is one of the JSON array of texts bound as
 //!   `$n`", the right-hand side of a predicate on a column;
 //! - `for_update!()`: what locks the rows a `SELECT` reads (nothing on
@@ -50,7 +51,8 @@
 //! lock, batches and in-memory ledger; PostgreSQL's lock order, retries and
 //! `NOTIFY`.
 
-/// Expands its items once per backend, in modules `sqlite` and `postgres`.
+/// Expands its items once per backend, in modules `sqlite` and `postgres`,
+/// each of which sees its parent module's items and imports too.
 macro_rules! each_backend {
     ($($body:tt)*) => {
         pub(crate) mod sqlite {

@@ -155,11 +155,16 @@ async fn paths_the_gateway_does_not_serve_are_404_in_the_apis_shape() {
     let (_, token) = setup.root("alpha", None).await;
     let bearer = format!("Bearer {token}");
     type Case<'a> = (hyper::Method, &'a str, &'a [(&'a str, &'a str)]);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         (
             hyper::Method::GET,
             "/v1/responses",
             &[("authorization", &bearer)],
+        ),
+        (
+            hyper::Method::POST,
+            "/v1beta/models/:generateContent",
+            &[("x-goog-api-key", &token)],
         ),
         (
             hyper::Method::POST,
