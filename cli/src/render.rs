@@ -377,6 +377,8 @@ pub fn agent(a: &pb::AgentDefinition) -> Value {
         "name": a.name,
         "description": text(&a.description),
         "command": a.command,
+        "runtime": text(&a.runtime),
+        "model": text(&a.model),
         "updated_at": timestamp(a.updated_at.as_ref()),
         "updated_by": a.updated_by,
         "definition": a.definition,

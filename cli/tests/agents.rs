@@ -106,15 +106,15 @@ async fn agent_apply_list_and_rm_manage_the_databases_definitions() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "{table}");
     assert!(
-        lines[0].starts_with("WORKSPACE  NAME      COMMAND"),
+        lines[0].starts_with("WORKSPACE  NAME      RUNS"),
         "{table}"
     );
     assert!(
-        lines[1].starts_with("*          reviewer  /bin/echo two"),
+        lines[1].starts_with("*          reviewer  command /bin/echo two"),
         "{table}"
     );
     assert!(
-        lines[2].starts_with("alpha      reviewer  /bin/echo two"),
+        lines[2].starts_with("alpha      reviewer  command /bin/echo two"),
         "{table}"
     );
     let listed = json(
@@ -190,7 +190,7 @@ async fn an_invalid_file_is_refused_with_the_parsers_message() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "agent definition \"reviewer\" is invalid: the front matter has no `command`"
+            "agent definition \"reviewer\" is invalid: the front matter has no `command` nor `runtime`"
         ) && stderr.contains("AGENT_INVALID"),
         "{stderr}"
     );

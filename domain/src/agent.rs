@@ -1,7 +1,8 @@
 //! Agent definitions: what one holds ([`AgentDefinition`]), how its file
 //! is read ([`parse`]: Markdown with YAML front matter in the format Claude
 //! Code uses for its agent files, `name`, `description`, `tools`, `model`,
-//! plus `command`, the argv Troupe runs, and `env`, variables of its own for
+//! plus what Troupe runs ([`Run`]: `command`, an argv, or `runtime`, an agent
+//! CLI Troupe composes the command of) and `env`, variables of its own for
 //! that command, [`check_env`]: never one of Troupe's), and what a session
 //! keeps of it as its row's `agent_command` ([`Launch`]). Where definitions
 //! are looked up is the service's (`troupe_session_svc::agents`).
@@ -12,7 +13,10 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use troupe_proto::agent::env as agent_env;
+use troupe_proto::agent::{
+    env as agent_env,
+    runtime::{self, MAX_MODEL_BYTES, MAX_PROMPT_BYTES, Runtime},
+};
 
 use crate::error::{Reason, SessionError};
 
@@ -39,12 +43,59 @@ pub fn validate_slug(field: &'static str, value: &str) -> Result<(), SessionErro
 pub struct AgentDefinition {
     pub name: String,
     pub description: Option<String>,
-    /// The argv to run; never passed through a shell by Troupe.
-    pub command: Vec<String>,
-    /// The Markdown body (the agent's system prompt).
+    /// What a session of it runs.
+    pub run: Run,
+    /// The Markdown body: a runtime's system prompt (for a `command`, for
+    /// people alone).
     pub prompt: String,
     /// Variables given to the command, beside Troupe's own ([`check_env`]).
     pub env: BTreeMap<String, String>,
+}
+
+/// What a definition runs, as the `agents` row's `command` column keeps it
+/// (JSON): an argv (`["sh", "-c", ...]`), as every row before runtimes, or
+/// `{"runtime": "codex", "model": "..."}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Run {
+    /// `command`: the argv, never passed through a shell by Troupe.
+    Command(Vec<String>),
+    /// `runtime`: an agent CLI, run by `troupe-mcp agent RUNTIME`.
+    Runtime {
+        runtime: Runtime,
+        /// `model`: a model of the gateway; none leaves the CLI's default.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+    },
+}
+
+impl Run {
+    /// The command line a session of it runs: a runtime's is
+    /// `troupe-mcp agent RUNTIME`.
+    pub fn argv(&self) -> Vec<String> {
+        match self {
+            Run::Command(argv) => argv.clone(),
+            Run::Runtime { runtime, .. } => ["troupe-mcp", "agent", runtime.as_str()]
+                .map(str::to_owned)
+                .to_vec(),
+        }
+    }
+
+    /// How it reads in the audit log and the CLI: `command ["x"]` or
+    /// `runtime codex, model m`.
+    pub fn describe(&self) -> String {
+        match self {
+            Run::Command(argv) => format!("command {argv:?}"),
+            Run::Runtime {
+                runtime,
+                model: Some(model),
+            } => format!("runtime {runtime}, model {model}"),
+            Run::Runtime {
+                runtime,
+                model: None,
+            } => format!("runtime {runtime}"),
+        }
+    }
 }
 
 /// Most variables one definition may set.
@@ -92,6 +143,8 @@ struct FrontMatter {
     name: Option<String>,
     description: Option<String>,
     command: Option<Command>,
+    runtime: Option<String>,
+    model: Option<String>,
     env: Option<BTreeMap<String, EnvValue>>,
 }
 
@@ -118,8 +171,9 @@ impl EnvValue {
 
 /// What a session runs, as its row keeps it (the `agent_command` column,
 /// JSON): the argv alone (`["sh", "-c", ...]`) when the definition sets no
-/// variables, as every row before `env` existed, else
-/// `{"command": [...], "env": {...}}`.
+/// variables, as every row before `env` existed,
+/// `{"command": [...], "env": {...}}` when it does, and for a runtime
+/// `{"runtime": "codex", "model": ..., "prompt": ..., "env": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Launch {
@@ -128,26 +182,77 @@ pub enum Launch {
         command: Vec<String>,
         env: BTreeMap<String, String>,
     },
+    Runtime {
+        runtime: Runtime,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        prompt: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+}
+
+/// A [`Launch`] as the runner is asked to start it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Started {
+    /// The argv.
+    pub command: Vec<String>,
+    /// The definition's own variables (Troupe's are set over them).
+    pub env: BTreeMap<String, String>,
+    /// What Troupe gives a runtime's launcher: its prompt and model
+    /// ([`runtime::PROMPT`], [`runtime::MODEL`]).
+    pub runtime_env: Vec<(&'static str, String)>,
 }
 
 impl Launch {
     /// What a session of `definition` runs.
     pub fn of(definition: &AgentDefinition) -> Launch {
-        if definition.env.is_empty() {
-            Launch::Argv(definition.command.clone())
-        } else {
-            Launch::WithEnv {
-                command: definition.command.clone(),
+        match &definition.run {
+            Run::Runtime { runtime, model } => Launch::Runtime {
+                runtime: *runtime,
+                model: model.clone(),
+                prompt: definition.prompt.clone(),
                 env: definition.env.clone(),
-            }
+            },
+            Run::Command(command) if definition.env.is_empty() => Launch::Argv(command.clone()),
+            Run::Command(command) => Launch::WithEnv {
+                command: command.clone(),
+                env: definition.env.clone(),
+            },
         }
     }
 
     /// The argv and the variables.
-    pub fn into_parts(self) -> (Vec<String>, BTreeMap<String, String>) {
+    pub fn into_parts(self) -> Started {
         match self {
-            Launch::Argv(command) => (command, BTreeMap::new()),
-            Launch::WithEnv { command, env } => (command, env),
+            Launch::Argv(command) => Started {
+                command,
+                env: BTreeMap::new(),
+                runtime_env: Vec::new(),
+            },
+            Launch::WithEnv { command, env } => Started {
+                command,
+                env,
+                runtime_env: Vec::new(),
+            },
+            Launch::Runtime {
+                runtime,
+                model,
+                prompt,
+                env,
+            } => {
+                let mut runtime_env = vec![(runtime::PROMPT, prompt)];
+                runtime_env.extend(model.map(|model| (runtime::MODEL, model)));
+                Started {
+                    command: Run::Runtime {
+                        runtime,
+                        model: None,
+                    }
+                    .argv(),
+                    env,
+                    runtime_env,
+                }
+            }
         }
     }
 }
@@ -178,12 +283,36 @@ pub fn parse(agent: &str, text: &str) -> Result<AgentDefinition, SessionError> {
         .ok_or_else(|| invalid("the front matter has no closing '---' line".into()))?;
     let front: FrontMatter =
         serde_norway::from_str(yaml).map_err(|e| invalid(format!("front matter: {e}")))?;
-    let command = match front.command {
-        Some(Command::Argv(argv)) => argv,
-        Some(Command::Line(line)) => line.split_whitespace().map(str::to_owned).collect(),
-        None => return Err(invalid("the front matter has no `command`".into())),
+    let run = match (front.command, front.runtime) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "it names both a `command` and a `runtime`: give one".into(),
+            ));
+        }
+        (Some(Command::Argv(argv)), None) => Run::Command(argv),
+        (Some(Command::Line(line)), None) => {
+            Run::Command(line.split_whitespace().map(str::to_owned).collect())
+        }
+        (None, Some(name)) => {
+            let runtime = Runtime::parse(&name).ok_or_else(|| {
+                invalid(format!(
+                    "`runtime` {name:?} is not one Troupe runs: use one of {}, or a `command`",
+                    Runtime::names()
+                ))
+            })?;
+            let model = front.model.map(check_model).transpose().map_err(invalid)?;
+            Run::Runtime { runtime, model }
+        }
+        (None, None) => {
+            return Err(invalid(format!(
+                "the front matter has no `command` nor `runtime` (one of {})",
+                Runtime::names()
+            )));
+        }
     };
-    if command.is_empty() || command[0].is_empty() {
+    if let Run::Command(command) = &run
+        && (command.is_empty() || command[0].is_empty())
+    {
         return Err(invalid("`command` is empty".into()));
     }
     let env: BTreeMap<String, String> = front
@@ -200,13 +329,42 @@ pub fn parse(agent: &str, text: &str) -> Result<AgentDefinition, SessionError> {
             "its `name` is {name:?} but the file is named {agent:?}.md"
         )));
     }
+    let prompt = body.trim().to_owned();
+    if matches!(run, Run::Runtime { .. }) && prompt.len() > MAX_PROMPT_BYTES {
+        return Err(invalid(format!(
+            "its prompt (the Markdown body) is {} bytes, more than a runtime's {MAX_PROMPT_BYTES}",
+            prompt.len()
+        )));
+    }
     Ok(AgentDefinition {
         name: agent.to_owned(),
         description: front.description,
-        command,
-        prompt: body.trim().to_owned(),
+        run,
+        prompt,
         env,
     })
+}
+
+/// Checks a runtime's `model`: 1 to [`MAX_MODEL_BYTES`] bytes, no space
+/// nor control character (it reaches the CLI's command line and its
+/// configuration).
+fn check_model(model: String) -> Result<String, String> {
+    if model.is_empty() || model.len() > MAX_MODEL_BYTES {
+        return Err(format!(
+            "`model` must be 1 to {MAX_MODEL_BYTES} bytes, not {}",
+            model.len()
+        ));
+    }
+    if model.starts_with('-')
+        || model
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\\')
+    {
+        return Err(format!(
+            "`model` {model:?} may not start with '-' nor hold spaces, quotes, backslashes or control characters"
+        ));
+    }
+    Ok(model)
 }
 
 fn split_front_matter(rest: &str) -> Option<(&str, &str)> {
@@ -249,7 +407,7 @@ mod tests {
             "---\nname: reviewer\ndescription: Reviews code\ntools: Read, Grep\nmodel: sonnet\ncommand: [\"claude\", \"-p\"]\n---\nYou review code.\n",
         )
         .unwrap();
-        assert_eq!(def.command, ["claude", "-p"]);
+        assert_eq!(def.run, Run::Command(vec!["claude".into(), "-p".into()]));
         assert_eq!(def.description.as_deref(), Some("Reviews code"));
         assert_eq!(def.prompt, "You review code.");
     }
@@ -257,74 +415,88 @@ mod tests {
     #[test]
     fn a_command_line_splits_on_whitespace() {
         let def = parse("a", "---\ncommand: /tools/demo-agent --verbose\n---\n").unwrap();
-        assert_eq!(def.command, ["/tools/demo-agent", "--verbose"]);
+        assert_eq!(def.run.argv(), ["/tools/demo-agent", "--verbose"]);
     }
 
     #[test]
-    fn the_claude_code_example_parses_and_its_shell_gives_claude_its_arguments() {
-        let def = parse("claude", include_str!("../../examples/agents/claude.md")).unwrap();
-        assert!(def.description.is_some());
-        assert!(!def.prompt.is_empty());
-        let [sh, dash_c, script] = def.command.as_slice() else {
-            panic!("sh -c SCRIPT, not {:?}", def.command);
-        };
-        assert_eq!((sh.as_str(), dash_c.as_str()), ("sh", "-c"));
-        let rest = script
-            .strip_prefix("troupe-mcp claude-input | claude ")
-            .unwrap_or_else(|| panic!("a pipe from claude-input to claude: {script}"));
-        // What the shell hands to claude, with the environment an agent has.
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("printf '%s\\0' {rest}"))
-            .env("TROUPE_SESSION_ID", "sess_x")
-            .env("TROUPE_WORKSPACE_ID", "demo")
-            .env("TROUPE_TRUST_LEVEL", "direct")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        let argv: Vec<&str> = text.trim_end_matches('\0').split('\0').collect();
-        let value = |flag: &str| {
-            let at = argv.iter().position(|a| *a == flag);
-            at.and_then(|i| argv.get(i + 1).copied())
-                .unwrap_or_else(|| panic!("{flag} and a value in {argv:?}"))
-        };
-        assert_eq!(argv[0], "-p");
-        assert_eq!(value("--input-format"), "stream-json");
-        assert_eq!(value("--output-format"), "stream-json");
-        assert!(argv.contains(&"--verbose"), "{argv:?}");
-        let config: serde_json::Value = serde_json::from_str(value("--mcp-config")).unwrap();
-        assert_eq!(
-            config,
-            serde_json::json!({"mcpServers": {"troupe": {"command": "troupe-mcp", "args": []}}})
-        );
-        let allowed: Vec<&str> = value("--allowedTools").split(',').collect();
-        let tools = [
-            "create_session",
-            "send_message",
-            "list_workspace_sessions",
-            "get_session",
-            "wait_for_session",
-            "terminate_session",
-            "report_progress",
-            "reply_to_parent",
-            "finish",
-            "broadcast",
-            "create_group",
-            "add_to_group",
-            "post_to_group",
-            "list_groups",
-        ];
-        assert_eq!(allowed, tools.map(|t| format!("mcp__troupe__{t}")));
-        let prompt = value("--append-system-prompt");
-        assert!(
-            prompt.contains("session sess_x in workspace demo, trust level direct"),
-            "{prompt}"
-        );
-        // It says how a child answers its parent.
-        for said in ["reply_to_parent", "call finish once, last", "outcome"] {
-            assert!(prompt.contains(said), "{said}: {prompt}");
+    fn every_example_names_its_runtime_in_a_few_lines() {
+        for (file, text, runtime) in [
+            ("claude", include_str!("../../examples/agents/claude.md"), Runtime::ClaudeCode),
+            ("codex", include_str!("../../examples/agents/codex.md"), Runtime::Codex),
+            ("gemini", include_str!("../../examples/agents/gemini.md"), Runtime::GeminiCli),
+            ("opencode", include_str!("../../examples/agents/opencode.md"), Runtime::OpenCode),
+            ("aider", include_str!("../../examples/agents/aider.md"), Runtime::Aider),
+        ] {
+            let def = parse(file, text).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let Run::Runtime { runtime: found, model } = &def.run else {
+                panic!("{file} names no runtime: {:?}", def.run);
+            };
+            assert_eq!(*found, runtime, "{file}");
+            assert!(model.is_some(), "{file} names its model");
+            assert!(!def.prompt.is_empty(), "{file} has a prompt");
+            let front = text.split("---").nth(1).unwrap();
+            assert!(front.lines().count() <= 7, "{file}: a short front matter");
         }
+    }
+
+    #[test]
+    fn a_runtime_is_run_by_the_launcher_with_its_prompt_and_model() {
+        let def = parse(
+            "w",
+            "---\nruntime: codex\nmodel: gpt-test\nenv:\n  K: v\n---\nYou write tests.\n",
+        )
+        .unwrap();
+        assert_eq!(
+            def.run,
+            Run::Runtime {
+                runtime: Runtime::Codex,
+                model: Some("gpt-test".into())
+            }
+        );
+        assert_eq!(def.run.describe(), "runtime codex, model gpt-test");
+        let launch = Launch::of(&def);
+        let text = serde_json::to_string(&launch).unwrap();
+        assert_eq!(
+            text,
+            r#"{"runtime":"codex","model":"gpt-test","prompt":"You write tests.","env":{"K":"v"}}"#
+        );
+        let back: Launch = serde_json::from_str(&text).unwrap();
+        let started = back.into_parts();
+        assert_eq!(started.command, ["troupe-mcp", "agent", "codex"]);
+        assert_eq!(started.env["K"], "v");
+        assert_eq!(
+            started.runtime_env,
+            [
+                (runtime::PROMPT, "You write tests.".to_owned()),
+                (runtime::MODEL, "gpt-test".to_owned())
+            ]
+        );
+        // As the agents row's command column keeps it.
+        let stored = serde_json::to_string(&def.run).unwrap();
+        assert_eq!(stored, r#"{"runtime":"codex","model":"gpt-test"}"#);
+        assert_eq!(serde_json::from_str::<Run>(&stored).unwrap(), def.run);
+        let plain: Run = serde_json::from_str(r#"["x"]"#).unwrap();
+        assert_eq!(plain, Run::Command(vec!["x".into()]));
+    }
+
+    #[test]
+    fn a_bad_runtime_model_or_prompt_is_refused_saying_why() {
+        let long = "p".repeat(MAX_PROMPT_BYTES + 1);
+        for (text, why) in [
+            ("---\nruntime: claude\n---\n".to_owned(), "use one of claude-code, codex"),
+            ("---\nruntime: codex\ncommand: x\n---\n".to_owned(), "both"),
+            ("---\nruntime: codex\nmodel: \"\"\n---\n".to_owned(), "1 to 256"),
+            ("---\nruntime: codex\nmodel: \"a b\"\n---\n".to_owned(), "spaces"),
+            ("---\nruntime: codex\nmodel: \"--oss\"\n---\n".to_owned(), "start with '-'"),
+            (format!("---\nruntime: codex\nmodel: {}\n---\n", "m".repeat(257)), "1 to 256"),
+            (format!("---\nruntime: aider\n---\n{long}\n"), "more than a runtime's"),
+        ] {
+            let err = parse("a", &text).unwrap_err();
+            assert_eq!(err.reason(), Reason::AgentInvalid, "{text}");
+            assert!(err.to_string().contains(why), "{err} should say {why}");
+        }
+        // A command's body is for people, and not bounded here.
+        assert!(parse("a", &format!("---\ncommand: x\n---\n{long}\n")).is_ok());
     }
 
     #[test]
@@ -394,7 +566,7 @@ mod tests {
         assert_eq!(full, r#"{"command":["x","y"],"env":{"K":"v"}}"#);
         for text in [plain, full] {
             let launch: Launch = serde_json::from_str(&text).unwrap();
-            assert_eq!(launch.into_parts().0, ["x", "y"]);
+            assert_eq!(launch.into_parts().command, ["x", "y"]);
         }
     }
 
@@ -403,7 +575,7 @@ mod tests {
         for (text, why) in [
             ("no front matter", "front matter"),
             ("---\ncommand: x\n", "closing"),
-            ("---\nname: a\n---\n", "no `command`"),
+            ("---\nname: a\n---\n", "no `command` nor `runtime`"),
             ("---\ncommand: []\n---\n", "empty"),
             ("---\nname: other\ncommand: x\n---\n", "named"),
         ] {

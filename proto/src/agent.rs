@@ -4,7 +4,9 @@
 //! read them: all through these types.
 
 pub mod env;
+pub mod runtime;
 pub mod stdin;
 
 pub use env::AgentEnv;
+pub use runtime::Runtime;
 pub use stdin::{MessageLine, SessionEnded};

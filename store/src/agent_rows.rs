@@ -1,11 +1,12 @@
 //! Agent definitions as every backend stores them: one row per scope and
-//! name, its command as a JSON array and its `env` as a JSON object, parsed
-//! once as they are read.
+//! name, what it runs as JSON (a command's argv as an array, a runtime as
+//! `{"runtime": .., "model": ..}`: [`Run`]) and its `env` as a JSON object,
+//! parsed once as they are read.
 
 use std::collections::BTreeMap;
 
 use crate::{
-    agent::AgentDefinition,
+    agent::{AgentDefinition, Run},
     error::SessionError,
     model::{AgentScope, NewAgent, Principal, StoredAgent},
     parse_stored,
@@ -42,7 +43,7 @@ impl AgentRow {
     }
 
     pub(super) fn into_stored(self) -> Result<StoredAgent, SessionError> {
-        let command: Vec<String> = parse_stored("agent command", &self.command, |text| {
+        let run: Run = parse_stored("agent command", &self.command, |text| {
             serde_json::from_str(text).ok()
         })?;
         let env: BTreeMap<String, String> = parse_stored("agent env", &self.env, |text| {
@@ -53,7 +54,7 @@ impl AgentRow {
             definition: AgentDefinition {
                 name: self.name,
                 description: self.description,
-                command,
+                run,
                 prompt: self.prompt,
                 env,
             },
@@ -66,7 +67,7 @@ impl AgentRow {
 
 /// The command of a definition, as stored.
 pub(super) fn command_json(agent: &NewAgent) -> Result<String, SessionError> {
-    serde_json::to_string(&agent.definition.command)
+    serde_json::to_string(&agent.definition.run)
         .map_err(|e| SessionError::Internal(format!("agent command: {e}")))
 }
 

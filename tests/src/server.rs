@@ -215,18 +215,15 @@ impl TestServer {
     /// keeps it (what the runner is asked to start), read on a connection
     /// of the test's own.
     pub async fn stored_command(&self, session_id: &str) -> Vec<String> {
-        self.stored_launch(session_id).await.0
+        self.stored_launch(session_id).await.command
     }
 
     /// The command and the definition's variables a session was created
     /// with, as its row keeps them.
-    pub async fn stored_launch(
-        &self,
-        session_id: &str,
-    ) -> (Vec<String>, std::collections::BTreeMap<String, String>) {
+    pub async fn stored_launch(&self, session_id: &str) -> troupe_session_svc::agents::Started {
         let text = self.stored_column(session_id, "agent_command").await;
         serde_json::from_str::<troupe_session_svc::agents::Launch>(&text)
-            .expect("a JSON argv, or an argv and its env")
+            .expect("a JSON argv, an argv and its env, or a runtime")
             .into_parts()
     }
 

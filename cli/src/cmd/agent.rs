@@ -50,7 +50,7 @@ async fn apply(ctx: &mut Ctx, args: &AgentApplyArgs) -> anyhow::Result<()> {
         return out::json(&render::agent(&applied));
     }
     out::text(&format!(
-        "applied agent {} {}\ncommand {}\n",
+        "applied agent {} {}\n{}\n",
         applied.name,
         place(&applied.workspace_id),
         command_text(&applied)
@@ -81,7 +81,7 @@ async fn list(ctx: &mut Ctx, args: &AgentListArgs) -> anyhow::Result<()> {
         })
         .collect();
     out::text(&table::render(
-        &["WORKSPACE", "NAME", "COMMAND", "UPDATED", "DESCRIPTION"],
+        &["WORKSPACE", "NAME", "RUNS", "UPDATED", "DESCRIPTION"],
         &rows,
     ))
 }
@@ -123,9 +123,16 @@ fn place(workspace_id: &str) -> String {
     }
 }
 
-/// The argv as one line, each argument JSON-quoted when it needs it.
+/// What it runs as one line: `runtime codex, model m`, or `command ` and
+/// the argv, each argument JSON-quoted when it needs it.
 fn command_text(agent: &AgentDefinition) -> String {
-    agent
+    if !agent.runtime.is_empty() {
+        return match agent.model.as_str() {
+            "" => format!("runtime {}", agent.runtime),
+            model => format!("runtime {}, model {model}", agent.runtime),
+        };
+    }
+    let argv = agent
         .command
         .iter()
         .map(|arg| {
@@ -140,5 +147,6 @@ fn command_text(agent: &AgentDefinition) -> String {
             }
         })
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    format!("command {argv}")
 }

@@ -90,7 +90,7 @@ impl<S: Store> Driver<S> {
             .await
             .ok_or_else(|| anyhow::anyhow!("runner {runner} has no usable endpoint"))?;
         let launch: crate::agents::Launch = serde_json::from_str(&session.agent_command)?;
-        let (command, agent_vars) = launch.into_parts();
+        let started = launch.into_parts();
         let (token, _) = self.tokens.mint(&session.session_id)?;
         // A sandboxed agent is never told the id of a direct session, its
         // parent's included: the same rule as every view of the ledger.
@@ -102,7 +102,8 @@ impl<S: Store> Driver<S> {
             .map(|(parent, _)| parent);
         // The definition's own variables first, Troupe's over them: a row
         // written before the checks cannot override what Troupe gives.
-        let mut env: HashMap<String, String> = agent_vars
+        let mut env: HashMap<String, String> = started
+            .env
             .into_iter()
             .filter(|(name, _)| !troupe_proto::agent::env::is_reserved(name))
             .collect();
@@ -119,11 +120,18 @@ impl<S: Store> Driver<S> {
             }
             .vars(),
         );
+        // A runtime's prompt and model, for its launcher.
+        env.extend(
+            started
+                .runtime_env
+                .into_iter()
+                .map(|(name, value)| (name.to_owned(), value)),
+        );
         let pending = self.inbox_for(session).await?;
         let request = StartExecRequest {
             exec_id: session.session_id.to_string(),
             workspace_id: session.workspace_id.to_string(),
-            command,
+            command: started.command,
             env,
             initial_frames: frames(&pending),
             labels: HashMap::from([

@@ -43,7 +43,7 @@ pub async fn apply<S: Store>(
         caller,
         Action::ApplyAgent,
         &StoredAgent::audit_target(&scope, &req.name),
-        format!("command {:?}", definition.command),
+        definition.run.describe(),
     );
     let stored = inner
         .store
@@ -116,7 +116,15 @@ fn agent_view(stored: StoredAgent) -> pb::AgentDefinition {
         workspace_id: stored.scope.workspace_id().to_owned(),
         name: stored.definition.name,
         description: stored.definition.description.unwrap_or_default(),
-        command: stored.definition.command,
+        command: stored.definition.run.argv(),
+        runtime: match &stored.definition.run {
+            agents::Run::Runtime { runtime, .. } => runtime.to_string(),
+            agents::Run::Command(_) => String::new(),
+        },
+        model: match stored.definition.run {
+            agents::Run::Runtime { model, .. } => model.unwrap_or_default(),
+            agents::Run::Command(_) => String::new(),
+        },
         definition: stored.source,
         updated_at: Some(view::timestamp(stored.updated_at_ms)),
         updated_by: stored.updated_by.to_string(),

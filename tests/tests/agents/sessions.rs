@@ -67,21 +67,22 @@ async fn an_applied_definitions_env_is_kept_and_each_session_keeps_its_own() {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect::<std::collections::BTreeMap<_, _>>()
     };
+    let launch = server.stored_launch(&first).await;
+    assert_eq!(launch.command, strings(&["/bin/cat"]));
     assert_eq!(
-        server.stored_launch(&first).await,
-        (
-            strings(&["/bin/cat"]),
-            vars(&[("LIMIT", "4096"), ("MODEL_HINT", "sonnet")])
-        )
+        launch.env,
+        vars(&[("LIMIT", "4096"), ("MODEL_HINT", "sonnet")])
     );
+    assert!(launch.runtime_env.is_empty());
     assert_eq!(
-        server.stored_launch(&second).await.1,
+        server.stored_launch(&second).await.env,
         vars(&[("MODEL_HINT", "opus")])
     );
     // A definition without env: the row holds the argv alone, as before.
     let plain = create(&server, "alpha", "worker").await.expect("create");
+    let launch = server.stored_launch(&plain).await;
     assert_eq!(
-        server.stored_launch(&plain).await,
+        (launch.command, launch.env),
         (strings(&["/bin/cat"]), vars(&[]))
     );
     server.stop().await;
