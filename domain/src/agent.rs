@@ -300,8 +300,15 @@ pub fn parse(agent: &str, text: &str) -> Result<AgentDefinition, SessionError> {
                     Runtime::names()
                 ))
             })?;
-            let model = front.model.map(check_model).transpose().map_err(invalid)?;
-            Run::Runtime { runtime, model }
+            let model = front.model.ok_or_else(|| {
+                invalid(format!(
+                    "`runtime` {runtime} needs a `model`: a model of the gateway"
+                ))
+            })?;
+            Run::Runtime {
+                runtime,
+                model: Some(check_model(model).map_err(invalid)?),
+            }
         }
         (None, None) => {
             return Err(invalid(format!(
@@ -484,12 +491,13 @@ mod tests {
         let long = "p".repeat(MAX_PROMPT_BYTES + 1);
         for (text, why) in [
             ("---\nruntime: claude\n---\n".to_owned(), "use one of claude-code, codex"),
+            ("---\nruntime: codex\n---\n".to_owned(), "needs a `model`"),
             ("---\nruntime: codex\ncommand: x\n---\n".to_owned(), "both"),
             ("---\nruntime: codex\nmodel: \"\"\n---\n".to_owned(), "1 to 256"),
             ("---\nruntime: codex\nmodel: \"a b\"\n---\n".to_owned(), "spaces"),
             ("---\nruntime: codex\nmodel: \"--oss\"\n---\n".to_owned(), "start with '-'"),
             (format!("---\nruntime: codex\nmodel: {}\n---\n", "m".repeat(257)), "1 to 256"),
-            (format!("---\nruntime: aider\n---\n{long}\n"), "more than a runtime's"),
+            (format!("---\nruntime: aider\nmodel: m\n---\n{long}\n"), "more than a runtime's"),
         ] {
             let err = parse("a", &text).unwrap_err();
             assert_eq!(err.reason(), Reason::AgentInvalid, "{text}");

@@ -27,7 +27,9 @@ pub fn user_message(line: &str) -> String {
     .to_string()
 }
 
-fn content(line: &str) -> String {
+/// The text a model is given for one line of Troupe's stdin: a first line
+/// saying who sent the message and how to answer, then the message.
+pub fn content(line: &str) -> String {
     let Some(MessageLine {
         sequence,
         sender,

@@ -20,7 +20,11 @@
 //!   read (too long, not JSON, nested too deep) with a JSON-RPC error.
 //! - [`claude`]: `claude-input`, which is no server: it turns Troupe's stdin
 //!   message lines into Claude Code's stream-json user messages.
+//! - [`agent`]: `agent RUNTIME`, which is no server either: it runs an agent
+//!   CLI (Claude Code, Codex, Gemini CLI, OpenCode, Aider) as a member of
+//!   its team, with this program as its MCP server.
 
+pub mod agent;
 pub mod backend;
 pub mod caller;
 pub mod claude;
@@ -35,6 +39,7 @@ use std::{net::SocketAddr, sync::Arc};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rmcp::ServiceExt;
+use troupe_proto::agent::Runtime;
 
 use crate::{backend::Backend, caller::Identity, tools::Bridge};
 
@@ -57,7 +62,8 @@ pub const ENDPOINT_ENV: &str = troupe_proto::agent::env::SESSION_ENDPOINT;
         `http` serves many sessions on one streamable HTTP endpoint; each request carries its \
         session's token as `Authorization: Bearer <token>`. `claude-input` serves nothing: it \
         turns Troupe's message lines on stdin into Claude Code stream-json user messages on \
-        stdout, for `... | claude -p --input-format stream-json`."
+        stdout, for `... | claude -p --input-format stream-json`. `agent RUNTIME` runs an \
+        agent CLI as a member of its team: what an agent definition's `runtime` runs."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -74,6 +80,16 @@ pub enum Command {
     /// Turn Troupe's message lines on stdin into Claude Code stream-json user
     /// messages on stdout, one per line, until stdin ends.
     ClaudeInput,
+    /// Run an agent CLI as a member of its team (what a definition's
+    /// `runtime` runs): claude-code, codex, gemini-cli, opencode or aider.
+    Agent {
+        #[arg(value_parser = parse_runtime)]
+        runtime: Runtime,
+    },
+}
+
+fn parse_runtime(name: &str) -> Result<Runtime, String> {
+    Runtime::parse(name).ok_or_else(|| format!("use one of {}", Runtime::names()))
 }
 
 /// Flags of `troupe-mcp http`.
@@ -121,9 +137,19 @@ impl Cli {
 }
 
 /// Runs the transport the command line names until SIGINT or SIGTERM,
-/// or (stdio) until its client leaves; `claude-input` runs until stdin ends.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// or (stdio) until its client leaves; `claude-input` runs until stdin ends,
+/// `agent` until its CLI is done. Returns the exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<u8> {
+    if let Some(Command::Agent { runtime }) = cli.command {
+        let code = agent::run(runtime).await?;
+        return Ok(u8::try_from(code).unwrap_or(1));
+    }
+    serve(cli).await.map(|()| 0)
+}
+
+async fn serve(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Stdio) {
+        Command::Agent { .. } => unreachable!("run handles agent"),
         Command::Stdio => run_stdio().await,
         Command::ClaudeInput => tokio::task::spawn_blocking(|| {
             claude::forward(std::io::stdin().lock(), std::io::stdout().lock())

@@ -1,6 +1,7 @@
 //! `troupe-mcp`: parses the command line and runs the bridge on stdio (the
 //! default) or as a shared streamable HTTP endpoint, or, as `claude-input`,
-//! passes Troupe's stdin messages on to Claude Code.
+//! passes Troupe's stdin messages on to Claude Code, or, as `agent RUNTIME`,
+//! runs an agent CLI as a member of its team.
 
 use std::process::ExitCode;
 
@@ -39,7 +40,7 @@ async fn serve(cli: Cli) -> ExitCode {
     let ran = troupe_mcp_bridge::run(cli).await;
     telemetry.shutdown().await;
     match ran {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("troupe-mcp: error: {err:#}");
             ExitCode::FAILURE

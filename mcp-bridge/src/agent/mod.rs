@@ -1,0 +1,40 @@
+//! `troupe-mcp agent RUNTIME`: runs an agent CLI as a member of its team.
+//! An agent definition that names a `runtime` runs this, in the workspace
+//! container, with the definition's prompt and model in its environment
+//! ([`troupe_proto::agent::runtime`]). It composes what the CLI needs in a
+//! folder of the agent's private `HOME` ([`context`]): the gateway as its
+//! only model provider, Troupe's MCP server (this program) in the CLI's own
+//! configuration format, the system prompt (the definition's, then the team
+//! context), and then runs it:
+//!
+//! - [`claude_code`]: one process, messages written to it as they come;
+//! - [`codex`], [`gemini`], [`opencode`], [`aider`]: one run per message,
+//!   the conversation resumed ([`turns`]); Aider, which has no MCP client,
+//!   finishes its session with its last answer.
+//!
+//! What the CLI prints is the session's output, as it comes.
+
+mod aider;
+mod claude_code;
+mod codex;
+pub mod context;
+mod gemini;
+mod opencode;
+mod turns;
+
+use troupe_proto::agent::Runtime;
+
+use self::context::Context;
+
+/// Runs `runtime` until Troupe's stdin ends (or, for a leaf worker, its
+/// task is finished); returns the exit code.
+pub async fn run(runtime: Runtime) -> anyhow::Result<i32> {
+    let ctx = Context::from_env(runtime)?;
+    match runtime {
+        Runtime::ClaudeCode => claude_code::run(&ctx).await,
+        Runtime::Codex => turns::run(&ctx, &mut codex::Codex::default()).await,
+        Runtime::GeminiCli => turns::run(&ctx, &mut gemini::Gemini::default()).await,
+        Runtime::OpenCode => turns::run(&ctx, &mut opencode::OpenCode::default()).await,
+        Runtime::Aider => turns::run(&ctx, &mut aider::Aider::default()).await,
+    }
+}

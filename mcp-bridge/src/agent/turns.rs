@@ -1,0 +1,219 @@
+//! The turn loop of a CLI that takes one message per run (Codex, Gemini
+//! CLI, OpenCode, Aider): each message on Troupe's stdin, in order, becomes
+//! one run of the CLI, its conversation resumed after the first; a message
+//! that comes while a turn runs waits for the next. What the CLI prints goes
+//! out as it comes, as the session's output. A CLI without Troupe's tools
+//! finishes the session itself once no message waits: its last answer is
+//! the result ([`finish`]).
+
+use std::process::Stdio;
+
+use anyhow::Context as _;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    process::Command,
+    sync::mpsc,
+};
+use tonic::metadata::AsciiMetadataValue;
+use troupe_proto::{
+    agent::env as agent_env,
+    session::{self as pb, Outcome},
+};
+
+use super::context::Context;
+use crate::{backend::Backend, claude};
+
+/// Longest result the launcher hands over: the session service's default
+/// `--max-result-bytes`.
+pub const MAX_RESULT_BYTES: usize = 64 << 10;
+
+/// One CLI's part of the loop.
+pub(super) trait TurnCli: Send {
+    /// Writes its configuration, once, before the first turn.
+    fn prepare(&mut self, ctx: &Context) -> anyhow::Result<()>;
+    /// The run that takes `message` to the model.
+    fn turn(&mut self, ctx: &Context, message: &str) -> anyhow::Result<Turn>;
+    /// Reads one line the turn printed.
+    fn observe(&mut self, line: &str);
+    /// The turn's last answer, once it ended.
+    fn answer(&mut self, ctx: &Context) -> Option<String>;
+}
+
+/// One run of the CLI.
+pub(super) struct Turn {
+    pub command: Command,
+    /// What goes on its stdin (the message), closed after it.
+    pub stdin: Option<String>,
+}
+
+/// Runs turns until Troupe's stdin ends; returns the exit code.
+pub(super) async fn run(ctx: &Context, cli: &mut dyn TurnCli) -> anyhow::Result<i32> {
+    cli.prepare(ctx)?;
+    let mut inbox = inbox();
+    let mut code = 0;
+    let mut turns = 0u64;
+    while let Some(message) = inbox.recv().await {
+        turns += 1;
+        code = one_turn(ctx, cli, &message).await?;
+        eprintln!(
+            "troupe-mcp agent: {} turn {turns} ended with exit code {code}",
+            ctx.runtime
+        );
+        if !ctx.runtime.has_tools() && inbox.is_empty() {
+            let answer = cli.answer(ctx);
+            return finish(ctx, answer, code).await;
+        }
+    }
+    Ok(code)
+}
+
+/// Troupe's messages, each as the text of one turn (its first line saying
+/// who sent it), until stdin ends.
+fn inbox() -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(tokio::io::stdin());
+        let mut raw = Vec::new();
+        loop {
+            raw.clear();
+            match lines.read_until(b'\n', &mut raw).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let text = String::from_utf8_lossy(&raw);
+            let line = text.trim_end_matches(['\n', '\r']);
+            if line.trim().is_empty() {
+                continue;
+            }
+            if tx.send(claude::content(line)).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+async fn one_turn(ctx: &Context, cli: &mut dyn TurnCli, message: &str) -> anyhow::Result<i32> {
+    let Turn { mut command, stdin } = cli.turn(ctx, message)?;
+    command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let program = command.as_std().get_program().to_string_lossy().into_owned();
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot start {program} (is it on PATH in the image?)"))?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        tokio::spawn(async move {
+            // A CLI that exits without reading its message ends the write.
+            let _ = pipe.write_all(text.as_bytes()).await;
+        });
+    }
+    let mut out = BufReader::new(child.stdout.take().context("the turn's stdout")?);
+    let mut stdout = tokio::io::stdout();
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        if out.read_until(b'\n', &mut raw).await? == 0 {
+            break;
+        }
+        stdout.write_all(&raw).await?;
+        stdout.flush().await?;
+        cli.observe(String::from_utf8_lossy(&raw).trim_end_matches(['\n', '\r']));
+    }
+    let status = child.wait().await?;
+    Ok(exit_code(status))
+}
+
+/// The code a shell would give: the exit code, or 128+n for signal n.
+pub(super) fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Ends the session's task with the CLI's last answer as its result:
+/// `success` when the last turn exited 0 with an answer, else `failure`.
+async fn finish(ctx: &Context, answer: Option<String>, code: i32) -> anyhow::Result<i32> {
+    let outcome = if code == 0 && answer.is_some() {
+        Outcome::Success
+    } else {
+        Outcome::Failure
+    };
+    let result = answer.unwrap_or_else(|| {
+        format!(
+            "{} gave no answer (its last turn exited with code {code})",
+            ctx.runtime
+        )
+    });
+    let request = pb::FinishSessionRequest {
+        result: bounded(result, MAX_RESULT_BYTES),
+        outcome: outcome as i32,
+    };
+    let token = std::env::var(agent_env::SESSION_TOKEN).context("no session token")?;
+    let endpoint = std::env::var(agent_env::SESSION_ENDPOINT).context("no session endpoint")?;
+    let auth = AsciiMetadataValue::try_from(format!("Bearer {token}"))
+        .context("the session token is not ASCII")?;
+    let traceparent = std::env::var(agent_env::TRACEPARENT)
+        .ok()
+        .and_then(|t| AsciiMetadataValue::try_from(t).ok());
+    let backend = Backend::new(endpoint);
+    let session = backend
+        .session(auth, traceparent)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the session service: {e:?}"))?;
+    session
+        .call(&request, |mut c, r| async move { c.finish_session(r).await })
+        .await
+        .map_err(|s| anyhow::anyhow!("finish was refused: {}", s.message()))?;
+    eprintln!("troupe-mcp agent: {} finished its task", ctx.runtime);
+    Ok(code)
+}
+
+/// Whether a conversation id a CLI printed may go on its next command line:
+/// 1 to 128 letters, digits, `-` and `_`, not starting with `-`.
+pub(super) fn plain_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && !id.starts_with('-')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(super) fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_ids_reach_a_command_line() {
+        for ok in ["0199-abc", "ses_ddd831e15ffeae", "4b0c8f2e-1d2a-4c3b-9e8f-0a1b2c3d4e5f"] {
+            assert!(plain_id(ok), "{ok}");
+        }
+        for bad in ["", "--last", "a b", "a/b", &"x".repeat(129), "é"] {
+            assert!(!plain_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_result_is_cut_at_a_character_boundary() {
+        assert_eq!(bounded("héllo".into(), 2), "h");
+        assert_eq!(bounded("héllo".into(), 3), "hé");
+        assert_eq!(bounded("abc".into(), 10), "abc");
+    }
+}
