@@ -105,10 +105,7 @@ async fn agent_apply_list_and_rm_manage_the_databases_definitions() {
     let table = ok(troupe(&server, dir.path()), &["agent", "list"]).await;
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "{table}");
-    assert!(
-        lines[0].starts_with("WORKSPACE  NAME      RUNS"),
-        "{table}"
-    );
+    assert!(lines[0].starts_with("WORKSPACE  NAME      RUNS"), "{table}");
     assert!(
         lines[1].starts_with("*          reviewer  command /bin/echo two"),
         "{table}"

@@ -428,14 +428,38 @@ mod tests {
     #[test]
     fn every_example_names_its_runtime_in_a_few_lines() {
         for (file, text, runtime) in [
-            ("claude", include_str!("../../examples/agents/claude.md"), Runtime::ClaudeCode),
-            ("codex", include_str!("../../examples/agents/codex.md"), Runtime::Codex),
-            ("gemini", include_str!("../../examples/agents/gemini.md"), Runtime::GeminiCli),
-            ("opencode", include_str!("../../examples/agents/opencode.md"), Runtime::OpenCode),
-            ("aider", include_str!("../../examples/agents/aider.md"), Runtime::Aider),
+            (
+                "claude",
+                include_str!("../../examples/agents/claude.md"),
+                Runtime::ClaudeCode,
+            ),
+            (
+                "codex",
+                include_str!("../../examples/agents/codex.md"),
+                Runtime::Codex,
+            ),
+            (
+                "gemini",
+                include_str!("../../examples/agents/gemini.md"),
+                Runtime::GeminiCli,
+            ),
+            (
+                "opencode",
+                include_str!("../../examples/agents/opencode.md"),
+                Runtime::OpenCode,
+            ),
+            (
+                "aider",
+                include_str!("../../examples/agents/aider.md"),
+                Runtime::Aider,
+            ),
         ] {
             let def = parse(file, text).unwrap_or_else(|e| panic!("{file}: {e}"));
-            let Run::Runtime { runtime: found, model } = &def.run else {
+            let Run::Runtime {
+                runtime: found,
+                model,
+            } = &def.run
+            else {
                 panic!("{file} names no runtime: {:?}", def.run);
             };
             assert_eq!(*found, runtime, "{file}");
@@ -490,14 +514,32 @@ mod tests {
     fn a_bad_runtime_model_or_prompt_is_refused_saying_why() {
         let long = "p".repeat(MAX_PROMPT_BYTES + 1);
         for (text, why) in [
-            ("---\nruntime: claude\n---\n".to_owned(), "use one of claude-code, codex"),
+            (
+                "---\nruntime: claude\n---\n".to_owned(),
+                "use one of claude-code, codex",
+            ),
             ("---\nruntime: codex\n---\n".to_owned(), "needs a `model`"),
             ("---\nruntime: codex\ncommand: x\n---\n".to_owned(), "both"),
-            ("---\nruntime: codex\nmodel: \"\"\n---\n".to_owned(), "1 to 256"),
-            ("---\nruntime: codex\nmodel: \"a b\"\n---\n".to_owned(), "spaces"),
-            ("---\nruntime: codex\nmodel: \"--oss\"\n---\n".to_owned(), "start with '-'"),
-            (format!("---\nruntime: codex\nmodel: {}\n---\n", "m".repeat(257)), "1 to 256"),
-            (format!("---\nruntime: aider\nmodel: m\n---\n{long}\n"), "more than a runtime's"),
+            (
+                "---\nruntime: codex\nmodel: \"\"\n---\n".to_owned(),
+                "1 to 256",
+            ),
+            (
+                "---\nruntime: codex\nmodel: \"a b\"\n---\n".to_owned(),
+                "spaces",
+            ),
+            (
+                "---\nruntime: codex\nmodel: \"--oss\"\n---\n".to_owned(),
+                "start with '-'",
+            ),
+            (
+                format!("---\nruntime: codex\nmodel: {}\n---\n", "m".repeat(257)),
+                "1 to 256",
+            ),
+            (
+                format!("---\nruntime: aider\nmodel: m\n---\n{long}\n"),
+                "more than a runtime's",
+            ),
         ] {
             let err = parse("a", &text).unwrap_err();
             assert_eq!(err.reason(), Reason::AgentInvalid, "{text}");

@@ -102,7 +102,10 @@ mod tests {
     #[test]
     fn the_last_answer_is_read_from_the_history() {
         let history = "\n# aider chat started at 2026-11-28\n\n> Aider v0.86.2\n\n#### first task  \n\nPONG-1\n\n> Tokens: 11 sent, 7 received.  \n\n#### Message 2 from operator:  \n#### second  \n\nLine one\n\nLine two\n\n> Tokens: 20 sent, 9 received.  \n";
-        assert_eq!(last_answer(history).as_deref(), Some("Line one\n\nLine two"));
+        assert_eq!(
+            last_answer(history).as_deref(),
+            Some("Line one\n\nLine two")
+        );
         assert_eq!(last_answer("> only notes\n"), None);
         assert_eq!(last_answer("#### asked  \n\n> Tokens: 1\n"), None);
     }

@@ -154,7 +154,9 @@ mod tests {
             .find(|l| l.starts_with("developer_instructions = "))
             .unwrap();
         assert!(
-            line.contains(r#"Quote \" backslash \\ newline\n tab\t del\u007F end\n\nYou are a member"#),
+            line.contains(
+                r#"Quote \" backslash \\ newline\n tab\t del\u007F end\n\nYou are a member"#
+            ),
             "{line}"
         );
     }
@@ -181,7 +183,14 @@ mod tests {
         let args: Vec<_> = next.command.as_std().get_args().collect();
         assert_eq!(
             args,
-            ["exec", "resume", "0199-abc", "--json", "--skip-git-repo-check", "-"]
+            [
+                "exec",
+                "resume",
+                "0199-abc",
+                "--json",
+                "--skip-git-repo-check",
+                "-"
+            ]
         );
     }
 }

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use troupe_proto::agent::{
-    Runtime,
-    env as agent_env,
+    Runtime, env as agent_env,
     runtime::{MODEL, PROMPT},
 };
 
@@ -190,7 +189,10 @@ pub(crate) mod tests {
             base_url: "http://127.0.0.1:4100".into(),
             openai_base_url: "http://127.0.0.1:4100/v1".into(),
             mcp_command: PathBuf::from("/opt/troupe/bin/troupe-mcp"),
-            forwarded: vec!["TROUPE_SESSION_ENDPOINT".into(), "TROUPE_SESSION_TOKEN".into()],
+            forwarded: vec![
+                "TROUPE_SESSION_ENDPOINT".into(),
+                "TROUPE_SESSION_TOKEN".into(),
+            ],
         }
     }
 
@@ -199,7 +201,13 @@ pub(crate) mod tests {
         let dir = Path::new("/home/x");
         let prompt = context(Runtime::Codex, dir).system_prompt();
         assert!(prompt.starts_with("You write tests.\n\nYou are a member of a Troupe team: session sess_a in workspace demo, trust level direct."), "{prompt}");
-        for said in ["reply_to_parent", "call finish once, last", "outcome", "create_group", "MCP server \"troupe\""] {
+        for said in [
+            "reply_to_parent",
+            "call finish once, last",
+            "outcome",
+            "create_group",
+            "MCP server \"troupe\"",
+        ] {
             assert!(prompt.contains(said), "{said}: {prompt}");
         }
         let mut root = context(Runtime::Codex, dir);

@@ -124,7 +124,10 @@ mod tests {
             json!({"TROUPE_SESSION_ENDPOINT": "$TROUPE_SESSION_ENDPOINT",
                    "TROUPE_SESSION_TOKEN": "$TROUPE_SESSION_TOKEN"})
         );
-        assert_eq!(settings["security"]["auth"]["selectedType"], "gemini-api-key");
+        assert_eq!(
+            settings["security"]["auth"]["selectedType"],
+            "gemini-api-key"
+        );
     }
 
     #[test]

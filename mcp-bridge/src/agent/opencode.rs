@@ -64,7 +64,14 @@ impl TurnCli for OpenCode {
             .env("OPENCODE_CONFIG_CONTENT", config(ctx).to_string())
             .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
             .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
-            .args(["run", "--format", "json", "--auto", "--title", &ctx.session_id]);
+            .args([
+                "run",
+                "--format",
+                "json",
+                "--auto",
+                "--title",
+                &ctx.session_id,
+            ]);
         if let Some(session) = &self.session {
             command.args(["-s", session]);
         }

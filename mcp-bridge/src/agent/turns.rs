@@ -104,7 +104,11 @@ async fn one_turn(ctx: &Context, cli: &mut dyn TurnCli, message: &str) -> anyhow
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
-    let program = command.as_std().get_program().to_string_lossy().into_owned();
+    let program = command
+        .as_std()
+        .get_program()
+        .to_string_lossy()
+        .into_owned();
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {program} (is it on PATH in the image?)"))?;
@@ -169,7 +173,10 @@ async fn finish(ctx: &Context, answer: Option<String>, code: i32) -> anyhow::Res
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the session service: {e:?}"))?;
     session
-        .call(&request, |mut c, r| async move { c.finish_session(r).await })
+        .call(
+            &request,
+            |mut c, r| async move { c.finish_session(r).await },
+        )
         .await
         .map_err(|s| anyhow::anyhow!("finish was refused: {}", s.message()))?;
     eprintln!("troupe-mcp agent: {} finished its task", ctx.runtime);
@@ -181,7 +188,9 @@ async fn finish(ctx: &Context, answer: Option<String>, code: i32) -> anyhow::Res
 pub(super) fn plain_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
         && !id.starts_with('-')
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary.
@@ -202,7 +211,11 @@ mod tests {
 
     #[test]
     fn only_plain_ids_reach_a_command_line() {
-        for ok in ["0199-abc", "ses_ddd831e15ffeae", "4b0c8f2e-1d2a-4c3b-9e8f-0a1b2c3d4e5f"] {
+        for ok in [
+            "0199-abc",
+            "ses_ddd831e15ffeae",
+            "4b0c8f2e-1d2a-4c3b-9e8f-0a1b2c3d4e5f",
+        ] {
             assert!(plain_id(ok), "{ok}");
         }
         for bad in ["", "--last", "a b", "a/b", &"x".repeat(129), "é"] {

@@ -10,8 +10,8 @@ use super::pair::Pair;
 /// pico-dollars per token.
 pub const PRICE: [u64; 4] = [3_000_000, 15_000_000, 300_000, 3_750_000];
 
-/// `examples/agents/claude.md`, with the model variables Claude Code reads
-/// set to `model` and each of `env` added to its `env`.
+/// `examples/agents/claude.md`, its model `model` (also for Claude Code's
+/// small calls) and each of `env` added to its `env`.
 pub fn claude_agent(model: &str, env: &[(&str, &str)]) -> String {
     let example = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/agents/claude.md"),
@@ -21,12 +21,9 @@ pub fn claude_agent(model: &str, env: &[(&str, &str)]) -> String {
         .iter()
         .map(|(name, value)| format!("  {name}: \"{value}\"\n"))
         .collect();
-    example.replacen(
+    super::clis::with_model(&example, model).replacen(
         "\ndescription:",
-        &format!(
-            "\nenv:\n  ANTHROPIC_MODEL: {model}\n  ANTHROPIC_SMALL_FAST_MODEL: {model}\n  \
-             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: 1\n{extra}description:"
-        ),
+        &format!("\nenv:\n  ANTHROPIC_SMALL_FAST_MODEL: {model}\n{extra}description:"),
         1,
     )
 }

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod claude;
+pub mod clis;
 mod execs;
 pub mod pair;
 pub mod private_engine;

@@ -1,5 +1,5 @@
 //! The scripted upstream's OpenAI side: a turn as a chat completion, whole
-//! or in chunks.
+//! or in chunks, its tool uses as `tool_calls`.
 
 use axum::{http::StatusCode, response::Response};
 use serde_json::{Value, json};
@@ -32,6 +32,24 @@ fn turn_text(turn: &Turn) -> String {
         .collect()
 }
 
+/// The turn's tool uses as chat `tool_calls`; none: `None`.
+fn tool_calls(turn: &Turn) -> Option<Vec<Value>> {
+    let calls: Vec<Value> = turn
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolUse { id, name, input } => Some((id, name, input)),
+            _ => None,
+        })
+        .enumerate()
+        .map(|(index, (id, name, input))| {
+            json!({"index": index, "id": id, "type": "function",
+                   "function": {"name": name, "arguments": input.to_string()}})
+        })
+        .collect();
+    (!calls.is_empty()).then_some(calls)
+}
+
 fn openai_usage(usage: &Usage) -> Value {
     let prompt = usage.input_tokens + usage.cache_read_input_tokens;
     json!({
@@ -44,13 +62,16 @@ fn openai_usage(usage: &Usage) -> Value {
 
 /// A whole chat completion.
 pub(super) fn chat_completion(turn: &Turn, model: &str) -> Value {
+    let mut message = json!({"role": "assistant", "content": turn_text(turn)});
+    if let Some(calls) = tool_calls(turn) {
+        message["tool_calls"] = json!(calls);
+    }
     json!({
         "id": format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
         "object": "chat.completion",
         "created": 0,
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": turn_text(turn)},
-                     "finish_reason": finish_reason(turn)}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(turn)}],
         "usage": openai_usage(&turn.usage),
     })
 }
@@ -63,9 +84,12 @@ pub(super) fn chat_chunks(turn: &Turn, model: &str, include_usage: bool) -> Stri
                           "model": model, "choices": choices, "usage": usage});
         format!("data: {data}\n\n")
     };
+    let mut delta = json!({"role": "assistant", "content": turn_text(turn)});
+    if let Some(calls) = tool_calls(turn) {
+        delta["tool_calls"] = json!(calls);
+    }
     let mut out = chunk(
-        json!([{"index": 0, "delta": {"role": "assistant", "content": turn_text(turn)},
-                "finish_reason": null}]),
+        json!([{"index": 0, "delta": delta, "finish_reason": null}]),
         Value::Null,
     );
     out.push_str(&chunk(

@@ -21,7 +21,8 @@ fn usage(usage: &Usage) -> Value {
 }
 
 /// The turn's blocks as output items: a message per text, a function call
-/// per tool use.
+/// per tool use. A tool named `mcp__SERVER__TOOL` is called as Codex offers
+/// an MCP server's tools: `TOOL` in the namespace `mcp__SERVER`.
 fn items(turn: &Turn) -> Vec<Value> {
     turn.blocks
         .iter()
@@ -29,10 +30,20 @@ fn items(turn: &Turn) -> Vec<Value> {
         .map(|(i, block)| match block {
             Block::Text(text) => message(i, text),
             Block::Deltas(pieces) => message(i, &pieces.concat()),
-            Block::ToolUse { id, name, input } => json!({
-                "type": "function_call", "id": format!("fc_{i}"), "call_id": id,
-                "name": name, "arguments": input.to_string(), "status": "completed",
-            }),
+            Block::ToolUse { id, name, input } => {
+                let mut call = json!({
+                    "type": "function_call", "id": format!("fc_{i}"), "call_id": id,
+                    "name": name, "arguments": input.to_string(), "status": "completed",
+                });
+                if let Some((server, tool)) = name
+                    .strip_prefix("mcp__")
+                    .and_then(|rest| rest.split_once("__"))
+                {
+                    call["namespace"] = json!(format!("mcp__{server}"));
+                    call["name"] = json!(tool);
+                }
+                call
+            }
         })
         .collect()
 }

@@ -159,12 +159,15 @@ impl Recorded {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The key the client sent: `x-api-key`, else `Authorization: Bearer`.
+    /// The key the client sent: `x-api-key`, `x-goog-api-key` (Gemini),
+    /// else `Authorization: Bearer`.
     pub fn api_key(&self) -> Option<&str> {
-        self.header("x-api-key").or_else(|| {
-            self.header("authorization")
-                .and_then(|v| v.strip_prefix("Bearer "))
-        })
+        self.header("x-api-key")
+            .or_else(|| self.header("x-goog-api-key"))
+            .or_else(|| {
+                self.header("authorization")
+                    .and_then(|v| v.strip_prefix("Bearer "))
+            })
     }
 
     /// Whether it asked for a stream.

@@ -1,0 +1,265 @@
+//! A team of five vendors' CLIs, each run for real in the workspace
+//! container (network `none`, no provider key in it) from its example
+//! agent file: a Claude Code coordinator hands one task each, `sync`, to a
+//! Codex, a Gemini CLI, an OpenCode and an Aider worker. Each worker's model
+//! is a scripted upstream of its own API (Responses, Gemini, Chat
+//! Completions) behind the gateway; the first three finish with Troupe's
+//! `finish` tool as their CLI calls an MCP tool, Aider, which has none, with
+//! its answer. The coordinator's model is handed each result, each worker
+//! ends `completed` with it, every session's usage is what its upstream
+//! reported, to the token, and the tree's total is their sum.
+
+mod common;
+
+use common::{
+    clis,
+    pair::{Pair, require_agent_tools},
+    *,
+};
+use serde_json::{Value, json};
+use troupe_proto::session as pb;
+use troupe_tests::upstream::{Turn, Upstream};
+
+const KEY: &str = "sk-provider-key-never-in-a-container-5f2e";
+const COORDINATOR: &str = "coordinator-model";
+
+/// A worker: its agent file, model, the name its CLI gives Troupe's
+/// `finish` tool (none: it has no tools), its task and its result.
+struct Worker {
+    agent: &'static str,
+    model: &'static str,
+    finish_tool: Option<&'static str>,
+    result: &'static str,
+}
+
+const WORKERS: [Worker; 4] = [
+    Worker {
+        agent: "codex",
+        model: "codex-model",
+        finish_tool: Some("mcp__troupe__finish"),
+        result: "RESULT-CODEX: 6 x 7 = 42",
+    },
+    Worker {
+        agent: "gemini",
+        model: "gemini-model",
+        finish_tool: Some("mcp_troupe_finish"),
+        result: "RESULT-GEMINI: the sky is blue",
+    },
+    Worker {
+        agent: "opencode",
+        model: "opencode-model",
+        finish_tool: Some("troupe_finish"),
+        result: "RESULT-OPENCODE: water boils at 100 C",
+    },
+    Worker {
+        agent: "aider",
+        model: "aider-model",
+        finish_tool: None,
+        result: "RESULT-AIDER: two plus two is four",
+    },
+];
+
+fn runtime(agent: &str) -> &'static str {
+    match agent {
+        "codex" => "codex",
+        "gemini" => "gemini-cli",
+        "opencode" => "opencode",
+        "aider" => "aider",
+        _ => "claude-code",
+    }
+}
+
+/// The worker's scripted turns: `finish` with its result (or, without
+/// tools, the result as its answer), then a closing text.
+fn worker_turns(worker: &Worker) -> Vec<Turn> {
+    match worker.finish_tool {
+        Some(tool) => vec![
+            Turn::tool_use(
+                &format!("call_{}", worker.agent),
+                tool,
+                json!({"result": worker.result, "outcome": "success"}),
+            ),
+            Turn::text("Finished."),
+        ],
+        None => vec![Turn::text(worker.result)],
+    }
+}
+
+fn gateway_config(dir: &std::path::Path, claude: &str, workers: &[(&Worker, String)]) -> String {
+    let key = dir.join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let mut yaml = format!(
+        "providers:\n  claude:\n    kind: anthropic\n    base_url: {claude}\n    key_file: {}\n    \
+         models:\n      {COORDINATOR}: {{ input: \"3\", output: \"15\" }}\n",
+        key.display()
+    );
+    for (worker, url) in workers {
+        let kind = if worker.agent == "gemini" {
+            "gemini"
+        } else {
+            "openai"
+        };
+        yaml.push_str(&format!(
+            "  {agent}:\n    kind: {kind}\n    base_url: {url}\n    key_file: {key}\n    \
+             models:\n      {model}: {{ input: \"2\", output: \"8\", max_output_tokens: 4096 }}\n",
+            agent = worker.agent,
+            key = key.display(),
+            model = worker.model,
+        ));
+    }
+    yaml
+}
+
+/// The `finished` result in a sync create's answer, as the coordinator's
+/// model was given it.
+fn handed_result(requests: &[troupe_tests::upstream::Recorded], call: &str) -> Option<String> {
+    requests
+        .iter()
+        .flat_map(|r| r.body["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result" && b["tool_use_id"] == call)
+        .find_map(|b| {
+            let text = match &b["content"] {
+                Value::String(text) => text.clone(),
+                blocks => blocks[0]["text"].as_str()?.to_owned(),
+            };
+            let answer: Value = serde_json::from_str(&text).ok()?;
+            answer["result"]["finished"]["result"]
+                .as_str()
+                .map(str::to_owned)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
+    require_agent_tools();
+    let Some((image, clis)) = tokio::task::spawn_blocking(clis::agents_image)
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let workers: Vec<&Worker> = WORKERS
+        .iter()
+        .filter(|w| clis.iter().any(|c| c == runtime(w.agent)))
+        .collect();
+    if !clis.iter().any(|c| c == "claude-code") || workers.len() < WORKERS.len() {
+        eprintln!("SKIPPED: the image lacks some CLIs (it holds {clis:?})");
+        return;
+    }
+
+    // The coordinator hands each worker its task, in turn, and waits.
+    let mut coordinator_turns: Vec<Turn> = workers
+        .iter()
+        .map(|w| {
+            Turn::tool_use(
+                &format!("toolu_{}", w.agent),
+                "mcp__troupe__create_session",
+                json!({"title": w.agent, "agent_name": w.agent, "mode": "sync",
+                       "initial_message": format!("TASK for {}: answer, then finish", w.agent)}),
+            )
+        })
+        .collect();
+    coordinator_turns.push(Turn::text("All four answered."));
+    let claude = Upstream::tcp(coordinator_turns).await;
+    let mut upstreams = Vec::new();
+    for worker in &workers {
+        upstreams.push(Upstream::tcp(worker_turns(worker)).await);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.yaml");
+    let routes: Vec<(&Worker, String)> = workers
+        .iter()
+        .zip(&upstreams)
+        .map(|(w, u)| (*w, u.base_url()))
+        .collect();
+    std::fs::write(
+        &config,
+        gateway_config(dir.path(), &claude.base_url(), &routes),
+    )
+    .unwrap();
+    let pair = Pair::start_on(
+        move |r| r.image = image,
+        move |c| c.gateway_config = Some(config),
+    )
+    .await;
+    let ws = pair.runner.workspace("vendors");
+    pair.server
+        .write_agent_text(Some(&ws), "claude", &clis::example("claude", COORDINATOR));
+    for worker in &workers {
+        pair.server.write_agent_text(
+            Some(&ws),
+            worker.agent,
+            &clis::example(worker.agent, worker.model),
+        );
+    }
+    let root = pair
+        .root(&ws, "claude", "Hand each of the four workers its task.")
+        .await;
+
+    // The coordinator's model is handed each worker's result.
+    let deadline = tokio::time::Instant::now() + 4 * MINUTE;
+    loop {
+        let seen = claude.requests();
+        let handed: Vec<Option<String>> = workers
+            .iter()
+            .map(|w| handed_result(&seen, &format!("toolu_{}", w.agent)))
+            .collect();
+        if handed.iter().all(Option::is_some) {
+            for (worker, got) in workers.iter().zip(handed) {
+                assert_eq!(got.as_deref(), Some(worker.result), "{}", worker.agent);
+            }
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the coordinator was not handed every result: {handed:?}; children: {:#?}",
+            pair.get(&root.session_id).await.children
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+
+    // Each worker ended completed with its result, its usage what its
+    // upstream reported (10 input and 5 output tokens a call).
+    let children = pair.get(&root.session_id).await.children;
+    assert_eq!(children.len(), workers.len(), "{children:#?}");
+    let mut total_calls = 0;
+    for (worker, upstream) in workers.iter().zip(&upstreams) {
+        let child = children
+            .iter()
+            .find(|c| c.agent_name == worker.agent)
+            .unwrap_or_else(|| panic!("no {} child: {children:#?}", worker.agent));
+        let got = pair
+            .wait_status(&child.session_id, pb::SessionStatus::Completed)
+            .await;
+        let finished = got.result.clone().and_then(|r| r.finished);
+        assert_eq!(
+            finished.map(|f| f.result).as_deref(),
+            Some(worker.result),
+            "{}: {got:#?}",
+            worker.agent
+        );
+        let calls = upstream.requests().len() as u64;
+        assert!(calls >= 1, "{} called its model", worker.agent);
+        let usage = got.session.unwrap().usage.unwrap();
+        let tokens = usage.own_tokens.unwrap();
+        assert_eq!(
+            (usage.own_calls, tokens.input, tokens.output),
+            (calls, 10 * calls, 5 * calls),
+            "{}'s usage",
+            worker.agent
+        );
+        total_calls += calls;
+        // No key of the provider reached the container: the upstream saw
+        // the gateway's, and the worker's own requests carried its token.
+        for request in upstream.requests() {
+            assert_eq!(request.api_key(), Some(KEY), "{}", worker.agent);
+        }
+    }
+    let root_now = pair.get(&root.session_id).await.session.unwrap();
+    let usage = root_now.usage.unwrap();
+    total_calls += usage.own_calls;
+    assert_eq!(usage.own_calls, claude.requests().len() as u64);
+    assert_eq!(usage.subtree_calls, total_calls, "{usage:#?}");
+    pair.terminate(&root.session_id).await;
+}
