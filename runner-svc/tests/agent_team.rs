@@ -20,7 +20,6 @@ use serde_json::{Value, json};
 use troupe_proto::session as pb;
 use troupe_tests::upstream::{Turn, Upstream};
 
-const KEY: &str = "sk-provider-key-never-in-a-container-5f2e";
 const COORDINATOR: &str = "coordinator-model";
 
 /// A worker: its agent file, model, the name its CLI gives Troupe's
@@ -59,16 +58,6 @@ const WORKERS: [Worker; 4] = [
     },
 ];
 
-fn runtime(agent: &str) -> &'static str {
-    match agent {
-        "codex" => "codex",
-        "gemini" => "gemini-cli",
-        "opencode" => "opencode",
-        "aider" => "aider",
-        _ => "claude-code",
-    }
-}
-
 /// The worker's scripted turns: `finish` with its result (or, without
 /// tools, the result as its answer), then a closing text.
 fn worker_turns(worker: &Worker) -> Vec<Turn> {
@@ -83,31 +72,6 @@ fn worker_turns(worker: &Worker) -> Vec<Turn> {
         ],
         None => vec![Turn::text(worker.result)],
     }
-}
-
-fn gateway_config(dir: &std::path::Path, claude: &str, workers: &[(&Worker, String)]) -> String {
-    let key = dir.join("key");
-    std::fs::write(&key, KEY).unwrap();
-    let mut yaml = format!(
-        "providers:\n  claude:\n    kind: anthropic\n    base_url: {claude}\n    key_file: {}\n    \
-         models:\n      {COORDINATOR}: {{ input: \"3\", output: \"15\" }}\n",
-        key.display()
-    );
-    for (worker, url) in workers {
-        let kind = if worker.agent == "gemini" {
-            "gemini"
-        } else {
-            "openai"
-        };
-        yaml.push_str(&format!(
-            "  {agent}:\n    kind: {kind}\n    base_url: {url}\n    key_file: {key}\n    \
-             models:\n      {model}: {{ input: \"2\", output: \"8\", max_output_tokens: 4096 }}\n",
-            agent = worker.agent,
-            key = key.display(),
-            model = worker.model,
-        ));
-    }
-    yaml
 }
 
 /// The `finished` result in a sync create's answer, as the coordinator's
@@ -130,26 +94,42 @@ fn handed_result(requests: &[troupe_tests::upstream::Recorded], call: &str) -> O
         })
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
-    require_agent_tools();
-    let Some((image, clis)) = tokio::task::spawn_blocking(clis::agents_image)
-        .await
-        .unwrap()
-    else {
-        return;
-    };
-    let workers: Vec<&Worker> = WORKERS
-        .iter()
-        .filter(|w| clis.iter().any(|c| c == runtime(w.agent)))
-        .collect();
-    if !clis.iter().any(|c| c == "claude-code") || workers.len() < WORKERS.len() {
-        eprintln!("SKIPPED: the image lacks some CLIs (it holds {clis:?})");
-        return;
-    }
+/// The team, running: the pair, the upstreams and the coordinator's session.
+struct Team {
+    pair: Pair,
+    claude: Upstream,
+    /// Each worker's and its upstream.
+    workers: Vec<(&'static Worker, Upstream)>,
+    root: pb::Session,
+    _dir: tempfile::TempDir,
+}
 
+impl Team {
+    /// Every request any upstream was sent.
+    fn calls(&self) -> usize {
+        self.claude.requests().len()
+            + self
+                .workers
+                .iter()
+                .map(|(_, u)| u.requests().len())
+                .sum::<usize>()
+    }
+}
+
+/// Starts the team, its tree under `budget`; `None` (the test skipped)
+/// when the image with every CLI cannot be built.
+async fn start(budget: Option<pb::Budget>) -> Option<Team> {
+    require_agent_tools();
+    let (image, clis) = tokio::task::spawn_blocking(clis::agents_image)
+        .await
+        .unwrap()?;
+    let all = ["claude-code", "codex", "gemini-cli", "opencode", "aider"];
+    if !all.iter().all(|cli| clis.iter().any(|c| c == cli)) {
+        eprintln!("SKIPPED: the image lacks some CLIs (it holds {clis:?})");
+        return None;
+    }
     // The coordinator hands each worker its task, in turn, and waits.
-    let mut coordinator_turns: Vec<Turn> = workers
+    let mut coordinator_turns: Vec<Turn> = WORKERS
         .iter()
         .map(|w| {
             Turn::tool_use(
@@ -162,22 +142,24 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
         .collect();
     coordinator_turns.push(Turn::text("All four answered."));
     let claude = Upstream::tcp(coordinator_turns).await;
-    let mut upstreams = Vec::new();
-    for worker in &workers {
-        upstreams.push(Upstream::tcp(worker_turns(worker)).await);
+    let mut workers = Vec::new();
+    for worker in &WORKERS {
+        workers.push((worker, Upstream::tcp(worker_turns(worker)).await));
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gateway.yaml");
-    let routes: Vec<(&Worker, String)> = workers
-        .iter()
-        .zip(&upstreams)
-        .map(|(w, u)| (*w, u.base_url()))
-        .collect();
-    std::fs::write(
-        &config,
-        gateway_config(dir.path(), &claude.base_url(), &routes),
-    )
-    .unwrap();
+    let mut routes = vec![clis::Route {
+        provider: "claude",
+        kind: "anthropic",
+        model: COORDINATOR,
+        url: claude.base_url(),
+    }];
+    routes.extend(workers.iter().map(|(w, upstream)| clis::Route {
+        provider: w.agent,
+        kind: clis::provider_kind(w.agent),
+        model: w.model,
+        url: upstream.base_url(),
+    }));
+    let config = clis::gateway_config(dir.path(), &routes);
     let pair = Pair::start_on(
         move |r| r.image = image,
         move |c| c.gateway_config = Some(config),
@@ -186,7 +168,7 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
     let ws = pair.runner.workspace("vendors");
     pair.server
         .write_agent_text(Some(&ws), "claude", &clis::example("claude", COORDINATOR));
-    for worker in &workers {
+    for (worker, _) in &workers {
         pair.server.write_agent_text(
             Some(&ws),
             worker.agent,
@@ -194,19 +176,54 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
         );
     }
     let root = pair
-        .root(&ws, "claude", "Hand each of the four workers its task.")
-        .await;
+        .server
+        .operator()
+        .await
+        .create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: ws.clone(),
+            trust_level: pb::TrustLevel::Direct as i32,
+            title: "coordinator".into(),
+            agent_name: "claude".into(),
+            initial_message: "Hand each of the four workers its task.".into(),
+            budget,
+            ..Default::default()
+        })
+        .await
+        .expect("create the coordinator")
+        .into_inner()
+        .session
+        .unwrap();
+    Some(Team {
+        pair,
+        claude,
+        workers,
+        root,
+        _dir: dir,
+    })
+}
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
+    let Some(team) = start(None).await else {
+        return;
+    };
+    let Team {
+        pair,
+        claude,
+        workers,
+        root,
+        ..
+    } = &team;
     // The coordinator's model is handed each worker's result.
     let deadline = tokio::time::Instant::now() + 4 * MINUTE;
     loop {
         let seen = claude.requests();
         let handed: Vec<Option<String>> = workers
             .iter()
-            .map(|w| handed_result(&seen, &format!("toolu_{}", w.agent)))
+            .map(|(w, _)| handed_result(&seen, &format!("toolu_{}", w.agent)))
             .collect();
         if handed.iter().all(Option::is_some) {
-            for (worker, got) in workers.iter().zip(handed) {
+            for ((worker, _), got) in workers.iter().zip(handed) {
                 assert_eq!(got.as_deref(), Some(worker.result), "{}", worker.agent);
             }
             break;
@@ -224,7 +241,7 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
     let children = pair.get(&root.session_id).await.children;
     assert_eq!(children.len(), workers.len(), "{children:#?}");
     let mut total_calls = 0;
-    for (worker, upstream) in workers.iter().zip(&upstreams) {
+    for (worker, upstream) in workers {
         let child = children
             .iter()
             .find(|c| c.agent_name == worker.agent)
@@ -253,7 +270,7 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
         // No key of the provider reached the container: the upstream saw
         // the gateway's, and the worker's own requests carried its token.
         for request in upstream.requests() {
-            assert_eq!(request.api_key(), Some(KEY), "{}", worker.agent);
+            assert_eq!(request.api_key(), Some(clis::KEY), "{}", worker.agent);
         }
     }
     let root_now = pair.get(&root.session_id).await.session.unwrap();
@@ -262,4 +279,55 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
     assert_eq!(usage.own_calls, claude.requests().len() as u64);
     assert_eq!(usage.subtree_calls, total_calls, "{usage:#?}");
     pair.terminate(&root.session_id).await;
+}
+
+/// One tree budget of model calls stops the whole team exactly at it,
+/// whichever vendor's CLI makes the call that reaches it: the upstreams
+/// together answer that many calls and no more, the tree's usage counts
+/// them, and the team's script is left unfinished.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_tree_budget_stops_the_mixed_team_exactly_at_it() {
+    const CALLS: u64 = 5;
+    let budget = pb::Budget {
+        model_calls: Some(CALLS),
+        ..Default::default()
+    };
+    let Some(team) = start(Some(budget)).await else {
+        return;
+    };
+    let usage = || async {
+        let root = team.pair.get(&team.root.session_id).await.session.unwrap();
+        root.usage.unwrap()
+    };
+    let deadline = tokio::time::Instant::now() + 3 * MINUTE;
+    loop {
+        let now = usage().await;
+        if now.subtree_calls == CALLS && now.reserved_calls == 0 {
+            break;
+        }
+        assert!(
+            now.subtree_calls <= CALLS,
+            "the tree went past its budget: {now:#?}"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the team never spent its budget: {now:#?}, {} calls",
+            team.calls()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    // The CLIs go on trying (refused, some retry): nothing more gets through.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(team.calls() as u64, CALLS);
+    let now = usage().await;
+    assert_eq!(now.subtree_calls, CALLS, "{now:#?}");
+    assert_eq!(now.subtree_tokens, 15 * CALLS, "{now:#?}");
+    let left = team.claude.turns_left()
+        + team
+            .workers
+            .iter()
+            .map(|(_, u)| u.turns_left())
+            .sum::<usize>();
+    assert!(left > 0, "the budget stopped nothing");
+    team.pair.terminate(&team.root.session_id).await;
 }

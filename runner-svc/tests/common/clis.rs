@@ -5,8 +5,14 @@
 use std::path::Path;
 
 /// The image holding the agent CLIs and the CLIs it holds (`codex`,
-/// `gemini-cli`, ...); `None` when no registry could be reached.
+/// `gemini-cli`, ...); `None` when no registry could be reached. Built once
+/// per test binary: its tests wait for the one build.
 pub fn agents_image() -> Option<(String, Vec<String>)> {
+    static IMAGE: std::sync::OnceLock<Option<(String, Vec<String>)>> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(build).clone()
+}
+
+fn build() -> Option<(String, Vec<String>)> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-agent-image");
     let out = std::process::Command::new(script)
         .output()
@@ -66,4 +72,48 @@ pub fn with_model(text: &str, model: &str) -> String {
         .find(|l| l.starts_with("model: "))
         .expect("the example names its model");
     text.replacen(line, &format!("model: {model}"), 1)
+}
+
+/// The provider key the gateway holds, never in a container.
+pub const KEY: &str = "sk-provider-key-never-in-a-container-5f2e";
+
+/// A model of the gateway and where its provider is: the provider's name
+/// and kind (`anthropic`, `openai`, `gemini`) and the scripted upstream's
+/// base URL. It costs $2/M input and $8/M output tokens.
+pub struct Route<'a> {
+    pub provider: &'a str,
+    pub kind: &'a str,
+    pub model: &'a str,
+    pub url: String,
+}
+
+/// Writes [`KEY`] and a gateway configuration of `routes` to `dir`; returns
+/// the configuration's path.
+pub fn gateway_config(dir: &Path, routes: &[Route]) -> std::path::PathBuf {
+    let key = dir.join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let mut yaml = "providers:\n".to_owned();
+    for route in routes {
+        yaml.push_str(&format!(
+            "  {provider}:\n    kind: {kind}\n    base_url: {url}\n    key_file: {key}\n    \
+             models:\n      {model}: {{ input: \"2\", output: \"8\", max_output_tokens: 4096 }}\n",
+            provider = route.provider,
+            kind = route.kind,
+            url = route.url,
+            key = key.display(),
+            model = route.model,
+        ));
+    }
+    let file = dir.join("gateway.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    file
+}
+
+/// The gateway provider kind a runtime's CLI calls.
+pub fn provider_kind(agent: &str) -> &'static str {
+    match agent {
+        "claude" => "anthropic",
+        "gemini" => "gemini",
+        _ => "openai",
+    }
 }
