@@ -3,8 +3,9 @@
 //! CLI, OpenCode and Aider, run for real from its example file, is given a
 //! first task and then an operator's message; its model's next request
 //! holds the message (with its sender's line) and the answer to the first,
-//! so the conversation was resumed, not begun again. Aider, a leaf worker,
-//! then finishes with its last answer as its result.
+//! so the conversation was resumed, not begun again, and a message that
+//! reads as flags is text to the model. Aider, a leaf worker, then finishes
+//! with its last answer as its result.
 
 mod common;
 
@@ -77,11 +78,13 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
         let root = pair
             .root(&ws, agent, &format!("FIRST-TASK for {agent}"))
             .await;
-        // Sent at once: it waits on stdin while the first turn runs.
+        // Sent at once: it waits on stdin while the first turn runs. It
+        // reads as flags: it must reach the model as text, never the CLI's
+        // command line.
         operator
             .send_message(pb::SendMessageRequest {
                 session_id: root.session_id.clone(),
-                message: format!("SECOND-MESSAGE for {agent}"),
+                message: format!("--help -p x SECOND-MESSAGE for {agent}"),
                 ..Default::default()
             })
             .await
@@ -107,7 +110,7 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
         };
         for said in [
             "from the operator".to_owned(),
-            format!("SECOND-MESSAGE for {agent}"),
+            format!("--help -p x SECOND-MESSAGE for {agent}"),
             format!("FIRST-TASK for {agent}"),
             format!("ANSWER-ONE-{agent}"),
         ] {
