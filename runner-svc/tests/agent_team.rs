@@ -7,7 +7,8 @@
 //! `finish` tool as their CLI calls an MCP tool, Aider, which has none, with
 //! its answer. The coordinator's model is handed each result, each worker
 //! ends `completed` with it, every session's usage is what its upstream
-//! reported, to the token, and the tree's total is their sum.
+//! reported, to the token, its cost the price table's, and the tree's total
+//! their sum. One tree budget stops the team exactly at it.
 
 mod common;
 
@@ -241,6 +242,7 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
     let children = pair.get(&root.session_id).await.children;
     assert_eq!(children.len(), workers.len(), "{children:#?}");
     let mut total_calls = 0;
+    let mut total_cost = 0;
     for (worker, upstream) in workers {
         let child = children
             .iter()
@@ -260,12 +262,25 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
         assert!(calls >= 1, "{} called its model", worker.agent);
         let usage = got.session.unwrap().usage.unwrap();
         let tokens = usage.own_tokens.unwrap();
+        // $2/M input and $8/M output (clis::gateway_config's prices), in
+        // pico-dollars a token.
         assert_eq!(
-            (usage.own_calls, tokens.input, tokens.output),
-            (calls, 10 * calls, 5 * calls),
+            (
+                usage.own_calls,
+                tokens.input,
+                tokens.output,
+                usage.own_cost_pico_usd
+            ),
+            (
+                calls,
+                10 * calls,
+                5 * calls,
+                calls * (10 * 2_000_000 + 5 * 8_000_000)
+            ),
             "{}'s usage",
             worker.agent
         );
+        total_cost += usage.own_cost_pico_usd;
         total_calls += calls;
         // No key of the provider reached the container: the upstream saw
         // the gateway's, and the worker's own requests carried its token.
@@ -275,9 +290,24 @@ async fn a_team_of_five_vendors_hands_each_result_to_its_coordinator() {
     }
     let root_now = pair.get(&root.session_id).await.session.unwrap();
     let usage = root_now.usage.unwrap();
+    let coordinator_calls = claude.requests().len() as u64;
+    assert_eq!(usage.own_calls, coordinator_calls);
+    // $2/M input and $8/M output, as every model of the test.
+    assert_eq!(
+        usage.own_cost_pico_usd,
+        coordinator_calls * (10 * 2_000_000 + 5 * 8_000_000)
+    );
     total_calls += usage.own_calls;
-    assert_eq!(usage.own_calls, claude.requests().len() as u64);
-    assert_eq!(usage.subtree_calls, total_calls, "{usage:#?}");
+    total_cost += usage.own_cost_pico_usd;
+    assert_eq!(
+        (
+            usage.subtree_calls,
+            usage.subtree_tokens,
+            usage.subtree_cost_pico_usd
+        ),
+        (total_calls, 15 * total_calls, total_cost),
+        "{usage:#?}"
+    );
     pair.terminate(&root.session_id).await;
 }
 

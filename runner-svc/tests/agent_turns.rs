@@ -4,8 +4,9 @@
 //! first task and then an operator's message; its model's next request
 //! holds the message (with its sender's line) and the answer to the first,
 //! so the conversation was resumed, not begun again, and a message that
-//! reads as flags is text to the model. Aider, a leaf worker, then finishes
-//! with its last answer as its result.
+//! reads as flags is text to the model. Each turn ends with Troupe's line
+//! holding the answer. Aider, a leaf worker, then finishes with its last
+//! answer as its result.
 
 mod common;
 
@@ -115,6 +116,31 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
             format!("ANSWER-ONE-{agent}"),
         ] {
             assert!(second.contains(&said), "{agent}: {said} in {second}");
+        }
+        // A CLI that takes a turn per message ends each with Troupe's line,
+        // its answer parsed from the CLI's own output.
+        if *agent != "claude" {
+            let ended = format!("\"answer\":\"ANSWER-TWO-{agent}\"");
+            let deadline = tokio::time::Instant::now() + MINUTE;
+            loop {
+                let tail = pair
+                    .get(&root.session_id)
+                    .await
+                    .result
+                    .map(|r| r.output_tail)
+                    .unwrap_or_default();
+                if tail
+                    .lines()
+                    .any(|l| l.contains("\"type\":\"troupe.turn_end\"") && l.contains(&ended))
+                {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{agent}'s output has no end of its second turn: {tail}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
         }
         if *agent == "aider" {
             let got = pair

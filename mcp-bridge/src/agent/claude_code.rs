@@ -5,7 +5,9 @@
 //! (`--mcp-config`, `--strict-mcp-config`: no other server), its tools are
 //! allowed by name, and the system prompt is appended to Claude Code's own
 //! from a file (`--append-system-prompt-file`), so nothing of the session
-//! is on the command line. Its stream-json events are the session's output.
+//! is on the command line. Its small calls use the same model unless the
+//! definition's `env` says otherwise. Its stream-json events are the
+//! session's output.
 
 use std::process::{Command, Stdio};
 
@@ -17,6 +19,12 @@ use super::{
     turns::exit_code,
 };
 use crate::claude;
+
+/// The variables naming the model of Claude Code's small calls.
+const SMALL_MODEL_VARS: [&str; 2] = [
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+];
 
 /// The MCP configuration, as `--mcp-config` reads it.
 pub(super) fn mcp_config(ctx: &Context) -> serde_json::Value {
@@ -53,7 +61,15 @@ pub(super) fn args(ctx: &Context) -> Vec<String> {
 pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
     write_private(&ctx.file("mcp.json"), &mcp_config(ctx).to_string())?;
     write_private(&ctx.file("prompt.md"), &ctx.system_prompt())?;
-    let mut child = Command::new("claude")
+    let mut command = Command::new("claude");
+    // Its small, background calls go to the same model, unless the
+    // definition's `env` names another.
+    for name in SMALL_MODEL_VARS {
+        if std::env::var_os(name).is_none() {
+            command.env(name, &ctx.model);
+        }
+    }
+    let mut child = command
         .args(args(ctx))
         .stdin(Stdio::piped())
         .spawn()

@@ -2,7 +2,9 @@
 //! CLI, OpenCode, Aider): each message on Troupe's stdin, in order, becomes
 //! one run of the CLI, its conversation resumed after the first; a message
 //! that comes while a turn runs waits for the next. What the CLI prints goes
-//! out as it comes, as the session's output. A CLI without Troupe's tools
+//! out as it comes, as the session's output, and each turn ends with one
+//! line of Troupe's, the same for every CLI ([`turn_end`]: its exit code and
+//! its answer, parsed from the CLI's events). A CLI without Troupe's tools
 //! finishes the session itself once no message waits: its last answer is
 //! the result ([`finish`]).
 
@@ -51,20 +53,38 @@ pub(super) async fn run(ctx: &Context, cli: &mut dyn TurnCli) -> anyhow::Result<
     cli.prepare(ctx)?;
     let mut inbox = inbox();
     let mut code = 0;
-    let mut turns = 0u64;
+    let mut turn = 0u64;
     while let Some(message) = inbox.recv().await {
-        turns += 1;
+        turn += 1;
         code = one_turn(ctx, cli, &message).await?;
-        eprintln!(
-            "troupe-mcp agent: {} turn {turns} ended with exit code {code}",
-            ctx.runtime
-        );
+        let answer = cli.answer(ctx);
+        print_line(&turn_end(ctx, turn, code, answer.as_deref())).await?;
         if !ctx.runtime.has_tools() && inbox.is_empty() {
-            let answer = cli.answer(ctx);
             return finish(ctx, answer, code).await;
         }
     }
     Ok(code)
+}
+
+/// The line that ends each turn in the session's output, the same for every
+/// runtime: `{"type":"troupe.turn_end","runtime":..,"turn":N,"exit_code":..,"answer":..}`
+/// (`answer` null when the CLI gave none).
+pub(super) fn turn_end(ctx: &Context, turn: u64, code: i32, answer: Option<&str>) -> String {
+    serde_json::json!({
+        "type": "troupe.turn_end",
+        "runtime": ctx.runtime.as_str(),
+        "turn": turn,
+        "exit_code": code,
+        "answer": answer,
+    })
+    .to_string()
+}
+
+async fn print_line(line: &str) -> std::io::Result<()> {
+    let mut stdout = tokio::io::stdout();
+    stdout.write_all(line.as_bytes()).await?;
+    stdout.write_all(b"\n").await?;
+    stdout.flush().await
 }
 
 /// Troupe's messages, each as the text of one turn (its first line saying
@@ -208,6 +228,23 @@ pub(super) fn bounded(mut text: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_turn_ends_with_one_line_of_troupes() {
+        let ctx = crate::agent::context::tests::context(
+            troupe_proto::agent::Runtime::Codex,
+            std::path::Path::new("/h"),
+        );
+        let line = turn_end(&ctx, 2, 0, Some("done\n"));
+        assert!(!line.contains('\n'), "{line}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&line).unwrap(),
+            serde_json::json!({"type": "troupe.turn_end", "runtime": "codex", "turn": 2,
+                               "exit_code": 0, "answer": "done\n"})
+        );
+        let none = turn_end(&ctx, 1, 1, None);
+        assert!(none.contains("\"answer\":null"), "{none}");
+    }
 
     #[test]
     fn only_plain_ids_reach_a_command_line() {
