@@ -20,18 +20,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::Request;
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
-use serde_json::json;
-use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_tests::{
     TestServer,
-    bench::percentile,
+    bench::{
+        api::{self, Answer, Api, Http, UPSTREAM_KEY, call},
+        percentile,
+    },
     upstream::{Fault, Turn, Upstream},
 };
 
@@ -54,107 +48,6 @@ const PACED_TEXT_BYTES: usize = 2 << 20;
 const TREE: usize = 10;
 const CALLERS: usize = 32;
 const LOAD: Duration = Duration::from_secs(10);
-
-type Http = Client<HttpConnector, Full<Bytes>>;
-
-/// The APIs the gateway speaks, as a client calls each.
-#[derive(Clone, Copy)]
-enum Api {
-    Messages,
-    Chat,
-    Responses,
-    Gemini,
-}
-
-impl Api {
-    const ALL: [Api; 4] = [Api::Messages, Api::Chat, Api::Responses, Api::Gemini];
-
-    fn name(self) -> &'static str {
-        match self {
-            Api::Messages => "Anthropic Messages",
-            Api::Chat => "OpenAI Chat Completions",
-            Api::Responses => "OpenAI Responses",
-            Api::Gemini => "Gemini",
-        }
-    }
-
-    /// The path of a streamed call.
-    fn path(self) -> &'static str {
-        match self {
-            Api::Messages => "/v1/messages",
-            Api::Chat => "/v1/chat/completions",
-            Api::Responses => "/v1/responses",
-            Api::Gemini => "/v1beta/models/gemini-bench:streamGenerateContent?alt=sse",
-        }
-    }
-
-    fn body(self, stream: bool) -> serde_json::Value {
-        match self {
-            Api::Messages => json!({"model": "claude-bench", "max_tokens": 100, "stream": stream,
-                                    "messages": [{"role": "user", "content": "hi"}]}),
-            Api::Chat => {
-                json!({"model": "gpt-bench", "max_completion_tokens": 100, "stream": stream,
-                                "messages": [{"role": "user", "content": "hi"}]})
-            }
-            Api::Responses => json!({"model": "gpt-bench", "max_output_tokens": 100,
-                                     "stream": stream, "input": "hi"}),
-            Api::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-                                  "generationConfig": {"maxOutputTokens": 100}}),
-        }
-    }
-
-    /// The header that carries the key, and its value.
-    fn key(self, key: &str) -> (&'static str, String) {
-        match self {
-            Api::Messages => ("x-api-key", key.to_owned()),
-            Api::Chat | Api::Responses => ("authorization", format!("Bearer {key}")),
-            Api::Gemini => ("x-goog-api-key", key.to_owned()),
-        }
-    }
-}
-
-fn request(api: Api, url: &str, key: &str, stream: bool) -> Request<Full<Bytes>> {
-    let (name, value) = api.key(key);
-    Request::post(url)
-        .header(name, value)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(api.body(stream).to_string())))
-        .unwrap()
-}
-
-/// What a call's answer took.
-struct Answer {
-    /// From sending to the first body bytes.
-    first: Duration,
-    /// From the first body bytes to the last.
-    rest: Duration,
-    bytes: usize,
-}
-
-/// Sends a call and reads its answer whole.
-async fn call(http: &Http, api: Api, url: &str, key: &str, stream: bool) -> Answer {
-    let start = Instant::now();
-    let response = http
-        .request(request(api, url, key, stream))
-        .await
-        .expect("answer");
-    assert!(response.status().is_success(), "{}", response.status());
-    let mut body = response.into_body();
-    let mut first = None;
-    let mut bytes = 0;
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.expect("body").into_data() {
-            first.get_or_insert_with(Instant::now);
-            bytes += data.len();
-        }
-    }
-    let first = first.unwrap_or_else(Instant::now);
-    Answer {
-        first: first - start,
-        rest: first.elapsed(),
-        bytes,
-    }
-}
 
 /// The parts of the bench, as named on its command line.
 const PARTS: [&str; 3] = ["first-token", "streaming", "calls"];
@@ -185,47 +78,9 @@ async fn main() {
     let runs = |part: &str| parts.iter().any(|p| p == part);
     let _ = nix::sys::prctl::set_thp_disable(true);
     let upstream = Upstream::tcp(vec![]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("key");
-    std::fs::write(&key, "sk-bench").unwrap();
-    let file = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "providers:\n  scripted:\n    kind: anthropic\n    base_url: {url}\n    key_file: {key}\n    \
-             models:\n      claude-bench: {{ input: \"3\", output: \"15\" }}\n\
-             \x20 openai:\n    kind: openai\n    base_url: {url}\n    key_file: {key}\n    \
-             models:\n      gpt-bench: {{ input: \"2.50\", output: \"10\" }}\n\
-             \x20 gemini:\n    kind: gemini\n    base_url: {url}\n    key_file: {key}\n    \
-             models:\n      gemini-bench: {{ input: \"1.25\", output: \"10\" }}\n",
-            url = upstream.base_url(),
-            key = key.display()
-        ),
-    )
-    .unwrap();
-    let server = TestServer::start_with(|c| {
-        troupe_tests::bench::unlimited(c);
-        c.gateway_config = Some(file);
-    })
-    .await;
-    let root = server
-        .operator()
-        .await
-        .create_root_session(pb::CreateRootSessionRequest {
-            workspace_id: "bench".into(),
-            trust_level: TrustLevel::Direct as i32,
-            agent_name: "worker".into(),
-            budget: Some(pb::Budget {
-                cost_pico_usd: Some(1_000_000_000_000_000),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let (server, root, _dir) = api::gateway_server(&upstream).await;
     let token = root.session_token.clone();
-    let http: Http = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let http = api::client();
     let direct = format!("{}/v1/messages", upstream.base_url());
     let gateway = format!("http://{}/v1/messages", server.addr);
 
@@ -261,7 +116,7 @@ async fn first_token(
     }
     let (mut d, mut g) = (Vec::new(), Vec::new());
     for i in 0..TTFT_CALLS + TTFT_CALLS / 10 {
-        let td = call(http, api, direct, "sk-bench", true).await.first;
+        let td = call(http, api, direct, UPSTREAM_KEY, true).await.first;
         let tg = call(http, api, gateway, token, true).await.first;
         if i >= TTFT_CALLS / 10 {
             d.push(td);
@@ -326,7 +181,7 @@ async fn streaming(http: &Http, upstream: &Upstream, direct: &str, gateway: &str
         for _ in 0..BIG_RUNS {
             upstream.push(turn.clone());
             best_d = best_d.max(rate(
-                call(http, Api::Messages, direct, "sk-bench", true).await,
+                call(http, Api::Messages, direct, UPSTREAM_KEY, true).await,
             ));
             upstream.push(turn.clone());
             best_g = best_g.max(rate(call(http, Api::Messages, gateway, token, true).await));

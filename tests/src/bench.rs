@@ -1,5 +1,8 @@
 //! Measuring helpers shared by the benchmarks: sequential calls after a
-//! warm-up, a no-op call to measure beside them, and their percentiles.
+//! warm-up, a no-op call to measure beside them, and their percentiles;
+//! model API calls through a gateway ([`api`]).
+
+pub mod api;
 
 use std::{
     future::Future,
