@@ -98,7 +98,9 @@ fn check_private(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+/// Writes `contents` to `path`, readable and writable by its owner alone
+/// (a file already there too).
+pub fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)

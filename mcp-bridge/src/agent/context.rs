@@ -154,21 +154,12 @@ fn team_context(ctx: &Context) -> String {
 }
 
 /// Writes `text` to `path`, readable by the agent's uid alone (the folder
-/// is its private home's).
+/// is its private home's), making its folder first.
 pub fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    std::io::Write::write_all(&mut file, text.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))
+    troupe_proto::paths::write_private(path, text)
 }
 
 #[cfg(test)]
