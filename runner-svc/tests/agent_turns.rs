@@ -1,12 +1,18 @@
-//! A message sent to a running agent of each runtime reaches its model as
-//! a new turn of the same conversation: each of Claude Code, Codex, Gemini
-//! CLI, OpenCode and Aider, run for real from its example file, is given a
-//! first task and then an operator's message; its model's next request
-//! holds the message (with its sender's line) and the answer to the first,
-//! so the conversation was resumed, not begun again, and a message that
-//! reads as flags is text to the model. Each turn ends with Troupe's line
-//! holding the answer. Aider, a leaf worker, then finishes with its last
-//! answer as its result.
+//! A message sent to a running agent of each runtime reaches its model in
+//! the same conversation: each of Claude Code, Codex, Gemini CLI, OpenCode
+//! and Aider, run for real from its example file, is given a first task
+//! and then, while its model is still answering, two operator's messages.
+//! - Codex and OpenCode take them mid-run: the model's next request holds
+//!   the task and both messages, and one turn ends, with the last answer.
+//! - Gemini CLI and Aider take them as the next turn, both in one: the
+//!   model's next request holds both and the first answer, so the
+//!   conversation was resumed, not begun again; two turns end.
+//! - Claude Code takes them as it does every message (stream-json input).
+//!
+//! Each message comes with its sender's line, and one that reads as flags
+//! is text to the model, never the CLI's command line. Each turn ends with
+//! Troupe's line holding its answer. Aider, a leaf worker, then finishes
+//! with its last answer as its result.
 
 mod common;
 
@@ -16,9 +22,16 @@ use common::{
     *,
 };
 use troupe_proto::session as pb;
-use troupe_tests::upstream::{Turn, Upstream};
+use troupe_tests::upstream::{Fault, Turn, Upstream};
 
 const AGENTS: [&str; 5] = ["claude", "codex", "gemini", "opencode", "aider"];
+
+/// The runtimes that take a message while a turn runs.
+const MID_RUN: [&str; 2] = ["codex", "opencode"];
+
+/// How long each model takes to begin its first answer: the messages
+/// arrive meanwhile.
+const SLOW_START: std::time::Duration = std::time::Duration::from_secs(6);
 
 fn runtime(agent: &str) -> &'static str {
     match agent {
@@ -46,8 +59,13 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
     let mut upstreams = Vec::new();
     for agent in &agents {
         let turns = vec![
-            Turn::text(&format!("ANSWER-ONE-{agent}")),
+            Turn {
+                fault: Some(Fault::Late(SLOW_START)),
+                ..Turn::text(&format!("ANSWER-ONE-{agent}"))
+            },
             Turn::text(&format!("ANSWER-TWO-{agent}")),
+            // For a CLI that would take each message as a turn of its own.
+            Turn::text(&format!("ANSWER-THREE-{agent}")),
         ];
         upstreams.push(Upstream::tcp(turns).await);
     }
@@ -79,68 +97,119 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
         let root = pair
             .root(&ws, agent, &format!("FIRST-TASK for {agent}"))
             .await;
-        // Sent at once: it waits on stdin while the first turn runs. It
-        // reads as flags: it must reach the model as text, never the CLI's
-        // command line.
-        operator
-            .send_message(pb::SendMessageRequest {
-                session_id: root.session_id.clone(),
-                message: format!("--help -p x SECOND-MESSAGE for {agent}"),
-                ..Default::default()
-            })
-            .await
-            .expect("send");
         roots.push(root);
+    }
+    // Each agent's messages go once its model has its task, while it is
+    // still slow to answer. The first reads as flags: it must reach the
+    // model as text, never the CLI's command line.
+    let mut waiting: Vec<usize> = (0..agents.len()).collect();
+    let deadline = tokio::time::Instant::now() + 3 * MINUTE;
+    while !waiting.is_empty() {
+        let mut still = Vec::new();
+        for at in waiting {
+            let (agent, root) = (agents[at], &roots[at]);
+            let asked = upstreams[at]
+                .requests()
+                .iter()
+                .any(|r| r.body.to_string().contains("FIRST-TASK"));
+            if !asked {
+                still.push(at);
+                continue;
+            }
+            for message in [
+                format!("--help -p x SECOND-MESSAGE for {agent}"),
+                format!("THIRD-MESSAGE for {agent}"),
+            ] {
+                operator
+                    .send_message(pb::SendMessageRequest {
+                        session_id: root.session_id.clone(),
+                        message,
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("send");
+            }
+        }
+        waiting = still;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "these models never got their task: {:?}",
+            waiting.iter().map(|&at| agents[at]).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 
     for ((agent, upstream), root) in agents.iter().zip(&upstreams).zip(&roots) {
+        let mid_run = MID_RUN.contains(agent);
         let deadline = tokio::time::Instant::now() + 3 * MINUTE;
         let second = loop {
             let seen = upstream.requests();
-            if let Some(second) = seen
-                .iter()
-                .find(|r| r.body.to_string().contains("SECOND-MESSAGE"))
-            {
+            if let Some(second) = seen.iter().find(|r| {
+                let body = r.body.to_string();
+                body.contains("SECOND-MESSAGE") && body.contains("THIRD-MESSAGE")
+            }) {
                 break second.body.to_string();
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{agent}'s model never got the second message: {seen:#?}"
+                "{agent}'s model never got both messages in one request: {seen:#?}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         };
-        for said in [
+        let mut said = vec![
             "from the operator".to_owned(),
             format!("--help -p x SECOND-MESSAGE for {agent}"),
+            format!("THIRD-MESSAGE for {agent}"),
             format!("FIRST-TASK for {agent}"),
-            format!("ANSWER-ONE-{agent}"),
-        ] {
+        ];
+        if !mid_run {
+            said.push(format!("ANSWER-ONE-{agent}"));
+        }
+        for said in said {
             assert!(second.contains(&said), "{agent}: {said} in {second}");
         }
-        // A CLI that takes a turn per message ends each with Troupe's line,
-        // its answer parsed from the CLI's own output.
+        // Each turn ends with Troupe's line, its answer parsed from the
+        // CLI's own output: one turn for a CLI that took the messages
+        // mid-run, two for one that took them as the next.
         if *agent != "claude" {
-            let ended = format!("\"answer\":\"ANSWER-TWO-{agent}\"");
+            let last = if mid_run { 1 } else { 2 };
             let deadline = tokio::time::Instant::now() + MINUTE;
-            loop {
+            let ends = loop {
                 let tail = pair
                     .get(&root.session_id)
                     .await
                     .result
                     .map(|r| r.output_tail)
                     .unwrap_or_default();
-                if tail
+                let ends: Vec<serde_json::Value> = tail
                     .lines()
-                    .any(|l| l.contains("\"type\":\"troupe.turn_end\"") && l.contains(&ended))
-                {
-                    break;
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .filter(|l| l["type"] == "troupe.turn_end")
+                    .collect();
+                if ends.len() >= last {
+                    break ends;
                 }
                 assert!(
                     tokio::time::Instant::now() < deadline,
-                    "{agent}'s output has no end of its second turn: {tail}"
+                    "{agent}'s output has not ended {last} turns: {tail}"
                 );
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-            }
+            };
+            let answers: Vec<(u64, i64, &str)> = ends
+                .iter()
+                .map(|e| {
+                    let n = e["turn"].as_u64().unwrap_or_default();
+                    let code = e["exit_code"].as_i64().unwrap_or(-1);
+                    (n, code, e["answer"].as_str().unwrap_or_default())
+                })
+                .collect();
+            let two = format!("ANSWER-TWO-{agent}");
+            assert_eq!(
+                answers.last(),
+                Some(&(last as u64, 0, two.as_str())),
+                "{agent}: {answers:?}"
+            );
+            assert_eq!(answers.len(), last, "{agent}: {answers:?}");
         }
         if *agent == "aider" {
             let got = pair

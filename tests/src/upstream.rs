@@ -303,8 +303,8 @@ async fn answer(
                 answer["usageMetadata"] = usage;
                 json_response(StatusCode::OK, &answer)
             }
-            Ok((_, turn)) if method == "streamGenerateContent" => {
-                event_stream(generated_chunks(&turn, &model))
+            Ok((fault, turn)) if method == "streamGenerateContent" => {
+                late_stream(generated_chunks(&turn, &model), fault)
             }
             Ok((_, turn)) => json_response(StatusCode::OK, &generated(&turn, &model)),
         };
@@ -316,7 +316,9 @@ async fn answer(
         ),
         "/v1/chat/completions" if post => match next_turn(&shared, openai_error) {
             Err(refusal) => *refusal,
-            Ok((_, turn)) if stream => event_stream(chat_chunks(&turn, &model, include_usage)),
+            Ok((fault, turn)) if stream => {
+                late_stream(chat_chunks(&turn, &model, include_usage), fault)
+            }
             Ok((_, turn)) => json_response(StatusCode::OK, &chat_completion(&turn, &model)),
         },
         "/v1/responses" if post => match next_turn(&shared, openai_error) {
@@ -334,7 +336,7 @@ async fn answer(
                 answer["usage"] = usage;
                 json_response(StatusCode::OK, &answer)
             }
-            Ok((_, turn)) if stream => event_stream(response_events(&turn, &model)),
+            Ok((fault, turn)) if stream => late_stream(response_events(&turn, &model), fault),
             Ok((_, turn)) => json_response(StatusCode::OK, &response(&turn, &model)),
         },
         "/v1/messages" if post => {
@@ -404,6 +406,23 @@ fn next_turn(
         ))),
         Some(split) => Ok(split),
     }
+}
+
+/// `200` with `body` as server-sent events, sent after the delay of a
+/// [`Fault::Late`] turn.
+fn late_stream(body: String, fault: Option<Fault>) -> Response {
+    let Some(Fault::Late(delay)) = fault else {
+        return event_stream(body);
+    };
+    let events = futures::stream::once(async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, std::io::Error>(body)
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(events))
+        .expect("a response")
 }
 
 /// `200` with `body` as server-sent events.

@@ -1,32 +1,38 @@
-//! Codex (`codex exec`): one run per message, the thread resumed after the
-//! first (`codex exec resume THREAD`). Its configuration
-//! (`$CODEX_HOME/config.toml`) names the gateway as its only provider
-//! (Responses, no WebSocket, no retries of a refused call), Troupe's MCP
-//! server with the variables it needs passed on by name (`env_vars`: Codex
-//! gives its servers a trimmed environment), approvals off and no sandbox
-//! of its own (the container and the session's write scope are the
-//! sandbox), plugins, analytics, web search and update checks off, so it
-//! calls nothing but its model; the system prompt is its
-//! `developer_instructions`. The message goes on stdin (`-`), never on the
-//! command line. Its JSON events (`--json`) are the session's output.
+//! Codex (`codex app-server`): one process for the whole session, driven
+//! over its JSON-RPC on stdio (one JSON object per line). The session's
+//! first message starts a turn of one thread (`turn/start`); a message that
+//! comes while a turn runs joins it (`turn/steer`: Codex puts it before its
+//! next model request, dropping an answer still streaming), and one that
+//! comes between turns starts the next. Codex asks nothing of its client
+//! with approvals off; a request it makes all the same is refused. Its
+//! configuration (`$CODEX_HOME/config.toml`) names the gateway as its only
+//! provider (Responses, no WebSocket, no retries of a refused call),
+//! Troupe's MCP server with the variables it needs passed on by name
+//! (`env_vars`: Codex gives its servers a trimmed environment), approvals
+//! off and no sandbox of its own (the container and the session's write
+//! scope are the sandbox), plugins, analytics, web search and update checks
+//! off, so it calls nothing but its model; the system prompt is its
+//! `developer_instructions`. Its notifications are the session's output,
+//! but for the deltas of what it streams (each item comes whole when done).
 
-use tokio::process::Command;
+use std::{collections::HashMap, process::Stdio};
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader},
+    process::Command,
+    sync::mpsc,
+};
 
 use super::{
     context::{Context, write_private},
-    turns::{Turn, TurnCli, plain_id},
+    inbox::Inbox,
+    turns::{exit_code, print_line, turn_end},
 };
 
-#[derive(Default)]
-pub(super) struct Codex {
-    thread: Option<String>,
-    answer: Option<String>,
-}
-
-impl Codex {
-    fn home(ctx: &Context) -> std::path::PathBuf {
-        ctx.home.join(".codex")
-    }
+fn home(ctx: &Context) -> std::path::PathBuf {
+    ctx.home.join(".codex")
 }
 
 /// `text` as a TOML basic string: JSON's escapes are TOML's, and DEL, which
@@ -81,49 +87,284 @@ env_vars = [{env_vars}]
     )
 }
 
-impl TurnCli for Codex {
-    fn prepare(&mut self, ctx: &Context) -> anyhow::Result<()> {
-        write_private(&Codex::home(ctx).join("config.toml"), &config(ctx))
-    }
-
-    fn turn(&mut self, ctx: &Context, message: &str) -> anyhow::Result<Turn> {
-        let mut command = Command::new("codex");
-        command.env("CODEX_HOME", Codex::home(ctx)).arg("exec");
-        if let Some(thread) = &self.thread {
-            command.args(["resume", thread]);
+/// Runs Codex until Troupe's stdin ends and its last turn is over, or until
+/// Codex exits; returns its exit code.
+pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
+    let home = home(ctx);
+    write_private(&home.join("config.toml"), &config(ctx))?;
+    let mut child = Command::new("codex")
+        .env("CODEX_HOME", &home)
+        .arg("app-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start codex (is it on PATH in the image?)")?;
+    let mut server = Server {
+        stdin: Box::new(child.stdin.take().context("codex's stdin")?),
+        lines: lines(child.stdout.take().context("codex's stdout")?),
+        next_id: 0,
+    };
+    server
+        .call(
+            "initialize",
+            json!({"clientInfo": {"name": "troupe", "title": "Troupe",
+                                  "version": env!("CARGO_PKG_VERSION")}}),
+        )
+        .await?;
+    server.send(&json!({"method": "initialized"})).await?;
+    let cwd = std::env::current_dir().context("no working directory")?;
+    let started = server.call("thread/start", json!({"cwd": cwd})).await?;
+    let thread = started["thread"]["id"]
+        .as_str()
+        .context("codex started a thread without an id")?
+        .to_owned();
+    let mut turns = Turns::new(ctx, thread);
+    let mut inbox = Inbox::stdin();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            message = inbox.recv(), if open => match message {
+                Some(text) => turns.deliver(&mut server, text).await?,
+                None => open = false,
+            },
+            line = server.lines.recv() => match line {
+                Some(line) => turns.read(&mut server, &line).await?,
+                None => break,
+            },
         }
-        command.args(["--json", "--skip-git-repo-check", "-"]);
-        self.answer = None;
-        Ok(Turn {
-            command,
-            stdin: Some(message.to_owned()),
-        })
-    }
-
-    fn observe(&mut self, line: &str) {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            return;
-        };
-        match event["type"].as_str() {
-            Some("thread.started") => {
-                if let Some(id) = event["thread_id"].as_str().filter(|id| plain_id(id)) {
-                    self.thread = Some(id.to_owned());
-                }
-            }
-            Some("item.completed") if event["item"]["type"] == "agent_message" => {
-                if let Some(text) = event["item"]["text"].as_str() {
-                    self.answer = Some(text.to_owned());
-                }
-            }
-            _ => {}
+        if !open && turns.idle() {
+            break;
         }
     }
+    // Its stdin closed, Codex ends.
+    drop(server);
+    let status = child.wait().await.context("the wait for codex failed")?;
+    Ok(exit_code(status))
+}
 
-    fn answer(&mut self, _ctx: &Context) -> Option<String> {
-        self.answer.take()
+/// Codex's stdout, a line at a time, read by a task of its own.
+fn lines(stdout: tokio::process::ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut out = BufReader::new(stdout);
+        let mut raw = Vec::new();
+        loop {
+            raw.clear();
+            match out.read_until(b'\n', &mut raw).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&raw);
+            if tx
+                .send(line.trim_end_matches(['\n', '\r']).to_owned())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The app-server's end of the pipes.
+struct Server {
+    stdin: Box<dyn AsyncWrite + Unpin + Send>,
+    lines: mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+impl Server {
+    async fn send(&mut self, message: &Value) -> anyhow::Result<()> {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .context("codex stopped reading")
+    }
+
+    /// Sends a request; returns its id.
+    async fn request(&mut self, method: &str, params: Value) -> anyhow::Result<u64> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"method": method, "id": id, "params": params}))
+            .await?;
+        Ok(id)
+    }
+
+    /// Sends a request and waits for its answer, printing what comes before
+    /// it: only before the first turn, when nothing else is asked.
+    async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = self.request(method, params).await?;
+        while let Some(line) = self.lines.recv().await {
+            let message: Value = serde_json::from_str(&line).unwrap_or_default();
+            if message["id"] == id && message.get("method").is_none() {
+                if let Some(error) = message.get("error") {
+                    anyhow::bail!("codex refused {method}: {error}");
+                }
+                return Ok(message["result"].clone());
+            }
+            forward(&line, &message).await?;
+        }
+        anyhow::bail!("codex exited before it answered {method}")
     }
 }
 
+/// What a request of ours carried, until its answer comes.
+enum Asked {
+    Start,
+    Steer(String),
+}
+
+/// The thread's turns as the launcher follows them.
+struct Turns<'a> {
+    ctx: &'a Context,
+    thread: String,
+    /// The turn running, once Codex said it started.
+    active: Option<String>,
+    /// Turns started so far.
+    count: u64,
+    answer: Option<String>,
+    asked: HashMap<u64, Asked>,
+    /// Messages that came while a start was asked for.
+    waiting: Vec<String>,
+}
+
+impl<'a> Turns<'a> {
+    fn new(ctx: &'a Context, thread: String) -> Turns<'a> {
+        Turns {
+            ctx,
+            thread,
+            active: None,
+            count: 0,
+            answer: None,
+            asked: HashMap::new(),
+            waiting: Vec::new(),
+        }
+    }
+
+    /// No turn runs, none is asked for and no message waits.
+    fn idle(&self) -> bool {
+        self.active.is_none() && self.asked.is_empty() && self.waiting.is_empty()
+    }
+
+    /// `text` joins the running turn, or starts one; while a start is
+    /// asked for, it waits for the turn's id.
+    async fn deliver(&mut self, server: &mut Server, text: String) -> anyhow::Result<()> {
+        if self.asked.values().any(|a| matches!(a, Asked::Start)) {
+            self.waiting.push(text);
+            return Ok(());
+        }
+        let (method, params, asked) = match &self.active {
+            Some(turn) => (
+                "turn/steer",
+                json!({"threadId": self.thread, "expectedTurnId": turn, "input": input(&text)}),
+                Asked::Steer(text),
+            ),
+            None => (
+                "turn/start",
+                json!({"threadId": self.thread, "input": input(&text)}),
+                Asked::Start,
+            ),
+        };
+        let id = server.request(method, params).await?;
+        self.asked.insert(id, asked);
+        Ok(())
+    }
+
+    /// Delivers what waited for a start's answer.
+    async fn deliver_waiting(&mut self, server: &mut Server) -> anyhow::Result<()> {
+        for text in std::mem::take(&mut self.waiting) {
+            self.deliver(server, text).await?;
+        }
+        Ok(())
+    }
+
+    /// One line from Codex: an answer to a request of ours, a request of
+    /// its own, or a notification, which goes out as the session's output.
+    async fn read(&mut self, server: &mut Server, line: &str) -> anyhow::Result<()> {
+        let message: Value = serde_json::from_str(line).unwrap_or_default();
+        let method = message["method"].as_str();
+        match (message.get("id"), method) {
+            (Some(id), Some(method)) => {
+                // Nothing is asked of a client with approvals off: refuse.
+                server
+                    .send(&json!({"id": id, "error": {"code": -32601,
+                        "message": format!("Troupe's launcher does not answer {method}")}}))
+                    .await?;
+            }
+            (Some(id), None) => {
+                let asked = id.as_u64().and_then(|id| self.asked.remove(&id));
+                match (asked, message.get("error")) {
+                    (Some(Asked::Start), None) => {
+                        self.active = message["result"]["turn"]["id"].as_str().map(str::to_owned);
+                        self.deliver_waiting(server).await?;
+                    }
+                    (Some(Asked::Start), Some(error)) => {
+                        eprintln!("troupe-mcp agent: codex refused a message: {error}");
+                        self.deliver_waiting(server).await?;
+                    }
+                    // The turn ended before the steer: the text starts the next.
+                    (Some(Asked::Steer(text)), Some(_)) => self.deliver(server, text).await?,
+                    _ => {}
+                }
+                return Ok(());
+            }
+            (None, Some(method)) => self.notified(method, &message["params"]).await?,
+            (None, None) => {}
+        }
+        forward(line, &message).await
+    }
+
+    async fn notified(&mut self, method: &str, params: &Value) -> anyhow::Result<()> {
+        match method {
+            "turn/started" => {
+                self.active = params["turn"]["id"].as_str().map(str::to_owned);
+                self.count += 1;
+                self.answer = None;
+            }
+            "item/completed" if params["item"]["type"] == "agentMessage" => {
+                self.answer = params["item"]["text"].as_str().map(str::to_owned);
+            }
+            "turn/completed" => {
+                self.active = None;
+                let code = if params["turn"]["status"] == "completed" {
+                    0
+                } else {
+                    1
+                };
+                print_line(&turn_end(
+                    self.ctx,
+                    self.count,
+                    code,
+                    self.answer.take().as_deref(),
+                ))
+                .await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A message as the input of a turn.
+fn input(text: &str) -> Value {
+    json!([{"type": "text", "text": text, "text_elements": []}])
+}
+
+/// Prints a line of Codex's as the session's output, unless it is a delta
+/// of something that comes whole when done, or its rate-limit notice.
+async fn forward(line: &str, message: &Value) -> anyhow::Result<()> {
+    let method = message["method"].as_str().unwrap_or_default();
+    if method.ends_with("/delta") || method.ends_with("Delta") || method.starts_with("account/") {
+        return Ok(());
+    }
+    print_line(line).await?;
+    Ok(())
+}
 #[cfg(test)]
 mod tests {
     use troupe_proto::agent::Runtime;
@@ -161,36 +402,74 @@ mod tests {
         );
     }
 
-    #[test]
-    fn it_follows_the_thread_and_the_last_answer() {
+    #[tokio::test]
+    async fn a_message_joins_the_running_turn_and_starts_the_next() {
         let ctx = context(Runtime::Codex, std::path::Path::new("/h"));
-        let mut codex = Codex::default();
-        let first = codex.turn(&ctx, "task").unwrap();
-        let args: Vec<_> = first.command.as_std().get_args().collect();
-        assert_eq!(args, ["exec", "--json", "--skip-git-repo-check", "-"]);
-        assert_eq!(first.stdin.as_deref(), Some("task"));
-        for line in [
-            r#"{"type":"thread.started","thread_id":"0199-abc"}"#,
-            r#"{"type":"item.completed","item":{"type":"agent_message","text":"first"}}"#,
-            r#"{"type":"item.completed","item":{"type":"reasoning","text":"no"}}"#,
-            r#"{"type":"item.completed","item":{"type":"agent_message","text":"done"}}"#,
-            "not json",
-        ] {
-            codex.observe(line);
-        }
-        assert_eq!(codex.answer(&ctx).as_deref(), Some("done"));
-        let next = codex.turn(&ctx, "more").unwrap();
-        let args: Vec<_> = next.command.as_std().get_args().collect();
-        assert_eq!(
-            args,
-            [
-                "exec",
-                "resume",
-                "0199-abc",
-                "--json",
-                "--skip-git-repo-check",
-                "-"
-            ]
-        );
+        let (mut server, mut sent, _to_us) = server();
+        let mut turns = Turns::new(&ctx, "th".into());
+        turns.deliver(&mut server, "first".into()).await.unwrap();
+        let start = next(&mut sent).await;
+        assert_eq!(start["method"], "turn/start");
+        assert_eq!(start["params"]["input"][0]["text"], "first");
+        // Before the start is answered, a message waits for the turn's id.
+        turns.deliver(&mut server, "second".into()).await.unwrap();
+        assert!(!turns.idle());
+        let started = r#"{"id":1,"result":{"turn":{"id":"t1","status":"inProgress"}}}"#;
+        turns.read(&mut server, started).await.unwrap();
+        let steer = next(&mut sent).await;
+        assert_eq!(steer["method"], "turn/steer");
+        assert_eq!(steer["params"]["expectedTurnId"], "t1");
+        assert_eq!(steer["params"]["input"][0]["text"], "second");
+        // The turn ends before the steer lands: the text starts the next.
+        let ended =
+            r#"{"method":"turn/completed","params":{"turn":{"id":"t1","status":"completed"}}}"#;
+        turns.read(&mut server, ended).await.unwrap();
+        let late = r#"{"id":2,"error":{"code":-32600,"message":"no active turn to steer"}}"#;
+        turns.read(&mut server, late).await.unwrap();
+        let restart = next(&mut sent).await;
+        assert_eq!(restart["method"], "turn/start");
+        assert_eq!(restart["params"]["input"][0]["text"], "second");
+        let again = r#"{"id":3,"result":{"turn":{"id":"t2"}}}"#;
+        turns.read(&mut server, again).await.unwrap();
+        assert!(!turns.idle());
+        let ended =
+            r#"{"method":"turn/completed","params":{"turn":{"id":"t2","status":"failed"}}}"#;
+        turns.read(&mut server, ended).await.unwrap();
+        assert!(turns.idle());
+    }
+
+    #[tokio::test]
+    async fn a_request_of_codexs_is_refused() {
+        let ctx = context(Runtime::Codex, std::path::Path::new("/h"));
+        let (mut server, mut sent, _to_us) = server();
+        let mut turns = Turns::new(&ctx, "th".into());
+        turns
+            .read(
+                &mut server,
+                r#"{"id":0,"method":"item/commandExecution/requestApproval","params":{}}"#,
+            )
+            .await
+            .unwrap();
+        let answer = next(&mut sent).await;
+        assert_eq!(answer["id"], 0);
+        assert_eq!(answer["error"]["code"], -32601);
+    }
+
+    type Sent = tokio::io::Lines<BufReader<tokio::io::DuplexStream>>;
+
+    /// A server whose stdin the test reads, and a sender of its lines.
+    fn server() -> (Server, Sent, mpsc::Sender<String>) {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (tx, rx) = mpsc::channel(8);
+        let server = Server {
+            stdin: Box::new(ours),
+            lines: rx,
+            next_id: 0,
+        };
+        (server, BufReader::new(theirs).lines(), tx)
+    }
+
+    async fn next(sent: &mut Sent) -> Value {
+        serde_json::from_str(&sent.next_line().await.unwrap().unwrap()).unwrap()
     }
 }

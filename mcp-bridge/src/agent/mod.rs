@@ -19,6 +19,7 @@ mod claude_code;
 mod codex;
 pub mod context;
 mod gemini;
+mod inbox;
 mod opencode;
 mod turns;
 
@@ -32,9 +33,9 @@ pub async fn run(runtime: Runtime) -> anyhow::Result<i32> {
     let ctx = Context::from_env(runtime)?;
     match runtime {
         Runtime::ClaudeCode => claude_code::run(&ctx).await,
-        Runtime::Codex => turns::run(&ctx, &mut codex::Codex::default()).await,
+        Runtime::Codex => codex::run(&ctx).await,
         Runtime::GeminiCli => turns::run(&ctx, &mut gemini::Gemini::default()).await,
-        Runtime::OpenCode => turns::run(&ctx, &mut opencode::OpenCode::default()).await,
+        Runtime::OpenCode => opencode::run(&ctx).await,
         Runtime::Aider => turns::run(&ctx, &mut aider::Aider::default()).await,
     }
 }

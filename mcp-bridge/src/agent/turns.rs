@@ -1,7 +1,7 @@
-//! The turn loop of a CLI that takes one message per run (Codex, Gemini
-//! CLI, OpenCode, Aider): each message on Troupe's stdin, in order, becomes
-//! one run of the CLI, its conversation resumed after the first; a message
-//! that comes while a turn runs waits for the next. What the CLI prints goes
+//! The turn loop of a CLI that takes one message per run (Gemini CLI,
+//! Aider): each message on Troupe's stdin, in order, becomes one run of the
+//! CLI, its conversation resumed after the first; messages that come while
+//! a turn runs wait, and the next turn takes them all ([`Inbox::next_turn`]). What the CLI prints goes
 //! out as it comes, as the session's output, and each turn ends with one
 //! line of Troupe's, the same for every CLI ([`turn_end`]: its exit code and
 //! its answer, parsed from the CLI's events). A CLI without Troupe's tools
@@ -14,7 +14,6 @@ use anyhow::Context as _;
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
     process::Command,
-    sync::mpsc,
 };
 use tonic::metadata::AsciiMetadataValue;
 use troupe_proto::{
@@ -22,8 +21,8 @@ use troupe_proto::{
     session::{self as pb, Outcome},
 };
 
-use super::context::Context;
-use crate::{backend::Backend, claude};
+use super::{context::Context, inbox::Inbox};
+use crate::backend::Backend;
 
 /// Longest result the launcher hands over: the session service's default
 /// `--max-result-bytes`.
@@ -51,10 +50,10 @@ pub(super) struct Turn {
 /// Runs turns until Troupe's stdin ends; returns the exit code.
 pub(super) async fn run(ctx: &Context, cli: &mut dyn TurnCli) -> anyhow::Result<i32> {
     cli.prepare(ctx)?;
-    let mut inbox = inbox();
+    let mut inbox = Inbox::stdin();
     let mut code = 0;
     let mut turn = 0u64;
-    while let Some(message) = inbox.recv().await {
+    while let Some(message) = inbox.next_turn().await {
         turn += 1;
         code = one_turn(ctx, cli, &message).await?;
         let answer = cli.answer(ctx);
@@ -80,37 +79,11 @@ pub(super) fn turn_end(ctx: &Context, turn: u64, code: i32, answer: Option<&str>
     .to_string()
 }
 
-async fn print_line(line: &str) -> std::io::Result<()> {
+pub(super) async fn print_line(line: &str) -> std::io::Result<()> {
     let mut stdout = tokio::io::stdout();
     stdout.write_all(line.as_bytes()).await?;
     stdout.write_all(b"\n").await?;
     stdout.flush().await
-}
-
-/// Troupe's messages, each as the text of one turn (its first line saying
-/// who sent it), until stdin ends.
-fn inbox() -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(tokio::io::stdin());
-        let mut raw = Vec::new();
-        loop {
-            raw.clear();
-            match lines.read_until(b'\n', &mut raw).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let text = String::from_utf8_lossy(&raw);
-            let line = text.trim_end_matches(['\n', '\r']);
-            if line.trim().is_empty() {
-                continue;
-            }
-            if tx.send(claude::content(line)).is_err() {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 async fn one_turn(ctx: &Context, cli: &mut dyn TurnCli, message: &str) -> anyhow::Result<i32> {
@@ -203,16 +176,6 @@ async fn finish(ctx: &Context, answer: Option<String>, code: i32) -> anyhow::Res
     Ok(code)
 }
 
-/// Whether a conversation id a CLI printed may go on its next command line:
-/// 1 to 128 letters, digits, `-` and `_`, not starting with `-`.
-pub(super) fn plain_id(id: &str) -> bool {
-    (1..=128).contains(&id.len())
-        && !id.starts_with('-')
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
 /// `text` cut to at most `max` bytes, at a character boundary.
 pub(super) fn bounded(mut text: String, max: usize) -> String {
     if text.len() > max {
@@ -244,20 +207,6 @@ mod tests {
         );
         let none = turn_end(&ctx, 1, 1, None);
         assert!(none.contains("\"answer\":null"), "{none}");
-    }
-
-    #[test]
-    fn only_plain_ids_reach_a_command_line() {
-        for ok in [
-            "0199-abc",
-            "ses_ddd831e15ffeae",
-            "4b0c8f2e-1d2a-4c3b-9e8f-0a1b2c3d4e5f",
-        ] {
-            assert!(plain_id(ok), "{ok}");
-        }
-        for bad in ["", "--last", "a b", "a/b", &"x".repeat(129), "é"] {
-            assert!(!plain_id(bad), "{bad}");
-        }
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub enum Fault {
     /// The whole answer, each event this long after the one before: a slow
     /// provider that never stalls.
     Drip(Duration),
+    /// Not a misbehaviour: the turn's own answer, its stream's events sent
+    /// this long after the request, as from a model slow to begin. On
+    /// every API.
+    Late(Duration),
     /// Not a misbehaviour: the turn's own answer, streamed at this many
     /// bytes per second, as a provider streams at its model's pace.
     /// Anthropic's only.
