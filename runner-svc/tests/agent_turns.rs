@@ -9,6 +9,10 @@
 //!   conversation was resumed, not begun again; two turns end.
 //! - Claude Code takes them as it does every message (stream-json input).
 //!
+//! OpenCode's server, on a loopback port of the container, answers its
+//! launcher alone: another agent of the workspace, sandboxed, that finds
+//! the port and calls it is refused.
+//!
 //! Each message comes with its sender's line, and one that reads as flags
 //! is text to the model, never the CLI's command line. Each turn ends with
 //! Troupe's line holding its answer. Aider, a leaf worker, then finishes
@@ -203,13 +207,20 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
                     (n, code, e["answer"].as_str().unwrap_or_default())
                 })
                 .collect();
-            let two = format!("ANSWER-TWO-{agent}");
+            // The answer to the model's last request: a CLI that takes
+            // messages mid-run may ask again at each (Codex drops an answer
+            // still streaming).
+            let asked = upstream.requests().len();
+            let answer = format!("ANSWER-{}-{agent}", ["ONE", "TWO", "THREE"][asked - 1]);
             assert_eq!(
                 answers.last(),
-                Some(&(last as u64, 0, two.as_str())),
+                Some(&(last as u64, 0, answer.as_str())),
                 "{agent}: {answers:?}"
             );
             assert_eq!(answers.len(), last, "{agent}: {answers:?}");
+        }
+        if *agent == "opencode" {
+            only_its_launcher_drives_opencode(&pair, &ws, &root.session_id).await;
         }
         if *agent == "aider" {
             let got = pair
@@ -221,4 +232,53 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
             pair.terminate(&root.session_id).await;
         }
     }
+}
+
+/// Calls every listening port of the container's loopback as OpenCode's
+/// launcher would (`GET /session`), printing each status line.
+const PROBER: &str = r#"
+for hex in $(awk 'NR > 1 && $4 == "0A" { split($2, at, ":"); print at[2] }' /proc/net/tcp); do
+  port=$(printf %d "0x$hex")
+  status=$(printf 'GET /session HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' |
+    timeout 5 nc 127.0.0.1 "$port" | head -n 1)
+  echo "port $port: $status"
+done
+echo probed
+"#;
+
+/// A sandboxed agent of the workspace finds OpenCode's server (the port
+/// its launcher printed) and calls it without the launcher's password.
+async fn only_its_launcher_drives_opencode(pair: &Pair, ws: &str, opencode: &str) {
+    const SAID: &str = "listening on http://127.0.0.1:";
+    let tail = pair.tail_with(opencode, SAID).await;
+    let port: String = tail
+        .split(SAID)
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    pair.agent(ws, "prober", PROBER);
+    let prober = pair
+        .server
+        .operator()
+        .await
+        .create_root_session(pb::CreateRootSessionRequest {
+            workspace_id: ws.to_owned(),
+            trust_level: pb::TrustLevel::Sandboxed as i32,
+            title: "prober".into(),
+            agent_name: "prober".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a sandboxed root")
+        .into_inner()
+        .session
+        .unwrap();
+    let ended = pair
+        .wait_status(&prober.session_id, pb::SessionStatus::Completed)
+        .await;
+    let probed = ended.result.map(|r| r.output_tail).unwrap_or_default();
+    let answer = format!("port {port}: HTTP/1.1 401");
+    assert!(probed.contains(&answer), "{answer} in {probed}");
 }
