@@ -8,11 +8,14 @@
 //! context), and then runs it:
 //!
 //! - [`claude_code`]: one process, messages written to it as they come;
-//! - [`codex`], [`gemini`], [`opencode`], [`aider`]: one run per message,
-//!   the conversation resumed ([`turns`]); Aider, which has no MCP client,
-//!   finishes its session with its last answer.
+//! - [`codex`] (`app-server`) and [`opencode`] (`serve`): one process, a
+//!   message joining the running turn or starting the next;
+//! - [`gemini`], [`aider`]: one run per turn, the conversation resumed, the
+//!   messages that came during a turn making the next ([`turns`]); Aider,
+//!   which has no MCP client, finishes its session with its last answer.
 //!
-//! What the CLI prints is the session's output, as it comes.
+//! Each reads Troupe's messages through a bounded [`inbox`]. What the CLI
+//! prints is the session's output, as it comes.
 
 mod aider;
 mod claude_code;
