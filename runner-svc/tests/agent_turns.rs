@@ -1,7 +1,8 @@
 //! A message sent to a running agent of each runtime reaches its model in
 //! the same conversation: each of Claude Code, Codex, Gemini CLI, OpenCode
 //! and Aider, run for real from its example file, is given a first task
-//! and then, while its model is still answering, two operator's messages.
+//! and then, while its model is still answering, two operator's messages,
+//! the second of 240 KB.
 //! - Codex and OpenCode take them mid-run: the model's next request holds
 //!   the task and both messages, and one turn ends, with the last answer.
 //! - Gemini CLI and Aider take them as the next turn, both in one: the
@@ -120,10 +121,7 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
                 still.push(at);
                 continue;
             }
-            for message in [
-                format!("--help -p x SECOND-MESSAGE for {agent}"),
-                format!("THIRD-MESSAGE for {agent}"),
-            ] {
+            for message in [format!("--help -p x SECOND-MESSAGE for {agent}"), third(agent)] {
                 operator
                     .send_message(pb::SendMessageRequest {
                         session_id: root.session_id.clone(),
@@ -163,7 +161,7 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
         let mut said = vec![
             "from the operator".to_owned(),
             format!("--help -p x SECOND-MESSAGE for {agent}"),
-            format!("THIRD-MESSAGE for {agent}"),
+            third(agent),
             format!("FIRST-TASK for {agent}"),
         ];
         if !mid_run {
@@ -232,6 +230,14 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
             pair.terminate(&root.session_id).await;
         }
     }
+}
+
+/// The third message: near the size limit of a message, it reaches the
+/// model whole.
+fn third(agent: &str) -> String {
+    let text = format!("THIRD-MESSAGE for {agent} {}END", "lorem ".repeat(40_000));
+    assert!(text.len() > 240_000 && text.len() < 256 << 10);
+    text
 }
 
 /// Calls every listening port of the container's loopback as OpenCode's

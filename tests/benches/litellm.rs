@@ -3,9 +3,10 @@
 //! for each API both speak (Anthropic Messages, OpenAI Chat Completions and
 //! Responses, Gemini):
 //!
-//! - time to first token of a streamed call: directly, through Troupe and
-//!   through LiteLLM, interleaved call by call, so all three meet the same
-//!   moments of the machine;
+//! - time to first token of a streamed call through each proxy, interleaved
+//!   call by call with direct calls, which are its baseline; each proxy in
+//!   a phase of its own, so one's background work (LiteLLM's Python after
+//!   each call) does not land in the other's figures;
 //! - calls per second with 32 callers at once (not streamed), and CPU per
 //!   call: the whole run's (this process, which holds the callers, the
 //!   upstream and Troupe's service, plus LiteLLM's processes), and the
@@ -43,7 +44,7 @@ use troupe_tests::{
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const TTFT_CALLS: usize = 300;
+const TTFT_CALLS: usize = 1_000;
 const WARM_UP: usize = 30;
 const CALLERS: usize = 32;
 const LOAD: Duration = Duration::from_secs(10);
@@ -230,7 +231,7 @@ async fn main() {
     ];
 
     println!(
-        "| time to first token, ms | direct p50 / p99 | Troupe p50 / p99 (added) | LiteLLM p50 / p99 (added) |"
+        "| time to first token, ms | direct p50 / p99 (Troupe's phase) | Troupe p50 / p99 (added) | LiteLLM p50 / p99 (added) |"
     );
     println!("|---|---|---|---|");
     for api in Api::ALL {
@@ -264,42 +265,50 @@ async fn main() {
     drop(litellm);
 }
 
-/// Time to first token of `api` to each target, interleaved.
+/// Time to first token of `api`: each proxy's calls interleaved call by
+/// call with direct ones, in a phase of its own (so neither proxy's
+/// background work lands in the other's figures); the direct calls of each
+/// phase are its baseline.
 async fn first_token(http: &Http, upstream: &Upstream, api: Api, targets: &[Target]) {
-    for _ in 0..(TTFT_CALLS + WARM_UP) * targets.len() {
-        upstream.push(Turn::text("first token"));
-    }
-    let mut times = vec![Vec::new(); targets.len()];
-    for i in 0..TTFT_CALLS + WARM_UP {
-        for (t, target) in targets.iter().enumerate() {
-            let url = format!("{}{}", target.url, api.path());
-            let first = call(http, api, &url, &target.key, true).await.first;
-            if i >= WARM_UP {
-                times[t].push(first);
+    let ms = |t: Duration| t.as_secs_f64() * 1e3;
+    let mut cells = Vec::new();
+    let mut direct = (0.0, 0.0);
+    for proxy in &targets[1..] {
+        let pair = [&targets[0], proxy];
+        for _ in 0..(TTFT_CALLS + WARM_UP) * pair.len() {
+            upstream.push(Turn::text("first token"));
+        }
+        let mut times = [Vec::new(), Vec::new()];
+        for i in 0..TTFT_CALLS + WARM_UP {
+            for (t, target) in pair.iter().enumerate() {
+                let url = format!("{}{}", target.url, api.path());
+                let first = call(http, api, &url, &target.key, true).await.first;
+                if i >= WARM_UP {
+                    times[t].push(first);
+                }
             }
         }
-    }
-    let ms = |t: Duration| t.as_secs_f64() * 1e3;
-    let stats: Vec<(f64, f64)> = times
-        .iter_mut()
-        .map(|t| {
+        let [base, through] = times.map(|mut t| {
             t.sort();
-            (ms(percentile(t, 50.0)), ms(percentile(t, 99.0)))
-        })
-        .collect();
-    let (d50, d99) = stats[0];
-    let cell = |(p50, p99): (f64, f64)| {
-        format!(
-            "{p50:.2} / {p99:.2} (+{:.2} / +{:.2})",
-            p50 - d50,
-            p99 - d99
-        )
-    };
+            (ms(percentile(&t, 50.0)), ms(percentile(&t, 99.0)))
+        });
+        if cells.is_empty() {
+            direct = base;
+        }
+        cells.push(format!(
+            "{:.2} / {:.2} (+{:.2} / +{:.2})",
+            through.0,
+            through.1,
+            through.0 - base.0,
+            through.1 - base.1
+        ));
+    }
     println!(
-        "| {} | {d50:.2} / {d99:.2} | {} | {} |",
+        "| {} | {:.2} / {:.2} | {} |",
         api.name(),
-        cell(stats[1]),
-        cell(stats[2])
+        direct.0,
+        direct.1,
+        cells.join(" | ")
     );
 }
 
