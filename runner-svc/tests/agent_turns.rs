@@ -3,8 +3,9 @@
 //! and Aider, run for real from its example file, is given a first task
 //! and then, while its model is still answering, two operator's messages,
 //! the second of 240 KB.
-//! - Codex and OpenCode take them mid-run: the model's next request holds
-//!   the task and both messages, and one turn ends, with the last answer.
+//! - Codex and OpenCode take them mid-run: the first turn goes on past its
+//!   first answer, the model asked again with the task and the messages
+//!   (the larger may come after that turn's end and start the next).
 //! - Gemini CLI and Aider take them as the next turn, both in one: the
 //!   model's next request holds both and the first answer, so the
 //!   conversation was resumed, not begun again; two turns end.
@@ -26,7 +27,8 @@ use common::{
     pair::{Pair, require_agent_tools},
     *,
 };
-use troupe_proto::session as pb;
+use tokio_stream::StreamExt;
+use troupe_proto::session::{self as pb, session_event::Detail};
 use troupe_tests::upstream::{Fault, Turn, Upstream};
 
 const AGENTS: [&str; 5] = ["claude", "codex", "gemini", "opencode", "aider"];
@@ -121,7 +123,10 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
                 still.push(at);
                 continue;
             }
-            for message in [format!("--help -p x SECOND-MESSAGE for {agent}"), third(agent)] {
+            for message in [
+                format!("--help -p x SECOND-MESSAGE for {agent}"),
+                third(agent),
+            ] {
                 operator
                     .send_message(pb::SendMessageRequest {
                         session_id: root.session_id.clone(),
@@ -171,51 +176,39 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
             assert!(second.contains(&said), "{agent}: {said} in {second}");
         }
         // Each turn ends with Troupe's line, its answer parsed from the
-        // CLI's own output: one turn for a CLI that took the messages
-        // mid-run, two for one that took them as the next.
+        // CLI's own output, once the model's last request is answered.
         if *agent != "claude" {
-            let last = if mid_run { 1 } else { 2 };
             let deadline = tokio::time::Instant::now() + MINUTE;
-            let ends = loop {
-                let tail = pair
-                    .get(&root.session_id)
-                    .await
-                    .result
-                    .map(|r| r.output_tail)
-                    .unwrap_or_default();
-                let ends: Vec<serde_json::Value> = tail
-                    .lines()
-                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                    .filter(|l| l["type"] == "troupe.turn_end")
-                    .collect();
-                if ends.len() >= last {
-                    break ends;
+            let answers = loop {
+                let answers = turn_ends(&pair, &root.session_id).await;
+                // Codex drops an answer still streaming when a message
+                // joins its turn, and asks again.
+                let asked = upstream.requests().len();
+                let last = format!("ANSWER-{}-{agent}", WORDS[asked - 1]);
+                if answers.last().is_some_and(|(_, _, a)| *a == last) {
+                    break answers;
                 }
                 assert!(
                     tokio::time::Instant::now() < deadline,
-                    "{agent}'s output has not ended {last} turns: {tail}"
+                    "{agent}'s last turn never ended with {last}: {answers:?}"
                 );
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             };
-            let answers: Vec<(u64, i64, &str)> = ends
-                .iter()
-                .map(|e| {
-                    let n = e["turn"].as_u64().unwrap_or_default();
-                    let code = e["exit_code"].as_i64().unwrap_or(-1);
-                    (n, code, e["answer"].as_str().unwrap_or_default())
-                })
-                .collect();
-            // The answer to the model's last request: a CLI that takes
-            // messages mid-run may ask again at each (Codex drops an answer
-            // still streaming).
-            let asked = upstream.requests().len();
-            let answer = format!("ANSWER-{}-{agent}", ["ONE", "TWO", "THREE"][asked - 1]);
-            assert_eq!(
-                answers.last(),
-                Some(&(last as u64, 0, answer.as_str())),
-                "{agent}: {answers:?}"
-            );
-            assert_eq!(answers.len(), last, "{agent}: {answers:?}");
+            for (at, (turn, code, _)) in answers.iter().enumerate() {
+                assert_eq!((*turn, *code), (at as u64 + 1, 0), "{agent}: {answers:?}");
+            }
+            let first = format!("ANSWER-ONE-{agent}");
+            if mid_run {
+                // The messages joined the running turn: its model was asked
+                // again within it. The larger one may come after its end,
+                // and start the next.
+                assert_ne!(answers[0].2, first, "{agent}: {answers:?}");
+                assert!(answers.len() <= 2, "{agent}: {answers:?}");
+            } else {
+                let two = format!("ANSWER-TWO-{agent}");
+                let got: Vec<&str> = answers.iter().map(|(_, _, a)| a.as_str()).collect();
+                assert_eq!(got, [first.as_str(), two.as_str()], "{agent}");
+            }
         }
         if *agent == "opencode" {
             only_its_launcher_drives_opencode(&pair, &ws, &root.session_id).await;
@@ -230,6 +223,42 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
             pair.terminate(&root.session_id).await;
         }
     }
+}
+
+/// The scripted answers' words, in order.
+const WORDS: [&str; 3] = ["ONE", "TWO", "THREE"];
+
+/// The session's whole output as the operator watches it, from its first
+/// event until none comes for a moment.
+async fn output_of(pair: &Pair, id: &str) -> String {
+    let mut events = pair.watch(id).await;
+    let mut output = Vec::new();
+    let quiet = std::time::Duration::from_millis(300);
+    while let Ok(Some(Ok(event))) = tokio::time::timeout(quiet, events.next()).await {
+        if let Some(Detail::Output(out)) = event.detail {
+            output.extend(out.data);
+        }
+    }
+    String::from_utf8_lossy(&output).into_owned()
+}
+
+/// The end of each turn in the session's output: turn, exit code, answer.
+async fn turn_ends(pair: &Pair, id: &str) -> Vec<(u64, i64, String)> {
+    output_of(pair, id)
+        .await
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["type"] == "troupe.turn_end")
+        .map(|e| {
+            let turn = e["turn"].as_u64().unwrap_or_default();
+            let code = e["exit_code"].as_i64().unwrap_or(-1);
+            (
+                turn,
+                code,
+                e["answer"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// The third message: near the size limit of a message, it reaches the
@@ -256,11 +285,11 @@ echo probed
 /// its launcher printed) and calls it without the launcher's password.
 async fn only_its_launcher_drives_opencode(pair: &Pair, ws: &str, opencode: &str) {
     const SAID: &str = "listening on http://127.0.0.1:";
-    let tail = pair.tail_with(opencode, SAID).await;
-    let port: String = tail
+    let output = output_of(pair, opencode).await;
+    let port: String = output
         .split(SAID)
         .nth(1)
-        .unwrap()
+        .unwrap_or_else(|| panic!("OpenCode's launcher never said where it listens: {output}"))
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();
