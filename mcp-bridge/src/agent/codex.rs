@@ -20,7 +20,7 @@ use std::{collections::HashMap, process::Stdio};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader},
+    io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader},
     process::Command,
     sync::mpsc,
 };
@@ -144,17 +144,30 @@ pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
     Ok(exit_code(status))
 }
 
+/// Most bytes of one line of Codex's; a longer one (a tool's output of
+/// gigabytes, say) is skipped.
+const MAX_LINE: usize = 16 << 20;
+
 /// Codex's stdout, a line at a time, read by a task of its own.
-fn lines(stdout: tokio::process::ChildStdout) -> mpsc::Receiver<String> {
+fn lines(stdout: impl AsyncRead + Unpin + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         let mut out = BufReader::new(stdout);
         let mut raw = Vec::new();
+        let mut skipping = false;
         loop {
             raw.clear();
-            match out.read_until(b'\n', &mut raw).await {
+            match (&mut out)
+                .take(MAX_LINE as u64)
+                .read_until(b'\n', &mut raw)
+                .await
+            {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
+            }
+            let whole = raw.ends_with(b"\n");
+            if std::mem::replace(&mut skipping, !whole) || !whole {
+                continue;
             }
             let line = String::from_utf8_lossy(&raw);
             if tx
@@ -453,6 +466,21 @@ mod tests {
         let answer = next(&mut sent).await;
         assert_eq!(answer["id"], 0);
         assert_eq!(answer["error"]["code"], -32601);
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_bound_is_skipped() {
+        let (mut codex, stdout) = tokio::io::duplex(1 << 16);
+        let mut read = lines(stdout);
+        tokio::spawn(async move {
+            let long = vec![b'x'; MAX_LINE + 10];
+            codex.write_all(b"first\n").await.unwrap();
+            codex.write_all(&long).await.unwrap();
+            codex.write_all(b"\nnext\n").await.unwrap();
+        });
+        assert_eq!(read.recv().await.as_deref(), Some("first"));
+        assert_eq!(read.recv().await.as_deref(), Some("next"));
+        assert_eq!(read.recv().await, None);
     }
 
     type Sent = tokio::io::Lines<BufReader<tokio::io::DuplexStream>>;

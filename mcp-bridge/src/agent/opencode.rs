@@ -82,8 +82,8 @@ pub(super) fn config(ctx: &Context) -> Value {
     })
 }
 
-/// Runs OpenCode until Troupe's stdin ends and its last turn is over, or
-/// until its server stops; returns the exit code.
+/// Runs OpenCode until Troupe's stdin ends and its last turn is over (exit
+/// code 0), or until its server stops (1).
 pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
     write_private(&ctx.file("prompt.md"), &ctx.system_prompt())?;
     let password = uuid::Uuid::new_v4().simple().to_string();
@@ -123,7 +123,7 @@ pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
     let mut turns = Turns::new(ctx, session);
     let mut inbox = Inbox::stdin();
     let mut open = true;
-    loop {
+    let stopped = loop {
         tokio::select! {
             message = inbox.recv(), if open => match message {
                 Some(text) => turns.prompt(&api, text).await?,
@@ -131,18 +131,22 @@ pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
             },
             event = events.recv() => match event {
                 Some(event) => turns.read(&api, event).await?,
-                None => break,
+                None => break true,
             },
         }
         if !open && !turns.busy {
-            break;
+            break false;
         }
+    };
+    if stopped {
+        eprintln!("troupe-mcp agent: opencode's server stopped");
+    } else {
+        // Ends what its tools started (they outlive its server).
+        let _ = api.call(Method::POST, "/global/dispose", None).await;
     }
-    // Ends what its tools started (they outlive its server), then it.
-    let _ = api.call(Method::POST, "/global/dispose", None).await;
     child.start_kill().ok();
     child.wait().await.context("the wait for opencode failed")?;
-    Ok(0)
+    Ok(i32::from(stopped))
 }
 
 /// Reads the server's stdout until it says where it listens, then passes
