@@ -294,22 +294,7 @@ async fn only_its_launcher_drives_opencode(pair: &Pair, ws: &str, opencode: &str
         .take_while(char::is_ascii_digit)
         .collect();
     pair.agent(ws, "prober", PROBER);
-    let prober = pair
-        .server
-        .operator()
-        .await
-        .create_root_session(pb::CreateRootSessionRequest {
-            workspace_id: ws.to_owned(),
-            trust_level: pb::TrustLevel::Sandboxed as i32,
-            title: "prober".into(),
-            agent_name: "prober".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("a sandboxed root")
-        .into_inner()
-        .session
-        .unwrap();
+    let prober = pair.sandboxed_root(ws, "prober").await;
     let ended = pair
         .wait_status(&prober.session_id, pb::SessionStatus::Completed)
         .await;

@@ -10,7 +10,6 @@ mod common;
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
 use common::pair::*;
-use troupe_proto::session::{CreateRootSessionRequest, TrustLevel};
 
 /// Tries to write each of the places a direct agent would run something
 /// from (`WROTE <path>` or `DENIED <path>`), then its own area.
@@ -74,22 +73,7 @@ async fn a_sandboxed_agent_plants_nothing_a_direct_agent_runs() {
     pair.agent(&ws, "planter", PLANTER);
     pair.agent(&ws, "committer", COMMITTER);
 
-    let planter = pair
-        .server
-        .operator()
-        .await
-        .create_root_session(CreateRootSessionRequest {
-            workspace_id: ws.clone(),
-            trust_level: TrustLevel::Sandboxed as i32,
-            title: "planter".into(),
-            agent_name: "planter".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("a sandboxed root")
-        .into_inner()
-        .session
-        .unwrap();
+    let planter = pair.sandboxed_root(&ws, "planter").await;
     assert_eq!(
         planter.writable_paths,
         [troupe_proto::scope::SANDBOXED_AREA]

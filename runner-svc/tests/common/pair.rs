@@ -108,6 +108,25 @@ impl Pair {
         super::direct_root(&mut self.server.operator().await, ws, agent, message).await
     }
 
+    /// A sandboxed root of `ws` running `agent`, titled with its name.
+    pub async fn sandboxed_root(&self, ws: &str, agent: &str) -> pb::Session {
+        self.server
+            .operator()
+            .await
+            .create_root_session(pb::CreateRootSessionRequest {
+                workspace_id: ws.to_owned(),
+                trust_level: pb::TrustLevel::Sandboxed as i32,
+                title: agent.into(),
+                agent_name: agent.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("a sandboxed root")
+            .into_inner()
+            .session
+            .expect("the session")
+    }
+
     /// As [`Pair::root`], once its agent runs.
     pub async fn running_root(&self, ws: &str, agent: &str, message: &str) -> pb::Session {
         let root = self.root(ws, agent, message).await;
