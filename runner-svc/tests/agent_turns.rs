@@ -8,7 +8,7 @@
 //! holding the answer. Aider, a leaf worker, then finishes with its last
 //! answer as its result.
 
-mod common;
+use crate::common;
 
 use common::{
     clis,
