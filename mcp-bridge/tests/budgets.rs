@@ -4,7 +4,7 @@
 //! session service, its refusal surfaced; an amount that is not one is
 //! refused by the bridge, naming the argument, and nothing is created.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -4,7 +4,7 @@
 //! start saying so; `--allowed-host` adds a `Host` name the HTTP endpoint
 //! answers, and any other name is still refused.
 
-mod common;
+use crate::common;
 
 use std::{process::Stdio, time::Duration};
 

@@ -3,7 +3,7 @@
 //! from an endpoint it cannot reach to the next, any answer is final, and
 //! creates and sends carry request ids of their own.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

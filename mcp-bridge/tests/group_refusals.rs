@@ -3,7 +3,7 @@
 //! that the caller is not in), a name that is no name; and a post whose
 //! member has ended, which reaches the others and says so.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

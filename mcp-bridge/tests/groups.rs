@@ -4,7 +4,7 @@
 //! sender may message, once (a group post only those that may message the
 //! poster back); the sandboxed member never learns of the direct ones.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

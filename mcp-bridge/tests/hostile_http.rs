@@ -3,7 +3,7 @@
 //! once, unread; the stalled heads are cut after the header timeout; and
 //! then a whole request is answered.
 
-mod common;
+use crate::common;
 
 use std::{net::SocketAddr, time::Duration};
 

@@ -4,7 +4,7 @@
 //! arrives as a tool error naming its reason and what to do, and nothing is
 //! stored; a broadcast leaves a full inbox out and says so.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -5,7 +5,7 @@
 //! retries polls until the service is back, and still sees the end it waits
 //! for, or times out with the last view it had.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! talks to its parent and hands it its result, naming no session; the
 //! parent's `wait_for_session` and `get_session` show the result.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

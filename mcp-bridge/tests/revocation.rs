@@ -4,7 +4,7 @@
 //! stdio as over the shared HTTP endpoint; a call with an expired token is
 //! refused saying who can issue another. Driven by the real MCP client.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

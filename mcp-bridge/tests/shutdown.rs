@@ -3,7 +3,7 @@
 //! time even with a client stalled halfway through sending a request, and a
 //! stdio bridge exits at once, its client still attached. Both exit cleanly.
 
-mod common;
+use crate::common;
 
 use std::{
     process::Stdio,

@@ -6,7 +6,7 @@
 //! real `troupe-mcp`, every read under a deadline, so a silent bridge fails
 //! the test instead of hanging it.
 
-mod common;
+use crate::common;
 
 use std::{process::Stdio, time::Duration};
 

@@ -3,7 +3,7 @@
 //! failure as its parent reads it, a child told when its parent ends, a broadcast to a subtree, a list with ended sessions, and a list
 //! longer than one page of the service's.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -42,7 +42,7 @@ async fn call(
 #[test]
 fn each_tool_call_is_a_span_under_the_agent_and_over_the_service() {
     exporting_test(
-        "each_tool_call_is_a_span_under_the_agent_and_over_the_service",
+        "traces::each_tool_call_is_a_span_under_the_agent_and_over_the_service",
         |receiver| async move {
             let telemetry = troupe_telemetry::init("troupe-session", "warn", None).unwrap();
             let server = TestServer::start().await;

@@ -5,7 +5,7 @@
 //! act on, and nothing was created or ended. The limits are a table, run
 //! through one helper, each case on a server of its own.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -4,7 +4,7 @@
 //! (SCOPE_ESCALATION, with what to do); a malformed path is refused by the
 //! bridge, naming the argument; nothing else is created.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -253,7 +253,7 @@ fn install_file(from: &Path, to: &Path) -> anyhow::Result<()> {
     }
     // A new file renamed into place: a running container keeps the old
     // inode. Named for this process, as other processes may install the
-    // same tools at once (each test binary does).
+    // same tools at once (the tests and benches do, from several processes).
     let tmp = to.with_extension(format!("new.{}", std::process::id()));
     std::fs::copy(from, &tmp)
         .with_context(|| format!("cannot copy {} to {}", from.display(), tmp.display()))?;

@@ -10,7 +10,7 @@
 //! reported, to the token, its cost the price table's, and the tree's total
 //! their sum. One tree budget stops the team exactly at it.
 
-mod common;
+use crate::common;
 
 use common::{
     clis,

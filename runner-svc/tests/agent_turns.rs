@@ -20,7 +20,7 @@
 //! Troupe's line holding its answer. Aider, a leaf worker, then finishes
 //! with its last answer as its result.
 
-mod common;
+use crate::common;
 
 use common::{
     clis,

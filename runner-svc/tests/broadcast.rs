@@ -4,7 +4,7 @@
 //! reaches exactly the sessions its sender may message, once; a group post
 //! only the members that may message the poster back.
 
-mod common;
+use crate::common;
 
 use common::pair::*;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! the id reserved with no exec, so that the next owner's start is told it
 //! exists and its watch that it does not, and the session is failed as lost.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! prints the gateway's error and is charged nothing. Never a reservation
 //! left, never the provider's key in what the agent sees.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

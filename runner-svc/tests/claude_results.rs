@@ -5,7 +5,7 @@
 //! callback notice, each read from its JSON), nobody is terminated, each worker ends `completed`
 //! with its result, and no worker's model ever sees its direct parent's id.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! upstream with the provider's key and meters it on the caller's session
 //! and its tree, from the usage the upstream reported.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

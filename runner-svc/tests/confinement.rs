@@ -3,7 +3,7 @@
 //! area), and nothing else; and containers made otherwise (by an older
 //! runner, or other flags) are made again once nothing runs in them.
 
-mod common;
+use crate::common;
 
 use std::{collections::BTreeSet, time::Duration};
 

@@ -2,7 +2,7 @@
 //! clear message, never `INTERNAL`, on every method: the runner's own and
 //! those of gRPC health and server reflection (v1 and v1alpha).
 
-mod common;
+use crate::common;
 
 use common::{TOKEN, TestRunner};
 use tonic::Code;

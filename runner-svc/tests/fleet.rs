@@ -7,7 +7,7 @@
 //! workspace runs on the other runner, and what the killed runner still
 //! runs is stopped once it registers again.
 
-mod common;
+use crate::common;
 
 use std::{
     path::PathBuf,

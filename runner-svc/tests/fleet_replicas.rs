@@ -8,7 +8,7 @@
 //! replica, so no session is lost, and the other replica, now the owner,
 //! places and starts new sessions.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

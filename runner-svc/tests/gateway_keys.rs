@@ -6,7 +6,7 @@
 //! from inside without a token, or with one that is no session's, is
 //! refused: the model port is no credential.
 
-mod common;
+use crate::common;
 
 use common::{claude, pair::Pair, *};
 use troupe_proto::session::{self as pb, TrustLevel};

@@ -1,7 +1,7 @@
 //! Agents that attack their own supervisor, log and FIFOs: whatever they
 //! do, the runner still ends them, reports truthfully and stays responsive.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

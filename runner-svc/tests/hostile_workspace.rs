@@ -5,7 +5,7 @@
 //! writable by its agents however it came to exist (here, made by the
 //! operator before any agent ran, as root's, mode 0755).
 
-mod common;
+use crate::common;
 
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 

@@ -2,7 +2,7 @@
 //! measured as the blocks the logs take on disk, and what watchers are told
 //! of what was dropped.
 
-mod common;
+use crate::common;
 
 use std::{
     os::unix::fs::MetadataExt,

@@ -6,7 +6,7 @@
 //! definition's `env` reach the agent, and the real Claude Code CLI, in the
 //! `troupe-claude` image, talks to the scripted upstream through the port.
 
-mod common;
+use crate::common;
 
 use std::{collections::HashMap, os::unix::fs::PermissionsExt, path::Path, time::Duration};
 

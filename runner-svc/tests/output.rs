@@ -3,7 +3,7 @@
 //! CALLBACK notice), and output past the session service's budget is
 //! dropped with the gap marked for watchers, never silently.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! `notify` children run on as orphans, with their own children; each
 //! `notify` child reads the `parent_ended` line on its stdin, from Troupe.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

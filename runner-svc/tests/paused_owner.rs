@@ -11,7 +11,7 @@
 //! (the database's clock) and, for a process row, its runner sequence
 //! before and after.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

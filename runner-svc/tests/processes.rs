@@ -2,7 +2,7 @@
 //! limits never keep another agent from starting within the container's
 //! room, and a start refused, or failed, for want of processes says so.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! ended, and made after a restart; children that ended before they started
 //! are reported to their parent.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! from GetSession; the child's process is stopped after the grace, and its
 //! exit then sends no second notice.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

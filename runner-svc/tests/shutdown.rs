@@ -4,7 +4,7 @@
 //! the drain time even while a client holds a call open, and the agents
 //! keep running.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! an exec's stdin once, whether repeated by a later write, by concurrent
 //! writers, or after the runner restarted; malformed frames are refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

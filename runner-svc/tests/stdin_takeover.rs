@@ -8,7 +8,7 @@
 //! reached stdin, writes nothing twice. And a start told its exec exists
 //! (started earlier, with fewer messages) loses none of the rest.
 
-mod common;
+use crate::common;
 
 use common::{
     MINUTE, TestRunner, direct_root, list_execs,

@@ -9,7 +9,7 @@
 //! again in the new term, as a follower from an older cursor would, is
 //! staged by the test, and each runner sequence is still applied once.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

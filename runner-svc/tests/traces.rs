@@ -9,7 +9,7 @@
 //! Export is configured through the standard variables, read once per
 //! process, so the test runs its body in a child process of its own.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ const START_EXEC: &str = "/troupe.runner.v1.RunnerService/StartExec";
 fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
     require_agent_tools();
     exporting_test(
-        "a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree",
+        "traces::a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree",
         |receiver| async move {
             let any_port = "127.0.0.1:0".parse().ok();
             let telemetry = troupe_telemetry::init("troupe-traces-test", "warn", any_port).unwrap();
@@ -163,7 +163,7 @@ fn a_team_built_through_the_bridge_is_one_trace_shaped_like_the_tree() {
 #[test]
 fn a_failed_session_is_an_error_in_its_trace() {
     exporting_test(
-        "a_failed_session_is_an_error_in_its_trace",
+        "traces::a_failed_session_is_an_error_in_its_trace",
         |receiver| async move {
             let telemetry = troupe_telemetry::init("troupe-traces-test", "warn", None).unwrap();
             let pair = Pair::start().await;

@@ -4,7 +4,7 @@
 //! the workspace, as before. A scope the supervisor cannot apply as asked
 //! refuses the start.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tonic::Code;

@@ -8,8 +8,7 @@
 //! tools, and a wait across a restart; `http`: the shared endpoint, each
 //! request as its own token's session.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 mod http;
 mod schema;

@@ -7,8 +7,6 @@
 //! through `main`, as it does in production, and a coverage run gets its
 //! profile (a killed process writes none).
 
-#![allow(dead_code)]
-
 use std::{
     process::{ExitStatus, Stdio},
     time::{Duration, Instant},

@@ -4,8 +4,7 @@
 //! execution modes, and trust between agents in the container. Restarts and
 //! outages of either side are in `restarts.rs`.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// The image holding the agent CLIs and the CLIs it holds (`codex`,
 /// `gemini-cli`, ...); `None` when no registry could be reached. Built once
-/// per test binary: its tests wait for the one build.
+/// per process: the tests of the agent CLIs wait for the one build.
 pub fn agents_image() -> Option<(String, Vec<String>)> {
     static IMAGE: std::sync::OnceLock<Option<(String, Vec<String>)>> = std::sync::OnceLock::new();
     IMAGE.get_or_init(build).clone()

@@ -13,7 +13,7 @@ pub mod private_engine;
 pub mod replicas;
 pub mod runners;
 
-// Each test binary uses some of these, or none.
+// The benches, which mount this file too, use some of these, or none.
 #[allow(unused_imports)]
 pub use execs::*;
 
@@ -275,15 +275,17 @@ pub fn remove_containers(names: Vec<String>) {
 /// A range of 10,000 uids no other runner of these tests uses, even in
 /// other test processes at the same time: `RLIMIT_NPROC` counts a uid's
 /// processes on the whole host, so runners sharing uids would share their
-/// execs' process limits.
+/// execs' process limits. A process has 1,024 ranges, taken in turn: the
+/// one test binary starts about a hundred runners, past the 64 a process
+/// had when each file was a binary. The highest uid stays below 2^31.
 pub fn private_uid_base() -> u32 {
     static N: AtomicU32 = AtomicU32::new(0);
-    let slot = (std::process::id() % 3000) * 64 + N.fetch_add(1, Ordering::SeqCst) % 64;
+    let slot = (std::process::id() % 200) * 1024 + N.fetch_add(1, Ordering::SeqCst) % 1024;
     10_000_000 + slot * 10_000
 }
 
-/// The tools directory every runner of this test binary mounts: the
-/// supervisor and the agent tools, installed once.
+/// The tools directory every runner of this process mounts: the supervisor
+/// and the agent tools, installed once.
 pub fn tools() -> &'static Path {
     static TOOLS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     TOOLS.get_or_init(|| {

@@ -9,8 +9,7 @@
 //! a screenshot (`troupe_tests::browser`). And, in a process that exports
 //! spans (so that sessions have trace ids), a session's trace link.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod http;
 
 use anyhow::ensure;

@@ -12,7 +12,7 @@ const TRACE_URL: &str = "http://127.0.0.1:16686/trace/{trace_id}";
 fn a_session_links_its_trace_in_a_real_browser() {
     require_agent_tools();
     exporting_test(
-        "trace::a_session_links_its_trace_in_a_real_browser",
+        "console::trace::a_session_links_its_trace_in_a_real_browser",
         |_receiver| async move {
             let _telemetry = troupe_telemetry::init("troupe-console-test", "warn", None).unwrap();
             let console = free_addr();

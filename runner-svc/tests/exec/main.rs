@@ -2,8 +2,7 @@
 //! stdin, timeout, termination, the container going away, limits, the
 //! isolation of sessions, restarts, and the requests it refuses.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,8 +3,7 @@
 //! and answering nothing), and starts that cannot be made before their
 //! deadline.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

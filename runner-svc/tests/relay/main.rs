@@ -3,8 +3,7 @@
 //! the runner's own socket, which passes their bytes on unchanged. A real
 //! session service, a real runner, the real engine and the real bridge.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::{path::Path, time::Duration};
 
