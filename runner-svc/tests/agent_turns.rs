@@ -98,12 +98,14 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
     let ws = pair.runner.workspace("turns");
     let mut operator = pair.server.operator().await;
     let mut roots = Vec::new();
+    let mut printed = Vec::new();
     for (agent, model) in agents.iter().zip(&models) {
         pair.server
             .write_agent_text(Some(&ws), agent, &clis::example(agent, model));
         let root = pair
             .root(&ws, agent, &format!("FIRST-TASK for {agent}"))
             .await;
+        printed.push(Printed::follow(&pair, &root.session_id).await);
         roots.push(root);
     }
     // Each agent's messages go once its model has its task, while it is
@@ -146,7 +148,9 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 
-    for ((agent, upstream), root) in agents.iter().zip(&upstreams).zip(&roots) {
+    for (((agent, upstream), root), printed) in
+        agents.iter().zip(&upstreams).zip(&roots).zip(&printed)
+    {
         let mid_run = MID_RUN.contains(agent);
         let deadline = tokio::time::Instant::now() + 3 * MINUTE;
         let second = loop {
@@ -178,9 +182,9 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
         // Each turn ends with Troupe's line, its answer parsed from the
         // CLI's own output, once the model's last request is answered.
         if *agent != "claude" {
-            let deadline = tokio::time::Instant::now() + MINUTE;
+            let deadline = tokio::time::Instant::now() + 3 * MINUTE;
             let answers = loop {
-                let answers = turn_ends(&pair, &root.session_id).await;
+                let answers = turn_ends(&printed.text());
                 // Codex drops an answer still streaming when a message
                 // joins its turn, and asks again.
                 let asked = upstream.requests().len();
@@ -190,7 +194,14 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
                 }
                 assert!(
                     tokio::time::Instant::now() < deadline,
-                    "{agent}'s last turn never ended with {last}: {answers:?}"
+                    "{agent}'s last turn never ended with {last}: {answers:?}; its model's requests \
+                     (bytes): {:?}; its output's tail: {}",
+                    upstream
+                        .requests()
+                        .iter()
+                        .map(|r| (&r.uri, r.bytes))
+                        .collect::<Vec<_>>(),
+                    tail(&printed.text()),
                 );
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             };
@@ -211,7 +222,7 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
             }
         }
         if *agent == "opencode" {
-            only_its_launcher_drives_opencode(&pair, &ws, &root.session_id).await;
+            only_its_launcher_drives_opencode(&pair, &ws, printed).await;
         }
         if *agent == "aider" {
             let got = pair
@@ -228,24 +239,43 @@ async fn a_message_reaches_each_runtimes_model_as_a_new_turn() {
 /// The scripted answers' words, in order.
 const WORDS: [&str; 3] = ["ONE", "TWO", "THREE"];
 
-/// The session's whole output as the operator watches it, from its first
-/// event until none comes for a moment.
-async fn output_of(pair: &Pair, id: &str) -> String {
-    let mut events = pair.watch(id).await;
-    let mut output = Vec::new();
-    let quiet = std::time::Duration::from_millis(300);
-    while let Ok(Some(Ok(event))) = tokio::time::timeout(quiet, events.next()).await {
-        if let Some(Detail::Output(out)) = event.detail {
-            output.extend(out.data);
-        }
+/// Everything a session prints, as the operator watches it from its first
+/// event, gathered as it comes.
+#[derive(Clone, Default)]
+struct Printed(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Printed {
+    async fn follow(pair: &Pair, id: &str) -> Printed {
+        let printed = Printed::default();
+        let mut events = pair.watch(id).await;
+        let sink = printed.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(event)) = events.next().await {
+                if let Some(Detail::Output(out)) = event.detail {
+                    sink.0.lock().unwrap().extend(out.data);
+                }
+            }
+        });
+        printed
     }
-    String::from_utf8_lossy(&output).into_owned()
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
 }
 
-/// The end of each turn in the session's output: turn, exit code, answer.
-async fn turn_ends(pair: &Pair, id: &str) -> Vec<(u64, i64, String)> {
-    output_of(pair, id)
-        .await
+/// The last 4,000 bytes of `text`, for a failure's message.
+fn tail(text: &str) -> &str {
+    let mut at = text.len().saturating_sub(4_000);
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    &text[at..]
+}
+
+/// The end of each turn in `output`: turn, exit code, answer.
+fn turn_ends(output: &str) -> Vec<(u64, i64, String)> {
+    output
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|l| l["type"] == "troupe.turn_end")
@@ -283,9 +313,9 @@ echo probed
 
 /// A sandboxed agent of the workspace finds OpenCode's server (the port
 /// its launcher printed) and calls it without the launcher's password.
-async fn only_its_launcher_drives_opencode(pair: &Pair, ws: &str, opencode: &str) {
+async fn only_its_launcher_drives_opencode(pair: &Pair, ws: &str, opencode: &Printed) {
     const SAID: &str = "listening on http://127.0.0.1:";
-    let output = output_of(pair, opencode).await;
+    let output = opencode.text();
     let port: String = output
         .split(SAID)
         .nth(1)
