@@ -1,5 +1,5 @@
 //! The real Claude Code, as a team, through the session service's model
-//! gateway: each agent in the `troupe-claude` image (network `none`, no
+//! gateway: each agent in the agent CLIs image (network `none`, no
 //! provider key in the container) calls its model at `ANTHROPIC_BASE_URL`
 //! with its session's token; the gateway sends each call to the scripted
 //! upstream with the provider's key and meters it on the caller's session

@@ -4,7 +4,7 @@
 //! (`troupe_tests::upstream`) listens on that socket, standing where the
 //! session service's model gateway will be. Also: the variables of an agent
 //! definition's `env` reach the agent, and the real Claude Code CLI, in the
-//! `troupe-claude` image, talks to the scripted upstream through the port.
+//! agent CLIs image, talks to the scripted upstream through the port.
 
 use crate::common;
 
@@ -227,7 +227,7 @@ async fn an_agent_sees_the_variables_of_its_definition() {
     assert!(tail.contains("hello there 3 greeter"), "{tail:?}");
 }
 
-/// The real Claude Code CLI, in the `troupe-claude` image with the network
+/// The real Claude Code CLI, in the agent CLIs image with the network
 /// `none`, run by the runner as an agent: it calls the scripted upstream
 /// through its model port, with its session's token as its key, and
 /// prints the scripted answer.

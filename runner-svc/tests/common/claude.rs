@@ -97,32 +97,15 @@ pub async fn team(
     Some(Team { pair, ws, dir })
 }
 
-/// Builds (or finds, cached) the Claude Code image with
-/// `scripts/build-claude-image`; `None` when npm cannot be reached.
+/// The image of the agent CLIs ([`super::clis::agents_image`]), when it
+/// holds Claude Code; `None` (its tests say they are skipped) when npm could
+/// not be reached.
 pub fn claude_image() -> Option<String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-claude-image");
-    let out = std::process::Command::new(script)
-        .output()
-        .expect("run scripts/build-claude-image");
-    match out.status.code() {
-        Some(0) => Some(
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .lines()
-                .last()
-                .expect("the image's tag")
-                .to_owned(),
-        ),
-        Some(3) => {
-            eprintln!(
-                "SKIPPED: the Claude Code image cannot be built, the npm registry is unreachable:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            None
-        }
-        _ => panic!(
-            "scripts/build-claude-image failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    let (image, clis) = super::clis::agents_image()?;
+    if clis.iter().any(|cli| cli == "claude-code") {
+        Some(image)
+    } else {
+        eprintln!("SKIPPED: the agent CLIs image holds no Claude Code (npm unreachable)");
+        None
     }
 }
