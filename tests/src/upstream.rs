@@ -414,15 +414,19 @@ fn late_stream(body: String, fault: Option<Fault>) -> Response {
     let Some(Fault::Late(delay)) = fault else {
         return event_stream(body);
     };
-    let events = futures::stream::once(async move {
-        tokio::time::sleep(delay).await;
-        Ok::<_, std::io::Error>(body)
-    });
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from_stream(events))
+        .body(late(body, delay))
         .expect("a response")
+}
+
+/// `body`, sent `delay` after the answer's head.
+fn late(body: String, delay: Duration) -> Body {
+    Body::from_stream(futures::stream::once(async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, std::io::Error>(body)
+    }))
 }
 
 /// `200` with `body` as server-sent events.

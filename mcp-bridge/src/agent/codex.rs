@@ -20,14 +20,14 @@ use std::{collections::HashMap, process::Stdio};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader},
+    io::{AsyncWrite, AsyncWriteExt},
     process::Command,
     sync::mpsc,
 };
 
 use super::{
     context::{Context, write_private},
-    inbox::Inbox,
+    inbox::{Inbox, lines},
     turns::{exit_code, print_line, turn_end},
 };
 
@@ -103,7 +103,9 @@ pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
         .context("cannot start codex (is it on PATH in the image?)")?;
     let mut server = Server {
         stdin: Box::new(child.stdin.take().context("codex's stdin")?),
-        lines: lines(child.stdout.take().context("codex's stdout")?),
+        lines: lines(child.stdout.take().context("codex's stdout")?, 64, |line| {
+            Some(line.to_owned())
+        }),
         next_id: 0,
     };
     server
@@ -142,44 +144,6 @@ pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
     drop(server);
     let status = child.wait().await.context("the wait for codex failed")?;
     Ok(exit_code(status))
-}
-
-/// Most bytes of one line of Codex's; a longer one (a tool's output of
-/// gigabytes, say) is skipped.
-const MAX_LINE: usize = 16 << 20;
-
-/// Codex's stdout, a line at a time, read by a task of its own.
-fn lines(stdout: impl AsyncRead + Unpin + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut out = BufReader::new(stdout);
-        let mut raw = Vec::new();
-        let mut skipping = false;
-        loop {
-            raw.clear();
-            match (&mut out)
-                .take(MAX_LINE as u64)
-                .read_until(b'\n', &mut raw)
-                .await
-            {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let whole = raw.ends_with(b"\n");
-            if std::mem::replace(&mut skipping, !whole) || !whole {
-                continue;
-            }
-            let line = String::from_utf8_lossy(&raw);
-            if tx
-                .send(line.trim_end_matches(['\n', '\r']).to_owned())
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 /// The app-server's end of the pipes.
@@ -382,6 +346,8 @@ async fn forward(line: &str, message: &Value) -> anyhow::Result<()> {
 mod tests {
     use troupe_proto::agent::Runtime;
 
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
     use super::*;
     use crate::agent::context::tests::context;
 
@@ -466,21 +432,6 @@ mod tests {
         let answer = next(&mut sent).await;
         assert_eq!(answer["id"], 0);
         assert_eq!(answer["error"]["code"], -32601);
-    }
-
-    #[tokio::test]
-    async fn a_line_past_the_bound_is_skipped() {
-        let (mut codex, stdout) = tokio::io::duplex(1 << 16);
-        let mut read = lines(stdout);
-        tokio::spawn(async move {
-            let long = vec![b'x'; MAX_LINE + 10];
-            codex.write_all(b"first\n").await.unwrap();
-            codex.write_all(&long).await.unwrap();
-            codex.write_all(b"\nnext\n").await.unwrap();
-        });
-        assert_eq!(read.recv().await.as_deref(), Some("first"));
-        assert_eq!(read.recv().await.as_deref(), Some("next"));
-        assert_eq!(read.recv().await, None);
     }
 
     type Sent = tokio::io::Lines<BufReader<tokio::io::DuplexStream>>;

@@ -7,7 +7,7 @@
 //! so a flood makes a few turns, not one run each.
 
 use tokio::{
-    io::{AsyncBufReadExt, AsyncRead, BufReader},
+    io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader},
     sync::mpsc,
 };
 
@@ -36,27 +36,10 @@ impl Inbox {
     /// skipped; bytes that are not UTF-8 are replaced, not dropped with
     /// their line.
     pub fn reading(input: impl AsyncRead + Unpin + Send + 'static) -> Inbox {
-        let (tx, rx) = mpsc::channel(WAITING);
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(input);
-            let mut raw = Vec::new();
-            loop {
-                raw.clear();
-                match lines.read_until(b'\n', &mut raw).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-                let text = String::from_utf8_lossy(&raw);
-                let line = text.trim_end_matches(['\n', '\r']);
-                if line.trim().is_empty() {
-                    continue;
-                }
-                if tx.send(claude::content(line)).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Inbox { rx }
+        let message = |line: &str| (!line.trim().is_empty()).then(|| claude::content(line));
+        Inbox {
+            rx: lines(input, WAITING, message),
+        }
     }
 
     /// The next message; `None` once stdin ended and none waits.
@@ -81,6 +64,48 @@ impl Inbox {
     pub fn is_empty(&self) -> bool {
         self.rx.is_empty()
     }
+}
+
+/// Most bytes of one line a launcher reads; a longer one (a tool's output
+/// of gigabytes, say) is skipped, not held.
+pub(super) const MAX_LINE: usize = 16 << 20;
+
+/// The lines of `input`, without their ends, each as `keep` makes it (or
+/// dropped when it says `None`), read by a task of their own at most
+/// `ahead` lines ahead of the reader; bytes that are not UTF-8 are
+/// replaced, not dropped with their line.
+pub(super) fn lines(
+    input: impl AsyncRead + Unpin + Send + 'static,
+    ahead: usize,
+    keep: impl Fn(&str) -> Option<String> + Send + 'static,
+) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel(ahead);
+    tokio::spawn(async move {
+        let mut input = BufReader::new(input);
+        let mut raw = Vec::new();
+        let mut skipping = false;
+        loop {
+            raw.clear();
+            let mut limited = (&mut input).take(MAX_LINE as u64);
+            match limited.read_until(b'\n', &mut raw).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            // A line past the bound: its first part here, the rest after.
+            let whole = raw.ends_with(b"\n");
+            if std::mem::replace(&mut skipping, !whole) || !whole {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&raw);
+            let Some(line) = keep(text.trim_end_matches(['\n', '\r'])) else {
+                continue;
+            };
+            if tx.send(line).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 #[cfg(test)]
@@ -149,5 +174,19 @@ mod tests {
         assert_eq!(messages, 40);
         assert!(turns < 40, "{turns} turns for 40 messages");
         writing.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_bound_is_skipped() {
+        let (mut writer, reader) = tokio::io::duplex(1 << 16);
+        let mut read = lines(reader, 4, |l| Some(l.to_owned()));
+        tokio::spawn(async move {
+            writer.write_all(b"first\n").await.unwrap();
+            writer.write_all(&vec![b'x'; MAX_LINE + 10]).await.unwrap();
+            writer.write_all(b"\nnext\n").await.unwrap();
+        });
+        assert_eq!(read.recv().await.as_deref(), Some("first"));
+        assert_eq!(read.recv().await.as_deref(), Some("next"));
+        assert_eq!(read.recv().await, None);
     }
 }

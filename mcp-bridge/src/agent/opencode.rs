@@ -111,12 +111,9 @@ pub(super) async fn run(ctx: &Context) -> anyhow::Result<i32> {
         ),
     };
     let mut events = api.events().await?;
-    let session = api.call(
-        Method::POST,
-        "/session",
-        Some(json!({"title": ctx.session_id})),
-    );
-    let session = session.await?["id"]
+    let title = json!({"title": ctx.session_id});
+    let session = api.call(Method::POST, "/session", Some(title)).await?;
+    let session = session["id"]
         .as_str()
         .context("opencode made a session without an id")?
         .to_owned();

@@ -119,6 +119,10 @@ async fn one_turn(ctx: &Context, cli: &mut dyn TurnCli, message: &str) -> anyhow
         if out.read_until(b'\n', &mut raw).await? == 0 {
             break;
         }
+        // A last line cut short still ends, so Troupe's line starts its own.
+        if !raw.ends_with(b"\n") {
+            raw.push(b'\n');
+        }
         stdout.write_all(&raw).await?;
         stdout.flush().await?;
         cli.observe(String::from_utf8_lossy(&raw).trim_end_matches(['\n', '\r']));

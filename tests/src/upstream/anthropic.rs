@@ -121,14 +121,7 @@ pub(super) fn faulty(fault: &Fault, turn: &Turn, model: &str, key: &str) -> Resp
             answer["usage"] = usage.clone();
             json_response(StatusCode::OK, &answer)
         }
-        Fault::Late(delay) => {
-            let body = sse(turn, model);
-            let delay = *delay;
-            events(Body::from_stream(futures::stream::once(async move {
-                tokio::time::sleep(delay).await;
-                Ok::<_, std::io::Error>(body)
-            })))
-        }
+        Fault::Late(delay) => events(super::late(sse(turn, model), *delay)),
         Fault::Drip(gap) => {
             let whole = sse(&Turn::text("slow"), model);
             let pieces: Vec<String> = whole.split_inclusive("\n\n").map(str::to_owned).collect();
