@@ -34,15 +34,15 @@ fn migrations(from: u32, through: u32) -> Vec<String> {
         .collect()
 }
 
-/// Each runner's lease left, in whole seconds, read through both columns
-/// (none: static).
-async fn leases(conn: &mut PgConnection) -> Vec<(String, Option<i64>, Option<i64>)> {
+/// Each runner's lease left, in milliseconds, read through both columns
+/// against one reading of the clock (none: static).
+async fn leases(conn: &mut PgConnection) -> Vec<(String, Option<f64>, Option<f64>)> {
     sqlx::query(
-        "SELECT name, \
-           (lease_expires_ms - CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)) \
-             / 1000 AS by_ms, \
-           CAST(floor(extract(epoch FROM lease_expires - clock_timestamp())) AS BIGINT) AS by_ts \
-         FROM runners ORDER BY name",
+        "WITH now AS (SELECT clock_timestamp() AS t) \
+         SELECT name, \
+           CAST(lease_expires_ms - extract(epoch FROM now.t) * 1000 AS FLOAT8) AS by_ms, \
+           CAST(extract(epoch FROM lease_expires - now.t) * 1000 AS FLOAT8) AS by_ts \
+         FROM runners, now ORDER BY name",
     )
     .fetch_all(conn)
     .await
@@ -99,15 +99,32 @@ async fn runners_leases_read_the_same_through_both_releases_columns() {
     .await
     .expect("writers of both releases");
     let seen = leases(&mut conn).await;
-    let expect = |name: &str, s: i64| (name.to_owned(), Some(s - 1), Some(s - 1));
+    let names: Vec<&str> = seen.iter().map(|(n, _, _)| n.as_str()).collect();
     assert_eq!(
-        seen,
-        vec![
-            ("default".to_owned(), None, None),
-            expect("new", 400),
-            expect("old", 200),
-            expect("old2", 500),
-        ],
-        "each runner's lease, in seconds left, through lease_expires_ms and lease_expires"
+        names,
+        ["default", "new", "old", "old2"],
+        "runners: {seen:?}"
     );
+    for ((name, by_ms, by_ts), granted_s) in
+        seen.iter()
+            .zip([None, Some(400.0), Some(200.0), Some(500.0)])
+    {
+        match (by_ms, by_ts, granted_s) {
+            (None, None, None) => {}
+            (Some(ms), Some(ts), Some(s)) => {
+                // The columns differ by the millisecond column's rounding
+                // at most; the lease is what its writer granted, less the
+                // moments since.
+                assert!(
+                    (ms - ts).abs() <= 1.0,
+                    "{name}: {ms} ms by lease_expires_ms, {ts} by lease_expires"
+                );
+                assert!(
+                    (s * 1000.0 - 10_000.0..=s * 1000.0 + 1.0).contains(ms),
+                    "{name}: {ms} ms left, granted {s} s"
+                );
+            }
+            other => panic!("{name}: the columns disagree on whether it has a lease: {other:?}"),
+        }
+    }
 }
