@@ -16,7 +16,9 @@ use troupe_tests::upstream::{Turn, Upstream};
 const KEY: &str = "sk-ant-hidden-provider-key-0f9e8d7c";
 
 /// Looks for the key's prefix everywhere it can read (as a pattern that
-/// does not match itself, so no command line of the search does), calls
+/// does not match itself, so no command line of the search does: in the
+/// image's software, `/bin`, `/opt` and `/usr`, the files written since the
+/// container was made, as reading 1.7 GB of CLIs takes minutes), calls
 /// the model once
 /// and prints the answer, then `found:[...]` with where it found the key.
 const SEARCH: &str = r#"
@@ -26,8 +28,11 @@ env | grep -q "$pat" && found="$found env"
 for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
   grep -qs "$pat" "$f" && found="$found $f"
 done
-for d in /bin /etc /home /opt /root /run /srv /tmp /usr /var /workspace; do
+for d in /etc /home /root /run /srv /tmp /var /workspace; do
   grep -rqs "$pat" "$d" 2>/dev/null && found="$found $d"
+done
+for f in $(find /bin /opt /usr -xdev -type f -newer /etc/hostname 2>/dev/null); do
+  grep -qs "$pat" "$f" && found="$found $f"
 done
 wget -q -O - --header "x-api-key: $ANTHROPIC_API_KEY" --header 'content-type: application/json' \
   --post-data '{"model":"claude-keys","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}' \

@@ -102,9 +102,6 @@ each_backend! {
         agent_rows::{AgentRow, agent_columns, command_json, env_json},
     };
 
-    impl This {
-    }
-
     impl CatalogStore for This {
         async fn claim_setting(
             &self,

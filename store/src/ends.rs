@@ -321,7 +321,4 @@ each_backend! {
             })
         }
     }
-
-    impl This {
-    }
 }

@@ -112,8 +112,6 @@ each_backend! {
     };
 
     impl ProcessStore for This {
-        /// ; also says whether the
-        /// event ended the session.
         async fn record_process(
             &self,
             fence: &Fence,
@@ -408,14 +406,5 @@ each_backend! {
                 callbacks_due,
             })
         }
-    }
-
-    impl This {
-    }
-
-    impl This {
-    }
-
-    impl This {
     }
 }

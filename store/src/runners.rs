@@ -233,7 +233,4 @@ each_backend! {
             })
         }
     }
-
-    impl This {
-    }
 }

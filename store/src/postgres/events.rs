@@ -62,8 +62,6 @@ impl UpkeepStore for PgStore {
     }
 }
 
-impl PgStore {}
-
 /// The advisory lock key that orders event ids by commit ("troupeev").
 pub const EVENTS_LOCK: i64 = 0x7472_6f75_7065_6576;
 

@@ -120,5 +120,3 @@ impl LeaseStore for PgStore {
         }))
     }
 }
-
-impl PgStore {}

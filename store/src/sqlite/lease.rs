@@ -92,5 +92,3 @@ impl LeaseStore for SqliteStore {
         }))
     }
 }
-
-impl SqliteStore {}

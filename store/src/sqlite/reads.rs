@@ -45,5 +45,3 @@ impl ReadStore for SqliteStore {
         Ok(self.ledger().active_counts())
     }
 }
-
-impl SqliteStore {}

@@ -156,5 +156,3 @@ impl SqliteStore {
         Ok(pages as u64)
     }
 }
-
-impl SqliteStore {}
