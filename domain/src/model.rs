@@ -261,6 +261,15 @@ pub enum ProcessChange {
     Exited(ProcessExit),
 }
 
+/// A chunk of a session's output, as its runner reported it: event
+/// `runner_seq` of the process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub runner_seq: u64,
+    pub stream: &'static str,
+    pub data: Vec<u8>,
+}
+
 /// Why a session failed with no exit of its agent to tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {

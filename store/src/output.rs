@@ -41,44 +41,66 @@ impl Default for OutputBudget {
     }
 }
 
+/// The last `max` bytes of the chunks' data, joined.
+pub(crate) fn tail_of(chunks: &[crate::model::OutputChunk], max: usize) -> Vec<u8> {
+    let mut parts = Vec::new();
+    let mut need = max;
+    for chunk in chunks.iter().rev() {
+        if need == 0 {
+            break;
+        }
+        let take = chunk.data.len().min(need);
+        parts.push(&chunk.data[chunk.data.len() - take..]);
+        need -= take;
+    }
+    parts.into_iter().rev().flatten().copied().collect()
+}
+
 each_backend! {
     use troupe_proto::session::SessionStatus;
 
     use crate::{
         error::SessionError,
-        model::{EventDetail, EventKind, Output, OutputTruncated},
-        {OutputBudget, journal::NewEvent, shared::low_water},
+        model::{EventDetail, EventKind, Output, OutputChunk, OutputTruncated},
+        {OutputBudget, journal::NewEvent, output::tail_of, shared::low_water},
     };
 
     impl This {
-        /// Records a chunk of a session's output in the open transaction
+        /// Records chunks of a session's output in the open transaction
         /// (on PostgreSQL it holds the total's lock, taken first): the
-        /// tail, the total, the event, and the drops the budgets call for.
-        /// Drops past the total come after the event, under PostgreSQL's
-        /// events lock: the one write that leaves the lock order.
+        /// tail, the total, an event per chunk, and the drops the budgets
+        /// call for. Drops past the total come after the events, under
+        /// PostgreSQL's events lock: the one write that leaves the lock
+        /// order.
         pub(crate) async fn record_output(
             conn: &mut Conn,
             session_id: &str,
-            stream: &str,
             status: SessionStatus,
-            data: &[u8],
+            chunks: &[OutputChunk],
             tail_max: usize,
             budget: OutputBudget,
         ) -> Result<(), SessionError> {
-            let bytes = data.len() as i64;
-            let kept = This::append_tail(conn, session_id, data, tail_max).await?;
+            let printed: usize = chunks.iter().map(|c| c.data.len()).sum();
+            let bytes = printed as i64;
+            let tail = tail_of(chunks, tail_max);
+            let kept = This::append_tail(conn, session_id, &tail, printed, tail_max).await?;
             let mut total: i64 = sqlx::query_scalar(
                 "UPDATE meta SET value = value + $1 WHERE key = 'output_bytes' RETURNING value",
             )
             .bind(bytes)
             .fetch_one(&mut *conn)
             .await?;
-            let detail = EventDetail::Output(Output::of(stream, data));
-            let event = NewEvent {
-                bytes: Some(bytes),
-                ..NewEvent::new(session_id, EventKind::Output, status, &detail)
-            };
-            This::append_events(&mut *conn, &[event], false).await?;
+            let events: Vec<NewEvent> = chunks
+                .iter()
+                .map(|chunk| {
+                    let detail = EventDetail::Output(Output::of(chunk.stream, &chunk.data));
+                    NewEvent {
+                        bytes: Some(chunk.data.len() as i64),
+                        ..NewEvent::new(session_id, EventKind::Output, status, &detail)
+                    }
+                })
+                .collect();
+            This::append_events(&mut *conn, &events, false).await?;
             if kept as u64 > budget.session_bytes {
                 total -= drop_oldest(conn, session_id, kept - low_water(budget.session_bytes)).await?;
             }

@@ -14,8 +14,8 @@ use super::{Fence, MessageCheck, backends::each_backend};
 use crate::{
     error::{SessionError, parse_stored},
     model::{
-        AuditRecord, ExitReason, ProcessChange, ProcessRow, ProgressReport, RunnerName, SessionId,
-        SessionRow,
+        AuditRecord, ExitReason, OutputChunk, ProcessChange, ProcessRow, ProgressReport,
+        RunnerName, SessionId, SessionRow,
     },
 };
 
@@ -54,6 +54,18 @@ pub trait ProcessStore: Send + Sync {
         change: ProcessChange,
         tail_max: usize,
     ) -> impl Future<Output = Result<Option<SessionRow>, SessionError>> + Send;
+
+    /// Applies a run of output events of a session's process at once, in
+    /// one transaction, as [`ProcessStore::record_process`] applies each:
+    /// the chunks in `runner_seq` order, those applied before skipped.
+    /// Returns the bytes applied now.
+    fn record_outputs(
+        &self,
+        fence: &Fence,
+        session_id: &SessionId,
+        chunks: &[OutputChunk],
+        tail_max: usize,
+    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
     /// Returns a session's process record.
     fn process(
@@ -100,8 +112,8 @@ each_backend! {
     use crate::{
         error::SessionError,
         model::{
-            AuditRecord, EventDetail, EventKind, Principal, ProcessChange, ProgressReport,
-            SessionId, SessionRow, now_ms,
+            AuditRecord, EventDetail, EventKind, OutputChunk, Principal, ProcessChange,
+            ProgressReport, SessionId, SessionRow, now_ms,
         },
         policy,
         {
@@ -174,8 +186,9 @@ each_backend! {
                 let mut events = Vec::new();
                 match (step.event, change) {
                     (Some(EventKind::Output), ProcessChange::Output { stream, data }) => {
+                        let chunk = OutputChunk { runner_seq, stream, data: data.clone() };
                         let budget = self.output_budget;
-                        This::record_output(tx.conn(), session_id, stream, status, data, tail_max, budget)
+                        This::record_output(tx.conn(), session_id, status, &[chunk], tail_max, budget)
                             .await?;
                     }
                     (Some(kind), change) => events.push(NewEvent::new(
@@ -198,6 +211,44 @@ each_backend! {
                 tx.commit().await?;
                 self.committed(ended);
                 Ok(Some(changed.unwrap_or(row)))
+            })
+        }
+
+        async fn record_outputs(
+            &self,
+            fence: &Fence,
+            session_id: &SessionId,
+            chunks: &[OutputChunk],
+            tail_max: usize,
+        ) -> Result<u64, SessionError> {
+            retrying!(async {
+                let mut tx = self.tx().await?;
+                This::check_fence(tx.conn(), fence).await?;
+                let row = tx.lock_output(session_id).await?;
+                let last: Option<i64> =
+                    sqlx::query_scalar("SELECT runner_seq FROM processes WHERE session_id = $1")
+                        .bind(session_id)
+                        .fetch_optional(tx.conn())
+                        .await?;
+                let last = last.unwrap_or(0) as u64;
+                let fresh = &chunks[chunks.partition_point(|c| c.runner_seq <= last)..];
+                let Some(newest) = fresh.last() else {
+                    return Ok(0);
+                };
+                sqlx::query(
+                    "INSERT INTO processes (session_id, runner_seq) VALUES ($1, $2) \
+                     ON CONFLICT (session_id) DO UPDATE SET runner_seq = $2",
+                )
+                .bind(session_id)
+                .bind(newest.runner_seq as i64)
+                .execute(tx.conn())
+                .await?;
+                let budget = self.output_budget;
+                This::record_output(tx.conn(), session_id, row.status, fresh, tail_max, budget)
+                    .await?;
+                tx.commit().await?;
+                self.committed(false);
+                Ok(fresh.iter().map(|c| c.data.len() as u64).sum())
             })
         }
 

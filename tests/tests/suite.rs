@@ -39,6 +39,7 @@ mod layers;
 mod lease;
 #[path = "lifecycle/main.rs"]
 mod lifecycle;
+mod output_runs;
 mod parent_end;
 #[path = "parent_end_store/main.rs"]
 mod parent_end_store;

@@ -1,18 +1,25 @@
 //! The follower of a running exec: it watches the runner's events into the
 //! ledger, from the last one applied, mapping each to a [`ProcessChange`].
+//! Output the watch already holds when one is written goes with it, in one
+//! write of at most [`OUTPUT_RUN_BYTES`]: a flooding agent's output is
+//! ingested at the pace of runs, not of chunks.
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tonic::{Code, Status};
 use troupe_proto::runner::{self as rpb, WatchExecRequest, exec_event};
 
 use super::{Driver, RETRY, Term, system_audit};
 use crate::{
     error::SessionError,
-    model::{Action, ExitReason, Failure, ProcessChange, ProcessExit, SessionId},
+    model::{Action, ExitReason, Failure, OutputChunk, ProcessChange, ProcessExit, SessionId},
     store::Store,
 };
+
+/// The most output bytes the follower applies in one write (beside the
+/// first chunk of a run): what one followed session holds in memory.
+const OUTPUT_RUN_BYTES: usize = 1 << 20;
 
 impl<S: Store> Driver<S> {
     /// Follows a session's runner events into the ledger, in the background,
@@ -98,17 +105,40 @@ impl<S: Store> Driver<S> {
         // The runner answers again (after a restart of either side, or a
         // lost connection): what could not be written meanwhile goes now.
         self.deliver_in(term, session_id).await;
+        // An event the last run of output stopped at, not yet applied.
+        let mut held = None;
         loop {
-            let event = tokio::select! {
-                event = stream.next() => event,
-                () = term.cancelled() => return Ok(true),
-            };
-            let Some(event) = event.transpose()? else {
-                return Ok(false);
+            let event = match held.take() {
+                Some(event) => event,
+                None => {
+                    let event = tokio::select! {
+                        event = stream.next() => event,
+                        () = term.cancelled() => return Ok(true),
+                    };
+                    let Some(event) = event.transpose()? else {
+                        return Ok(false);
+                    };
+                    event
+                }
             };
             let Some(change) = change(&event) else {
                 continue;
             };
+            if let ProcessChange::Output { stream: name, data } = change {
+                let first = OutputChunk {
+                    runner_seq: event.sequence,
+                    stream: name,
+                    data,
+                };
+                let run = output_run(first, &mut stream);
+                self.record_outputs(term, session_id, &run.chunks).await?;
+                held = run.next;
+                match run.end {
+                    Some(Err(status)) => return Err(status),
+                    Some(Ok(())) => return Ok(false),
+                    None => continue,
+                }
+            }
             let exited = matches!(change, ProcessChange::Exited(_));
             let started = change == ProcessChange::Started;
             let applied = term
@@ -124,11 +154,6 @@ impl<S: Store> Driver<S> {
                         .await,
                 )
                 .map_err(internal)?;
-            if applied.is_some()
-                && let ProcessChange::Output { stream, data } = &change
-            {
-                crate::metrics::output(stream, data.len());
-            }
             if started {
                 // Messages sent while it was pending.
                 self.deliver_in(term, session_id).await;
@@ -143,6 +168,82 @@ impl<S: Store> Driver<S> {
             }
         }
     }
+
+    /// Applies a run of output in one write, and counts what it applied.
+    async fn record_outputs(
+        &self,
+        term: &Term,
+        session_id: &SessionId,
+        chunks: &[OutputChunk],
+    ) -> Result<(), Status> {
+        let applied = term
+            .check(
+                self.store
+                    .record_outputs(term.fence(), session_id, chunks, self.tail_max)
+                    .await,
+            )
+            .map_err(internal)?;
+        if applied > 0 {
+            for chunk in chunks {
+                crate::metrics::output(chunk.stream, chunk.data.len());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Output events that came together, applied in one write.
+struct OutputRun {
+    chunks: Vec<OutputChunk>,
+    /// The event after them, if it is not output.
+    next: Option<rpb::ExecEvent>,
+    /// The watch's end right after them: its error, or `Ok` at its close.
+    end: Option<Result<(), Status>>,
+}
+
+/// Takes `first` and the output events after it that the watch already
+/// holds, up to [`OUTPUT_RUN_BYTES`]: a run the runner sent while the last
+/// one was written. It never waits for an event.
+fn output_run(
+    first: OutputChunk,
+    stream: &mut (impl futures::Stream<Item = Result<rpb::ExecEvent, Status>> + Unpin),
+) -> OutputRun {
+    let mut bytes = first.data.len();
+    let mut run = OutputRun {
+        chunks: vec![first],
+        next: None,
+        end: None,
+    };
+    while bytes < OUTPUT_RUN_BYTES {
+        let event = match stream.next().now_or_never() {
+            None => break,
+            Some(None) => {
+                run.end = Some(Ok(()));
+                break;
+            }
+            Some(Some(Err(status))) => {
+                run.end = Some(Err(status));
+                break;
+            }
+            Some(Some(Ok(event))) => event,
+        };
+        match change(&event) {
+            Some(ProcessChange::Output { stream, data }) => {
+                bytes += data.len();
+                run.chunks.push(OutputChunk {
+                    runner_seq: event.sequence,
+                    stream,
+                    data,
+                });
+            }
+            Some(_) => {
+                run.next = Some(event);
+                break;
+            }
+            None => {}
+        }
+    }
+    run
 }
 
 /// What a runner event means to the ledger.

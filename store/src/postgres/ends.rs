@@ -74,10 +74,20 @@ impl Tx<'_> {
         change: &ProcessChange,
     ) -> Result<SessionRow, SessionError> {
         match change {
-            ProcessChange::Output { .. } => output::lock_total(self.conn()).await?,
+            ProcessChange::Output { .. } => return self.lock_output(session_id).await,
             ProcessChange::Exited(_) => locks::place_of(self.conn(), session_id).await?,
             _ => {}
         }
+        Ok(locks::session(self.conn(), session_id).await?.0)
+    }
+
+    /// Locks what a write of `session_id`'s output changes, in the lock
+    /// order: output's total, then its row; returns the row.
+    pub(crate) async fn lock_output(
+        &mut self,
+        session_id: &str,
+    ) -> Result<SessionRow, SessionError> {
+        output::lock_total(self.conn()).await?;
         Ok(locks::session(self.conn(), session_id).await?.0)
     }
 

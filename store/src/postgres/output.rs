@@ -17,13 +17,14 @@ pub(super) async fn lock_total(conn: &mut PgConnection) -> Result<(), SessionErr
 }
 
 impl PgStore {
-    /// Appends `data` to a session's output tail, which keeps its last
-    /// `tail_max` bytes (bytea counts bytes), and counts it kept; returns
-    /// the bytes it keeps.
+    /// Appends `tail`, the last bytes of `printed` new ones, to a session's
+    /// output tail, which keeps its last `tail_max` bytes (bytea counts
+    /// bytes), and counts them kept; returns the bytes it keeps.
     pub(crate) async fn append_tail(
         conn: &mut PgConnection,
         session_id: &str,
-        data: &[u8],
+        tail: &[u8],
+        printed: usize,
         tail_max: usize,
     ) -> Result<i64, SessionError> {
         Ok(sqlx::query_scalar(
@@ -32,9 +33,9 @@ impl PgStore {
                  GREATEST(1, length(output_tail || $1) - $2::int + 1)::int), \
                output_bytes = output_bytes + $3 WHERE session_id = $4 RETURNING output_bytes",
         )
-        .bind(data)
+        .bind(tail)
         .bind(tail_max.min(i32::MAX as usize) as i32)
-        .bind(data.len() as i64)
+        .bind(printed as i64)
         .bind(session_id)
         .fetch_one(conn)
         .await?)

@@ -81,6 +81,14 @@ impl Tx<'_> {
         self.lock_session(session_id).await
     }
 
+    /// The row of `session_id`, whose output a write records.
+    pub(crate) async fn lock_output(
+        &mut self,
+        session_id: &str,
+    ) -> Result<SessionRow, SessionError> {
+        self.lock_session(session_id).await
+    }
+
     /// Sets a session's status (not an end); returns its new row.
     pub(crate) async fn set_status(
         &mut self,
