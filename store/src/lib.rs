@@ -74,7 +74,7 @@ pub use lease::{
     REQUEST_ID_PRUNE_BATCH,
 };
 pub use messages::MessageStore;
-pub use output::OutputBudget;
+pub use output::{OUTPUT_EVENT_BYTES, OutputBudget};
 pub use postgres::{
     EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
     PgStore, is_postgres_url, redacted_url,

@@ -1,6 +1,8 @@
 //! Agents' output, kept within byte budgets, written once for both
 //! backends (see `backends`).
 //!
+//! A run of chunks written at once is stored as fewer events: consecutive
+//! chunks of a stream joined up to [`OUTPUT_EVENT_BYTES`] (`joined`).
 //! Each output event is stored with its size, and each session's process
 //! row counts the output it keeps (`output_bytes`) and what was dropped.
 //! Budgets count bytes as printed; an event holds them as base64, about
@@ -41,6 +43,29 @@ impl Default for OutputBudget {
     }
 }
 
+/// The most bytes of output one event holds when chunks are joined: the
+/// runner's largest chunk, so no event is larger than one chunk could be.
+pub const OUTPUT_EVENT_BYTES: usize = 64 << 10;
+
+/// The chunks as events: consecutive chunks of one stream joined, up to
+/// [`OUTPUT_EVENT_BYTES`] an event (a larger chunk stands alone). A
+/// watcher is sent the same bytes in the same order, in fewer events.
+pub(crate) fn joined(chunks: &[crate::model::OutputChunk]) -> Vec<(&'static str, Vec<u8>)> {
+    let mut events: Vec<(&'static str, Vec<u8>)> = Vec::new();
+    for chunk in chunks {
+        match events.last_mut() {
+            Some((stream, data))
+                if *stream == chunk.stream
+                    && data.len() + chunk.data.len() <= OUTPUT_EVENT_BYTES =>
+            {
+                data.extend_from_slice(&chunk.data)
+            }
+            _ => events.push((chunk.stream, chunk.data.clone())),
+        }
+    }
+    events
+}
+
 /// The last `max` bytes of the chunks' data, joined.
 pub(crate) fn tail_of(chunks: &[crate::model::OutputChunk], max: usize) -> Vec<u8> {
     let mut parts = Vec::new();
@@ -62,13 +87,13 @@ each_backend! {
     use crate::{
         error::SessionError,
         model::{EventDetail, EventKind, Output, OutputChunk, OutputTruncated},
-        {OutputBudget, journal::NewEvent, output::tail_of, shared::low_water},
+        {OutputBudget, journal::NewEvent, output::{joined, tail_of}, shared::low_water},
     };
 
     impl This {
         /// Records chunks of a session's output in the open transaction
         /// (on PostgreSQL it holds the total's lock, taken first): the
-        /// tail, the total, an event per chunk, and the drops the budgets
+        /// tail, the total, the events (`joined`), and the drops the budgets
         /// call for. Drops past the total come after the events, under
         /// PostgreSQL's events lock: the one write that leaves the lock
         /// order.
@@ -90,12 +115,12 @@ each_backend! {
             .bind(bytes)
             .fetch_one(&mut *conn)
             .await?;
-            let events: Vec<NewEvent> = chunks
+            let events: Vec<NewEvent> = joined(chunks)
                 .iter()
-                .map(|chunk| {
-                    let detail = EventDetail::Output(Output::of(chunk.stream, &chunk.data));
+                .map(|(stream, data)| {
+                    let detail = EventDetail::Output(Output::of(stream, data));
                     NewEvent {
-                        bytes: Some(chunk.data.len() as i64),
+                        bytes: Some(data.len() as i64),
                         ..NewEvent::new(session_id, EventKind::Output, status, &detail)
                     }
                 })

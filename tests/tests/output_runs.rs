@@ -1,7 +1,9 @@
 //! A run of output applied in one write (`ProcessStore::record_outputs`,
 //! what the follower sends when the runner's events come faster than one
-//! write each), on both backends alike: an event per chunk in order, the
-//! tail and the counts as if each chunk had been written alone, a run or
+//! write each), on both backends alike: every chunk's bytes in order, a
+//! stream's consecutive chunks joined in events of at most
+//! `OUTPUT_EVENT_BYTES`, the tail and the counts as if each chunk had been
+//! written alone, a run or
 //! part of one applied before skipped, the budgets kept with every drop
 //! marked, and nothing written under a fence that is not the lease's.
 //!
@@ -11,7 +13,7 @@ use base64::Engine as _;
 use troupe_session_svc::{
     error::QuotaLeft,
     model::{Action, EventFilter, EventRow, OutputChunk, Trust},
-    store::{EventPage, Fence, OutputBudget, prelude::*},
+    store::{EventPage, Fence, OUTPUT_EVENT_BYTES, OutputBudget, prelude::*},
 };
 use troupe_tests::stores::{self, operator_audit};
 
@@ -121,6 +123,40 @@ async fn contract<S: Store>(store: S) {
     assert_eq!(store.process(&id).await.unwrap().unwrap().runner_seq, 8);
 }
 
+/// A run of one stream: its chunks joined, in events of at most
+/// `OUTPUT_EVENT_BYTES`, every byte in order.
+async fn joins<S: Store>(store: S) {
+    let fence = started(&store, "j").await;
+    let chunks: Vec<OutputChunk> = (2..102)
+        .map(|n| OutputChunk {
+            runner_seq: n,
+            stream: "stdout",
+            data: vec![n as u8; 1024],
+        })
+        .collect();
+    let applied = store
+        .record_outputs(&fence, &"j".into(), &chunks, TAIL)
+        .await
+        .unwrap();
+    assert_eq!(applied, 100 * 1024);
+    let outputs: Vec<Vec<u8>> = events(&store, "j")
+        .await
+        .iter()
+        .filter(|e| e.kind.as_str() == "output")
+        .map(|e| {
+            let detail: serde_json::Value = serde_json::from_str(&e.detail).unwrap();
+            assert_eq!(detail["stream"], "stdout");
+            base64::engine::general_purpose::STANDARD
+                .decode(detail["data"].as_str().unwrap())
+                .unwrap()
+        })
+        .collect();
+    let sizes: Vec<usize> = outputs.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [OUTPUT_EVENT_BYTES, 100 * 1024 - OUTPUT_EVENT_BYTES]);
+    let printed: Vec<u8> = chunks.iter().flat_map(|c| c.data.clone()).collect();
+    assert_eq!(outputs.concat(), printed);
+}
+
 /// Runs past the session's budget (8 KiB): the oldest chunks go, a marker
 /// stands where they were with the totals, and what is kept stays within
 /// the budget after every run.
@@ -162,10 +198,13 @@ async fn a_run_of_output_is_written_once_on_sqlite() {
     contract(store).await;
     let (_dir, store) = stores::sqlite().await;
     budgets(store.with_output_budget(BUDGET)).await;
+    let (_dir, store) = stores::sqlite().await;
+    joins(store).await;
 }
 
 #[tokio::test]
 async fn a_run_of_output_is_written_once_on_postgres() {
     contract(stores::postgres().await).await;
     budgets(stores::postgres().await.with_output_budget(BUDGET)).await;
+    joins(stores::postgres().await).await;
 }
