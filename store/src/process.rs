@@ -1,5 +1,6 @@
-//! What a session's runner reports of its process, applied once per event,
-//! written once for both backends (see `backends`): `runner_seq` orders a
+//! What a session's runner reports of its process, applied once per event
+//! (output also a run of events in one write, `record_outputs`), written
+//! once for both backends (see `backends`): `runner_seq` orders a
 //! session's events and makes a repeated one a no-op; a step of
 //! `policy::process_step` says what the event does to the session (starts
 //! it, ends it) and which event it writes; output goes through its own
@@ -57,15 +58,16 @@ pub trait ProcessStore: Send + Sync {
 
     /// Applies a run of output events of a session's process at once, in
     /// one transaction, as [`ProcessStore::record_process`] applies each:
-    /// the chunks in `runner_seq` order, those applied before skipped.
-    /// Returns the bytes applied now.
+    /// the chunks in rising `runner_seq` order (a run out of order is an
+    /// internal error, and writes nothing), those applied before skipped.
+    /// Returns how many were applied now: always the run's last ones.
     fn record_outputs(
         &self,
         fence: &Fence,
         session_id: &SessionId,
         chunks: &[OutputChunk],
         tail_max: usize,
-    ) -> impl Future<Output = Result<u64, SessionError>> + Send;
+    ) -> impl Future<Output = Result<usize, SessionError>> + Send;
 
     /// Returns a session's process record.
     fn process(
@@ -220,7 +222,12 @@ each_backend! {
             session_id: &SessionId,
             chunks: &[OutputChunk],
             tail_max: usize,
-        ) -> Result<u64, SessionError> {
+        ) -> Result<usize, SessionError> {
+            if !chunks.windows(2).all(|w| w[0].runner_seq < w[1].runner_seq) {
+                return Err(SessionError::Internal(
+                    "a run of output out of runner order".to_owned(),
+                ));
+            }
             retrying!(async {
                 let mut tx = self.tx().await?;
                 This::check_fence(tx.conn(), fence).await?;
@@ -237,7 +244,8 @@ each_backend! {
                 };
                 sqlx::query(
                     "INSERT INTO processes (session_id, runner_seq) VALUES ($1, $2) \
-                     ON CONFLICT (session_id) DO UPDATE SET runner_seq = $2",
+                     ON CONFLICT (session_id) DO UPDATE SET runner_seq = $2 \
+                     WHERE processes.runner_seq < $2",
                 )
                 .bind(session_id)
                 .bind(newest.runner_seq as i64)
@@ -248,7 +256,7 @@ each_backend! {
                     .await?;
                 tx.commit().await?;
                 self.committed(false);
-                Ok(fresh.iter().map(|c| c.data.len() as u64).sum())
+                Ok(fresh.len())
             })
         }
 

@@ -3,7 +3,7 @@
 //! write each), on both backends alike: every chunk's bytes in order, a
 //! stream's consecutive chunks joined in events of at most
 //! `OUTPUT_EVENT_BYTES`, the tail and the counts as if each chunk had been
-//! written alone, a run or
+//! written alone, a run out of order refused, a run or
 //! part of one applied before skipped, the budgets kept with every drop
 //! marked, and nothing written under a fence that is not the lease's.
 //!
@@ -95,7 +95,7 @@ async fn contract<S: Store>(store: S) {
         .record_outputs(&fence, &id, &run(2, 6), TAIL)
         .await
         .unwrap();
-    assert_eq!(applied, 5 * 1024);
+    assert_eq!(applied, 5);
     assert_eq!(shown(&store, "s").await, expected(2..=6));
 
     // The same run again (a follower that reconnected), then one that
@@ -103,7 +103,7 @@ async fn contract<S: Store>(store: S) {
     let again = store.record_outputs(&fence, &id, &run(2, 6), TAIL).await;
     assert_eq!(again.unwrap(), 0);
     let overlap = store.record_outputs(&fence, &id, &run(5, 8), TAIL).await;
-    assert_eq!(overlap.unwrap(), 2 * 1024);
+    assert_eq!(overlap.unwrap(), 2);
     assert_eq!(shown(&store, "s").await, expected(2..=8));
 
     // The tail and the runner's position are those of chunk 8 last.
@@ -111,6 +111,13 @@ async fn contract<S: Store>(store: S) {
     assert_eq!(process.runner_seq, 8);
     let last = &run(8, 8)[0].data;
     assert_eq!(process.output_tail, last[last.len() - TAIL..]);
+
+    // A run out of runner order is refused whole.
+    let mut shuffled = run(9, 11);
+    shuffled.swap(0, 2);
+    let refused = store.record_outputs(&fence, &id, &shuffled, TAIL).await;
+    assert!(refused.is_err(), "a run out of order: {refused:?}");
+    assert_eq!(shown(&store, "s").await, expected(2..=8));
 
     // A run under another term's fence writes nothing.
     let stale = Fence {
@@ -138,7 +145,7 @@ async fn joins<S: Store>(store: S) {
         .record_outputs(&fence, &"j".into(), &chunks, TAIL)
         .await
         .unwrap();
-    assert_eq!(applied, 100 * 1024);
+    assert_eq!(applied, 100);
     let outputs: Vec<Vec<u8>> = events(&store, "j")
         .await
         .iter()

@@ -1,7 +1,7 @@
 //! The follower of a running exec: it watches the runner's events into the
 //! ledger, from the last one applied, mapping each to a [`ProcessChange`].
 //! Output the watch already holds when one is written goes with it, in one
-//! write of at most [`OUTPUT_RUN_BYTES`]: a flooding agent's output is
+//! write of about [`OUTPUT_RUN_BYTES`] at most: a flooding agent's output is
 //! ingested at the pace of runs, not of chunks.
 
 use std::sync::Arc;
@@ -17,8 +17,9 @@ use crate::{
     store::Store,
 };
 
-/// The most output bytes the follower applies in one write (beside the
-/// first chunk of a run): what one followed session holds in memory.
+/// Where the follower stops adding output to a run (one more chunk, of at
+/// most 64 KiB, may take it past): what one followed session holds in
+/// memory.
 const OUTPUT_RUN_BYTES: usize = 1 << 20;
 
 impl<S: Store> Driver<S> {
@@ -183,10 +184,8 @@ impl<S: Store> Driver<S> {
                     .await,
             )
             .map_err(internal)?;
-        if applied > 0 {
-            for chunk in chunks {
-                crate::metrics::output(chunk.stream, chunk.data.len());
-            }
+        for chunk in &chunks[chunks.len() - applied..] {
+            crate::metrics::output(chunk.stream, chunk.data.len());
         }
         Ok(())
     }
@@ -202,8 +201,10 @@ struct OutputRun {
 }
 
 /// Takes `first` and the output events after it that the watch already
-/// holds, up to [`OUTPUT_RUN_BYTES`]: a run the runner sent while the last
-/// one was written. It never waits for an event.
+/// holds, in rising runner order, until the run holds [`OUTPUT_RUN_BYTES`]:
+/// what the runner sent while the last run was written. It never waits for
+/// an event. An event out of order ends the run and is applied alone (as
+/// one applied before, it is a no-op).
 fn output_run(
     first: OutputChunk,
     stream: &mut (impl futures::Stream<Item = Result<rpb::ExecEvent, Status>> + Unpin),
@@ -228,7 +229,12 @@ fn output_run(
             Some(Some(Ok(event))) => event,
         };
         match change(&event) {
-            Some(ProcessChange::Output { stream, data }) => {
+            Some(ProcessChange::Output { stream, data })
+                if run
+                    .chunks
+                    .last()
+                    .is_some_and(|c| c.runner_seq < event.sequence) =>
+            {
                 bytes += data.len();
                 run.chunks.push(OutputChunk {
                     runner_seq: event.sequence,
@@ -310,6 +316,44 @@ mod tests {
         };
         exit.set_reason(reason);
         change(&event(exec_event::Event::Exited(exit)))
+    }
+
+    fn chunk(sequence: u64) -> (rpb::ExecEvent, OutputChunk) {
+        let mut event = output(rpb::OutputStream::Stdout, &[sequence as u8; 8]);
+        event.sequence = sequence;
+        let chunk = OutputChunk {
+            runner_seq: sequence,
+            stream: "stdout",
+            data: vec![sequence as u8; 8],
+        };
+        (event, chunk)
+    }
+
+    #[test]
+    fn a_run_takes_what_the_watch_holds_in_rising_order_and_stops_at_the_rest() {
+        let (_, first) = chunk(2);
+        let repeated = chunk(3).0;
+        let started = event(exec_event::Event::Started(rpb::Started::default()));
+        // In order, then one out of order: the run stops before it.
+        let events = vec![Ok(chunk(3).0), Ok(repeated.clone()), Ok(chunk(4).0)];
+        let run = output_run(first.clone(), &mut futures::stream::iter(events));
+        assert_eq!(run.chunks, vec![first.clone(), chunk(3).1]);
+        assert_eq!(run.next, Some(repeated));
+        assert!(run.end.is_none());
+        // Another kind of event ends it too; the watch's end is kept.
+        let run = output_run(
+            first.clone(),
+            &mut futures::stream::iter(vec![Ok(started.clone())]),
+        );
+        assert_eq!((run.chunks.len(), run.next), (1, Some(started)));
+        let run = output_run(first.clone(), &mut futures::stream::iter(Vec::new()));
+        assert!(matches!(run.end, Some(Ok(()))));
+        // It never waits: a watch with nothing ready ends the run at once.
+        let run = output_run(first, &mut futures::stream::pending());
+        assert_eq!(
+            (run.chunks.len(), run.next, run.end.is_none()),
+            (1, None, true)
+        );
     }
 
     #[test]
