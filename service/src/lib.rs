@@ -12,7 +12,8 @@
 //!   wrapper (`Service::call`).
 //! - [`driver`]: starts, follows and stops sessions' processes on the runners.
 //! - [`lives`]: each session's life exported as a span of its tree's trace.
-//! - [`owner`]: the lease of the background work, and the work its holder runs.
+//! - [`owner`]: the shards' leases of the background work, balanced among
+//!   replicas, and the work their holder runs.
 //! - [`metrics`]: the service's metrics (spawns, sessions, messages, output).
 //!
 //! Every decision is `troupe_domain::policy`'s; every read and write is
@@ -28,5 +29,5 @@ pub mod owner;
 pub mod rules;
 pub mod service;
 
-use troupe_domain::{error, model, placement, policy};
+use troupe_domain::{error, model, placement, policy, shard};
 use troupe_store as store;

@@ -1,28 +1,39 @@
-//! Who runs the background work: the driver (launching, following,
-//! delivering, stopping, callbacks, reconciling), life-span export, event
-//! pruning and the wall-clock budgets (ending the subtrees whose deadline
-//! passed) run in one service at a time, the holder of the lease
-//! (`LeaseStore::acquire_lease`). Every service (a SQLite one is alone on its
-//! database) tries for the lease, renews it while it holds it, and runs the work only for the term it holds: a
-//! [`Term`] whose fence every background write carries. A term ends when a
-//! renewal fails or is late (past the lease's time on this process's
-//! monotonic clock), when a write is refused as fenced, or when the service
-//! stops (then the lease is released, so another takes over at once).
+//! Who runs the background work, shard by shard (`crate::shard`): a
+//! shard's agents are driven (launched, followed, delivered to, stopped,
+//! their callbacks sent, their runners reconciled) and its wall-clock
+//! budgets kept by one service at a time, the holder of the shard's lease
+//! (`LeaseStore::acquire_shards`), for a [`Term`] whose fence every write
+//! carries. The holder of [`Shard::FLEET`] also runs the fleet's upkeep:
+//! event and request-id pruning, life-span export, the embedded runner's
+//! record, the shards of old sessions.
+//!
+//! Every service runs [`run`]: every renewal period it renews the terms it
+//! holds (one statement), says it is alive (`LeaseStore::heartbeat`, which
+//! counts the live replicas), and moves towards its share, the shards
+//! divided by the live replicas, rounded up: it gives up what it holds
+//! beyond its share (a replica joined) and takes free or expired shards up
+//! to it (one left or died). A term ends when a renewal fails or is late
+//! (past the lease's time on this process's monotonic clock), when a write
+//! is refused as fenced, when it is given up, or when the service stops;
+//! its shard is then released at once, so another takes it without waiting
+//! out its time. A SQLite service is alone: its share is every shard.
 //!
 //! The first try is made before the service serves ([`first_try`]): if it
-//! wins, old events are pruned at once. The wall-clock budgets are read
-//! every [`DEADLINES_EVERY`]: each subtree whose deadline passed ends (end
-//! reason `budget`, fenced and audited).
+//! wins the fleet's shard, old events are pruned at once. The wall-clock
+//! budgets are read every [`DEADLINES_EVERY`], for the shards held: each
+//! subtree whose deadline passed ends (end reason `budget`, fenced and
+//! audited).
 
-use std::{sync::Arc, time::Instant};
+use std::{collections::BTreeMap, sync::Arc, time::Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    driver::{Driver, Term},
+    driver::{Driver, Term, Terms},
     error::Reason,
     lives,
     model::{AuditRecord, Principal, now_ms},
+    shard::{SHARDS, Shard},
     store::{Fence, Holder, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Store},
 };
 
@@ -32,145 +43,247 @@ const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// long after its deadline.
 pub const DEADLINES_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// What the owner of the background work runs.
+/// What the owner of shards runs.
 pub struct Work<S: Store> {
     pub store: S,
-    pub driver: Option<Arc<Driver<S>>>,
+    pub driver: Arc<Driver<S>>,
     pub timing: LeaseTiming,
     /// Events kept for watchers (`--event-retention`).
     pub keep: u64,
     /// How long request ids are remembered (`--request-id-retention-secs`).
     pub request_ids: std::time::Duration,
     /// Whether life spans are exported, and from which event the first
-    /// term exports ends (where the feed was when the service started).
+    /// term of the fleet's shard exports ends (where the feed was when the
+    /// service started).
     pub lives_from: Option<i64>,
 }
 
-/// The first try for the lease, made before the service serves: if it is
-/// won, old events are pruned at once, so a restarted service serves with
-/// its retention applied (a cursor older than what is kept is refused from
-/// the first call). Returns the term's fence and when it was asked for.
-pub async fn first_try<S: Store>(work: &Work<S>, holder: &Holder) -> Option<(Fence, Instant)> {
+/// The shards a first try took, and when it asked.
+pub struct FirstTry {
+    fences: Vec<Fence>,
+    asked_at: Instant,
+}
+
+/// The first try for shards, made before the service serves: if it wins
+/// the fleet's shard, old events are pruned at once, so a restarted
+/// service serves with its retention applied (a cursor older than what is
+/// kept is refused from the first call).
+pub async fn first_try<S: Store>(work: &Work<S>, holder: &Holder) -> FirstTry {
     let asked_at = Instant::now();
-    match work.store.acquire_lease(holder, work.timing.ttl).await {
-        Ok(Some(fence)) => {
-            if let Err(e) = work.store.prune_events(&fence, work.keep).await {
-                tracing::warn!(error = %e, "event pruning failed");
+    if let Err(e) = work.store.shard_sessions().await {
+        tracing::warn!(error = %e, "cannot record the shards of older sessions");
+    }
+    let fences = match share(work, holder).await {
+        Some(share) => match work.store.acquire_shards(holder, share, work.timing.ttl).await {
+            Ok(fences) => fences,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot try for the shards");
+                Vec::new()
             }
-            Some((fence, asked_at))
-        }
-        Ok(None) => None,
+        },
+        None => Vec::new(),
+    };
+    if let Some(fleet) = fences.iter().find(|f| f.shard == Shard::FLEET)
+        && let Err(e) = work.store.prune_events(fleet, work.keep).await
+    {
+        tracing::warn!(error = %e, "event pruning failed");
+    }
+    FirstTry { fences, asked_at }
+}
+
+/// This service's share of the shards, the live replicas counted (itself
+/// recorded alive first); `None` if the count cannot be read.
+async fn share<S: Store>(work: &Work<S>, holder: &Holder) -> Option<usize> {
+    match work.store.heartbeat(holder, work.timing.ttl).await {
+        Ok(live) => Some(usize::from(SHARDS).div_ceil(live.max(1))),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot try for the lease");
+            tracing::warn!(error = %e, "cannot record this replica alive");
             None
         }
     }
 }
 
-/// Runs the work for the term `first` won (see [`first_try`]), if any, then
-/// tries for the lease until `cancel`, and runs the work for every term it
-/// holds.
-pub async fn run<S: Store>(
+/// The terms this service holds, each with what runs for it alone.
+struct Held<S: Store> {
     work: Work<S>,
     holder: Holder,
-    mut first: Option<(Fence, Instant)>,
+    terms: Arc<Terms>,
+    /// By shard: the term, and the fleet's upkeep tasks for the fleet's one.
+    held: BTreeMap<Shard, Term>,
     cancel: CancellationToken,
-) {
-    let mut lives_from = work.lives_from;
-    loop {
-        let won = match first.take() {
-            Some((fence, asked_at)) => Ok((Some(fence), asked_at)),
-            None => {
-                let asked_at = Instant::now();
-                (work.store.acquire_lease(&holder, work.timing.ttl).await).map(|f| (f, asked_at))
-            }
-        };
-        match won {
-            Ok((Some(fence), asked_at)) => {
-                let term = Term::new(fence, work.timing.ttl, &cancel);
-                term.renewed(asked_at);
-                let from = match lives_from.take() {
-                    Some(from) => Some(from),
-                    None if work.lives_from.is_some() => work.store.newest_event().await.ok(),
-                    None => None,
-                };
-                hold(&work, &term, from).await;
-                if cancel.is_cancelled() {
-                    if let Err(e) = work.store.release_lease(term.fence()).await {
-                        tracing::warn!(error = %e, "cannot release the lease");
-                    }
-                    return;
-                }
-            }
-            Ok((None, _)) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot try for the lease"),
-        }
-        tokio::select! {
-            () = tokio::time::sleep(work.timing.renew_every) => {}
-            () = cancel.cancelled() => return,
-        }
-    }
+    /// From which event the next fleet term exports life spans.
+    lives_from: Option<i64>,
 }
 
-/// Runs one term: the driver, export and pruning, and the renewals, until
-/// the term ends.
-async fn hold<S: Store>(work: &Work<S>, term: &Term, lives_from: Option<i64>) {
-    let mut tasks = tokio::task::JoinSet::new();
-    if let Some(driver) = &work.driver {
-        tasks.spawn(driver.clone().own(term.clone()));
-    }
-    if let Some(from) = lives_from
-        && troupe_telemetry::exporting()
-    {
-        tasks.spawn(lives::export(work.store.clone(), from, term.token()));
-    }
-    tasks.spawn(prune(
-        work.store.clone(),
-        term.clone(),
-        work.keep,
-        work.request_ids,
-    ));
-    tasks.spawn(deadlines(
+/// Runs the work for the shards `first` took, then every renewal period
+/// renews, balances and takes shards (see the module's header) until
+/// `cancel`; then ends every term, releases the shards and leaves.
+pub async fn run<S: Store>(work: Work<S>, holder: Holder, first: FirstTry, cancel: CancellationToken) {
+    let terms = work.driver.terms().clone();
+    tokio::spawn(work.driver.clone().own(cancel.clone()));
+    tokio::spawn(deadlines(
         work.store.clone(),
         work.driver.clone(),
-        term.clone(),
+        cancel.clone(),
     ));
-    let mut renew = tokio::time::interval(work.timing.renew_every);
-    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while term.live() {
+    let lives_from = work.lives_from;
+    let mut me = Held {
+        work,
+        holder,
+        terms,
+        held: BTreeMap::new(),
+        cancel,
+        lives_from,
+    };
+    for fence in first.fences {
+        me.start(fence, first.asked_at);
+    }
+    let mut every = tokio::time::interval(me.work.timing.renew_every);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
         tokio::select! {
-            _ = renew.tick() => {}
-            () = term.cancelled() => break,
+            _ = every.tick() => {}
+            () = me.cancel.cancelled() => break,
         }
-        let asked_at = Instant::now();
-        match work.store.renew_lease(term.fence(), work.timing.ttl).await {
-            Ok(true) => term.renewed(asked_at),
-            Ok(false) => {
-                tracing::warn!(
-                    epoch = term.fence().epoch,
-                    "lease lost: stopping the background work"
-                );
-                term.end();
-            }
-            // Unknown: the term lasts until its time is out (`live`).
-            Err(e) => tracing::warn!(error = %e, "cannot renew the lease"),
+        me.forget_ended().await;
+        me.renew().await;
+        if let Some(share) = share(&me.work, &me.holder).await {
+            me.balance(share).await;
         }
     }
-    if !term.token().is_cancelled() {
-        // Out of time on this clock: no renewal came back within the
-        // lease's time (the process stalled, say), so another may hold it.
-        tracing::warn!(
-            epoch = term.fence().epoch,
-            reason = "renewal late",
-            "lease lost: stopping the background work"
-        );
+    let all: Vec<Term> = me.held.values().cloned().collect();
+    me.give_up(all).await;
+    if let Err(e) = me.work.store.leave(&me.holder).await {
+        tracing::warn!(error = %e, "cannot remove this replica's row");
     }
-    term.end();
-    while tasks.join_next().await.is_some() {}
 }
 
-/// Prunes old events and expired request ids at the start of the term,
-/// then every [`PRUNE_EVERY`].
+impl<S: Store> Held<S> {
+    /// Starts the work of a new term, asked for at `asked_at`.
+    fn start(&mut self, fence: Fence, asked_at: Instant) {
+        let term = Term::new(fence, self.work.timing.ttl, &self.cancel);
+        term.renewed(asked_at);
+        let shard = term.fence().shard;
+        tracing::debug!(%shard, epoch = term.fence().epoch, "shard taken");
+        if shard == Shard::FLEET {
+            self.fleet_upkeep(&term);
+        }
+        self.terms.insert(term.clone());
+        self.held.insert(shard, term);
+    }
+
+    /// Starts the fleet's upkeep in the fleet shard's `term`.
+    fn fleet_upkeep(&mut self, term: &Term) {
+        let store = &self.work.store;
+        tokio::spawn(prune(
+            store.clone(),
+            term.clone(),
+            self.work.keep,
+            self.work.request_ids,
+        ));
+        if self.work.lives_from.is_some() && troupe_telemetry::exporting() {
+            let store = store.clone();
+            let from = self.lives_from.take();
+            let term = term.clone();
+            tokio::spawn(async move {
+                let from = match from {
+                    Some(from) => Some(from),
+                    None => store.newest_event().await.ok(),
+                };
+                if let Some(from) = from {
+                    lives::export(store, from, term.token()).await;
+                }
+            });
+        }
+    }
+
+    /// Releases and forgets the terms that ended on their own (fenced, or
+    /// renewed too late on this clock).
+    async fn forget_ended(&mut self) {
+        let ended: Vec<Term> = self.held.values().filter(|t| !t.live()).cloned().collect();
+        for term in &ended {
+            tracing::warn!(
+                shard = %term.fence().shard,
+                epoch = term.fence().epoch,
+                "shard lost: its background work stops here"
+            );
+        }
+        self.give_up(ended).await;
+    }
+
+    /// Renews every term held, in one statement; a term not renewed is over.
+    async fn renew(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let fences: Vec<Fence> = self.held.values().map(|t| t.fence().clone()).collect();
+        let asked_at = Instant::now();
+        match self.work.store.renew_shards(&fences, self.work.timing.ttl).await {
+            Ok(renewed) => {
+                for term in self.held.values() {
+                    if renewed.contains(&term.fence().shard) {
+                        term.renewed(asked_at);
+                    } else {
+                        term.end();
+                    }
+                }
+            }
+            // Unknown: each term lasts until its time is out (`live`).
+            Err(e) => tracing::warn!(error = %e, "cannot renew the shards' leases"),
+        }
+    }
+
+    /// Gives up what is held beyond `share` (the highest shards), or takes
+    /// free shards up to it.
+    async fn balance(&mut self, share: usize) {
+        let held = self.held.len();
+        if held > share {
+            let excess: Vec<Term> = self.held.values().rev().take(held - share).cloned().collect();
+            tracing::info!(shards = excess.len(), share, "giving shards up to a replica that joined");
+            self.give_up(excess).await;
+        } else if held < share {
+            let asked_at = Instant::now();
+            match self
+                .work
+                .store
+                .acquire_shards(&self.holder, share - held, self.work.timing.ttl)
+                .await
+            {
+                Ok(fences) => {
+                    if !fences.is_empty() {
+                        tracing::info!(shards = fences.len(), share, "shards taken");
+                    }
+                    for fence in fences {
+                        self.start(fence, asked_at);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot try for the shards"),
+            }
+        }
+    }
+
+    /// Ends `terms` (their tasks stop at once, their writes in flight
+    /// finish or are refused), forgets them and releases their leases, so
+    /// others take them at once.
+    async fn give_up(&mut self, terms: Vec<Term>) {
+        if terms.is_empty() {
+            return;
+        }
+        for term in &terms {
+            term.end();
+            self.terms.remove(term);
+            self.held.remove(&term.fence().shard);
+        }
+        let fences: Vec<Fence> = terms.iter().map(|t| t.fence().clone()).collect();
+        if let Err(e) = self.work.store.release_shards(&fences).await {
+            tracing::warn!(error = %e, "cannot release the shards' leases");
+        }
+    }
+}
+
+/// Prunes old events and expired request ids, and records the shards of
+/// sessions written without one, at the start of the fleet's term, then
+/// every [`PRUNE_EVERY`].
 async fn prune<S: Store>(store: S, term: Term, keep: u64, request_ids: std::time::Duration) {
     let mut every = tokio::time::interval(PRUNE_EVERY);
     loop {
@@ -182,28 +295,39 @@ async fn prune<S: Store>(store: S, term: Term, keep: u64, request_ids: std::time
             tracing::warn!(error = %e, "event pruning failed");
         }
         prune_request_ids(&store, &term, request_ids).await;
+        if let Err(e) = store.shard_sessions().await {
+            tracing::warn!(error = %e, "cannot record the shards of older sessions");
+        }
     }
 }
 
-/// Ends, every [`DEADLINES_EVERY`], each active session whose wall-clock
-/// budget ran out, with its subtree (end reason `budget`, audited, fenced),
-/// and has the driver stop their agents.
-async fn deadlines<S: Store>(store: S, driver: Option<Arc<Driver<S>>>, term: Term) {
+/// Ends, every [`DEADLINES_EVERY`], each active session of the shards held
+/// whose wall-clock budget ran out, with its subtree (end reason `budget`,
+/// audited, fenced by its shard's term), and has the driver stop their
+/// agents.
+async fn deadlines<S: Store>(store: S, driver: Arc<Driver<S>>, cancel: CancellationToken) {
     let mut every = tokio::time::interval(DEADLINES_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while term.live() {
+    loop {
         tokio::select! {
             _ = every.tick() => {}
-            () = term.cancelled() => return,
+            () = cancel.cancelled() => return,
         }
-        let due = match store.over_deadline(now_ms()).await {
+        let (shards, _) = driver.terms().live();
+        if shards.is_empty() {
+            continue;
+        }
+        let due = match store.over_deadline(now_ms(), shards).await {
             Ok(due) => due,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the wall-clock budgets");
                 continue;
             }
         };
-        for session_id in due {
+        for (shard, session_id) in due {
+            let Some(term) = driver.terms().of(shard) else {
+                continue;
+            };
             let audit = AuditRecord {
                 caller: Principal::Troupe,
                 action: crate::model::Action::EndForBudget,
@@ -220,9 +344,7 @@ async fn deadlines<S: Store>(store: S, driver: Option<Arc<Driver<S>>>, term: Ter
                         ended = ended.len(),
                         "wall-clock budget ran out: subtree ended"
                     );
-                    if let Some(driver) = &driver {
-                        driver.stop(ended);
-                    }
+                    driver.stop_in(&term, ended);
                 }
                 Err(e) => {
                     tracing::warn!(%session_id, error = %e, "cannot end a subtree past its deadline");

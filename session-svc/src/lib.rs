@@ -143,15 +143,16 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         config.output_tail_bytes,
         config.start_deadline(),
     )?;
-    // Every service takes its turn at the background work (the lease): a
-    // SQLite service is alone on its database, so it always holds it; of
-    // replicas on PostgreSQL, one at a time. The holder prunes, exports and
-    // drives the runners: the embedded one (`--runner`) and those that
-    // register (docs/operating.md).
+    // Every service takes its share of the background work, shard by shard
+    // (their leases): a SQLite service is alone on its database, so it
+    // holds every shard; replicas on PostgreSQL divide them. A shard's
+    // holder drives its workspaces' agents on the runners (the embedded one,
+    // `--runner`, and those that register); the fleet shard's also prunes
+    // and exports (docs/operating.md).
     let owner = {
         let work = owner::Work {
             store: store.clone(),
-            driver: Some(driver.clone()),
+            driver: driver.clone(),
             timing,
             keep: config.event_retention,
             request_ids: config.request_id_retention(),

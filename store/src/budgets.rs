@@ -66,7 +66,8 @@ pub trait BudgetStore: Send + Sync {
     fn over_deadline(
         &self,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<SessionId>, SessionError>> + Send;
+        shards: crate::shard::ShardSet,
+    ) -> impl Future<Output = Result<Vec<(crate::shard::Shard, SessionId)>, SessionError>> + Send;
 }
 
 /// The ids of a session's path (itself and every ancestor), as a CTE `up`
@@ -336,17 +337,23 @@ each_backend! {
             read_account(&mut *self.pool.acquire().await?, session_id).await
         }
 
-        async fn over_deadline(&self, now_ms: i64) -> Result<Vec<SessionId>, SessionError> {
-            Ok(sqlx::query_scalar(
-                "SELECT a.session_id FROM accounts a JOIN sessions s \
+        async fn over_deadline(
+            &self,
+            now_ms: i64,
+            shards: crate::shard::ShardSet,
+        ) -> Result<Vec<(crate::shard::Shard, SessionId)>, SessionError> {
+            let rows = sqlx::query_as(
+                "SELECT s.shard, a.session_id FROM accounts a JOIN sessions s \
                    ON s.session_id = a.session_id \
                  WHERE a.deadline_ms IS NOT NULL AND a.deadline_ms <= $1 \
-                   AND s.status IN ('pending', 'running') \
+                   AND s.status IN ('pending', 'running') AND (($2 >> s.shard) & 1) = 1 \
                  ORDER BY a.depth",
             )
             .bind(now_ms)
+            .bind(shards.mask())
             .fetch_all(&self.pool)
-            .await?)
+            .await?;
+            Ok(crate::process::in_shards(rows))
         }
     }
 }

@@ -69,12 +69,13 @@ pub(crate) fn pending_row(
 /// Inserts a pending session: id, workspace, parent, its trust, tree,
 /// depth, trust, agent, command, title, creator, time, traceparent, spawn
 /// span, whether its parent is told of its end, write scope, parent-end
-/// policy (SQLite's adds `RETURNING rowid`).
+/// policy, the workspace's shard (SQLite's adds `RETURNING rowid`).
 pub(crate) const INSERT_SESSION: &str = "INSERT INTO sessions (session_id, workspace_id, \
      parent_session_id, parent_trust_level, tree_id, depth, trust_level, agent_name, agent_command, \
      title, status, created_by, created_at_ms, traceparent, spawn_span_id, notify_parent, \
-     writable_paths, on_parent_end) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17)";
+     writable_paths, on_parent_end, shard) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17, \
+     $18)";
 
 /// Binds `row`'s values (and whether its parent is told of its end) to
 /// [`INSERT_SESSION`]'s parameters, in order: on a query, or a batch.
@@ -97,6 +98,9 @@ macro_rules! bind_session {
             .bind($notify_parent)
             .bind(crate::scope_text(&$row.write_scope))
             .bind($row.on_parent_end.as_str())
+            .bind(i32::from(
+                crate::shard::Shard::of(&$row.workspace_id).index(),
+            ))
     };
 }
 pub(crate) use bind_session;

@@ -1,17 +1,21 @@
-//! The lease of the background work: the driver, life-span export and
-//! pruning run in one service at a time, the lease's holder, for a term
-//! whose epoch is the fencing token. Every write the background work makes
-//! carries its [`Fence`], and the store checks it inside the write's own
-//! transaction against the lease row (holder, epoch, and expiry on the
-//! database's clock): a service that lost the lease, however long it was
-//! paused, writes nothing more ([`crate::error::SessionError::Fenced`]).
+//! The leases of the background work, one per shard
+//! ([`crate::shard::Shard`]): a shard's agents are driven, its callbacks
+//! sent and its budgets' deadlines kept by one service at a time, the
+//! holder of its lease, for a term whose epoch is the fencing token. Every
+//! write the background work makes carries its [`Fence`], and the store
+//! checks it inside the write's own transaction against the shard's lease
+//! row (holder, epoch, and expiry on the database's clock): a service that
+//! lost the shard, however long it was paused, writes nothing more for it
+//! ([`crate::error::SessionError::Fenced`]). The fleet's own upkeep
+//! (pruning, export, the embedded runner's record) is fenced by the lease
+//! of [`Shard::FLEET`].
+//!
+//! Each service also renews a row of its own among the replicas
+//! ([`LeaseStore::heartbeat`]): how many are alive sets each one's share.
 
 use std::{future::Future, time::Duration};
 
-use crate::{error::SessionError, model::Action};
-
-/// The name of the one lease (the table may hold others later).
-pub const BACKGROUND: &str = "background";
+use crate::{error::SessionError, model::Action, shard::Shard};
 
 /// Who holds, or asks for, the lease: one service process, named at its
 /// start (so a restarted service is a new holder).
@@ -19,9 +23,19 @@ pub const BACKGROUND: &str = "background";
 pub struct Holder(String);
 
 impl Holder {
-    /// A new holder's name, unique to this process.
+    /// A new holder's name, unique to this process: `svc_<pid>_<uuid>`,
+    /// so an operator can tell which process holds what.
     pub fn generate() -> Holder {
-        Holder(format!("svc_{}", uuid::Uuid::now_v7().simple()))
+        Holder(format!(
+            "svc_{}_{}",
+            std::process::id(),
+            uuid::Uuid::now_v7().simple()
+        ))
+    }
+
+    /// The process id its name was generated with, if it was.
+    pub fn pid(&self) -> Option<u32> {
+        self.0.strip_prefix("svc_")?.split('_').next()?.parse().ok()
     }
 
     /// A holder of a known name (as stored).
@@ -40,12 +54,13 @@ impl std::fmt::Display for Holder {
     }
 }
 
-/// One term of the lease: its holder, its epoch, bumped by every
+/// One term of a shard's lease: its holder, its epoch, bumped by every
 /// acquisition, and how long it lasts unless renewed. Every background
-/// write carries it.
+/// write of the shard carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
     pub holder: Holder,
+    pub shard: Shard,
     pub epoch: i64,
     /// The lease's time to live its holder asked for: a write of the term
     /// holds the lease row no longer than this while it stalls (PostgreSQL).
@@ -53,14 +68,28 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// The term `epoch` of `holder`'s lease, asked for `ttl`, if a try took
-    /// it.
-    pub(crate) fn taken(holder: &Holder, epoch: Option<i64>, ttl: Duration) -> Option<Fence> {
-        epoch.map(|epoch| Fence {
-            holder: holder.clone(),
-            epoch,
-            ttl,
-        })
+    /// The terms a try for leases took, as the rows it updated name them
+    /// (lease name, new epoch).
+    pub(crate) fn taken(holder: &Holder, rows: Vec<(String, i64)>, ttl: Duration) -> Vec<Fence> {
+        let mut fences: Vec<Fence> = rows
+            .into_iter()
+            .filter_map(|(name, epoch)| {
+                Some(Fence {
+                    holder: holder.clone(),
+                    shard: Shard::from_lease_name(&name)?,
+                    epoch,
+                    ttl,
+                })
+            })
+            .collect();
+        fences.sort_by_key(|f| f.shard);
+        fences
+    }
+
+    /// The key a statement matches its lease row by: name and epoch, as
+    /// `name || '#' || epoch` reads them.
+    pub(crate) fn key(&self) -> String {
+        format!("{}#{}", self.shard.lease_name(), self.epoch)
     }
 
     /// Whether a write of this term may go on, given whether the lease row
@@ -74,16 +103,25 @@ impl Fence {
     }
 }
 
-/// The lease row as the database has it now.
+/// A shard's lease row as the database has it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    pub shard: Shard,
     pub holder: Holder,
     pub epoch: i64,
     /// Whether it is still unexpired, on the database's clock.
     pub live: bool,
 }
 
-/// The lease's timing: how long a term lasts unless renewed, and how often
+/// A replica (a service on the database) as its row says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    pub holder: Holder,
+    /// Whether its row is unexpired, on the database's clock.
+    pub live: bool,
+}
+
+/// The leases' timing: how long a term lasts unless renewed, and how often
 /// its holder renews it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseTiming {
@@ -124,30 +162,119 @@ pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The lease of the background work; every [`super::Store`] is one.
+/// The shards' leases and the replicas' rows; every [`super::Store`] is
+/// one.
 pub trait LeaseStore: Send + Sync {
-    /// Takes the lease of the background work for `holder` if it is free
-    /// or expired (on the database's clock), bumping its epoch; returns the
-    /// new term, or `None` while another holder's term is live.
+    /// Takes up to `want` shards that are free or expired (on the
+    /// database's clock) for `holder`, lowest first, bumping each one's
+    /// epoch; returns the new terms. On PostgreSQL a shard a write of its
+    /// last term still holds is skipped, never waited for.
+    fn acquire_shards(
+        &self,
+        holder: &Holder,
+        want: usize,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<Fence>, SessionError>> + Send;
+
+    /// Takes `shard` for `holder` if it is free or expired; `None` while
+    /// another term of it is live.
+    fn acquire_shard(
+        &self,
+        holder: &Holder,
+        shard: Shard,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Fence>, SessionError>> + Send;
+
+    /// Extends by `ttl` from now each of `fences` (one holder's) still
+    /// live; returns the shards extended. The others' terms are over
+    /// (expired or taken over), which their holder cannot undo. Never
+    /// waits behind a write of those terms.
+    fn renew_shards(
+        &self,
+        fences: &[Fence],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<Shard>, SessionError>> + Send;
+
+    /// Ends the terms of `fences` (one holder's) now, so others take the
+    /// shards without waiting out their time.
+    fn release_shards(&self, fences: &[Fence])
+    -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// Every shard's lease as it stands, in shard order.
+    fn shard_leases(&self) -> impl Future<Output = Result<Vec<Lease>, SessionError>> + Send;
+
+    /// Records `holder` alive for `ttl` from now (and forgets replicas
+    /// dead for a minute); returns how many are alive, itself included.
+    fn heartbeat(
+        &self,
+        holder: &Holder,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<usize, SessionError>> + Send;
+
+    /// Removes `holder`'s row (a service that stops).
+    fn leave(&self, holder: &Holder) -> impl Future<Output = Result<(), SessionError>> + Send;
+
+    /// The replicas' rows, live or not.
+    fn replicas(&self) -> impl Future<Output = Result<Vec<Replica>, SessionError>> + Send;
+
+    /// Takes the lease of [`Shard::FLEET`] (see [`LeaseStore::acquire_shard`]).
     fn acquire_lease(
         &self,
         holder: &Holder,
-        ttl: std::time::Duration,
-    ) -> impl Future<Output = Result<Option<Fence>, SessionError>> + Send;
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Fence>, SessionError>> + Send {
+        self.acquire_shard(holder, Shard::FLEET, ttl)
+    }
 
-    /// Extends `fence`'s term by `ttl` from now; false if the term is over
-    /// (expired or taken over), which its holder cannot undo.
+    /// Extends `fence`'s term; false if it is over.
     fn renew_lease(
         &self,
         fence: &Fence,
-        ttl: std::time::Duration,
-    ) -> impl Future<Output = Result<bool, SessionError>> + Send;
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, SessionError>> + Send {
+        async move {
+            let renewed = self.renew_shards(std::slice::from_ref(fence), ttl).await?;
+            Ok(renewed.contains(&fence.shard))
+        }
+    }
 
-    /// Ends `fence`'s term now (a service that stops), so another takes
-    /// the lease without waiting out its time.
-    fn release_lease(&self, fence: &Fence)
-    -> impl Future<Output = Result<(), SessionError>> + Send;
+    /// Ends `fence`'s term now.
+    fn release_lease(&self, fence: &Fence) -> impl Future<Output = Result<(), SessionError>> + Send {
+        self.release_shards(std::slice::from_ref(fence))
+    }
 
-    /// Returns the lease of the background work as it stands.
-    fn lease(&self) -> impl Future<Output = Result<Option<Lease>, SessionError>> + Send;
+    /// The lease of [`Shard::FLEET`] as it stands.
+    fn lease(&self) -> impl Future<Output = Result<Option<Lease>, SessionError>> + Send {
+        async move {
+            let leases = self.shard_leases().await?;
+            Ok(leases
+                .into_iter()
+                .find(|l| l.shard == Shard::FLEET && l.epoch > 0))
+        }
+    }
+}
+
+/// Leases as rows read them (name, holder, epoch, live): the shards' only,
+/// never held ones (epoch 0) with no holder.
+pub(crate) fn leases_of(rows: Vec<(String, String, i64, bool)>) -> Vec<Lease> {
+    rows.into_iter()
+        .filter_map(|(name, holder, epoch, live)| {
+            Some(Lease {
+                shard: Shard::from_lease_name(&name)?,
+                holder: Holder::named(holder),
+                epoch,
+                live: live && epoch > 0,
+            })
+        })
+        .collect()
+}
+
+/// Replicas as rows read them (holder, live).
+pub(crate) fn replicas_of(rows: Vec<(String, bool)>) -> Vec<Replica> {
+    rows.into_iter()
+        .map(|(holder, live)| Replica {
+            holder: Holder::named(holder),
+            live,
+        })
+        .collect()
 }

@@ -55,7 +55,7 @@ mod upkeep;
 mod writes;
 
 /// The domain the store keeps, under the names the service gives it.
-pub(crate) use troupe_domain::{agent, error, model, placement, policy};
+pub(crate) use troupe_domain::{agent, error, model, placement, policy, shard};
 
 use troupe_proto::scope::WriteScope;
 
@@ -70,7 +70,7 @@ pub use groups::GroupStore;
 pub use inbox::InboxStore;
 pub use journal::LogStore;
 pub use lease::{
-    BACKGROUND as BACKGROUND_LEASE, Fence, Holder, Lease, LeaseStore, LeaseTiming,
+    Fence, Holder, Lease, LeaseStore, LeaseTiming, Replica,
     REQUEST_ID_PRUNE_BATCH,
 };
 pub use messages::MessageStore;

@@ -18,23 +18,34 @@ use crate::{
         AuditRecord, ExitReason, OutputChunk, ProcessChange, ProcessRow, ProgressReport,
         RunnerName, SessionId, SessionRow,
     },
+    shard::{Shard, ShardSet},
 };
 
-/// The work the owner of the background work finds in the store, whoever
-/// recorded it: what any service's calls left for the driver.
+/// The work the owners of the shards find in the store, whoever recorded
+/// it: what any service's calls left for the driver. Each session named
+/// with its shard, whose owner does it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DriverWork {
     /// Pending sessions whose agent was never asked for (no process row).
     pub unstarted: Vec<crate::model::SessionRow>,
     /// Running sessions with messages not yet written to their agent.
-    pub undelivered: Vec<SessionId>,
+    pub undelivered: Vec<(Shard, SessionId)>,
     /// Ended sessions whose process has reported no exit (to be stopped).
-    pub unstopped: Vec<SessionId>,
+    pub unstopped: Vec<(Shard, SessionId)>,
     /// Ended sessions whose parent is owed its callback notice.
-    pub callbacks_due: Vec<SessionId>,
+    pub callbacks_due: Vec<(Shard, SessionId)>,
     /// Active sessions with a process on a runner whose lease lapsed (or
     /// that is gone), deepest first: they fail `runner_lost`.
-    pub runner_lost: Vec<SessionId>,
+    pub runner_lost: Vec<(Shard, SessionId)>,
+}
+
+/// Sessions named with their shards, as a query reads them (`shard`,
+/// `session_id`); a row of no shard yet (-1, written by an older release)
+/// is left until it has one.
+pub(crate) fn in_shards(rows: Vec<(i32, SessionId)>) -> Vec<(Shard, SessionId)> {
+    rows.into_iter()
+        .filter_map(|(shard, id)| Some((Shard::new(u16::try_from(shard).ok()?)?, id)))
+        .collect()
 }
 
 /// Sessions' processes as their runners report them, and what the driver finds to do; every [`super::Store`] is one.
@@ -103,9 +114,12 @@ pub trait ProcessStore: Send + Sync {
         check: MessageCheck<'_>,
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
-    /// Returns what the store holds for the background work to do, whoever
-    /// recorded it (see [`DriverWork`]).
-    fn driver_work(&self) -> impl Future<Output = Result<DriverWork, SessionError>> + Send;
+    /// Returns what the store holds for the background work of `shards` to
+    /// do, whoever recorded it (see [`DriverWork`]).
+    fn driver_work(
+        &self,
+        shards: ShardSet,
+    ) -> impl Future<Output = Result<DriverWork, SessionError>> + Send;
 }
 
 each_backend! {
@@ -118,6 +132,7 @@ each_backend! {
             ProgressReport, SessionId, SessionRow, now_ms,
         },
         policy,
+        shard::ShardSet,
         {
             Fence, MessageCheck,
             journal::NewEvent,
@@ -409,60 +424,72 @@ each_backend! {
         }
 
         /// `ProcessStore::driver_work`: what the calls of any service left for the
-        /// driver.
-        async fn driver_work(&self) -> Result<DriverWork, SessionError> {
+        /// driver, in `shards`.
+        async fn driver_work(&self, shards: ShardSet) -> Result<DriverWork, SessionError> {
             let mut conn = self.pool.acquire().await?;
+            let mask = shards.mask();
             let unstarted: Vec<SessionId> = sqlx::query_scalar(concat!(
                 "SELECT session_id FROM sessions s WHERE status = 'pending' \
+                 AND (($1 >> s.shard) & 1) = 1 \
                  AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
                  ORDER BY ",
                 row_order!()
             ))
+            .bind(mask)
             .fetch_all(&mut *conn)
             .await?;
-            let undelivered: Vec<SessionId> = sqlx::query_scalar(concat!(
-                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
-                 WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq ORDER BY s.",
+            let undelivered = sqlx::query_as(concat!(
+                "SELECT s.shard, s.session_id FROM sessions s JOIN processes p USING (session_id) \
+                 WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq \
+                 AND (($1 >> s.shard) & 1) = 1 ORDER BY s.",
                 row_order!()
             ))
+            .bind(mask)
             .fetch_all(&mut *conn)
             .await?;
             // Ended sessions whose process may still run (no exit reported,
             // not yet asked to stop; a finished one's after its grace), and
             // CALLBACK-mode ones ended before any start.
-            let unstopped: Vec<SessionId> = sqlx::query_scalar(concat!(
-                "SELECT s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
+            let unstopped = sqlx::query_as(concat!(
+                "SELECT s.shard, s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
                  WHERE s.status IN ('completed', 'failed', 'terminated') \
+                 AND (($1 >> s.shard) & 1) = 1 \
                  AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
                        AND (p.stop_after_ms IS NULL OR p.stop_after_ms <= ",
                 db_now_ms!(),
                 ")) OR (p.session_id IS NULL AND s.notify_parent)) ORDER BY s.",
                 row_order!()
             ))
+            .bind(mask)
             .fetch_all(&mut *conn)
             .await?;
-            let callbacks_due: Vec<SessionId> =
-                sqlx::query_scalar("SELECT session_id FROM processes WHERE callback_due")
-                    .fetch_all(&mut *conn)
-                    .await?;
+            let callbacks_due = sqlx::query_as(
+                "SELECT s.shard, p.session_id FROM processes p JOIN sessions s USING (session_id) \
+                 WHERE p.callback_due AND (($1 >> s.shard) & 1) = 1",
+            )
+            .bind(mask)
+            .fetch_all(&mut *conn)
+            .await?;
             // Active sessions on a runner whose lease lapsed (or that is gone).
-            let runner_lost: Vec<SessionId> = sqlx::query_scalar(concat!(
-                "SELECT s.session_id FROM sessions s JOIN processes p USING (session_id) \
+            let runner_lost = sqlx::query_as(concat!(
+                "SELECT s.shard, s.session_id FROM sessions s JOIN processes p USING (session_id) \
                  LEFT JOIN runners r ON r.name = p.runner \
                  WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
+                 AND (($1 >> s.shard) & 1) = 1 \
                  AND (r.name IS NULL OR r.lease_expires_ms <= ",
                 db_now_ms!(),
                 ") ORDER BY s.depth DESC, s.",
                 row_order!()
             ))
+            .bind(mask)
             .fetch_all(&mut *conn)
             .await?;
             Ok(DriverWork {
-                runner_lost,
+                runner_lost: super::in_shards(runner_lost),
                 unstarted: self.rows_of(&mut conn, &unstarted).await?,
-                undelivered,
-                unstopped,
-                callbacks_due,
+                undelivered: super::in_shards(undelivered),
+                unstopped: super::in_shards(unstopped),
+                callbacks_due: super::in_shards(callbacks_due),
             })
         }
     }

@@ -1,10 +1,11 @@
 //! The store's background upkeep, each backend its own (`sqlite::upkeep`,
 //! `postgres::events`): pruning events and request ids under the lease of
-//! the background work, and what the backend needs besides.
+//! the fleet's upkeep, the shards of sessions written without one, and
+//! what the backend needs besides.
 
 use std::future::Future;
 
-use crate::{Fence, Maintenance, error::SessionError};
+use crate::{Fence, Maintenance, backends::each_backend, error::SessionError};
 
 /// The background upkeep; every [`super::Store`] is one.
 pub trait UpkeepStore: Send + Sync {
@@ -27,9 +28,42 @@ pub trait UpkeepStore: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = Result<u64, SessionError>> + Send;
 
+    /// Records the shard of sessions written without one (before shards,
+    /// or by a replica of an older release), up to 100 workspaces' at a
+    /// call; returns how many sessions it changed. Not fenced: any service
+    /// writes the same.
+    fn shard_sessions(&self) -> impl Future<Output = Result<u64, SessionError>> + Send;
+
     /// Periodic upkeep the backend needs (SQLite: checkpointing its
     /// write-ahead log, returning free pages to the file system), a bounded
     /// amount per call, off the request path; nothing for a backend that
     /// needs none. Called every second by the service.
     fn maintain(&self) -> impl Future<Output = Result<Maintenance, SessionError>> + Send;
+}
+
+each_backend! {
+    use crate::{error::SessionError, shard::Shard};
+
+    impl This {
+        /// `UpkeepStore::shard_sessions`.
+        pub(crate) async fn fill_shards(&self) -> Result<u64, SessionError> {
+            let workspaces: Vec<String> = sqlx::query_scalar(
+                "SELECT DISTINCT workspace_id FROM sessions WHERE shard < 0 LIMIT 100",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            let mut filled = 0;
+            for workspace in workspaces {
+                let done = sqlx::query(
+                    "UPDATE sessions SET shard = $1 WHERE workspace_id = $2 AND shard < 0",
+                )
+                .bind(i32::from(Shard::of(&workspace).index()))
+                .bind(&workspace)
+                .execute(&mut *self.write_conn().await?)
+                .await?;
+                filled += done.rows_affected();
+            }
+            Ok(filled)
+        }
+    }
 }

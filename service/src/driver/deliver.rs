@@ -58,10 +58,17 @@ impl<S: Store> Driver<S> {
     /// it. A record lost to a crash costs nothing: the next owner's frames
     /// are skipped by the runner.
     ///
-    /// Only the owner of the background work delivers: elsewhere this is
-    /// false at once, and the owner delivers what the store holds.
+    /// Only the owner of the session's shard delivers: elsewhere this is
+    /// false (at once, on a service that holds no shard), and the owner
+    /// delivers what the store holds.
     pub async fn deliver(self: &Arc<Self>, session_id: &SessionId) -> bool {
-        match self.term() {
+        if self.terms.live().0.is_empty() {
+            return false;
+        }
+        let Ok(Some(row)) = self.store.get_session(session_id).await else {
+            return false;
+        };
+        match self.terms.of_workspace(&row.workspace_id) {
             Some(term) => self.deliver_in(&term, session_id).await,
             None => false,
         }

@@ -31,9 +31,9 @@ struct NoRoom(String);
 
 impl<S: Store> Driver<S> {
     /// Starts a new session's agent in the background, if this service owns
-    /// the background work (else the owner finds it in the store).
+    /// its shard (else the shard's owner finds it in the store).
     pub fn launch(self: &Arc<Self>, session: SessionRow) {
-        if let Some(term) = self.term()
+        if let Some(term) = self.terms.of_workspace(&session.workspace_id)
             && self.has_live_runner()
         {
             self.launch_in(&term, session);
@@ -251,10 +251,11 @@ impl<S: Store> Driver<S> {
         (left > 0).then(|| Duration::from_millis(left as u64))
     }
 
-    /// Stops the processes of sessions the ledger has just ended, if this
-    /// service owns the background work (else the owner finds them).
-    pub fn stop(self: &Arc<Self>, session_ids: Vec<SessionId>) {
-        if let Some(term) = self.term() {
+    /// Stops the processes of sessions of `workspace` the ledger has just
+    /// ended, if this service owns its shard (else the shard's owner finds
+    /// them).
+    pub fn stop(self: &Arc<Self>, workspace: &str, session_ids: Vec<SessionId>) {
+        if let Some(term) = self.terms.of_workspace(workspace) {
             self.stop_in(&term, session_ids);
         }
     }
@@ -262,7 +263,7 @@ impl<S: Store> Driver<S> {
     /// Stops the processes of ended sessions, in `term`, each on the runner
     /// it was placed on, and records it; one that never started has its
     /// parent's callback made due.
-    pub(super) fn stop_in(self: &Arc<Self>, term: &Term, session_ids: Vec<SessionId>) {
+    pub fn stop_in(self: &Arc<Self>, term: &Term, session_ids: Vec<SessionId>) {
         self.stop_each(term, session_ids.into_iter().map(|id| (None, id)).collect());
     }
 

@@ -33,14 +33,16 @@
 //!   answers and then hands each active session placed on it to a
 //!   follower, a launch or a failure, as `reconcile::decide` says, and
 //!   stops the runner's execs whose session is not active.
-//! - `owner`: [`Driver::own`], one task per term, which watches the
-//!   store's wake-ups for the work any service recorded
-//!   (`ProcessStore::driver_work`: sessions to start, messages to deliver,
-//!   processes to stop, callbacks due, sessions whose runner was lost) and
-//!   hands each to one task at a time.
+//! - `owner`: [`Driver::own`], one task for the service's life, which
+//!   while it holds shards watches the store's wake-ups for the work any
+//!   service recorded in them (`ProcessStore::driver_work`: sessions to
+//!   start, messages to deliver, processes to stop, callbacks due, sessions
+//!   whose runner was lost) and hands each to one task at a time, in its
+//!   shard's term.
 //! - `runners`: the runners the store knows (the embedded `--runner` and
 //!   those that register), a client of each, and one reconciliation task
-//!   per runner at each term's start and each time it registers anew.
+//!   per runner for the terms it has not yet reconciled (new shards, or the
+//!   runner registered anew).
 //!
 //! # Runners
 //!
@@ -50,12 +52,13 @@
 //!
 //! # Ownership
 //!
-//! The driver acts only in a term of the lease of the background work
-//! ([`Term`], from `crate::owner`): a service that does not hold the lease
-//! launches, delivers and stops nothing (the owner finds that work in the
-//! store). Every store write carries the term's fence; a write refused as
-//! fenced ends the term, and so every task of it; every runner call is made
-//! only while the term is [`Term::live`].
+//! The driver acts on a session only in a term of its workspace's shard
+//! ([`Term`], from `crate::owner`; [`Terms`] holds this service's): a
+//! service that does not hold the shard launches, delivers and stops
+//! nothing of it (the shard's owner finds that work in the store). Every
+//! store write carries the term's fence; a write refused as fenced ends the
+//! term, and so every task of it; every runner call is made only while the
+//! term is [`Term::live`].
 
 mod deliver;
 mod follow;
@@ -66,7 +69,7 @@ mod reconcile;
 mod runners;
 mod term;
 
-pub use term::Term;
+pub use term::{Term, Terms};
 
 use std::{
     collections::{HashMap, HashSet},
@@ -110,8 +113,8 @@ pub struct Driver<S> {
     following: Mutex<HashSet<SessionId>>,
     /// Work under way, one task per kind and session at a time.
     busy: Mutex<HashSet<(Job, String)>>,
-    /// The term of the lease this service holds, if it is the owner.
-    term: Mutex<Option<Term>>,
+    /// The terms of the shards this service holds.
+    terms: Arc<Terms>,
 }
 
 impl<S: Store> Driver<S> {
@@ -142,17 +145,14 @@ impl<S: Store> Driver<S> {
             delivering: Mutex::new(HashMap::new()),
             following: Mutex::new(HashSet::new()),
             busy: Mutex::new(HashSet::new()),
-            term: Mutex::new(None),
+            terms: Arc::new(Terms::default()),
         }))
     }
 
-    /// The current term, if this service owns the background work now.
-    pub fn term(&self) -> Option<Term> {
-        self.term
-            .lock()
-            .expect("poisoned")
-            .clone()
-            .filter(Term::live)
+    /// The terms of the shards this service holds (the owner's loop keeps
+    /// them).
+    pub fn terms(&self) -> &Arc<Terms> {
+        &self.terms
     }
 
     /// Claims `(job, id)` for one task; false if one already runs it. The

@@ -1,16 +1,20 @@
-//! The owner's loop: one task per term of the lease ([`Driver::own`]). It
-//! records the embedded runner, reconciles each runner (again whenever one
-//! registers anew), and takes the work that any service recorded in the
-//! store, woken by the store's commits
-//! (LISTEN/NOTIFY across PostgreSQL replicas) and at least every
-//! [`WORK_POLL`]. With no runner at all nothing can be driven: the store is
-//! read only at that poll, for runners.
+//! The owner's loop: one task for the service's life ([`Driver::own`]).
+//! While this service holds shards (its [`Terms`]) it records the
+//! embedded runner (with the fleet's shard), reconciles each runner for
+//! the terms not yet reconciled (again whenever one registers anew), and
+//! takes the work that any service recorded in those shards, woken by the
+//! store's commits (LISTEN/NOTIFY across PostgreSQL replicas), by a new
+//! term, and at least every [`WORK_POLL`]. With no runner at all nothing
+//! can be driven: the store is read only at that poll, for runners.
 
 use std::{sync::Arc, time::Duration};
+
+use tokio_util::sync::CancellationToken;
 
 use super::{Driver, Job, Term};
 use crate::{
     model::SessionId,
+    shard::Shard,
     store::{DriverWork, Store},
 };
 
@@ -20,16 +24,31 @@ const WORK_POLL: Duration = Duration::from_secs(1);
 const WORK_GATHER: Duration = Duration::from_millis(20);
 
 impl<S: Store> Driver<S> {
-    /// Runs the background work of `term` until it ends (lease lost or
-    /// given up, or the service stops).
-    pub async fn own(self: Arc<Self>, term: Term) {
-        *self.term.lock().expect("poisoned") = Some(term.clone());
-        tracing::info!(epoch = term.fence().epoch, "driving the background work");
-        self.set_embedded(&term).await;
+    /// Runs the background work of the shards this service holds, as they
+    /// come and go, until `cancel`.
+    pub async fn own(self: Arc<Self>, cancel: CancellationToken) {
         let mut wake = self.store.subscribe();
-        while term.live() {
+        // The fleet's term the embedded runner was recorded in.
+        let mut recorded: Option<i64> = None;
+        while !cancel.is_cancelled() {
+            let added = self.terms.added();
             // Marked seen before the read, so a commit during it wakes the next.
             wake.borrow_and_update();
+            let (shards, terms) = self.terms.live();
+            if shards.is_empty() {
+                tokio::select! {
+                    () = added => {}
+                    () = tokio::time::sleep(WORK_POLL) => {}
+                    () = cancel.cancelled() => break,
+                }
+                continue;
+            }
+            if let Some(fleet) = self.terms.of(Shard::FLEET)
+                && recorded != Some(fleet.fence().epoch)
+            {
+                self.set_embedded(&fleet).await;
+                recorded = Some(fleet.fence().epoch);
+            }
             let runners = match self.refresh_runners().await {
                 Ok(runners) => runners,
                 Err(e) => {
@@ -41,47 +60,47 @@ impl<S: Store> Driver<S> {
             // pending, and the store is read only at the poll, for runners.
             let idle = runners.is_empty();
             if !idle {
-                self.reconcile_runners(&term, &runners);
-                match self.store.driver_work().await {
-                    Ok(work) => self.take(&term, work),
+                self.reconcile_runners(&terms, &runners);
+                match self.store.driver_work(shards).await {
+                    Ok(work) => self.take(work),
                     Err(e) => tracing::warn!(error = %e, "cannot read the driver's work"),
                 }
             }
             tokio::select! {
                 changed = wake.changed(), if !idle => if changed.is_err() { break },
+                () = added => {}
                 () = tokio::time::sleep(WORK_POLL) => {}
-                () = term.cancelled() => break,
+                () = cancel.cancelled() => break,
             }
             tokio::select! {
                 () = tokio::time::sleep(WORK_GATHER) => {}
-                () = term.cancelled() => break,
+                () = cancel.cancelled() => break,
             }
-        }
-        let mut current = self.term.lock().expect("poisoned");
-        if current.as_ref().is_some_and(|t| t.fence() == term.fence()) {
-            *current = None;
         }
     }
 
-    /// Hands each piece of work to its task (each at most once at a time).
-    fn take(self: &Arc<Self>, term: &Term, work: DriverWork) {
+    /// Hands each piece of work to its task in its shard's term (each at
+    /// most once at a time); work of a shard no longer held is left to its
+    /// next owner.
+    fn take(self: &Arc<Self>, work: DriverWork) {
         if self.has_live_runner() {
             for session in work.unstarted {
-                self.launch_in(term, session);
+                if let Some(term) = self.terms.of_workspace(&session.workspace_id) {
+                    self.launch_in(&term, session);
+                }
             }
         }
         // One task, deepest first: a child ends before its parent, so a
         // CALLBACK parent lost with it is told before it ends itself.
-        let lost: Vec<SessionId> = work
-            .runner_lost
+        let lost: Vec<(Term, SessionId)> = self
+            .in_terms(work.runner_lost)
             .into_iter()
-            .filter(|id| self.claim(Job::Lose, id))
+            .filter(|(_, id)| self.claim(Job::Lose, id))
             .collect();
         if !lost.is_empty() {
             let driver = self.clone();
-            let term = term.clone();
             tokio::spawn(async move {
-                for id in lost {
+                for (term, id) in lost {
                     tokio::select! {
                         () = driver.lose(&term, &id) => {}
                         () = term.cancelled() => {}
@@ -90,12 +109,11 @@ impl<S: Store> Driver<S> {
                 }
             });
         }
-        for id in work.undelivered {
+        for (term, id) in self.in_terms(work.undelivered) {
             if !self.claim(Job::Deliver, &id) {
                 continue;
             }
             let driver = self.clone();
-            let term = term.clone();
             tokio::spawn(async move {
                 tokio::select! {
                     _ = driver.deliver_in(&term, &id) => {}
@@ -104,12 +122,18 @@ impl<S: Store> Driver<S> {
                 driver.release(Job::Deliver, &id);
             });
         }
-        if !work.unstopped.is_empty() {
-            self.stop_in(term, work.unstopped);
+        // One task per shard, each stopping its processes in turn.
+        let mut unstopped: std::collections::BTreeMap<Shard, (Term, Vec<SessionId>)> =
+            std::collections::BTreeMap::new();
+        for (term, id) in self.in_terms(work.unstopped) {
+            let shard = term.fence().shard;
+            unstopped.entry(shard).or_insert((term, Vec::new())).1.push(id);
         }
-        for id in work.callbacks_due {
+        for (term, ids) in unstopped.into_values() {
+            self.stop_in(&term, ids);
+        }
+        for (term, id) in self.in_terms(work.callbacks_due) {
             let driver = self.clone();
-            let term = term.clone();
             tokio::spawn(async move {
                 tokio::select! {
                     () = driver.callback(&term, &id) => {}
@@ -117,5 +141,13 @@ impl<S: Store> Driver<S> {
                 }
             });
         }
+    }
+
+    /// Each session with its shard's live term, those of a shard not held
+    /// left out.
+    fn in_terms(&self, work: Vec<(Shard, SessionId)>) -> Vec<(Term, SessionId)> {
+        work.into_iter()
+            .filter_map(|(shard, id)| Some((self.terms.of(shard)?, id)))
+            .collect()
     }
 }

@@ -1,12 +1,16 @@
-//! The pass per runner (at each term's start, and when the runner registers
-//! anew): what to do with each active session placed on it, given what the
-//! runner reports of its exec, and with each exec the runner runs for a
-//! session that is no longer active (stopped, unless the session finished
-//! its task and its grace is not over). `decide` (follow, start or fail a
-//! session), `orphans` (the execs to stop) and `in_finish_grace` are pure
-//! functions.
+//! The pass per runner, for the terms of shards it has not yet been
+//! reconciled in (new terms, or the runner registered anew): what to do
+//! with each active session of those shards placed on it, given what the
+//! runner reports of its exec, and with each exec of those shards the
+//! runner runs for a session that is no longer active (stopped, unless the
+//! session finished its task and its grace is not over). `decide` (follow,
+//! start or fail a session), `orphans` (the execs to stop) and
+//! `in_finish_grace` are pure functions.
 
-use std::{collections::HashSet, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use troupe_proto::{
     runner::{self as rpb, ListExecsRequest},
@@ -16,6 +20,7 @@ use troupe_proto::{
 use super::{Driver, Job, Term, system_audit};
 use crate::{
     model::{Action, Failure, ProcessRow, RunnerName, SessionId, now_ms},
+    shard::Shard,
     store::Store,
 };
 
@@ -53,14 +58,18 @@ pub(super) fn decide(
     }
 }
 
-/// The runner's running execs whose session is not active: they are stopped.
-pub(super) fn orphans(execs: &[rpb::ExecInfo], active_ids: &HashSet<&str>) -> Vec<SessionId> {
+/// The runner's running execs whose session is not active, with their
+/// workspace's shard: they are stopped (by that shard's owner).
+pub(super) fn orphans(
+    execs: &[rpb::ExecInfo],
+    active_ids: &HashSet<&str>,
+) -> Vec<(Shard, SessionId)> {
     execs
         .iter()
         .filter(|e| {
             e.state() == rpb::ExecState::Running && !active_ids.contains(e.exec_id.as_str())
         })
-        .map(|e| SessionId::from(&e.exec_id))
+        .map(|e| (Shard::of(&e.workspace_id), SessionId::from(&e.exec_id)))
         .collect()
 }
 
@@ -70,15 +79,17 @@ pub(super) fn in_finish_grace(process: &ProcessRow, now_ms: i64) -> bool {
 }
 
 impl<S: Store> Driver<S> {
-    /// Reconciles one runner (at each term's start, and when it registers
-    /// anew): follows the agents placed on it that still run, starts those
-    /// that never did, fails the sessions whose process is gone and stops
-    /// the processes whose session has ended.
+    /// Reconciles one runner for the shards of `terms` (new terms, or the
+    /// runner registered anew): follows the agents of those shards placed
+    /// on it that still run, starts those that never did, fails the
+    /// sessions whose process is gone and stops the processes whose session
+    /// has ended.
     pub(super) async fn reconcile_runner(
         self: &Arc<Self>,
-        term: &Term,
+        terms: &[Term],
         runner: &RunnerName,
     ) -> anyhow::Result<()> {
+        let terms: HashMap<Shard, &Term> = terms.iter().map(|t| (t.fence().shard, t)).collect();
         let client = self
             .runner_client(runner)
             .await
@@ -93,6 +104,9 @@ impl<S: Store> Driver<S> {
         let active = self.store.active_sessions().await?;
         let active_ids: HashSet<&str> = active.iter().map(|s| s.session_id.as_str()).collect();
         for session in &active {
+            let Some(term) = terms.get(&Shard::of(&session.workspace_id)).copied() else {
+                continue;
+            };
             let process = self.store.process(&session.session_id).await?;
             // Sessions placed elsewhere are their runner's; those not placed
             // yet are launched as the store's work.
@@ -116,18 +130,21 @@ impl<S: Store> Driver<S> {
                 }
             }
         }
-        let mut orphans = orphans(&execs, &active_ids);
+        let mut orphans: Vec<(Shard, SessionId)> = orphans(&execs, &active_ids)
+            .into_iter()
+            .filter(|(shard, _)| terms.contains_key(shard))
+            .collect();
         // A session that finished its task keeps its process for the
         // finish's grace: the store's work stops it once that is over.
         let mut in_grace = HashSet::new();
-        for id in &orphans {
+        for (_, id) in &orphans {
             let process = self.store.process(id).await?;
             if process.is_some_and(|p| in_finish_grace(&p, now_ms())) {
                 in_grace.insert(id.clone());
             }
         }
-        orphans.retain(|id| !in_grace.contains(id));
-        for id in &orphans {
+        orphans.retain(|(_, id)| !in_grace.contains(id));
+        for (_, id) in &orphans {
             let audit = system_audit(
                 Action::Reconcile,
                 id,
@@ -136,8 +153,12 @@ impl<S: Store> Driver<S> {
             );
             self.store.append_audit(audit).await?;
         }
-        if !orphans.is_empty() {
-            self.stop_on(term, runner, orphans);
+        let mut by_shard: HashMap<Shard, Vec<SessionId>> = HashMap::new();
+        for (shard, id) in orphans {
+            by_shard.entry(shard).or_default().push(id);
+        }
+        for (shard, ids) in by_shard {
+            self.stop_on(terms[&shard], runner, ids);
         }
         Ok(())
     }
@@ -227,7 +248,8 @@ mod tests {
             exec("sess_gone", rpb::ExecState::Running),
         ];
         let active = HashSet::from(["sess_active", "sess_exited"]);
-        assert_eq!(orphans(&execs, &active), ["sess_ended", "sess_gone"]);
+        let ids: Vec<SessionId> = orphans(&execs, &active).into_iter().map(|(_, id)| id).collect();
+        assert_eq!(ids, ["sess_ended", "sess_gone"]);
         let all = HashSet::from(["sess_active", "sess_ended", "sess_exited", "sess_gone"]);
         assert!(orphans(&execs, &all).is_empty());
         assert!(orphans(&[], &active).is_empty());

@@ -1,10 +1,13 @@
 //! The runners the driver drives: the store's list of them (the embedded
 //! `--runner` and those that register), a client of each by its stored
-//! endpoint, and the reconciliation of each runner once per term and again
-//! whenever it registers anew (a new generation: back after its lease
-//! lapsed, or at a new endpoint).
+//! endpoint, and the reconciliation of each runner once per term of each
+//! shard and again whenever it registers anew (a new generation: back after
+//! its lease lapsed, or at a new endpoint).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use troupe_proto::runner::runner_service_client::RunnerServiceClient;
 
@@ -12,6 +15,7 @@ use super::{Client, Driver, Job, RETRY, Term};
 use crate::{
     error::SessionError,
     model::{RunnerName, RunnerRow, SessionId},
+    shard::Shard,
     store::Store,
 };
 
@@ -22,8 +26,9 @@ pub(super) struct Fleet {
     rows: Vec<RunnerRow>,
     /// A client of each runner, with the endpoint it was made for.
     clients: HashMap<RunnerName, (String, Client)>,
-    /// The generation of each runner reconciled, and in which term (epoch).
-    reconciled: HashMap<RunnerName, (i64, i64)>,
+    /// The generation of each runner reconciled, and the terms (shard,
+    /// epoch) it was reconciled in at that generation.
+    reconciled: HashMap<RunnerName, (i64, HashSet<(Shard, i64)>)>,
 }
 
 impl<S: Store> Driver<S> {
@@ -133,41 +138,59 @@ impl<S: Store> Driver<S> {
         }
     }
 
-    /// Reconciles, in the background, each live runner not yet reconciled
-    /// at its current generation in this term (one task per runner).
-    pub(super) fn reconcile_runners(self: &Arc<Self>, term: &Term, rows: &[RunnerRow]) {
-        let epoch = term.fence().epoch;
+    /// Reconciles, in the background, each live runner for those of `terms`
+    /// it was not yet reconciled in at its current generation (one task per
+    /// runner at a time; terms that come meanwhile wait for the next pass).
+    pub(super) fn reconcile_runners(self: &Arc<Self>, terms: &[Term], rows: &[RunnerRow]) {
         for row in rows.iter().filter(|r| r.live) {
-            let done = {
+            let due: Vec<Term> = {
                 let fleet = self.runners.lock().expect("poisoned");
-                fleet.reconciled.get(&row.name) == Some(&(epoch, row.generation))
+                let done = fleet
+                    .reconciled
+                    .get(&row.name)
+                    .filter(|(generation, _)| *generation == row.generation)
+                    .map(|(_, done)| done);
+                terms
+                    .iter()
+                    .filter(|t| done.is_none_or(|d| !d.contains(&key(t))))
+                    .cloned()
+                    .collect()
             };
-            if done || !self.claim(Job::Reconcile, row.name.as_str()) {
+            if due.is_empty() || !self.claim(Job::Reconcile, row.name.as_str()) {
                 continue;
             }
             let driver = self.clone();
-            let term = term.clone();
             let row = row.clone();
             tokio::spawn(async move {
-                tokio::select! {
-                    () = driver.reconcile_until_done(&term, &row) => {}
-                    () = term.cancelled() => {}
-                }
+                driver.reconcile_until_done(&due, &row).await;
                 driver.release(Job::Reconcile, row.name.as_str());
             });
         }
     }
 
-    /// Reconciles `row`'s runner until it answers, or its lease or the
-    /// term ends.
-    async fn reconcile_until_done(self: &Arc<Self>, term: &Term, row: &RunnerRow) {
-        while term.live() && self.is_live(&row.name) {
-            match self.reconcile_runner(term, &row.name).await {
+    /// Reconciles `row`'s runner for `terms` until it answers, or its lease
+    /// or every one of the terms ends.
+    async fn reconcile_until_done(self: &Arc<Self>, terms: &[Term], row: &RunnerRow) {
+        loop {
+            let live: Vec<Term> = terms.iter().filter(|t| t.live()).cloned().collect();
+            if live.is_empty() || !self.is_live(&row.name) {
+                return;
+            }
+            match self.reconcile_runner(&live, &row.name).await {
                 Ok(()) => {
                     let mut fleet = self.runners.lock().expect("poisoned");
-                    fleet
+                    let entry = fleet
                         .reconciled
-                        .insert(row.name.clone(), (term.fence().epoch, row.generation));
+                        .entry(row.name.clone())
+                        .or_insert_with(|| (row.generation, HashSet::new()));
+                    if entry.0 != row.generation {
+                        *entry = (row.generation, HashSet::new());
+                    }
+                    // A shard's older terms are forgotten.
+                    entry
+                        .1
+                        .retain(|(shard, _)| !live.iter().any(|t| t.fence().shard == *shard));
+                    entry.1.extend(live.iter().map(key));
                     return;
                 }
                 Err(e) => {
@@ -177,4 +200,9 @@ impl<S: Store> Driver<S> {
             tokio::time::sleep(RETRY * 4).await;
         }
     }
+}
+
+/// A term as the reconciliation record names it.
+fn key(term: &Term) -> (Shard, i64) {
+    (term.fence().shard, term.fence().epoch)
 }

@@ -64,7 +64,7 @@ pub async fn session<S: Store>(
     // Its descendants' processes stop now, as a termination's do; its own
     // has its grace (the owner stops it after, from the store).
     if let Some(driver) = &inner.driver {
-        driver.stop(terminated.clone());
+        driver.stop(&row.workspace_id, terminated.clone());
     }
     Ok(pb::FinishSessionResponse {
         session: Some(view::session(caller, &row)),

@@ -41,7 +41,7 @@ pub async fn session<S: Store>(
         )
         .await?;
     if let Some(driver) = &inner.driver {
-        driver.stop(ended.clone());
+        driver.stop(&row.workspace_id, ended.clone());
     }
     Ok(pb::TerminateSessionResponse {
         terminated_session_ids: ended.into_iter().map(String::from).collect(),

@@ -53,6 +53,10 @@ impl UpkeepStore for PgStore {
         })
     }
 
+    async fn shard_sessions(&self) -> Result<u64, SessionError> {
+        self.fill_shards().await
+    }
+
     /// The store's own upkeep (releases stale
     /// reservations first): none, as PostgreSQL checkpoints by itself and
     /// autovacuum returns what pruning frees.

@@ -1,27 +1,33 @@
-//! The lease of the background work on PostgreSQL.
+//! The shards' leases on PostgreSQL.
 //!
-//! A fenced write reads the lease row `FOR SHARE` first of all (before the
-//! locks of `locks`), checking holder, epoch and expiry on the database's
-//! clock: a takeover updates the row, so it comes only after the writes of
-//! the term it ends, and every later write of that term is refused. A try
-//! for the lease while a write holds the row fails at once, never waits,
-//! so a new term starts with all its time. A stalled owner holds the row
-//! no longer than a term: its fenced write's transaction may sit idle for
-//! the lease's time to live, at most `IDLE_IN_TRANSACTION` (5 s, after
-//! which PostgreSQL ends the connection).
+//! A fenced write reads its shard's lease row `FOR KEY SHARE` first of all
+//! (before the locks of `locks`), checking holder, epoch and expiry on the
+//! database's clock. A takeover locks the row `FOR UPDATE SKIP LOCKED`, which
+//! that lock holds off: it comes only after the writes of the term it ends,
+//! and every later write of that term is refused. A try for a shard while a
+//! write holds its row skips it at once, never waits, so a new term starts
+//! with all its time. A renewal or a release changes no key, so it never
+//! waits behind the writes it protects (`FOR NO KEY UPDATE` and `FOR KEY
+//! SHARE` do not conflict). A stalled owner holds the row no longer than a
+//! term: its fenced write's transaction may sit idle for the lease's time to
+//! live, at most `IDLE_IN_TRANSACTION` (5 s, after which PostgreSQL ends the
+//! connection).
+
+use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::{PgStore, open::IDLE_IN_TRANSACTION};
+use super::{PgStore, db_now_ms, open::IDLE_IN_TRANSACTION};
 use crate::{
     LeaseStore,
     error::SessionError,
-    lease::{BACKGROUND, Fence, Holder, Lease, millis},
+    lease::{Fence, Holder, Lease, Replica, millis},
+    shard::Shard,
 };
 
-/// Refuses the transaction unless `fence` is the lease's live term; keeps
-/// the row share-locked until the commit. Every takeover waits for that
-/// lock, so the transaction may sit idle (its process stalled: paused,
+/// Refuses the transaction unless `fence` is its shard's live term; keeps
+/// the row key-share-locked until the commit. Every takeover waits for
+/// that lock, so the transaction may sit idle (its process stalled: paused,
 /// swapped out) no longer than the term's time to live (at most
 /// `IDLE_IN_TRANSACTION`): a stalled owner then loses its connection, and
 /// the write, instead of holding the next owner back past its lease.
@@ -30,9 +36,9 @@ pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), 
     let live: Option<String> = sqlx::query_scalar(
         "SELECT set_config('idle_in_transaction_session_timeout', $4, true) FROM leases \
          WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp() \
-         FOR SHARE",
+         FOR KEY SHARE",
     )
-    .bind(BACKGROUND)
+    .bind(fence.shard.lease_name())
     .bind(fence.holder.as_str())
     .bind(fence.epoch)
     .bind(idle.to_string())
@@ -41,82 +47,148 @@ pub(super) async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), 
     fence.held(live.is_some())
 }
 
+/// The keys (`name#epoch`) of `fences`, and their one holder.
+fn keys(fences: &[Fence]) -> Option<(&Holder, Vec<String>)> {
+    let holder = &fences.first()?.holder;
+    debug_assert!(fences.iter().all(|f| &f.holder == holder));
+    Some((holder, fences.iter().map(Fence::key).collect()))
+}
+
+/// Takes the free or expired rows among `names` (all shards' if `None`),
+/// at most `want`, lowest shard first, skipping those a write holds.
+async fn acquire(
+    store: &PgStore,
+    holder: &Holder,
+    names: Option<Vec<String>>,
+    want: usize,
+    ttl: Duration,
+) -> Result<Vec<Fence>, SessionError> {
+    let names = &names;
+    retrying!(async {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "WITH free AS (SELECT name FROM leases \
+               WHERE name LIKE 'shard:%' AND ($2::text[] IS NULL OR name = ANY($2)) \
+               AND expires_at <= clock_timestamp() \
+               ORDER BY length(name), name LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             UPDATE leases SET holder = $1, epoch = leases.epoch + 1, \
+               expires_at = clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
+             FROM free WHERE leases.name = free.name RETURNING leases.name, leases.epoch",
+        )
+        .bind(holder.as_str())
+        .bind(names.clone())
+        .bind(millis(ttl))
+        .bind(i64::try_from(want).unwrap_or(i64::MAX))
+        .fetch_all(&store.pool)
+        .await?;
+        Ok(Fence::taken(holder, rows, ttl))
+    })
+}
+
 impl LeaseStore for PgStore {
-    async fn acquire_lease(
+    async fn acquire_shards(
         &self,
         holder: &Holder,
-        ttl: std::time::Duration,
-    ) -> Result<Option<Fence>, SessionError> {
-        retrying!(async {
-            // The row of an expired term, unless a write of that term still
-            // holds it (`check`): then this try fails at once, and the next
-            // one comes a renewal later. A try never waits on the row, so a
-            // term starts with all of its time, on both clocks.
-            let epoch: Option<i64> = sqlx::query_scalar(
-                "WITH free AS (SELECT name FROM leases \
-                   WHERE name = $1 AND expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED), \
-                 taken AS (UPDATE leases SET holder = $2, epoch = leases.epoch + 1, \
-                   expires_at = clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
-                   FROM free WHERE leases.name = free.name RETURNING leases.epoch), \
-                 first AS (INSERT INTO leases (name, holder, epoch, expires_at) \
-                   SELECT $1, $2, 1, clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
-                   WHERE NOT EXISTS (SELECT 1 FROM leases WHERE name = $1) \
-                   ON CONFLICT (name) DO NOTHING RETURNING epoch) \
-                 SELECT epoch FROM taken UNION ALL SELECT epoch FROM first",
-            )
-            .bind(BACKGROUND)
-            .bind(holder.as_str())
-            .bind(millis(ttl))
-            .fetch_optional(&self.pool)
-            .await?;
-            Ok(Fence::taken(holder, epoch, ttl))
-        })
+        want: usize,
+        ttl: Duration,
+    ) -> Result<Vec<Fence>, SessionError> {
+        if want == 0 {
+            return Ok(Vec::new());
+        }
+        acquire(self, holder, None, want, ttl).await
     }
 
-    async fn renew_lease(
+    async fn acquire_shard(
         &self,
-        fence: &Fence,
-        ttl: std::time::Duration,
-    ) -> Result<bool, SessionError> {
+        holder: &Holder,
+        shard: Shard,
+        ttl: Duration,
+    ) -> Result<Option<Fence>, SessionError> {
+        let taken = acquire(self, holder, Some(vec![shard.lease_name()]), 1, ttl).await?;
+        Ok(taken.into_iter().next())
+    }
+
+    async fn renew_shards(&self, fences: &[Fence], ttl: Duration) -> Result<Vec<Shard>, SessionError> {
+        let Some((holder, keys)) = keys(fences) else {
+            return Ok(Vec::new());
+        };
+        let keys = &keys;
         retrying!(async {
-            let renewed = sqlx::query(
-                "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000) \
-                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()",
+            let names: Vec<String> = sqlx::query_scalar(
+                "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $3::float8 / 1000) \
+                 WHERE holder = $1 AND name || '#' || epoch = ANY($2) \
+                 AND expires_at > clock_timestamp() RETURNING name",
             )
-            .bind(BACKGROUND)
-            .bind(fence.holder.as_str())
-            .bind(fence.epoch)
+            .bind(holder.as_str())
+            .bind(keys)
             .bind(millis(ttl))
-            .execute(&self.pool)
+            .fetch_all(&self.pool)
             .await?;
-            Ok(renewed.rows_affected() == 1)
+            Ok(names.iter().filter_map(|n| Shard::from_lease_name(n)).collect())
         })
     }
 
-    async fn release_lease(&self, fence: &Fence) -> Result<(), SessionError> {
+    async fn release_shards(&self, fences: &[Fence]) -> Result<(), SessionError> {
+        let Some((holder, keys)) = keys(fences) else {
+            return Ok(());
+        };
         sqlx::query(
             "UPDATE leases SET expires_at = clock_timestamp() \
-             WHERE name = $1 AND holder = $2 AND epoch = $3",
+             WHERE holder = $1 AND name || '#' || epoch = ANY($2)",
         )
-        .bind(BACKGROUND)
-        .bind(fence.holder.as_str())
-        .bind(fence.epoch)
+        .bind(holder.as_str())
+        .bind(keys)
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
-    async fn lease(&self) -> Result<Option<Lease>, SessionError> {
-        let row: Option<(String, i64, bool)> = sqlx::query_as(
-            "SELECT holder, epoch, expires_at > clock_timestamp() FROM leases WHERE name = $1",
+    async fn shard_leases(&self) -> Result<Vec<Lease>, SessionError> {
+        let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(
+            "SELECT name, holder, epoch, expires_at > clock_timestamp() FROM leases \
+             WHERE name LIKE 'shard:%' ORDER BY length(name), name",
         )
-        .bind(BACKGROUND)
-        .fetch_optional(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
-        Ok(row.map(|(holder, epoch, live)| Lease {
-            holder: Holder::named(holder),
-            epoch,
-            live,
-        }))
+        Ok(crate::lease::leases_of(rows))
+    }
+
+    async fn heartbeat(&self, holder: &Holder, ttl: Duration) -> Result<usize, SessionError> {
+        retrying!(async {
+            let live: i64 = sqlx::query_scalar(concat!(
+                "WITH beat AS (INSERT INTO replicas (holder, expires_ms) VALUES ($1, ",
+                db_now_ms!(),
+                " + $2) ON CONFLICT (holder) DO UPDATE SET expires_ms = excluded.expires_ms \
+                   RETURNING holder), \
+                 gone AS (DELETE FROM replicas WHERE expires_ms < ",
+                db_now_ms!(),
+                " - 60000) \
+                 SELECT 1 + count(*) FROM replicas WHERE holder <> $1 AND expires_ms > ",
+                db_now_ms!()
+            ))
+            .bind(holder.as_str())
+            .bind(millis(ttl))
+            .fetch_one(&self.pool)
+            .await?;
+            Ok(usize::try_from(live).unwrap_or(1))
+        })
+    }
+
+    async fn leave(&self, holder: &Holder) -> Result<(), SessionError> {
+        sqlx::query("DELETE FROM replicas WHERE holder = $1")
+            .bind(holder.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn replicas(&self) -> Result<Vec<Replica>, SessionError> {
+        let rows: Vec<(String, bool)> = sqlx::query_as(concat!(
+            "SELECT holder, expires_ms > ",
+            db_now_ms!(),
+            " FROM replicas ORDER BY holder"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(crate::lease::replicas_of(rows))
     }
 }

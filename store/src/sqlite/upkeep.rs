@@ -72,6 +72,10 @@ impl UpkeepStore for SqliteStore {
         Ok(pruned)
     }
 
+    async fn shard_sessions(&self) -> Result<u64, SessionError> {
+        self.fill_shards().await
+    }
+
     /// The store's own upkeep (releases stale
     /// reservations first): returns free pages, then checkpoints (which
     /// then cuts the file to size). A failure to return pages is logged
