@@ -51,7 +51,10 @@ impl Shard {
 
     /// The shard a lease row's name names.
     pub fn from_lease_name(name: &str) -> Option<Shard> {
-        name.strip_prefix("shard:")?.parse().ok().and_then(Shard::new)
+        name.strip_prefix("shard:")?
+            .parse()
+            .ok()
+            .and_then(Shard::new)
     }
 }
 
@@ -120,7 +123,10 @@ mod tests {
         for i in 0..6400 {
             counts[Shard::of(&format!("ws-{i}")).index() as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (50..=150).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (50..=150).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     #[test]
@@ -131,7 +137,10 @@ mod tests {
         let mask = set.mask();
         let back: Vec<u16> = (0..SHARDS).filter(|n| (mask >> n) & 1 == 1).collect();
         assert_eq!(back, vec![0, 5, 63]);
-        assert_eq!(Shard::from_lease_name(&Shard(7).lease_name()), Some(Shard(7)));
+        assert_eq!(
+            Shard::from_lease_name(&Shard(7).lease_name()),
+            Some(Shard(7))
+        );
         assert_eq!(Shard::from_lease_name("shard:64"), None);
         assert_eq!(Shard::new(64), None);
     }

@@ -43,6 +43,7 @@ async fn reoffer_written_output(
 ) -> Vec<u64> {
     let fence = Fence {
         holder: lease.holder.clone(),
+        shard: lease.shard,
         epoch: lease.epoch,
         ttl: LEASE_TTL,
     };

@@ -74,7 +74,11 @@ pub async fn first_try<S: Store>(work: &Work<S>, holder: &Holder) -> FirstTry {
         tracing::warn!(error = %e, "cannot record the shards of older sessions");
     }
     let fences = match share(work, holder).await {
-        Some(share) => match work.store.acquire_shards(holder, share, work.timing.ttl).await {
+        Some(share) => match work
+            .store
+            .acquire_shards(holder, share, work.timing.ttl)
+            .await
+        {
             Ok(fences) => fences,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot try for the shards");
@@ -118,7 +122,12 @@ struct Held<S: Store> {
 /// Runs the work for the shards `first` took, then every renewal period
 /// renews, balances and takes shards (see the module's header) until
 /// `cancel`; then ends every term, releases the shards and leaves.
-pub async fn run<S: Store>(work: Work<S>, holder: Holder, first: FirstTry, cancel: CancellationToken) {
+pub async fn run<S: Store>(
+    work: Work<S>,
+    holder: Holder,
+    first: FirstTry,
+    cancel: CancellationToken,
+) {
     let terms = work.driver.terms().clone();
     tokio::spawn(work.driver.clone().own(cancel.clone()));
     tokio::spawn(deadlines(
@@ -218,7 +227,12 @@ impl<S: Store> Held<S> {
         }
         let fences: Vec<Fence> = self.held.values().map(|t| t.fence().clone()).collect();
         let asked_at = Instant::now();
-        match self.work.store.renew_shards(&fences, self.work.timing.ttl).await {
+        match self
+            .work
+            .store
+            .renew_shards(&fences, self.work.timing.ttl)
+            .await
+        {
             Ok(renewed) => {
                 for term in self.held.values() {
                     if renewed.contains(&term.fence().shard) {
@@ -238,8 +252,18 @@ impl<S: Store> Held<S> {
     async fn balance(&mut self, share: usize) {
         let held = self.held.len();
         if held > share {
-            let excess: Vec<Term> = self.held.values().rev().take(held - share).cloned().collect();
-            tracing::info!(shards = excess.len(), share, "giving shards up to a replica that joined");
+            let excess: Vec<Term> = self
+                .held
+                .values()
+                .rev()
+                .take(held - share)
+                .cloned()
+                .collect();
+            tracing::info!(
+                shards = excess.len(),
+                share,
+                "giving shards up to a replica that joined"
+            );
             self.give_up(excess).await;
         } else if held < share {
             let asked_at = Instant::now();

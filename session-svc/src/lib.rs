@@ -27,7 +27,7 @@ pub mod config;
 pub mod health;
 
 pub use troupe_console as console;
-pub use troupe_domain::{error, model, placement, policy};
+pub use troupe_domain::{error, model, placement, policy, shard};
 pub use troupe_gateway as gateway;
 pub use troupe_service::{agents, auth, driver, lives, metrics, operator, owner, rules, service};
 pub use troupe_store as store;

@@ -346,7 +346,8 @@ each_backend! {
                 "SELECT s.shard, a.session_id FROM accounts a JOIN sessions s \
                    ON s.session_id = a.session_id \
                  WHERE a.deadline_ms IS NOT NULL AND a.deadline_ms <= $1 \
-                   AND s.status IN ('pending', 'running') AND (($2 >> s.shard) & 1) = 1 \
+                   AND s.status IN ('pending', 'running') \
+                   AND s.shard >= 0 AND (($2 >> s.shard) & 1) = 1 \
                  ORDER BY a.depth",
             )
             .bind(now_ms)

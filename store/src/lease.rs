@@ -197,8 +197,10 @@ pub trait LeaseStore: Send + Sync {
 
     /// Ends the terms of `fences` (one holder's) now, so others take the
     /// shards without waiting out their time.
-    fn release_shards(&self, fences: &[Fence])
-    -> impl Future<Output = Result<(), SessionError>> + Send;
+    fn release_shards(
+        &self,
+        fences: &[Fence],
+    ) -> impl Future<Output = Result<(), SessionError>> + Send;
 
     /// Every shard's lease as it stands, in shard order.
     fn shard_leases(&self) -> impl Future<Output = Result<Vec<Lease>, SessionError>> + Send;
@@ -239,7 +241,10 @@ pub trait LeaseStore: Send + Sync {
     }
 
     /// Ends `fence`'s term now.
-    fn release_lease(&self, fence: &Fence) -> impl Future<Output = Result<(), SessionError>> + Send {
+    fn release_lease(
+        &self,
+        fence: &Fence,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send {
         self.release_shards(std::slice::from_ref(fence))
     }
 

@@ -69,10 +69,7 @@ pub use ends::EndStore;
 pub use groups::GroupStore;
 pub use inbox::InboxStore;
 pub use journal::LogStore;
-pub use lease::{
-    Fence, Holder, Lease, LeaseStore, LeaseTiming, Replica,
-    REQUEST_ID_PRUNE_BATCH,
-};
+pub use lease::{Fence, Holder, Lease, LeaseStore, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Replica};
 pub use messages::MessageStore;
 pub use output::{OUTPUT_EVENT_BYTES, OutputBudget};
 pub use postgres::{

@@ -430,7 +430,7 @@ each_backend! {
             let mask = shards.mask();
             let unstarted: Vec<SessionId> = sqlx::query_scalar(concat!(
                 "SELECT session_id FROM sessions s WHERE status = 'pending' \
-                 AND (($1 >> s.shard) & 1) = 1 \
+                 AND s.shard >= 0 AND (($1 >> s.shard) & 1) = 1 \
                  AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.session_id = s.session_id) \
                  ORDER BY ",
                 row_order!()
@@ -441,7 +441,7 @@ each_backend! {
             let undelivered = sqlx::query_as(concat!(
                 "SELECT s.shard, s.session_id FROM sessions s JOIN processes p USING (session_id) \
                  WHERE s.status = 'running' AND s.inbox_seq > p.delivered_seq \
-                 AND (($1 >> s.shard) & 1) = 1 ORDER BY s.",
+                 AND s.shard >= 0 AND (($1 >> s.shard) & 1) = 1 ORDER BY s.",
                 row_order!()
             ))
             .bind(mask)
@@ -453,7 +453,7 @@ each_backend! {
             let unstopped = sqlx::query_as(concat!(
                 "SELECT s.shard, s.session_id FROM sessions s LEFT JOIN processes p USING (session_id) \
                  WHERE s.status IN ('completed', 'failed', 'terminated') \
-                 AND (($1 >> s.shard) & 1) = 1 \
+                 AND s.shard >= 0 AND (($1 >> s.shard) & 1) = 1 \
                  AND ((p.session_id IS NOT NULL AND p.exit_code IS NULL AND NOT p.stopped \
                        AND (p.stop_after_ms IS NULL OR p.stop_after_ms <= ",
                 db_now_ms!(),
@@ -465,7 +465,7 @@ each_backend! {
             .await?;
             let callbacks_due = sqlx::query_as(
                 "SELECT s.shard, p.session_id FROM processes p JOIN sessions s USING (session_id) \
-                 WHERE p.callback_due AND (($1 >> s.shard) & 1) = 1",
+                 WHERE p.callback_due AND s.shard >= 0 AND (($1 >> s.shard) & 1) = 1",
             )
             .bind(mask)
             .fetch_all(&mut *conn)
@@ -475,7 +475,7 @@ each_backend! {
                 "SELECT s.shard, s.session_id FROM sessions s JOIN processes p USING (session_id) \
                  LEFT JOIN runners r ON r.name = p.runner \
                  WHERE s.status IN ('pending', 'running') AND p.runner IS NOT NULL \
-                 AND (($1 >> s.shard) & 1) = 1 \
+                 AND s.shard >= 0 AND (($1 >> s.shard) & 1) = 1 \
                  AND (r.name IS NULL OR r.lease_expires_ms <= ",
                 db_now_ms!(),
                 ") ORDER BY s.depth DESC, s.",

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
-    model::{Action, AuditRecord, NewSession, Principal, ProcessChange, Trust},
+    model::{Action, AuditRecord, NewSession, Principal, ProcessChange, SessionId, Trust},
     policy::{Admission, SpawnContext},
     store::{Bounds, Fence, Holder, PgStore, SqliteStore, prelude::*},
 };
@@ -110,4 +110,36 @@ pub async fn started<S: Store>(store: &S, fence: &Fence, id: &str) {
         .record_process(fence, &id.into(), 1, ProcessChange::Started, 1024)
         .await
         .expect("started");
+}
+
+/// The driver's work in every shard, each session by its id alone.
+#[derive(Debug, Default)]
+pub struct Work {
+    pub unstarted: Vec<String>,
+    pub undelivered: Vec<String>,
+    pub unstopped: Vec<String>,
+    pub callbacks_due: Vec<String>,
+    pub runner_lost: Vec<String>,
+}
+
+/// What [`ProcessStore::driver_work`] finds in every shard.
+pub async fn work<S: Store>(store: &S) -> Work {
+    let work = store
+        .driver_work(troupe_session_svc::shard::ShardSet::ALL)
+        .await
+        .expect("the driver's work");
+    let ids = |list: Vec<(troupe_session_svc::shard::Shard, SessionId)>| {
+        list.into_iter().map(|(_, id)| id.to_string()).collect()
+    };
+    Work {
+        unstarted: work
+            .unstarted
+            .into_iter()
+            .map(|r| r.session_id.to_string())
+            .collect(),
+        undelivered: ids(work.undelivered),
+        unstopped: ids(work.unstopped),
+        callbacks_due: ids(work.callbacks_due),
+        runner_lost: ids(work.runner_lost),
+    }
 }

@@ -6,11 +6,14 @@
 //! it is busy. An owner stopped inside a write of its term (never polled
 //! again, as a paused process is not) holds the next owner back no longer
 //! than its term's time to live, and the next owner's tries meanwhile fail
-//! at once rather than wait (a term that waited would start expired).
+//! at once rather than wait (a term that waited would start expired); its
+//! renewals meanwhile never wait behind it.
 //!
 //! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
 use std::{
+    future::Future,
+    pin::Pin,
     task::Poll,
     time::{Duration, Instant},
 };
@@ -18,7 +21,7 @@ use std::{
 use sqlx::{Connection, PgConnection};
 use troupe_session_svc::{
     error::SessionError,
-    store::{Holder, PgStore, prelude::*},
+    store::{Fence, Holder, PgStore, prelude::*},
 };
 
 /// The store's connections name themselves so, to be told from the test's.
@@ -109,6 +112,90 @@ async fn writes_dropped_midway_leave_no_connection_in_a_transaction() {
     }
 }
 
+/// A fenced write of `fence`'s term, begun and stopped once its
+/// transaction holds the lease row: polled, a round trip at a time, until
+/// then, never again after (its process, as the database sees it,
+/// stopped). A poll may run through more than one round trip when the
+/// database answers while it still runs (a busy machine): a write that thus
+/// ends before it is caught holding the row is let be, and another tried.
+async fn stopped_write<'a>(
+    owner: &'a PgStore,
+    fence: &'a Fence,
+    admin: &mut PgConnection,
+) -> Pin<Box<dyn Future<Output = Result<i64, SessionError>> + Send + 'a>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    'caught: loop {
+        assert!(
+            owner.renew_lease(fence, TTL).await.expect("renew"),
+            "the term ended before a write was caught"
+        );
+        let mut write = Box::pin(owner.prune_events(fence, 1000));
+        loop {
+            match futures::poll!(&mut write) {
+                Poll::Ready(Ok(_)) => continue 'caught,
+                Poll::Ready(Err(e)) => panic!("the write failed before it was stopped: {e:?}"),
+                Poll::Pending => {}
+            }
+            // The database is let finish what it was sent before the look.
+            settled(admin).await;
+            let locked: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = $1 AND state = 'idle in transaction' \
+                 AND backend_xid IS NOT NULL)",
+            )
+            .bind(APP)
+            .fetch_one(&mut *admin)
+            .await
+            .expect("activity");
+            if locked {
+                return write;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no write was ever caught holding the lease row"
+            );
+        }
+    }
+}
+
+/// A renewal never waits behind a write of its term: an owner busy
+/// writing (here, one write stopped inside its transaction) keeps its
+/// shard, which a renewal that queued behind the write would lose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_never_waits_behind_a_write_of_its_term() {
+    let url = troupe_tests::postgres::fresh_database().await;
+    let owner = PgStore::open(&format!("{url}?application_name={APP}"))
+        .await
+        .expect("open");
+    let mut admin = PgConnection::connect(&url).await.expect("admin");
+    let fence = owner
+        .acquire_lease(&Holder::generate(), TTL)
+        .await
+        .expect("lease")
+        .expect("lease free");
+    let write = stopped_write(&owner, &fence, &mut admin).await;
+    for _ in 0..3 {
+        let asked = Instant::now();
+        assert!(
+            owner.renew_lease(&fence, TTL).await.expect("renew"),
+            "the term was lost while its write was open"
+        );
+        assert!(
+            asked.elapsed() < TTL / 4,
+            "a renewal waited {:?} behind a write",
+            asked.elapsed()
+        );
+        tokio::time::sleep(TTL / 3).await;
+    }
+    let live = owner.lease().await.expect("lease").expect("held");
+    assert_eq!(
+        (&live.holder, live.epoch, live.live),
+        (&fence.holder, fence.epoch, true)
+    );
+    // Stopped for longer than its term idles, the write was cut off.
+    drop(write);
+}
+
 /// The lease's time to live in the takeover test: well under the 5 s
 /// after which the server ends any connection idle in a transaction.
 const TTL: Duration = Duration::from_secs(1);
@@ -126,45 +213,7 @@ async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_it
         .await
         .expect("lease")
         .expect("lease free");
-    // The write is polled, a round trip at a time, until its transaction
-    // holds the lease row (it has a transaction id once the row is locked),
-    // then never again: its process, as the database sees it, stopped. A
-    // poll may run through more than one round trip when the database
-    // answers while it still runs (a busy machine): a write that thus ends
-    // before it is caught holding the row is let be, and another tried.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let write = 'caught: loop {
-        assert!(
-            owner.renew_lease(&fence, TTL).await.expect("renew"),
-            "the term ended before a write was caught"
-        );
-        let mut write = Box::pin(owner.prune_events(&fence, 1000));
-        loop {
-            match futures::poll!(&mut write) {
-                Poll::Ready(Ok(_)) => continue 'caught,
-                Poll::Ready(Err(e)) => panic!("the write failed before it was stopped: {e:?}"),
-                Poll::Pending => {}
-            }
-            // The database is let finish what it was sent before the look.
-            settled(&mut admin).await;
-            let locked: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
-                 AND application_name = $1 AND state = 'idle in transaction' \
-                 AND backend_xid IS NOT NULL)",
-            )
-            .bind(APP)
-            .fetch_one(&mut admin)
-            .await
-            .expect("activity");
-            if locked {
-                break 'caught write;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no write was ever caught holding the lease row"
-            );
-        }
-    };
+    let write = stopped_write(&owner, &fence, &mut admin).await;
     let stopped = Instant::now();
     let taken = loop {
         let asked = Instant::now();
@@ -191,7 +240,8 @@ async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_it
     let waited = stopped.elapsed();
     assert_eq!(taken.epoch, fence.epoch + 1);
     let left: f64 = sqlx::query_scalar(
-        "SELECT EXTRACT(EPOCH FROM expires_at - clock_timestamp())::float8 FROM leases",
+        "SELECT EXTRACT(EPOCH FROM expires_at - clock_timestamp())::float8 FROM leases \
+         WHERE name = 'shard:0'",
     )
     .fetch_one(&mut admin)
     .await

@@ -132,13 +132,13 @@ async fn a_lapsed_runner_is_lost_and_its_workspace_moves_once_idle<S: Store>(sto
         first,
         "a renewal keeps the generation"
     );
-    assert!(store.driver_work().await.unwrap().runner_lost.is_empty());
+    assert!(stores::work(store).await.runner_lost.is_empty());
     let deadline = Instant::now() + Duration::from_secs(5);
-    while store.driver_work().await.unwrap().runner_lost.is_empty() {
+    while stores::work(store).await.runner_lost.is_empty() {
         assert!(Instant::now() < deadline, "r1's lease never lapsed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(store.driver_work().await.unwrap().runner_lost, ["a"]);
+    assert_eq!(stores::work(store).await.runner_lost, ["a"]);
     let r1 = store.runners().await.unwrap();
     assert!(!r1[0].live, "{r1:?}");
     // w1 still has a on r1: b waits.
@@ -155,7 +155,7 @@ async fn a_lapsed_runner_is_lost_and_its_workspace_moves_once_idle<S: Store>(sto
     );
     let a = store.get_session(&"a".into()).await.unwrap().unwrap();
     assert_eq!(a.end_reason, Some(EndReason::Exit(ExitReason::RunnerLost)));
-    assert!(store.driver_work().await.unwrap().runner_lost.is_empty());
+    assert!(stores::work(store).await.runner_lost.is_empty());
     assert_eq!(
         store.start_process(&fence, &"b".into()).await.unwrap(),
         on("r2")

@@ -208,8 +208,7 @@ async fn pruned_in_batches_under_the_fence<S: Store>(store: &S) {
         .expect("free lease");
     let stale = Fence {
         holder: Holder::named("someone else"),
-        epoch: fence.epoch,
-        ttl: fence.ttl,
+        ..fence.clone()
     };
     match store.prune_request_ids(&stale, cutoff, 100).await {
         Err(SessionError::Fenced { .. }) => {}

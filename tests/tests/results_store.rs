@@ -93,7 +93,7 @@ async fn contract<S: Store>(store: S) {
         (g.status, g.end_reason),
         (SessionStatus::Terminated, Some(EndReason::Cascade))
     );
-    let work = store.driver_work().await.unwrap();
+    let work = stores::work(&store).await;
     assert_eq!(
         work.callbacks_due,
         vec!["c".to_owned()],
@@ -115,12 +115,10 @@ async fn contract<S: Store>(store: S) {
     assert_eq!(again.reason().as_str(), "SESSION_ENDED", "{again}");
     // Refused, nothing changed: its grace stands.
     assert!(
-        !store
-            .driver_work()
+        !stores::work(&store)
             .await
-            .unwrap()
             .unstopped
-            .contains(&"c".to_owned().as_str().into())
+            .contains(&"c".to_owned())
     );
 }
 
@@ -143,7 +141,7 @@ async fn grace_over<S: Store>(store: S) {
         .expect("finish");
     let c = store.get_session(&"c".into()).await.unwrap().unwrap();
     assert_eq!(c.status, SessionStatus::Completed);
-    let mut unstopped = store.driver_work().await.unwrap().unstopped;
+    let mut unstopped = stores::work(&store).await.unstopped;
     unstopped.sort();
     assert_eq!(unstopped, vec!["c".to_owned(), "g".to_owned()]);
 }

@@ -55,6 +55,7 @@ mod replicas;
 mod request_ids;
 mod results_store;
 mod revocation;
+mod shards;
 mod store;
 mod tokens;
 mod trust_matrix;

@@ -127,7 +127,11 @@ impl<S: Store> Driver<S> {
             std::collections::BTreeMap::new();
         for (term, id) in self.in_terms(work.unstopped) {
             let shard = term.fence().shard;
-            unstopped.entry(shard).or_insert((term, Vec::new())).1.push(id);
+            unstopped
+                .entry(shard)
+                .or_insert((term, Vec::new()))
+                .1
+                .push(id);
         }
         for (term, ids) in unstopped.into_values() {
             self.stop_in(&term, ids);

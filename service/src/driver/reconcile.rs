@@ -248,7 +248,10 @@ mod tests {
             exec("sess_gone", rpb::ExecState::Running),
         ];
         let active = HashSet::from(["sess_active", "sess_exited"]);
-        let ids: Vec<SessionId> = orphans(&execs, &active).into_iter().map(|(_, id)| id).collect();
+        let ids: Vec<SessionId> = orphans(&execs, &active)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
         assert_eq!(ids, ["sess_ended", "sess_gone"]);
         let all = HashSet::from(["sess_active", "sess_ended", "sess_exited", "sess_gone"]);
         assert!(orphans(&execs, &all).is_empty());

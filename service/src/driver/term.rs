@@ -140,7 +140,12 @@ impl Terms {
 
     /// Every term held, live or not, in shard order.
     pub fn all(&self) -> Vec<Term> {
-        self.held.lock().expect("poisoned").values().cloned().collect()
+        self.held
+            .lock()
+            .expect("poisoned")
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The live terms, and their shards as a set.

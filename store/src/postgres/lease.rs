@@ -107,7 +107,11 @@ impl LeaseStore for PgStore {
         Ok(taken.into_iter().next())
     }
 
-    async fn renew_shards(&self, fences: &[Fence], ttl: Duration) -> Result<Vec<Shard>, SessionError> {
+    async fn renew_shards(
+        &self,
+        fences: &[Fence],
+        ttl: Duration,
+    ) -> Result<Vec<Shard>, SessionError> {
         let Some((holder, keys)) = keys(fences) else {
             return Ok(Vec::new());
         };
@@ -123,7 +127,10 @@ impl LeaseStore for PgStore {
             .bind(millis(ttl))
             .fetch_all(&self.pool)
             .await?;
-            Ok(names.iter().filter_map(|n| Shard::from_lease_name(n)).collect())
+            Ok(names
+                .iter()
+                .filter_map(|n| Shard::from_lease_name(n))
+                .collect())
         })
     }
 

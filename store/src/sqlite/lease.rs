@@ -85,10 +85,18 @@ impl LeaseStore for SqliteStore {
         ttl: Duration,
     ) -> Result<Option<Fence>, SessionError> {
         let names = serde_json::to_string(&[shard.lease_name()]).expect("strings");
-        Ok(self.acquire(holder, Some(names), 1, ttl).await?.into_iter().next())
+        Ok(self
+            .acquire(holder, Some(names), 1, ttl)
+            .await?
+            .into_iter()
+            .next())
     }
 
-    async fn renew_shards(&self, fences: &[Fence], ttl: Duration) -> Result<Vec<Shard>, SessionError> {
+    async fn renew_shards(
+        &self,
+        fences: &[Fence],
+        ttl: Duration,
+    ) -> Result<Vec<Shard>, SessionError> {
         let Some((holder, keys)) = keys(fences) else {
             return Ok(Vec::new());
         };
@@ -102,7 +110,10 @@ impl LeaseStore for SqliteStore {
         .bind(millis(ttl))
         .fetch_all(&mut self.writer().await?.conn)
         .await?;
-        Ok(names.iter().filter_map(|n| Shard::from_lease_name(n)).collect())
+        Ok(names
+            .iter()
+            .filter_map(|n| Shard::from_lease_name(n))
+            .collect())
     }
 
     async fn release_shards(&self, fences: &[Fence]) -> Result<(), SessionError> {

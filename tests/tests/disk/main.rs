@@ -68,6 +68,7 @@ async fn fence(store: &SqliteStore) -> Fence {
     let lease = store.lease().await.expect("lease").expect("held");
     Fence {
         holder: lease.holder,
+        shard: lease.shard,
         epoch: lease.epoch,
         ttl,
     }

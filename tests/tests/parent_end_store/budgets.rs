@@ -37,9 +37,19 @@ async fn on_budget<S: Store>(store: S) {
         .expect_err("p's budget is spent");
     assert_eq!(refused.reason().as_str(), "BUDGET_EXCEEDED", "{refused}");
     // Not before the deadline...
-    assert!(store.over_deadline(now_ms()).await.unwrap().is_empty());
+    assert!(
+        store
+            .over_deadline(now_ms(), ShardSet::ALL)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // ...after it, the orphan is due: its deadline is its parent's.
-    let due = store.over_deadline(now_ms() + 61_000).await.unwrap();
+    let due: Vec<SessionId> = (store.over_deadline(now_ms() + 61_000, ShardSet::ALL).await)
+        .unwrap()
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
     assert!(due.contains(&"a".to_owned().as_str().into()), "{due:?}");
     for id in &due {
         store

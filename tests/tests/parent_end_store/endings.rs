@@ -89,7 +89,7 @@ async fn assert_applied<S: Store>(store: &S, status: SessionStatus, reason: &str
     assert_eq!(detail["abandoned"], serde_json::json!(["a", "ta"]));
     assert_eq!(detail["notified"], serde_json::json!(["n", "ttn"]));
     // Stopping: the terminated ones, none of the orphans.
-    let mut unstopped = store.driver_work().await.unwrap().unstopped;
+    let mut unstopped = stores::work(store).await.unstopped;
     unstopped.retain(|id| id != "p");
     unstopped.sort();
     assert_eq!(unstopped, vec!["t".to_owned(), "tt".to_owned()]);

@@ -28,6 +28,7 @@ use troupe_session_svc::{
         SessionId, Trust, now_ms,
     },
     policy::{self, Admission, SpawnContext},
+    shard::ShardSet,
     store::{EventPage, Fence, prelude::*},
 };
 use troupe_tests::stores;

@@ -1,0 +1,225 @@
+//! The shards' leases (`LeaseStore`) on both backends: each shard taken by
+//! one holder at a time, with its own epoch; shares that divide without
+//! overlap; renewals and releases of some shards leaving the others'
+//! terms alone; a given-up shard's old term refused; the replicas counted;
+//! the driver's work read for the shards held only; and sessions written
+//! without a shard given theirs.
+
+use std::time::Duration;
+
+use troupe_session_svc::{
+    error::SessionError,
+    model::{Action, Trust},
+    shard::{SHARDS, Shard, ShardSet},
+    store::{Fence, Holder, prelude::*},
+};
+use troupe_tests::stores::{self, postgres, sqlite};
+
+const TTL: Duration = Duration::from_secs(60);
+
+fn shards(fences: &[Fence]) -> Vec<u16> {
+    fences.iter().map(|f| f.shard.index()).collect()
+}
+
+/// A workspace whose shard is `shard`.
+fn workspace_in(shard: u16) -> String {
+    (0..)
+        .map(|i| format!("ws-{i}"))
+        .find(|w| Shard::of(w).index() == shard)
+        .expect("some workspace")
+}
+
+async fn root<S: Store>(store: &S, id: &str, workspace: &str) {
+    let session = troupe_session_svc::model::NewSession {
+        workspace_id: workspace.into(),
+        ..stores::new_session(id, Trust::Direct)
+    };
+    store
+        .create_root(
+            session,
+            None,
+            stores::operator_audit(Action::CreateRootSession, id),
+            &|_| Ok(Default::default()),
+        )
+        .await
+        .expect("root");
+}
+
+async fn leases_divide_and_each_shard_has_its_own_term<S: Store>(store: &S) {
+    let (a, b) = (Holder::named("a"), Holder::named("b"));
+    let leases = store.shard_leases().await.unwrap();
+    assert_eq!(leases.len(), usize::from(SHARDS), "a lease row per shard");
+    assert!(leases.iter().all(|l| !l.live), "none held yet");
+
+    // One replica's share of two, then the other's: no shard twice.
+    let mine = store.acquire_shards(&a, 32, TTL).await.unwrap();
+    assert_eq!(shards(&mine), (0..32).collect::<Vec<_>>());
+    let theirs = store.acquire_shards(&b, 64, TTL).await.unwrap();
+    assert_eq!(shards(&theirs), (32..64).collect::<Vec<_>>());
+    assert!(store.acquire_shards(&a, 64, TTL).await.unwrap().is_empty());
+    let three = Shard::new(3).unwrap();
+    assert!(store.acquire_shard(&b, three, TTL).await.unwrap().is_none());
+
+    // Half given up: the rest renew, the given-up ones no longer do, and
+    // another takes them at once, each at its next epoch.
+    let (given, kept) = mine.split_at(16);
+    store.release_shards(given).await.unwrap();
+    let renewed = store.renew_shards(&mine, TTL).await.unwrap();
+    assert_eq!(
+        renewed.iter().map(|s| s.index()).collect::<Vec<_>>(),
+        shards(kept)
+    );
+    let taken = store.acquire_shards(&b, 64, TTL).await.unwrap();
+    assert_eq!(shards(&taken), shards(given));
+    for (old, new) in given.iter().zip(&taken) {
+        assert_eq!(new.epoch, old.epoch + 1, "shard {}", old.shard);
+    }
+    // The given-up term's writes are refused; the kept ones' pass.
+    match store.prune_events(&given[0], 1000).await {
+        Err(SessionError::Fenced { epoch }) => assert_eq!(epoch, given[0].epoch),
+        other => panic!("a given-up term wrote: {other:?}"),
+    }
+    store
+        .prune_events(&kept[0], 1000)
+        .await
+        .expect("a kept term");
+    store
+        .prune_events(&taken[0], 1000)
+        .await
+        .expect("the new term");
+    // A fence names its shard: a holder's term of one shard is not
+    // another's, whatever their epochs.
+    let other = Fence {
+        shard: kept[1].shard,
+        ..kept[0].clone()
+    };
+    if other.epoch != kept[1].epoch {
+        assert!(store.prune_events(&other, 1000).await.is_err());
+    }
+    let leases = store.shard_leases().await.unwrap();
+    let held_by = |h: &Holder| leases.iter().filter(|l| l.live && &l.holder == h).count();
+    assert_eq!((held_by(&a), held_by(&b)), (16, 48));
+}
+
+async fn replicas_are_counted_while_alive<S: Store>(store: &S) {
+    let (a, b) = (Holder::named("a"), Holder::named("b"));
+    assert_eq!(store.heartbeat(&a, TTL).await.unwrap(), 1);
+    assert_eq!(store.heartbeat(&b, TTL).await.unwrap(), 2);
+    assert_eq!(store.heartbeat(&a, TTL).await.unwrap(), 2, "counted once");
+    store.leave(&a).await.unwrap();
+    assert_eq!(store.heartbeat(&b, TTL).await.unwrap(), 1);
+    // One that stops renewing is no longer counted.
+    let brief = Holder::named("brief");
+    store
+        .heartbeat(&brief, Duration::from_millis(50))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(store.heartbeat(&b, TTL).await.unwrap(), 1);
+    let replicas = store.replicas().await.unwrap();
+    let live: Vec<&str> = replicas
+        .iter()
+        .filter(|r| r.live)
+        .map(|r| r.holder.as_str())
+        .collect();
+    assert_eq!(live, ["b"]);
+}
+
+async fn the_drivers_work_is_read_for_the_shards_held<S: Store>(store: &S) {
+    let (w1, w2) = (workspace_in(1), workspace_in(40));
+    root(store, "one", &w1).await;
+    root(store, "forty", &w2).await;
+    let unstarted = |work: troupe_session_svc::store::DriverWork| -> Vec<String> {
+        work.unstarted
+            .into_iter()
+            .map(|r| r.session_id.to_string())
+            .collect()
+    };
+    let only = |n: u16| -> ShardSet { [Shard::new(n).unwrap()].into_iter().collect() };
+    let work = store.driver_work(only(1)).await.unwrap();
+    assert_eq!(unstarted(work), ["one"]);
+    let work = store.driver_work(only(40)).await.unwrap();
+    assert_eq!(unstarted(work), ["forty"]);
+    assert!(
+        unstarted(store.driver_work(only(2)).await.unwrap()).is_empty(),
+        "another shard's work"
+    );
+    let mut all = unstarted(store.driver_work(ShardSet::ALL).await.unwrap());
+    all.sort();
+    assert_eq!(all, ["forty", "one"]);
+    // Shard 63 is the mask's sign bit.
+    root(store, "last", &workspace_in(63)).await;
+    assert_eq!(
+        unstarted(store.driver_work(only(63)).await.unwrap()),
+        ["last"]
+    );
+}
+
+#[tokio::test]
+async fn sqlite_leases_divide_and_each_shard_has_its_own_term() {
+    let (_dir, store) = sqlite().await;
+    leases_divide_and_each_shard_has_its_own_term(&store).await;
+}
+
+#[tokio::test]
+async fn postgres_leases_divide_and_each_shard_has_its_own_term() {
+    leases_divide_and_each_shard_has_its_own_term(&postgres().await).await;
+}
+
+#[tokio::test]
+async fn sqlite_replicas_are_counted_while_alive() {
+    let (_dir, store) = sqlite().await;
+    replicas_are_counted_while_alive(&store).await;
+}
+
+#[tokio::test]
+async fn postgres_replicas_are_counted_while_alive() {
+    replicas_are_counted_while_alive(&postgres().await).await;
+}
+
+#[tokio::test]
+async fn sqlite_the_drivers_work_is_read_for_the_shards_held() {
+    let (_dir, store) = sqlite().await;
+    the_drivers_work_is_read_for_the_shards_held(&store).await;
+}
+
+#[tokio::test]
+async fn postgres_the_drivers_work_is_read_for_the_shards_held() {
+    the_drivers_work_is_read_for_the_shards_held(&postgres().await).await;
+}
+
+/// Sessions a replica of an older release wrote (no shard: -1) are in no
+/// shard's work until their shard is recorded.
+#[tokio::test]
+async fn postgres_sessions_written_without_a_shard_are_given_theirs() {
+    let url = troupe_tests::postgres::fresh_database().await;
+    let store = troupe_session_svc::store::PgStore::open(&url)
+        .await
+        .unwrap();
+    let workspace = workspace_in(9);
+    root(&store, "old", &workspace).await;
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE sessions SET shard = -1")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let all = || async {
+        store
+            .driver_work(ShardSet::ALL)
+            .await
+            .unwrap()
+            .unstarted
+            .len()
+    };
+    assert_eq!(all().await, 0, "a session of no shard is no one's work");
+    assert_eq!(store.shard_sessions().await.unwrap(), 1);
+    assert_eq!(store.shard_sessions().await.unwrap(), 0, "once");
+    let shard: i32 = sqlx::query_scalar("SELECT shard FROM sessions WHERE session_id = 'old'")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(shard, 9);
+    assert_eq!(all().await, 1);
+}
