@@ -1,5 +1,5 @@
 //! Takeover time: from the SIGKILL of the replica that holds the lease of
-//! the background work to the next output event of its sessions, as a
+//! the sessions' shard to the next output event of its sessions, as a
 //! watcher on a replica that stays up receives it; and what a watcher and
 //! the database hold of every session's output at the end (lines lost or
 //! repeated, counted).
@@ -13,12 +13,13 @@
 //! stop; then they print `end<N>`, N being their last line, and exit.
 //!
 //! Each of `BENCH_KILLS` rounds (default 20): wait until every replica
-//! answers, the lease is held and output flows; wait a varying delay (so
+//! answers, the shard is held and output flows; wait a varying delay (so
 //! kills fall at every point of the renewal cycle); move the watcher off
-//! the holder if it is on it; SIGKILL the holder; take the newest event id
+//! the holder if it is on it; SIGKILL the holder (known by the pid its
+//! holder name carries); take the newest event id
 //! once its database connections are gone (a commit it sent before dying
 //! may land after its death; every output event after that id is the next
-//! owner's); time the lease's next term (polled) and the first output
+//! owner's); time the shard's next term (polled) and the first output
 //! event after that id at the watcher; start a new replica to keep the
 //! count.
 //!
@@ -37,7 +38,7 @@ mod common;
 
 use std::{
     collections::HashMap,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -52,7 +53,10 @@ use troupe_proto::session::{
     CreateRootSessionRequest, EventKind, SessionStatus, TrustLevel, WatchSessionsRequest,
     session_event::Detail,
 };
-use troupe_session_svc::store::{PgStore, prelude::*};
+use troupe_session_svc::{
+    shard::Shard,
+    store::{Lease, PgStore, prelude::*},
+};
 use troupe_tests::{OPERATOR_TOKEN, bench::percentile, process::SessionProcess};
 
 /// Replicas kept up: the holder and two that may take over from it.
@@ -114,6 +118,7 @@ async fn bench() {
         r.process.channel().await;
     }
     let workspace = runner.workspace("takeover");
+    let shard = Shard::of(&workspace);
     let mut creator = replicas[0].process.operator().await;
     let mut sessions = Vec::new();
     for i in 0..SESSIONS {
@@ -144,8 +149,8 @@ async fn bench() {
         for r in &replicas {
             r.process.channel().await;
         }
-        let lease = until("nobody holds the lease", MINUTE, || async {
-            store.lease().await.unwrap().filter(|l| l.live)
+        let lease = until("nobody holds the shard", MINUTE, || async {
+            shard_lease(&store, shard).await.filter(|l| l.live)
         })
         .await;
         let flowing_after = seen.lock().unwrap().outputs.len();
@@ -156,16 +161,14 @@ async fn bench() {
         // Kills spread over the renewal cycle.
         let phase = (round as u64 * 7919) % timing.renew_every.as_millis() as u64;
         tokio::time::sleep(Duration::from_millis(500 + phase)).await;
-        let lease = store
-            .lease()
+        let lease = shard_lease(&store, shard)
             .await
-            .unwrap()
             .filter(|l| l.live && l.epoch >= lease.epoch)
-            .expect("the lease still held");
-        let holder = until("no replica logged its term", MINUTE, || async {
-            replicas.iter().position(|r| r.drove(lease.epoch))
-        })
-        .await;
+            .expect("the shard still held");
+        let holder = replicas
+            .iter()
+            .position(|r| lease.holder.pid() == Some(r.process.pid()))
+            .expect("the holder is one of the replicas");
         if watcher.endpoint == replicas[holder].process.endpoint {
             let other = &replicas[(holder + 1) % replicas.len()];
             watcher = watcher.move_to(&other.process.endpoint);
@@ -200,7 +203,7 @@ async fn bench() {
             async move {
                 let deadline = Instant::now() + MINUTE;
                 loop {
-                    let lease = store.lease().await.unwrap();
+                    let lease = shard_lease(&store, shard).await;
                     if lease.is_some_and(|l| l.live && l.epoch > old) {
                         return Instant::now();
                     }
@@ -296,12 +299,11 @@ async fn bench() {
 }
 
 /// A `troupe-session` process with default flags but `--runner`, its log
-/// in a file (which says which lease terms it drove).
+/// in a file.
 struct Replica {
     process: SessionProcess,
     /// Its connections' `application_name`.
     name: String,
-    log: PathBuf,
 }
 
 impl Replica {
@@ -330,21 +332,14 @@ impl Replica {
         Replica {
             process,
             name: name.to_owned(),
-            log,
         }
     }
+}
 
-    /// Whether it drove the background work in the term `epoch`.
-    fn drove(&self, epoch: i64) -> bool {
-        let field = format!("epoch={epoch}");
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                l.contains("driving the background work")
-                    && l.split_whitespace().any(|w| w == field)
-            })
-    }
+/// The lease of `shard` as it stands.
+async fn shard_lease(store: &PgStore, shard: Shard) -> Option<Lease> {
+    let leases = store.shard_leases().await.unwrap();
+    leases.into_iter().find(|l| l.shard == shard)
 }
 
 /// A duration in milliseconds.

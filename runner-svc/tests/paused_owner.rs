@@ -1,9 +1,10 @@
-//! An owner of the background work paused (SIGSTOP) past its lease while
-//! an agent prints, on PostgreSQL with a real runner (run under
+//! The owner of a session's shard paused (SIGSTOP) past its lease while
+//! the agent prints, on PostgreSQL with a real runner (run under
 //! `scripts/pg-env`; the binary comes from `cargo build -p
 //! troupe-session-svc`): another replica takes over, and once the paused
-//! one wakes (SIGCONT) it writes nothing more, makes no runner call that
-//! shows, stops its driver work and does not take the lease back.
+//! one wakes (SIGCONT) it writes nothing more of its old terms, makes no
+//! runner call that shows, stops their work, and takes back only the share
+//! the other gives up, never the session's shard while its owner lives.
 //!
 //! Who wrote what is read from the database itself: each replica connects
 //! with its own `application_name`, and a trigger the test installs on
@@ -18,12 +19,12 @@ use std::time::Duration;
 use common::{
     MINUTE, TestRunner, direct_root,
     replicas::{
-        LINES, assert_each_line_once, end_and_stop, first_lease, output, output_with,
-        replica_logging, taken_over, until,
+        LINES, assert_each_line_once, balanced, end_and_stop, low_workspace, output, output_with,
+        replica_logging, shard_lease, taken_over, until,
     },
 };
 use sqlx::{Connection, PgConnection};
-use troupe_session_svc::store::{PgStore, prelude::*};
+use troupe_session_svc::{shard::Shard, store::PgStore};
 
 /// The written-rows record and its trigger, on every table of the service.
 const RECORD_WRITES: &str = r#"
@@ -34,18 +35,20 @@ CREATE TABLE written (
     op        TEXT NOT NULL,
     at        TIMESTAMPTZ NOT NULL,
     old_seq   BIGINT,
-    new_seq   BIGINT
+    new_seq   BIGINT,
+    name      TEXT
 );
 CREATE FUNCTION record_write() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE old_seq BIGINT; new_seq BIGINT;
+DECLARE old_seq BIGINT; new_seq BIGINT; name TEXT;
 BEGIN
     IF TG_TABLE_NAME = 'processes' THEN
         IF TG_OP <> 'INSERT' THEN old_seq := OLD.runner_seq; END IF;
         IF TG_OP <> 'DELETE' THEN new_seq := NEW.runner_seq; END IF;
     END IF;
-    INSERT INTO written (app, tbl, op, at, old_seq, new_seq) VALUES (
+    IF TG_TABLE_NAME = 'leases' AND TG_OP <> 'DELETE' THEN name := NEW.name; END IF;
+    INSERT INTO written (app, tbl, op, at, old_seq, new_seq, name) VALUES (
         current_setting('application_name'), TG_TABLE_NAME, TG_OP, clock_timestamp(),
-        old_seq, new_seq);
+        old_seq, new_seq, name);
     RETURN NULL;
 END $$;
 DO $$
@@ -84,24 +87,17 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     let logs = tempfile::tempdir().unwrap();
     let first_log = logs.path().join("first.log");
     let first = replica_logging(&named(&url, "first"), &endpoint, Some(&first_log));
-    let held = first_lease(&store).await;
+    balanced(&store, 1).await;
     let second = replica_logging(&named(&url, "second"), &endpoint, None);
+    balanced(&store, 2).await;
+    let workspace = low_workspace(&runner, "paused");
+    let held = shard_lease(&store, &workspace).await;
+    assert_eq!(held.holder.pid(), Some(first.pid()), "the first keeps it");
     let mut via_second = second.operator().await;
-    let root = direct_root(
-        &mut via_second,
-        &runner.workspace("paused"),
-        "printer",
-        "first",
-    )
-    .await
-    .session_id;
+    let root = direct_root(&mut via_second, &workspace, "printer", "first")
+        .await
+        .session_id;
     output_with(&store, &root, "line20\n", "the root never printed").await;
-    let owner: String =
-        sqlx::query_scalar("SELECT app FROM written WHERE tbl = 'leases' ORDER BY id DESC LIMIT 1")
-            .fetch_one(&mut db)
-            .await
-            .unwrap();
-    assert_eq!(owner, "first", "the first replica took the lease first");
 
     // Paused mid-output, past its lease: the other takes over and delivers
     // a message sent meanwhile. Paused inside a write, the owner holds the
@@ -136,17 +132,17 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     send(&mut via_second, &root, "after the wake").await;
 
     let deadline = tokio::time::Instant::now() + MINUTE;
-    let log = loop {
+    loop {
         let log = std::fs::read_to_string(&first_log).unwrap_or_default();
-        if log.contains("lease lost: stopping the background work") {
-            break log;
+        if log.contains("shard lost: its background work stops here") {
+            break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "the woken owner never stopped its work: {log}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
     let out = until("the root's output never completed", MINUTE, || async {
         let out = output(&store, &root).await;
         (out.contains(&format!("line{LINES}\n")) && out.contains("after the wake")).then_some(out)
@@ -157,28 +153,31 @@ async fn a_paused_owner_writes_nothing_once_it_wakes() {
     for message in ["\"first\"", "while paused", "after the wake"] {
         assert_eq!(out.matches(message).count(), 1, "{message} once in {out}");
     }
-    // The lease stays with the new owner: the woken one takes nothing back.
-    let lease = store.lease().await.unwrap().unwrap();
+    // The session's shard stays with the new owner: the woken one takes
+    // back only the half the other gives up (the high shards).
+    balanced(&store, 2).await;
+    let lease = shard_lease(&store, &workspace).await;
     assert_eq!((lease.holder, lease.epoch), (taken.holder, taken.epoch));
-    assert_eq!(
-        log.matches("driving the background work").count(),
-        1,
-        "the woken replica started no other term: {log}"
-    );
 
     // Nothing the woken replica wrote after the takeover, and no runner
     // sequence ever went back.
     let takeover: (String, String) = sqlx::query_as(
         "SELECT app, at::text FROM written WHERE tbl = 'leases' AND app = 'second' \
-         ORDER BY id LIMIT 1",
+         AND name = $1 ORDER BY id LIMIT 1",
     )
+    .bind(Shard::of(&workspace).lease_name())
     .fetch_one(&mut db)
     .await
     .unwrap();
+    // Its own rows aside (its leases, the replicas' row), which it takes
+    // anew once back.
     let stale: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT tbl, op, at::text FROM written WHERE app = 'first' \
-         AND at > (SELECT MIN(at) FROM written WHERE tbl = 'leases' AND app = 'second')",
+         AND tbl NOT IN ('leases', 'replicas') \
+         AND at > (SELECT MIN(at) FROM written WHERE tbl = 'leases' AND app = 'second' \
+                   AND name = $1)",
     )
+    .bind(Shard::of(&workspace).lease_name())
     .fetch_all(&mut db)
     .await
     .unwrap();

@@ -13,8 +13,8 @@ use crate::common;
 use common::{
     MINUTE, TestRunner, direct_root, list_execs,
     replicas::{
-        Holder, end_and_stop, first_lease, kill_replica, output, replica, send_until_echoed,
-        taken_over, until, until_delivered, until_lock_wait, until_running,
+        Holder, balanced, end_and_stop, kill_replica, output, replica, send_until_echoed,
+        shard_lease, taken_over, until, until_delivered, until_lock_wait, until_running,
     },
 };
 use troupe_proto::runner::{ExecState, StdinFrame};
@@ -31,10 +31,15 @@ async fn a_first_message_written_before_its_owner_died_is_not_written_again() {
     let endpoint = format!("http://{addr}");
     let store = PgStore::open(&url).await.unwrap();
     let mut first = replica(&url, &endpoint);
-    let held = first_lease(&store).await;
+    balanced(&store, 1).await;
     let second = replica(&url, &endpoint);
+    balanced(&store, 2).await;
+    // A workspace of the low shards, which the first replica keeps.
+    let workspace = "stdin-takeover-1";
+    let held = shard_lease(&store, workspace).await;
+    assert_eq!(held.holder.pid(), Some(first.pid()), "the first keeps it");
     let mut via_second = second.operator().await;
-    let root = direct_root(&mut via_second, "stdin-takeover", "echo", "the-plan")
+    let root = direct_root(&mut via_second, workspace, "echo", "the-plan")
         .await
         .session_id;
 
@@ -93,11 +98,16 @@ async fn a_message_written_before_its_owner_died_is_not_written_again() {
     let endpoint = format!("http://{}", runner.addr);
     let store = PgStore::open(&url).await.unwrap();
     let mut first = replica(&url, &endpoint);
-    let held = first_lease(&store).await;
+    balanced(&store, 1).await;
     let second = replica(&url, &endpoint);
+    balanced(&store, 2).await;
+    // A workspace of the low shards, which the first replica keeps.
+    let workspace = "stdin-write-2";
+    let held = shard_lease(&store, workspace).await;
+    assert_eq!(held.holder.pid(), Some(first.pid()), "the first keeps it");
     let mut via_first = first.operator().await;
     let mut via_second = second.operator().await;
-    let root = direct_root(&mut via_first, "stdin-write", "echo", "the-plan")
+    let root = direct_root(&mut via_first, workspace, "echo", "the-plan")
         .await
         .session_id;
     // Running, its first message delivered and echoed: the next is

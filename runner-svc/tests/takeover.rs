@@ -16,8 +16,8 @@ use std::time::Duration;
 use common::{
     MINUTE, TestRunner, direct_root,
     replicas::{
-        LEASE_TTL, LINES, assert_each_line_once, end_and_stop, first_lease, output, output_with,
-        replica, status, taken_over, until,
+        LEASE_TTL, LINES, assert_each_line_once, balanced, end_and_stop, low_workspace, output,
+        output_with, replica, shard_lease, status, taken_over, until,
     },
 };
 use futures::StreamExt;
@@ -106,18 +106,17 @@ async fn a_killed_owner_is_taken_over_and_nothing_is_lost_or_repeated() {
     let endpoint = format!("http://{}", runner.addr);
     let store = PgStore::open(&url).await.unwrap();
     let first = replica(&url, &endpoint);
-    let held = first_lease(&store).await;
+    balanced(&store, 1).await;
     let second = replica(&url, &endpoint);
+    balanced(&store, 2).await;
+    let workspace = low_workspace(&runner, "takeover");
+    let held = shard_lease(&store, &workspace).await;
+    assert_eq!(held.holder.pid(), Some(first.pid()), "the first keeps it");
     let mut via_second = second.operator().await;
     // Created through the replica that does not own: the owner starts it.
-    let root = direct_root(
-        &mut via_second,
-        &runner.workspace("takeover"),
-        "printer",
-        "first",
-    )
-    .await
-    .session_id;
+    let root = direct_root(&mut via_second, &workspace, "printer", "first")
+        .await
+        .session_id;
     // A CALLBACK child whose end falls after the kill.
     let child = via_second
         .create_session(CreateSessionRequest {

@@ -1,6 +1,11 @@
 //! Several `troupe-session` processes with `--runner` on one PostgreSQL
 //! database, as the takeover tests start them, and what those tests read
-//! back: a session's output from the database, its status.
+//! back: a session's output from the database, its status, who holds its
+//! shard.
+//!
+//! A replica alone takes every shard; once a second one joins, the first
+//! gives up its highest half. So a session in a workspace of the low half
+//! ([`low_workspace`]) created after [`balanced`] is the first replica's.
 
 use std::{path::Path, path::PathBuf, time::Duration};
 
@@ -9,6 +14,7 @@ use sqlx::{Connection, PgConnection};
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
     model::{EventFilter, EventKind},
+    shard::{SHARDS, Shard},
     store::{EventPage, Lease, PgStore, prelude::*},
 };
 use troupe_tests::process::SessionProcess;
@@ -82,23 +88,54 @@ pub fn start_replica(
     SessionProcess::start_logging(&binary(), dir, &flags, &[], log)
 }
 
-/// The live lease, once a replica took it (within a minute).
-pub async fn first_lease(store: &PgStore) -> Lease {
-    until("nobody took the lease", MINUTE, || async {
-        store.lease().await.unwrap().filter(|l| l.live)
+/// A workspace of `runner`'s in the low half of the shards, which the
+/// first replica keeps when a second joins.
+pub fn low_workspace(runner: &super::TestRunner, name: &str) -> String {
+    loop {
+        let workspace = runner.workspace(name);
+        if Shard::of(&workspace).index() < SHARDS / 2 {
+            return workspace;
+        }
+    }
+}
+
+/// Waits (a minute at most) until `replicas` replicas each hold their
+/// share of the shards, every shard held.
+pub async fn balanced(store: &PgStore, replicas: usize) {
+    let share = usize::from(SHARDS).div_ceil(replicas);
+    until("the replicas never divided the shards", MINUTE, || async {
+        let leases = store.shard_leases().await.unwrap();
+        let mut holders: std::collections::HashMap<String, usize> = Default::default();
+        for lease in leases.iter().filter(|l| l.live) {
+            *holders.entry(lease.holder.to_string()).or_default() += 1;
+        }
+        (holders.len() == replicas
+            && holders.values().all(|&n| n + 1 >= share && n <= share)
+            && holders.values().sum::<usize>() == usize::from(SHARDS))
+        .then_some(())
     })
     .await
 }
 
-/// The live lease of a later term than `held`'s, once another replica took
-/// over (within `limit`).
+/// The live lease of `workspace`'s shard, once a replica took it (within
+/// a minute).
+pub async fn shard_lease(store: &PgStore, workspace: &str) -> Lease {
+    let shard = Shard::of(workspace);
+    until("nobody took the shard", MINUTE, || async {
+        let leases = store.shard_leases().await.unwrap();
+        leases.into_iter().find(|l| l.shard == shard && l.live)
+    })
+    .await
+}
+
+/// The live lease of `held`'s shard in a later term, once another replica
+/// took over (within `limit`).
 pub async fn taken_over(store: &PgStore, held: &Lease, limit: Duration) -> Lease {
     until("nobody took over", limit, || async {
-        store
-            .lease()
-            .await
-            .unwrap()
-            .filter(|l| l.live && l.epoch > held.epoch)
+        let leases = store.shard_leases().await.unwrap();
+        leases
+            .into_iter()
+            .find(|l| l.shard == held.shard && l.live && l.epoch > held.epoch)
     })
     .await
 }
