@@ -68,6 +68,12 @@ pub enum Command {
         #[command(subcommand)]
         command: RunnerCommand,
     },
+    /// See the session service's replicas and the shards of background
+    /// work each holds (operator only).
+    Replica {
+        #[command(subcommand)]
+        command: ReplicaCommand,
+    },
     /// Message many sessions at once, and see the groups sessions keep.
     Group {
         #[command(subcommand)]
@@ -79,6 +85,13 @@ pub enum Command {
 pub enum RunnerCommand {
     /// List the runners: the embedded one (`--runner`) and every registered
     /// one, live or lapsed, with their capacity and active sessions.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReplicaCommand {
+    /// List the replicas, live or not, each with the shards it holds and
+    /// their epochs, and the shards no replica holds now.
     List,
 }
 

@@ -102,6 +102,7 @@ async fn execute(cli: &Cli, setting: &mut Setting) -> anyhow::Result<()> {
         Command::Audit(args) => cmd::audit::run(&mut ctx, args).await,
         Command::Agent { command } => cmd::agent::run(&mut ctx, command).await,
         Command::Runner { command } => cmd::runner::run(&mut ctx, command).await,
+        Command::Replica { command } => cmd::replica::run(&mut ctx, command).await,
         Command::Group { command } => cmd::group::run(&mut ctx, command).await,
     };
     *setting = ctx.setting;

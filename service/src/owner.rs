@@ -117,6 +117,9 @@ struct Held<S: Store> {
     cancel: CancellationToken,
     /// From which event the next fleet term exports life spans.
     lives_from: Option<i64>,
+    /// Every task started here (the driver's loop, the deadlines, the
+    /// fleet's upkeep): awaited at the end, so none outlives the service.
+    tasks: tokio::task::JoinSet<()>,
 }
 
 /// Runs the work for the shards `first` took, then every renewal period
@@ -129,8 +132,9 @@ pub async fn run<S: Store>(
     cancel: CancellationToken,
 ) {
     let terms = work.driver.terms().clone();
-    tokio::spawn(work.driver.clone().own(cancel.clone()));
-    tokio::spawn(deadlines(
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(work.driver.clone().own(cancel.clone()));
+    tasks.spawn(deadlines(
         work.store.clone(),
         work.driver.clone(),
         cancel.clone(),
@@ -143,6 +147,7 @@ pub async fn run<S: Store>(
         held: BTreeMap::new(),
         cancel,
         lives_from,
+        tasks,
     };
     for fence in first.fences {
         me.start(fence, first.asked_at);
@@ -165,6 +170,7 @@ pub async fn run<S: Store>(
     if let Err(e) = me.work.store.leave(&me.holder).await {
         tracing::warn!(error = %e, "cannot remove this replica's row");
     }
+    while me.tasks.join_next().await.is_some() {}
 }
 
 impl<S: Store> Held<S> {
@@ -184,7 +190,7 @@ impl<S: Store> Held<S> {
     /// Starts the fleet's upkeep in the fleet shard's `term`.
     fn fleet_upkeep(&mut self, term: &Term) {
         let store = &self.work.store;
-        tokio::spawn(prune(
+        self.tasks.spawn(prune(
             store.clone(),
             term.clone(),
             self.work.keep,
@@ -194,7 +200,7 @@ impl<S: Store> Held<S> {
             let store = store.clone();
             let from = self.lives_from.take();
             let term = term.clone();
-            tokio::spawn(async move {
+            self.tasks.spawn(async move {
                 let from = match from {
                     Some(from) => Some(from),
                     None => store.newest_event().await.ok(),

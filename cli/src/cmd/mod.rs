@@ -1,11 +1,13 @@
 //! The commands: `session` subcommands in [`session`] (create, list, get,
 //! terminate, token, send), [`tree`] and [`watch`]; the audit log in [`audit`];
-//! agent definitions in [`agent`]; runners in [`runner`]; broadcasts and
-//! groups in [`group`].
+//! agent definitions in [`agent`]; runners in [`runner`]; the service's
+//! replicas and their shards in [`replica`]; broadcasts and groups in
+//! [`group`].
 
 pub mod agent;
 pub mod audit;
 pub mod group;
+pub mod replica;
 pub mod runner;
 pub mod session;
 pub mod tree;

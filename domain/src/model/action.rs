@@ -29,6 +29,7 @@ pub enum Action {
     ListAgents,
     RemoveAgent,
     ListRunners,
+    ListReplicas,
     RegisterRunner,
     /// A session's end reaching its children (by Troupe).
     ParentEnded,
@@ -83,6 +84,7 @@ impl Action {
             Action::ListAgents => "list_agents",
             Action::RemoveAgent => "remove_agent",
             Action::ListRunners => "list_runners",
+            Action::ListReplicas => "list_replicas",
             Action::RegisterRunner => "register_runner",
             Action::ParentEnded => "parent_ended",
             Action::Callback => "callback",

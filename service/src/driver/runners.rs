@@ -162,7 +162,13 @@ impl<S: Store> Driver<S> {
             let driver = self.clone();
             let row = row.clone();
             tokio::spawn(async move {
-                driver.reconcile_until_done(&due, &row).await;
+                // Ends once every one of its terms has.
+                let ended =
+                    futures::future::join_all(due.iter().map(|t| t.token().cancelled_owned()));
+                tokio::select! {
+                    () = driver.reconcile_until_done(&due, &row) => {}
+                    _ = ended => {}
+                }
                 driver.release(Job::Reconcile, row.name.as_str());
             });
         }

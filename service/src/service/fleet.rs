@@ -1,4 +1,5 @@
-//! `troupe.fleet.v1.FleetService`: `RegisterRunner` and `ListRunners`,
+//! `troupe.fleet.v1.FleetService`: `RegisterRunner`, `ListRunners` and
+//! `ListReplicas`,
 //! operator only. A runner registers (and renews its lease) about every
 //! second, so only refusals are audited.
 
@@ -108,6 +109,46 @@ async fn list<S: Store>(
     })
 }
 
+/// The replicas and the shards each holds; a shard whose lease is not live
+/// is unheld (a replica not live holds none, however its rows stand).
+async fn replicas<S: Store>(
+    inner: &Inner<S>,
+    caller: &Caller,
+) -> Result<pb::ListReplicasResponse, SessionError> {
+    require_operator(caller)?;
+    let leases = inner.store.shard_leases().await?;
+    let mut replicas: Vec<pb::Replica> = inner
+        .store
+        .replicas()
+        .await?
+        .into_iter()
+        .map(|r| pb::Replica {
+            holder: r.holder.to_string(),
+            live: r.live,
+            shards: Vec::new(),
+        })
+        .collect();
+    let mut unheld = Vec::new();
+    for lease in leases {
+        let term = pb::ShardTerm {
+            shard: u32::from(lease.shard.index()),
+            epoch: lease.epoch.max(0) as u64,
+        };
+        match replicas
+            .iter_mut()
+            .find(|r| lease.live && r.live && r.holder == lease.holder.as_str())
+        {
+            Some(replica) => replica.shards.push(term),
+            None => unheld.push(term.shard),
+        }
+    }
+    Ok(pb::ListReplicasResponse {
+        replicas,
+        unheld,
+        shard_count: u32::from(crate::shard::SHARDS),
+    })
+}
+
 fn runner_view(row: &RunnerRow) -> pb::Runner {
     pb::Runner {
         name: row.name.to_string(),
@@ -132,6 +173,20 @@ impl<S: Store> FleetService for Service<S> {
             Action::ListRunners,
             |_, _| String::new(),
             async |inner, caller, _| list(inner, caller).await,
+        )
+        .await
+    }
+
+    #[tracing::instrument(name = "list_replicas", skip_all)]
+    async fn list_replicas(
+        &self,
+        request: Request<pb::ListReplicasRequest>,
+    ) -> Result<Response<pb::ListReplicasResponse>, Status> {
+        self.call(
+            request,
+            Action::ListReplicas,
+            |_, _| String::new(),
+            async |inner, caller, _| replicas(inner, caller).await,
         )
         .await
     }
