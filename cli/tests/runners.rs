@@ -1,6 +1,7 @@
 //! `troupe runner list` against a real session service: registered runners
 //! as a table and as JSON, a lapsed one shown lapsed, and a session's token
-//! refused (the fleet is the operator's).
+//! refused (the fleet is the operator's); `troupe replica list`, the
+//! replicas and the shards each holds.
 
 use std::process::{Command, Output};
 
@@ -125,4 +126,53 @@ async fn a_sessions_token_may_not_list_runners() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("OPERATOR_ONLY"), "{stderr}");
     assert!(output.stdout.is_empty(), "printed {:?}", output.stdout);
+}
+
+/// `troupe replica list`: a SQLite service alone holds every shard, each
+/// in a term of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_replicas_and_their_shards_are_listed() {
+    let server = TestServer::start().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let json = loop {
+        let json: Value = serde_json::from_str(&stdout(
+            &troupe(&server, None, &["replica", "list", "--json"]).await,
+        ))
+        .expect("JSON");
+        if json["unheld"].as_array().is_some_and(Vec::is_empty) {
+            break json;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "shards unheld: {json}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(json["shard_count"], 64);
+    let replicas = json["replicas"].as_array().expect("replicas");
+    assert_eq!(replicas.len(), 1, "{json}");
+    let shards = replicas[0]["shards"].as_array().expect("shards");
+    let numbers: Vec<u64> = shards
+        .iter()
+        .map(|t| t["shard"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (0..64).collect::<Vec<u64>>());
+    assert!(
+        shards.iter().all(|t| t["epoch"].as_u64() >= Some(1)),
+        "{json}"
+    );
+    let holder = replicas[0]["holder"].as_str().expect("holder");
+    assert!(holder.starts_with("svc_"), "{holder}");
+
+    let table = stdout(&troupe(&server, None, &["replica", "list"]).await);
+    let line = table.lines().find(|l| l.starts_with(holder)).expect(&table);
+    let columns: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(columns, [holder, "live", "64", "0-63"], "{table}");
+    assert!(!table.contains("unheld"), "{table}");
+
+    let (_, _, token) = server.root("ws", TrustLevel::Direct).await;
+    let output = troupe(&server, Some(&token), &["replica", "list"]).await;
+    assert!(!output.status.success(), "an agent listed the replicas");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("OPERATOR_ONLY"), "{stderr}");
 }

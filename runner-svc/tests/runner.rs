@@ -46,6 +46,7 @@ mod processes;
 mod relay;
 mod restarts;
 mod results;
+mod shards;
 mod shutdown;
 mod stdin_frames;
 mod stdin_takeover;

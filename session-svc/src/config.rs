@@ -88,14 +88,16 @@ pub struct Config {
     /// then what is still open after this is closed.
     #[arg(long, env = "TROUPE_SHUTDOWN_DRAIN_MS", default_value_t = 5000)]
     pub shutdown_drain_ms: u64,
-    /// How long the lease of the background work (driving agents, export,
-    /// pruning) lasts unless renewed, in milliseconds: when its holder dies,
-    /// another service takes it over after at most this.
+    /// How long a shard's lease of the background work (driving its
+    /// workspaces' agents; the fleet's shard also exports and prunes) lasts
+    /// unless renewed, in milliseconds: when its holder dies, another
+    /// service takes its shards over after at most this.
     #[arg(long, env = "TROUPE_LEASE_TTL_MS", default_value_t = 2000,
           value_parser = clap::value_parser!(u64).range(100..))]
     pub lease_ttl_ms: u64,
-    /// How often the holder renews the lease, in milliseconds (well under
-    /// `--lease-ttl-ms`; other services try for it as often).
+    /// How often a service renews its shards' leases and rebalances, in
+    /// milliseconds (well under `--lease-ttl-ms`): a replica that joins or
+    /// leaves moves shards within a few of these.
     #[arg(long, env = "TROUPE_LEASE_RENEW_MS", default_value_t = 500,
           value_parser = clap::value_parser!(u64).range(10..))]
     pub lease_renew_ms: u64,

@@ -51,6 +51,11 @@ pub fn replica(url: &str, runner: &str) -> SessionProcess {
 
 /// [`replica`], its log written to `log` if given.
 pub fn replica_logging(url: &str, runner: &str, log: Option<&Path>) -> SessionProcess {
+    replica_for(url, runner, log, LEASE_TTL)
+}
+
+/// [`replica`] whose leases last `ttl` (renewed every 200 ms).
+pub fn replica_for(url: &str, runner: &str, log: Option<&Path>, ttl: Duration) -> SessionProcess {
     let printer =
         format!("i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo line$i; sleep 0.02; done; cat");
     let agents = [
@@ -58,7 +63,7 @@ pub fn replica_logging(url: &str, runner: &str, log: Option<&Path>) -> SessionPr
         ("brief", "sleep 3; echo done"),
         ("echo", "cat"),
     ];
-    start_replica(url, Some(runner), &agents, log)
+    start_replica_for(url, Some(runner), &agents, log, ttl)
 }
 
 /// A replica on `url`, driving `runner` if given (else the runners that
@@ -68,6 +73,17 @@ pub fn start_replica(
     runner: Option<&str>,
     agents: &[(&str, &str)],
     log: Option<&Path>,
+) -> SessionProcess {
+    start_replica_for(url, runner, agents, log, LEASE_TTL)
+}
+
+/// [`start_replica`] whose leases last `ttl`.
+fn start_replica_for(
+    url: &str,
+    runner: Option<&str>,
+    agents: &[(&str, &str)],
+    log: Option<&Path>,
+    ttl: Duration,
 ) -> SessionProcess {
     let dir = tempfile::tempdir().unwrap();
     let agents_dir = dir.path().join("data/agents");
@@ -79,7 +95,7 @@ pub fn start_replica(
         )
         .unwrap();
     }
-    let ttl = LEASE_TTL.as_millis().to_string();
+    let ttl = ttl.as_millis().to_string();
     let mut flags = vec!["--database-url", url];
     if let Some(runner) = runner {
         flags.extend(["--runner", runner]);
