@@ -19,7 +19,7 @@ use common::{
 };
 use troupe_session_svc::{
     shard::{SHARDS, Shard},
-    store::{PgStore, prelude::*},
+    store::PgStore,
 };
 
 /// The replicas' leases: long, so a handover that came at once is told
