@@ -159,6 +159,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
             lives_from: Some(lives_from),
         };
         let holder = Holder::generate();
+        tracing::info!(%holder, "this service's name as a holder of shards");
         let first = owner::first_try(&work, &holder).await;
         tokio::spawn(owner::run(work, holder, first, cancel.clone()))
     };
