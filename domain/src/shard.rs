@@ -94,6 +94,11 @@ impl ShardSet {
         self.0 as i64
     }
 
+    /// The set a mask holds (bit `n` for shard `n`).
+    pub fn from_mask(mask: u64) -> ShardSet {
+        ShardSet(mask)
+    }
+
     pub fn iter(self) -> impl Iterator<Item = Shard> {
         Shard::all().filter(move |s| self.contains(*s))
     }

@@ -20,8 +20,9 @@
 //!   divide them) and 32 operator clients sending them short messages
 //!   through the replicas; messages written to the agents' stdin per second
 //!   (the sum of `processes.delivered_seq`).
-//! - **output**: 16 agents each printing a numbered line every 10 ms;
-//!   output events and lines stored per second.
+//! - **output**: 16 agents each printing numbered lines, ten at a time
+//!   every 10 ms (more than one replica stores); output events and lines
+//!   stored per second.
 //!
 //! Each figure is counted over `TROUPE_BENCH_SECONDS` (default 10) after a
 //! warm-up of 3 s. Beside each: the replicas' CPU (their quota is the
@@ -50,10 +51,8 @@ use common::{
     replicas::{balanced, binary, until},
 };
 use sqlx::PgPool;
-use troupe_proto::session::{
-    self as pb, TrustLevel, session_service_client::SessionServiceClient,
-};
-use troupe_session_svc::store::{PgStore, prelude::*};
+use troupe_proto::session::{self as pb, TrustLevel, session_service_client::SessionServiceClient};
+use troupe_session_svc::store::PgStore;
 use troupe_tests::{Bearer, OPERATOR_TOKEN, child, process::SessionProcess};
 
 const WARMUP: Duration = Duration::from_secs(3);
@@ -65,7 +64,8 @@ const TREES_PER_WORKSPACE: usize = 20;
 /// Agents of the message and output workloads, one per workspace.
 const AGENTS: usize = 16;
 const SENDERS: usize = 32;
-const PRINTER: &str = "i=0; while :; do i=$((i+1)); echo line$i; sleep 0.01; done";
+const PRINTER: &str = "i=0; while :; do for _ in 0 1 2 3 4 5 6 7 8 9; do i=$((i+1)); echo line$i; \
+     done; sleep 0.01; done";
 
 fn main() {
     tokio::runtime::Builder::new_multi_thread()
@@ -97,14 +97,22 @@ async fn bench() {
     );
     let runner = TestRunner::driven().await;
     let endpoint = format!("http://{}", runner.addr);
-    let workspaces: Vec<String> = (0..AGENTS).map(|i| runner.workspace(&format!("scale{i}"))).collect();
+    let workspaces: Vec<String> = (0..AGENTS)
+        .map(|i| runner.workspace(&format!("scale{i}")))
+        .collect();
     println!("| replicas | workload | per second | replicas' CPU | PostgreSQL CPU |");
     println!("|---|---|---|---|---|");
     for &n in &counts {
         let (rate, cpu) = spawns(n, quota, window).await;
-        println!("| {n} | spawns (children) | {rate:.0} | {:.2} | {:.2} |", cpu.0, cpu.1);
+        println!(
+            "| {n} | spawns (children) | {rate:.0} | {:.2} | {:.2} |",
+            cpu.0, cpu.1
+        );
         let (rate, cpu) = messages(n, quota, window, &endpoint, &workspaces).await;
-        println!("| {n} | messages delivered | {rate:.0} | {:.2} | {:.2} |", cpu.0, cpu.1);
+        println!(
+            "| {n} | messages delivered | {rate:.0} | {:.2} | {:.2} |",
+            cpu.0, cpu.1
+        );
         let ((events, lines), cpu) = output(n, quota, window, &endpoint, &workspaces).await;
         println!(
             "| {n} | output events (lines) | {events:.0} ({lines:.0}) | {:.2} | {:.2} |",
@@ -124,11 +132,17 @@ impl Confined {
         let dir = tempfile::tempdir().unwrap();
         let agents = dir.path().join("data/agents");
         std::fs::create_dir_all(&agents).unwrap();
-        for (agent, script) in [("worker", "cat"), ("sink", "cat >/dev/null"), ("printer", PRINTER)] {
+        for (agent, script) in [
+            ("worker", "cat"),
+            ("sink", "cat >/dev/null"),
+            ("printer", PRINTER),
+        ] {
             let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
             std::fs::write(
                 agents.join(format!("{agent}.md")),
-                format!("---\nname: {agent}\ndescription: a bench agent\ncommand: {command}\n---\n"),
+                format!(
+                    "---\nname: {agent}\ndescription: a bench agent\ncommand: {command}\n---\n"
+                ),
             )
             .unwrap();
         }
@@ -202,7 +216,8 @@ fn postgres_cpu() -> f64 {
         }
         let fields: Vec<&str> = rest.split_whitespace().collect();
         // utime and stime: fields 14 and 15 of stat, 12 and 13 after `) `.
-        let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
+        let ticks: f64 =
+            fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
         total += ticks / tick;
     }
     total
@@ -262,14 +277,21 @@ async fn spawns(n: usize, quota: u64, span: Duration) -> (f64, (f64, f64)) {
                 };
                 let mut as_root = client(&channel, &root.into_inner().session_token);
                 for i in 0..BURST {
-                    if as_root.create_session(child(&format!("c{i}"))).await.is_ok() {
+                    if as_root
+                        .create_session(child(&format!("c{i}")))
+                        .await
+                        .is_ok()
+                    {
                         children.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
         }));
     }
-    let counted = window(&replicas, span, || async { children.load(Ordering::Relaxed) as f64 }).await;
+    let counted = window(&replicas, span, || async {
+        children.load(Ordering::Relaxed) as f64
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.unwrap();
@@ -282,7 +304,10 @@ async fn spawns(n: usize, quota: u64, span: Duration) -> (f64, (f64, f64)) {
 async fn agents(replicas: &[Confined], workspaces: &[String], agent: &str) -> Vec<String> {
     let mut ids = Vec::new();
     for (i, workspace) in workspaces.iter().enumerate() {
-        let mut op = client(&replicas[i % replicas.len()].process.channel().await, OPERATOR_TOKEN);
+        let mut op = client(
+            &replicas[i % replicas.len()].process.channel().await,
+            OPERATOR_TOKEN,
+        );
         let created = op
             .create_root_session(pb::CreateRootSessionRequest {
                 workspace_id: workspace.clone(),
@@ -297,12 +322,16 @@ async fn agents(replicas: &[Confined], workspaces: &[String], agent: &str) -> Ve
             .into_inner();
         ids.push(created.session.unwrap().session_id);
     }
-    let mut op = client(&replicas[0].process.channel().await, OPERATOR_TOKEN);
+    let op = client(&replicas[0].process.channel().await, OPERATOR_TOKEN);
     for id in &ids {
         until("an agent never ran", MINUTE, || {
             let mut op = op.clone();
             async move {
-                let s = op.get_session(troupe_tests::get(id)).await.ok()?.into_inner();
+                let s = op
+                    .get_session(troupe_tests::get(id))
+                    .await
+                    .ok()?
+                    .into_inner();
                 (s.session?.status() == pb::SessionStatus::Running).then_some(())
             }
         })
@@ -339,15 +368,18 @@ async fn messages(
             while !stop.load(Ordering::Relaxed) {
                 let to = &ids[k % ids.len()];
                 k += 1;
-                let _ = op.send_message(troupe_tests::message(to, "a short note")).await;
+                let _ = op
+                    .send_message(troupe_tests::message(to, "a short note"))
+                    .await;
             }
         }));
     }
     let delivered = || async {
-        let sum: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(delivered_seq), 0)::bigint FROM processes")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let sum: i64 =
+            sqlx::query_scalar("SELECT COALESCE(SUM(delivered_seq), 0)::bigint FROM processes")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
         sum as f64
     };
     let counted = window(&replicas, span, delivered).await;

@@ -144,6 +144,14 @@ pub trait LogStore: Send + Sync {
     /// Returns a receiver that changes after every commit that ended
     /// sessions (a subset of [`LogStore::subscribe`]'s).
     fn subscribe_ends(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Returns a receiver that changes after a commit, here or on another
+    /// replica, that may have made the driver work (`crate::work`).
+    fn subscribe_work(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// The shards such commits named since the last call (every shard on
+    /// SQLite, and after a notification may have been missed).
+    fn take_work(&self) -> crate::shard::ShardSet;
 }
 
 each_backend! {
@@ -180,6 +188,14 @@ each_backend! {
 
         fn subscribe_ends(&self) -> tokio::sync::watch::Receiver<u64> {
             self.sessions_ended.subscribe()
+        }
+
+        fn subscribe_work(&self) -> tokio::sync::watch::Receiver<u64> {
+            self.work.subscribe()
+        }
+
+        fn take_work(&self) -> crate::shard::ShardSet {
+            self.work.take()
         }
 
         async fn events_after(

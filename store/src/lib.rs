@@ -52,6 +52,7 @@ mod session_rows;
 mod shared;
 mod sqlite;
 mod upkeep;
+mod work;
 mod writes;
 
 /// The domain the store keeps, under the names the service gives it.

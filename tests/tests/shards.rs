@@ -223,3 +223,57 @@ async fn postgres_sessions_written_without_a_shard_are_given_theirs() {
     assert_eq!(shard, 9);
     assert_eq!(all().await, 1);
 }
+
+/// A replica's driver is woken for work in the shards a commit on another
+/// replica names, and not by output: a spawn in a workspace of shard 9
+/// marks shard 9 alone at the other store, a run of its agent's output
+/// marks nothing there though it wakes the watchers.
+#[tokio::test]
+async fn postgres_a_commits_work_wakes_other_replicas_for_its_shards_alone() {
+    use troupe_session_svc::model::OutputChunk;
+    let url = troupe_tests::postgres::fresh_database().await;
+    let writer = troupe_session_svc::store::PgStore::open(&url)
+        .await
+        .unwrap();
+    let other = troupe_session_svc::store::PgStore::open(&url)
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(10);
+    // Listening (a connection marks every shard: what it may have missed).
+    let started = std::time::Instant::now();
+    while other.take_work() != ShardSet::ALL {
+        assert!(started.elapsed() < wait, "the other store never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fence = stores::fence(&writer).await;
+    let mut work = other.subscribe_work();
+    work.borrow_and_update();
+    root(&writer, "nine", &workspace_in(9)).await;
+    tokio::time::timeout(wait, work.changed())
+        .await
+        .expect("woken")
+        .unwrap();
+    let marked: Vec<u16> = other.take_work().iter().map(|s| s.index()).collect();
+    assert_eq!(marked, [9]);
+
+    stores::started(&writer, &fence, "nine").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.take_work();
+    let mut events = other.subscribe();
+    events.borrow_and_update();
+    let chunk = OutputChunk {
+        runner_seq: 2,
+        stream: "stdout",
+        data: b"hello\n".to_vec(),
+    };
+    writer
+        .record_outputs(&fence, &"nine".into(), &[chunk], 100)
+        .await
+        .unwrap();
+    tokio::time::timeout(wait, events.changed())
+        .await
+        .expect("watchers woken")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(other.take_work().is_empty(), "output woke a driver");
+}

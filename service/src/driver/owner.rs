@@ -3,8 +3,10 @@
 //! embedded runner (with the fleet's shard), reconciles each runner for
 //! the terms not yet reconciled (again whenever one registers anew), and
 //! takes the work that any service recorded in those shards, woken by the
-//! store's commits (LISTEN/NOTIFY across PostgreSQL replicas), by a new
-//! term, and at least every [`WORK_POLL`]. With no runner at all nothing
+//! commits that may have made work in them (`LogStore::subscribe_work`:
+//! across PostgreSQL replicas by `troupe_work` notifications naming their
+//! shards; output wakes no one), by a new term, and at least every
+//! [`WORK_POLL`]. With no runner at all nothing
 //! can be driven: the store is read only at that poll, for runners.
 
 use std::{sync::Arc, time::Duration};
@@ -27,17 +29,16 @@ impl<S: Store> Driver<S> {
     /// Runs the background work of the shards this service holds, as they
     /// come and go, until `cancel`.
     pub async fn own(self: Arc<Self>, cancel: CancellationToken) {
-        let mut wake = self.store.subscribe();
+        let mut wake = self.store.subscribe_work();
         // The fleet's term the embedded runner was recorded in.
         let mut recorded: Option<i64> = None;
         while !cancel.is_cancelled() {
             let added = self.terms.added();
-            // Marked seen before the read, so a commit during it wakes the next.
-            wake.borrow_and_update();
+            tokio::pin!(added);
             let (shards, terms) = self.terms.live();
             if shards.is_empty() {
                 tokio::select! {
-                    () = added => {}
+                    () = &mut added => {}
                     () = tokio::time::sleep(WORK_POLL) => {}
                     () = cancel.cancelled() => break,
                 }
@@ -49,6 +50,9 @@ impl<S: Store> Driver<S> {
                 self.set_embedded(&fleet).await;
                 recorded = Some(fleet.fence().epoch);
             }
+            // Marked seen before the read, so a commit during it wakes the next.
+            wake.borrow_and_update();
+            self.store.take_work();
             let runners = match self.refresh_runners().await {
                 Ok(runners) => runners,
                 Err(e) => {
@@ -66,15 +70,24 @@ impl<S: Store> Driver<S> {
                     Err(e) => tracing::warn!(error = %e, "cannot read the driver's work"),
                 }
             }
-            tokio::select! {
-                changed = wake.changed(), if !idle => if changed.is_err() { break },
-                () = added => {}
-                () = tokio::time::sleep(WORK_POLL) => {}
-                () = cancel.cancelled() => break,
-            }
-            tokio::select! {
-                () = tokio::time::sleep(WORK_GATHER) => {}
-                () = cancel.cancelled() => break,
+            // Until work in these shards, a new term, or the poll.
+            let poll = tokio::time::sleep(WORK_POLL);
+            tokio::pin!(poll);
+            loop {
+                tokio::select! {
+                    changed = wake.changed(), if !idle => if changed.is_err() { return },
+                    () = &mut added => break,
+                    () = &mut poll => break,
+                    () = cancel.cancelled() => return,
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(WORK_GATHER) => {}
+                    () = cancel.cancelled() => return,
+                }
+                let marked = self.store.take_work();
+                if shards.iter().any(|s| marked.contains(s)) {
+                    break;
+                }
             }
         }
     }

@@ -82,8 +82,8 @@ pub(super) async fn write(
 ) -> Result<Vec<(i64, i64)>, SessionError> {
     if events.is_empty() {
         // Nothing to write, but watchers are told to look (an exit code
-        // that landed after the session ended).
-        notify(conn, ended).await?;
+        // that landed after the session ended), and every driver.
+        notify(conn, ended, Some(&[])).await?;
         return Ok(Vec::new());
     }
     // Each session's sequences, in the order of its events.
@@ -110,7 +110,12 @@ pub(super) async fn write(
             done[j] = true;
         }
     }
-    notify(conn, ended).await?;
+    let work: Vec<&str> = events
+        .iter()
+        .filter(|e| crate::work::makes_work(e.kind))
+        .map(|e| e.session_id.as_str())
+        .collect();
+    notify(conn, ended, (!work.is_empty()).then_some(&work[..])).await?;
     let at = now_ms();
     let ids: Vec<i64> = sqlx::query_scalar(
         "WITH last AS (SELECT setval('events_id_seq', nextval('events_id_seq') + $1 - 1) AS id) \
@@ -141,14 +146,25 @@ pub(super) async fn write(
 }
 
 /// Takes the events lock (held until the transaction ends) and queues the
-/// notifications its commit sends.
-async fn notify(conn: &mut PgConnection, ended: bool) -> Result<(), SessionError> {
+/// notifications its commit sends: `troupe_work` too if the transaction may
+/// have made the driver work for the sessions `work` names (their shards;
+/// every shard for an empty list).
+async fn notify(
+    conn: &mut PgConnection,
+    ended: bool,
+    work: Option<&[&str]>,
+) -> Result<(), SessionError> {
     sqlx::query(
         "SELECT pg_advisory_xact_lock($1), pg_notify('troupe_events', ''), \
-           CASE WHEN $2 THEN pg_notify('troupe_ends', '') END",
+           CASE WHEN $2 THEN pg_notify('troupe_ends', '') END, \
+           CASE WHEN $3 THEN pg_notify('troupe_work', \
+             (SELECT COALESCE(string_agg(DISTINCT shard::text, ','), '') FROM sessions \
+              WHERE session_id = ANY($4))) END",
     )
     .bind(EVENTS_LOCK)
     .bind(ended)
+    .bind(work.is_some())
+    .bind(work.unwrap_or_default())
     .execute(conn)
     .await?;
     Ok(())

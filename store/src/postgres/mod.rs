@@ -63,6 +63,8 @@ pub struct PgStore {
     pub(crate) events_written: watch::Sender<u64>,
     /// Bumped after every commit that ended sessions, here or elsewhere.
     pub(crate) sessions_ended: watch::Sender<u64>,
+    /// The shards commits here or elsewhere may have made work in.
+    pub(crate) work: crate::work::WorkSignal,
     /// Stops the listener and the poller when the last clone goes.
     _tasks: Arc<wake::Tasks>,
 }

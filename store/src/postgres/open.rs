@@ -98,11 +98,13 @@ impl PgStore {
             .map_err(|e| SessionError::Internal(format!("migration of {shown} failed: {e}")))?;
         let (events_written, _) = watch::channel(0);
         let (sessions_ended, _) = watch::channel(0);
+        let work = crate::work::WorkSignal::default();
         let tasks = wake::start(
             &pool,
             options,
             events_written.clone(),
             sessions_ended.clone(),
+            work.clone(),
         )
         .await?;
         Ok(PgStore {
@@ -110,6 +112,7 @@ impl PgStore {
             output_budget: OutputBudget::default(),
             events_written,
             sessions_ended,
+            work,
             _tasks: Arc::new(tasks),
         })
     }

@@ -1,13 +1,15 @@
 //! Waking watchers on commits made by other replicas.
 //!
 //! Three sources bump the store's `watch` channels: this replica's own
-//! commits (at once, `PgStore::published`); `LISTEN troupe_events` and
-//! `troupe_ends` on a connection of its own (the writers `NOTIFY` in their
-//! transactions, so a notification follows each commit); and, should a
-//! notification be lost (the listening connection dropped, and reconnects
-//! only after [`RECONNECT_AFTER`]), a poll every [`POLL_EVERY`] of the
-//! newest event id and the newest end's. Watchers always read the events
-//! back from the database, so a spurious wake-up costs one query.
+//! commits (at once, `PgStore::published`); `LISTEN troupe_events`,
+//! `troupe_ends` and `troupe_work` on a connection of its own (the writers
+//! `NOTIFY` in their transactions, so a notification follows each commit;
+//! `troupe_work` names the shards a commit may have made the driver work
+//! in, `crate::work`); and, should a notification be lost (the listening
+//! connection dropped, and reconnects only after [`RECONNECT_AFTER`]), a
+//! poll every [`POLL_EVERY`] of the newest event id and the newest end's,
+//! which marks every shard when events moved. Watchers always read the
+//! events back from the database, so a spurious wake-up costs one query.
 
 use std::time::Duration;
 
@@ -18,7 +20,11 @@ use sqlx::{
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::error::SessionError;
+use crate::{
+    error::SessionError,
+    shard::ShardSet,
+    work::{WorkSignal, parse_shards},
+};
 
 /// How often the newest event ids are polled.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
@@ -40,6 +46,7 @@ pub(super) async fn start(
     options: PgConnectOptions,
     events: watch::Sender<u64>,
     ends: watch::Sender<u64>,
+    work: WorkSignal,
 ) -> Result<Tasks, SessionError> {
     let stop = CancellationToken::new();
     let listen_pool = PgPoolOptions::new()
@@ -49,10 +56,11 @@ pub(super) async fn start(
         listen_pool,
         events.clone(),
         ends.clone(),
+        work.clone(),
         stop.clone(),
     ));
     let newest = newest(pool).await?;
-    tokio::spawn(poll(pool.clone(), newest, events, ends, stop.clone()));
+    tokio::spawn(poll(pool.clone(), newest, events, ends, work, stop.clone()));
     Ok(Tasks {
         _stop: stop.drop_guard(),
     })
@@ -67,6 +75,7 @@ async fn listen(
     pool: PgPool,
     events: watch::Sender<u64>,
     ends: watch::Sender<u64>,
+    work: WorkSignal,
     stop: CancellationToken,
 ) {
     loop {
@@ -74,11 +83,14 @@ async fn listen(
             let mut listener = PgListener::connect_with(&pool).await?;
             listener.eager_reconnect(false);
             listener
-                .listen_all(["troupe_events", "troupe_ends"])
+                .listen_all(["troupe_events", "troupe_ends", "troupe_work"])
                 .await?;
+            // Listening again after a loss: what was missed meanwhile.
+            work.mark(ShardSet::ALL);
             while let Some(note) = listener.try_recv().await? {
                 match note.channel() {
                     "troupe_ends" => bump(&ends),
+                    "troupe_work" => work.mark(parse_shards(note.payload())),
                     _ => bump(&events),
                 }
             }
@@ -116,6 +128,7 @@ async fn poll(
     mut seen: (i64, i64),
     events: watch::Sender<u64>,
     ends: watch::Sender<u64>,
+    work: WorkSignal,
     stop: CancellationToken,
 ) {
     let mut every = tokio::time::interval(POLL_EVERY);
@@ -129,6 +142,7 @@ async fn poll(
             Ok(now) => {
                 if now.0 != seen.0 {
                     bump(&events);
+                    work.mark(ShardSet::ALL);
                 }
                 if now.1 != seen.1 {
                     bump(&ends);

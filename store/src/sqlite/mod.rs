@@ -82,6 +82,8 @@ pub struct SqliteStore {
     pub(crate) events_written: watch::Sender<u64>,
     /// The ledger's count of ended sessions, as last published.
     pub(crate) sessions_ended: watch::Sender<u64>,
+    /// Marked at every commit, every shard: one service drives them all.
+    pub(crate) work: crate::work::WorkSignal,
     /// The exclusive lock on the database file, held while any clone lives.
     _owner: Arc<Option<File>>,
 }
@@ -124,6 +126,7 @@ impl SqliteStore {
     /// ends if it ended sessions.
     pub(super) fn published(&self) {
         self.events_written.send_modify(|n| *n = n.wrapping_add(1));
+        self.work.mark(crate::shard::ShardSet::ALL);
         let ended = self.ledger().ended();
         self.sessions_ended.send_if_modified(|n| {
             let changed = *n != ended;

@@ -98,6 +98,7 @@ impl SqliteStore {
             output_budget: OutputBudget::default(),
             events_written,
             sessions_ended,
+            work: crate::work::WorkSignal::default(),
             _owner: Arc::new(owner),
         })
     }
