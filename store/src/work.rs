@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn marks_are_taken_once_and_a_payload_read_whole_or_as_every_shard() {
         let signal = WorkSignal::default();
-        let mut woken = signal.subscribe();
+        let woken = signal.subscribe();
         signal.mark(parse_shards("3,17"));
         signal.mark(parse_shards("5"));
         assert!(woken.has_changed().unwrap());
