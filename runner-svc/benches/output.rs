@@ -1,8 +1,11 @@
 //! Output at a watcher's pace: one agent prints as fast as it can, and an
 //! operator watching its session counts the output bytes that reach it
 //! (those in output events, and those an `output_truncated` marker says
-//! were dropped before the watcher read them), from the first output event
-//! to the session's end, on the backend `TROUPE_TEST_BACKEND` names.
+//! were dropped), from the first output event to the session's end, on the
+//! backend `TROUPE_TEST_BACKEND` names. A marker counts every byte the
+//! session dropped, those the watcher had read before they went included,
+//! so a watcher that fell behind counts some bytes twice: the check is that
+//! none is missing.
 //!
 //! `TROUPE_BENCH_OUTPUT_BYTES` sets how much the agent prints (default
 //! 512 MiB). `cargo bench -p troupe-runner-svc --bench output` (needs
@@ -71,7 +74,7 @@ async fn bench() {
     let mb = |n: u64, d: Duration| n as f64 / 1e6 / d.as_secs_f64();
     println!(
         "{backend:?}: {:.0} MiB printed, exit {} ({}); at the watcher {:.1} MiB in {chunks} \
-         output events and {:.1} MiB dropped before it read them",
+         output events and {:.1} MiB marked dropped",
         bytes as f64 / MIB,
         exit.exit_code,
         exit.reason,
@@ -86,5 +89,9 @@ async fn bench() {
         total.as_secs_f64(),
         mb(bytes, total),
     );
-    assert_eq!(shown + dropped, bytes, "every byte shown or marked dropped");
+    assert!(shown <= bytes, "{shown} bytes shown of {bytes} printed");
+    assert!(
+        shown + dropped >= bytes,
+        "every byte shown or marked dropped: {shown} + {dropped} of {bytes}"
+    );
 }
