@@ -9,8 +9,9 @@
 //!
 //! Every service runs [`run`]: every renewal period it renews the terms it
 //! holds (one statement), says it is alive (`LeaseStore::heartbeat`, which
-//! counts the live replicas), and moves towards its share, the shards
-//! divided by the live replicas, rounded up: it gives up what it holds
+//! lists the live replicas), and moves towards its share, the shards
+//! divided by the live replicas (one more for the first of them in holder
+//! order, `store::share_of`, so the shares add up): it gives up what it holds
 //! beyond its share (a replica joined) and takes free or expired shards up
 //! to it (one left or died). A term ends when a renewal fails or is late
 //! (past the lease's time on this process's monotonic clock), when a write
@@ -33,8 +34,8 @@ use crate::{
     error::Reason,
     lives,
     model::{AuditRecord, Principal, now_ms},
-    shard::{SHARDS, Shard},
-    store::{Fence, Holder, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Store},
+    shard::Shard,
+    store::{Fence, Holder, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Store, share_of},
 };
 
 /// How often old events are pruned.
@@ -95,11 +96,11 @@ pub async fn first_try<S: Store>(work: &Work<S>, holder: &Holder) -> FirstTry {
     FirstTry { fences, asked_at }
 }
 
-/// This service's share of the shards, the live replicas counted (itself
-/// recorded alive first); `None` if the count cannot be read.
+/// This service's share of the shards among the live replicas (itself
+/// recorded alive first, `store::share_of`); `None` if they cannot be read.
 async fn share<S: Store>(work: &Work<S>, holder: &Holder) -> Option<usize> {
     match work.store.heartbeat(holder, work.timing.ttl).await {
-        Ok(live) => Some(usize::from(SHARDS).div_ceil(live.max(1))),
+        Ok(live) => Some(share_of(&live, holder)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot record this replica alive");
             None

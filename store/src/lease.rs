@@ -11,7 +11,8 @@
 //! of [`Shard::FLEET`].
 //!
 //! Each service also renews a row of its own among the replicas
-//! ([`LeaseStore::heartbeat`]): how many are alive sets each one's share.
+//! ([`LeaseStore::heartbeat`]): the live replicas divide the shards
+//! ([`share_of`]).
 
 use std::{future::Future, time::Duration};
 
@@ -206,12 +207,13 @@ pub trait LeaseStore: Send + Sync {
     fn shard_leases(&self) -> impl Future<Output = Result<Vec<Lease>, SessionError>> + Send;
 
     /// Records `holder` alive for `ttl` from now (and forgets replicas
-    /// dead for a minute); returns how many are alive, itself included.
+    /// dead for a minute); returns the live ones, itself included, in
+    /// holder order.
     fn heartbeat(
         &self,
         holder: &Holder,
         ttl: Duration,
-    ) -> impl Future<Output = Result<usize, SessionError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Holder>, SessionError>> + Send;
 
     /// Removes `holder`'s row (a service that stops).
     fn leave(&self, holder: &Holder) -> impl Future<Output = Result<(), SessionError>> + Send;
@@ -259,6 +261,17 @@ pub trait LeaseStore: Send + Sync {
     }
 }
 
+/// `me`'s share of the shards among the `live` replicas (in holder order,
+/// itself among them): the shards divided by their number, one more for
+/// each of the first (the remainder), so the shares add up to every shard
+/// (past as many replicas as shards, the last hold none).
+pub fn share_of(live: &[Holder], me: &Holder) -> usize {
+    let shards = usize::from(crate::shard::SHARDS);
+    let n = live.len().max(1);
+    let rank = live.iter().position(|h| h == me).unwrap_or(n - 1);
+    shards / n + usize::from(rank < shards % n)
+}
+
 /// Leases as rows read them (name, holder, epoch, live): the shards' only,
 /// never held ones (epoch 0) with no holder.
 pub(crate) fn leases_of(rows: Vec<(String, String, i64, bool)>) -> Vec<Lease> {
@@ -274,6 +287,15 @@ pub(crate) fn leases_of(rows: Vec<(String, String, i64, bool)>) -> Vec<Lease> {
         .collect()
 }
 
+/// The live replicas: `others` as read, and `me`, in holder order.
+pub(crate) fn live_with(others: Vec<String>, me: &Holder) -> Vec<Holder> {
+    let mut live: Vec<Holder> = others.into_iter().map(Holder::named).collect();
+    live.push(me.clone());
+    live.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    live.dedup();
+    live
+}
+
 /// Replicas as rows read them (holder, live).
 pub(crate) fn replicas_of(rows: Vec<(String, bool)>) -> Vec<Replica> {
     rows.into_iter()
@@ -282,4 +304,23 @@ pub(crate) fn replicas_of(rows: Vec<(String, bool)>) -> Vec<Replica> {
             live,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shares_add_up_to_every_shard_and_differ_by_one_at_most() {
+        for n in 1..=70 {
+            let live: Vec<Holder> = (0..n).map(|i| Holder::named(format!("r{i:03}"))).collect();
+            let shares: Vec<usize> = live.iter().map(|h| share_of(&live, h)).collect();
+            let sum: usize = shares.iter().sum();
+            assert_eq!(sum, usize::from(crate::shard::SHARDS), "{n} replicas");
+            let (min, max) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+            assert!(max - min <= 1, "{n} replicas: {shares:?}");
+        }
+        let alone = [Holder::named("a")];
+        assert_eq!(share_of(&alone, &alone[0]), 64);
+    }
 }

@@ -70,7 +70,9 @@ pub use ends::EndStore;
 pub use groups::GroupStore;
 pub use inbox::InboxStore;
 pub use journal::LogStore;
-pub use lease::{Fence, Holder, Lease, LeaseStore, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Replica};
+pub use lease::{
+    Fence, Holder, Lease, LeaseStore, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Replica, share_of,
+};
 pub use messages::MessageStore;
 pub use output::{OUTPUT_EVENT_BYTES, OutputBudget};
 pub use postgres::{

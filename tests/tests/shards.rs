@@ -11,7 +11,7 @@ use troupe_session_svc::{
     error::SessionError,
     model::{Action, Trust},
     shard::{SHARDS, Shard, ShardSet},
-    store::{Fence, Holder, prelude::*},
+    store::{Fence, Holder, prelude::*, share_of},
 };
 use troupe_tests::stores::{self, postgres, sqlite};
 
@@ -103,11 +103,15 @@ async fn leases_divide_and_each_shard_has_its_own_term<S: Store>(store: &S) {
 
 async fn replicas_are_counted_while_alive<S: Store>(store: &S) {
     let (a, b) = (Holder::named("a"), Holder::named("b"));
-    assert_eq!(store.heartbeat(&a, TTL).await.unwrap(), 1);
-    assert_eq!(store.heartbeat(&b, TTL).await.unwrap(), 2);
-    assert_eq!(store.heartbeat(&a, TTL).await.unwrap(), 2, "counted once");
+    let names =
+        |live: Vec<Holder>| -> Vec<String> { live.iter().map(|h| h.as_str().to_owned()).collect() };
+    assert_eq!(names(store.heartbeat(&a, TTL).await.unwrap()), ["a"]);
+    assert_eq!(names(store.heartbeat(&b, TTL).await.unwrap()), ["a", "b"]);
+    let live = store.heartbeat(&a, TTL).await.unwrap();
+    assert_eq!(names(live.clone()), ["a", "b"], "counted once");
+    assert_eq!(share_of(&live, &a) + share_of(&live, &b), 64);
     store.leave(&a).await.unwrap();
-    assert_eq!(store.heartbeat(&b, TTL).await.unwrap(), 1);
+    assert_eq!(names(store.heartbeat(&b, TTL).await.unwrap()), ["b"]);
     // One that stops renewing is no longer counted.
     let brief = Holder::named("brief");
     store
@@ -115,7 +119,7 @@ async fn replicas_are_counted_while_alive<S: Store>(store: &S) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(store.heartbeat(&b, TTL).await.unwrap(), 1);
+    assert_eq!(names(store.heartbeat(&b, TTL).await.unwrap()), ["b"]);
     let replicas = store.replicas().await.unwrap();
     let live: Vec<&str> = replicas
         .iter()

@@ -159,9 +159,9 @@ impl LeaseStore for PgStore {
         Ok(crate::lease::leases_of(rows))
     }
 
-    async fn heartbeat(&self, holder: &Holder, ttl: Duration) -> Result<usize, SessionError> {
+    async fn heartbeat(&self, holder: &Holder, ttl: Duration) -> Result<Vec<Holder>, SessionError> {
         retrying!(async {
-            let live: i64 = sqlx::query_scalar(concat!(
+            let others: Vec<String> = sqlx::query_scalar(concat!(
                 "WITH beat AS (INSERT INTO replicas (holder, expires_ms) VALUES ($1, ",
                 db_now_ms!(),
                 " + $2) ON CONFLICT (holder) DO UPDATE SET expires_ms = excluded.expires_ms \
@@ -169,14 +169,14 @@ impl LeaseStore for PgStore {
                  gone AS (DELETE FROM replicas WHERE expires_ms < ",
                 db_now_ms!(),
                 " - 60000) \
-                 SELECT 1 + count(*) FROM replicas WHERE holder <> $1 AND expires_ms > ",
+                 SELECT holder FROM replicas WHERE holder <> $1 AND expires_ms > ",
                 db_now_ms!()
             ))
             .bind(holder.as_str())
             .bind(millis(ttl))
-            .fetch_one(&self.pool)
+            .fetch_all(&self.pool)
             .await?;
-            Ok(usize::try_from(live).unwrap_or(1))
+            Ok(crate::lease::live_with(others, holder))
         })
     }
 

@@ -141,7 +141,7 @@ impl LeaseStore for SqliteStore {
         Ok(crate::lease::leases_of(rows))
     }
 
-    async fn heartbeat(&self, holder: &Holder, ttl: Duration) -> Result<usize, SessionError> {
+    async fn heartbeat(&self, holder: &Holder, ttl: Duration) -> Result<Vec<Holder>, SessionError> {
         let mut writer = self.writer().await?;
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO replicas (holder, expires_ms) VALUES (?1, {NOW_MS} + ?2) \
@@ -156,12 +156,13 @@ impl LeaseStore for SqliteStore {
         )))
         .execute(&mut writer.conn)
         .await?;
-        let live: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT count(*) FROM replicas WHERE expires_ms > {NOW_MS}"
+        let others: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT holder FROM replicas WHERE holder <> ?1 AND expires_ms > {NOW_MS}"
         )))
-        .fetch_one(&mut writer.conn)
+        .bind(holder.as_str())
+        .fetch_all(&mut writer.conn)
         .await?;
-        Ok(usize::try_from(live).unwrap_or(1).max(1))
+        Ok(crate::lease::live_with(others, holder))
     }
 
     async fn leave(&self, holder: &Holder) -> Result<(), SessionError> {
