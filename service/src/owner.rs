@@ -160,6 +160,8 @@ pub async fn run<S: Store>(
             _ = every.tick() => {}
             () = me.cancel.cancelled() => break,
         }
+        // The fleet's upkeep of terms that ended: reaped as they go.
+        while me.tasks.try_join_next().is_some() {}
         me.forget_ended().await;
         me.renew().await;
         if let Some(share) = share(&me.work, &me.holder).await {

@@ -39,6 +39,23 @@ async fn in_transaction(admin: &mut PgConnection) -> i64 {
     .expect("activity")
 }
 
+/// A fresh database, a store on it whose connections are named [`APP`],
+/// an admin connection, and the store's term of the fleet shard's lease
+/// for `ttl`.
+async fn owner(ttl: Duration) -> (String, PgStore, PgConnection, Fence) {
+    let url = troupe_tests::postgres::fresh_database().await;
+    let store = PgStore::open(&format!("{url}?application_name={APP}"))
+        .await
+        .expect("open");
+    let admin = PgConnection::connect(&url).await.expect("admin");
+    let fence = store
+        .acquire_lease(&Holder::generate(), ttl)
+        .await
+        .expect("lease")
+        .expect("lease free");
+    (url, store, admin, fence)
+}
+
 /// Waits until none of the store's connections runs a statement.
 async fn settled(admin: &mut PgConnection) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -61,16 +78,7 @@ async fn settled(admin: &mut PgConnection) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_dropped_midway_leave_no_connection_in_a_transaction() {
-    let url = troupe_tests::postgres::fresh_database().await;
-    let store = PgStore::open(&format!("{url}?application_name={APP}"))
-        .await
-        .expect("open");
-    let mut admin = PgConnection::connect(&url).await.expect("admin");
-    let fence = store
-        .acquire_lease(&Holder::generate(), Duration::from_secs(3600))
-        .await
-        .expect("lease")
-        .expect("lease free");
+    let (_url, store, mut admin, fence) = owner(Duration::from_secs(3600)).await;
     // Each write is polled a few times, the database given a moment to
     // answer in between, then dropped: from before its connection is
     // taken to after its `BEGIN` was sent and before its answer is read.
@@ -163,16 +171,7 @@ async fn stopped_write<'a>(
 /// shard, which a renewal that queued behind the write would lose.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_never_waits_behind_a_write_of_its_term() {
-    let url = troupe_tests::postgres::fresh_database().await;
-    let owner = PgStore::open(&format!("{url}?application_name={APP}"))
-        .await
-        .expect("open");
-    let mut admin = PgConnection::connect(&url).await.expect("admin");
-    let fence = owner
-        .acquire_lease(&Holder::generate(), TTL)
-        .await
-        .expect("lease")
-        .expect("lease free");
+    let (_url, owner, mut admin, fence) = self::owner(TTL).await;
     let write = stopped_write(&owner, &fence, &mut admin).await;
     for _ in 0..3 {
         let asked = Instant::now();
@@ -202,17 +201,8 @@ const TTL: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_stopped_inside_a_write_holds_a_takeover_back_no_longer_than_its_term() {
-    let url = troupe_tests::postgres::fresh_database().await;
-    let owner = PgStore::open(&format!("{url}?application_name={APP}"))
-        .await
-        .expect("open");
+    let (url, owner, mut admin, fence) = self::owner(TTL).await;
     let next = PgStore::open(&url).await.expect("open");
-    let mut admin = PgConnection::connect(&url).await.expect("admin");
-    let fence = owner
-        .acquire_lease(&Holder::generate(), TTL)
-        .await
-        .expect("lease")
-        .expect("lease free");
     let write = stopped_write(&owner, &fence, &mut admin).await;
     let stopped = Instant::now();
     let taken = loop {

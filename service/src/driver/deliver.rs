@@ -62,20 +62,20 @@ impl<S: Store> Driver<S> {
     /// false (at once, on a service that holds no shard), and the owner
     /// delivers what the store holds.
     pub async fn deliver(self: &Arc<Self>, session_id: &SessionId) -> bool {
-        if self.terms.live().0.is_empty() {
+        if !self.terms.any_live() {
             return false;
         }
-        let Ok(Some(row)) = self.store.get_session(session_id).await else {
-            return false;
-        };
-        match self.terms.of_workspace(&row.workspace_id) {
-            Some(term) => self.deliver_in(&term, session_id).await,
-            None => false,
-        }
+        self.deliver_to(None, session_id).await
     }
 
     /// [`Driver::deliver`] in `term`.
     pub(super) async fn deliver_in(self: &Arc<Self>, term: &Term, session_id: &SessionId) -> bool {
+        self.deliver_to(Some(term), session_id).await
+    }
+
+    /// Delivers in `term`, or in the term of the session's shard (as its
+    /// row, read once, says) if none is given and this service holds it.
+    async fn deliver_to(self: &Arc<Self>, term: Option<&Term>, session_id: &SessionId) -> bool {
         let lock = self
             .delivering
             .lock()
@@ -87,6 +87,13 @@ impl<S: Store> Driver<S> {
         let recipient = match self.store.get_session(session_id).await {
             Ok(Some(row)) if row.status == troupe_proto::session::SessionStatus::Running => row,
             _ => return false,
+        };
+        let term = match term {
+            Some(term) => term.clone(),
+            None => match self.terms.of_workspace(&recipient.workspace_id) {
+                Some(term) => term,
+                None => return false,
+            },
         };
         let pending = match self.inbox_for(&recipient).await {
             Ok(pending) => pending,

@@ -138,6 +138,11 @@ impl Terms {
         self.of(Shard::of(workspace))
     }
 
+    /// Whether any term held is live.
+    pub fn any_live(&self) -> bool {
+        self.held.lock().expect("poisoned").values().any(Term::live)
+    }
+
     /// Every term held, live or not, in shard order.
     pub fn all(&self) -> Vec<Term> {
         self.held
