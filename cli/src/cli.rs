@@ -332,14 +332,10 @@ pub struct WatchArgs {
     /// Only this workspace's events. Without a filter: every event the caller may see.
     #[arg(long, value_name = "W")]
     pub workspace: Option<String>,
-    /// Resume after this cursor (0: from the oldest event kept).
-    #[arg(
-        long,
-        value_name = "CURSOR",
-        default_value_t = 0,
-        conflicts_with = "live"
-    )]
-    pub after: u64,
+    /// Resume after this cursor, as the last event's `cursor` gave it
+    /// (`shard:position` pairs; none: from the oldest event kept).
+    #[arg(long, value_name = "CURSOR", default_value = "", conflicts_with = "live")]
+    pub after: String,
     /// Only events that happen from now on.
     #[arg(long)]
     pub live: bool,

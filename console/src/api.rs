@@ -133,7 +133,14 @@ pub async fn tree<S: Store>(
     console.signed(&headers).await?;
     // Read before the sessions: events after it may repeat what the page
     // shows, never miss anything (the page applies a repeat idempotently).
-    let cursor = console.inner.store.newest_event().await?;
+    let shard = troupe_domain::shard::Shard::of(&workspace);
+    let cursor = console
+        .inner
+        .store
+        .event_heads()
+        .await?
+        .live(troupe_domain::shard::ShardSet::of(shard))
+        .to_string();
     let tree = query.tree.as_deref().filter(|t| !t.is_empty());
     let after = query.after.unwrap_or_default();
     let page = console.tree_page(&workspace, tree, &after).await?;

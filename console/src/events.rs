@@ -43,9 +43,10 @@ pub struct EventsQuery {
     tree: String,
     #[serde(default)]
     session: String,
-    /// Where to start when the browser has no `Last-Event-ID` yet.
+    /// Where to start when the browser has no `Last-Event-ID` yet (a
+    /// cursor; empty: the oldest event kept).
     #[serde(default)]
-    after: u64,
+    after: String,
     /// `false`: leave out agents' output (the tree views need none).
     output: Option<bool>,
 }
@@ -56,12 +57,12 @@ pub async fn stream<S: Store>(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let signed = console.signed(&headers).await?;
+    // The service reads the cursor, and refuses one that is not.
     let after = match headers.get("last-event-id") {
         Some(id) => id
             .to_str()
-            .ok()
-            .and_then(|id| id.trim().parse::<u64>().ok())
-            .ok_or_else(|| ApiError::invalid("Last-Event-ID is not a cursor"))?,
+            .map_err(|_| ApiError::invalid("Last-Event-ID is not a cursor"))?
+            .to_owned(),
         None => query.after,
     };
     let request = as_operator(
@@ -70,8 +71,8 @@ pub async fn stream<S: Store>(
             session_id: query.session,
             tree_id: query.tree,
             workspace_id: query.workspace,
-            after_cursor: after,
-            live_only: false,
+            after,
+            ..Default::default()
         },
     )?;
     let mut watch = console.service.watch_sessions(request).await?.into_inner();
@@ -104,7 +105,7 @@ pub async fn stream<S: Store>(
                         continue;
                     }
                     Event::default()
-                        .id(event.cursor.to_string())
+                        .id(event.cursor.clone())
                         .event("session")
                         .data(json::event(&event).to_string())
                 }

@@ -208,7 +208,9 @@ pub struct AuditRow {
 /// One stored event, joined with its session's hierarchy fields.
 #[derive(Clone, Debug)]
 pub struct EventRow {
-    pub id: i64,
+    /// Its shard (its session's) and its position in the shard's order.
+    pub shard: crate::shard::Shard,
+    pub position: i64,
     pub seq: i64,
     pub kind: EventKind,
     /// The session's status when the event was written.
@@ -234,6 +236,15 @@ pub struct EventFilter {
     pub sandboxed_only: bool,
     /// Only the events that end a session (completed, failed, terminated).
     pub ends_only: bool,
+}
+
+impl EventFilter {
+    /// The one shard its events lie in, if it names their workspace.
+    pub fn shard(&self) -> Option<crate::shard::Shard> {
+        self.workspace_id
+            .as_deref()
+            .map(|w| crate::shard::Shard::of(w))
+    }
 }
 
 /// Milliseconds since the Unix epoch.

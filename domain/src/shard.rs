@@ -72,6 +72,11 @@ pub struct ShardSet(u64);
 impl ShardSet {
     pub const ALL: ShardSet = ShardSet(u64::MAX);
 
+    /// The set of one shard.
+    pub fn of(shard: Shard) -> ShardSet {
+        ShardSet(1 << shard.0)
+    }
+
     pub fn insert(&mut self, shard: Shard) {
         self.0 |= 1 << shard.0;
     }

@@ -54,6 +54,7 @@ use troupe_proto::session::{
     session_event::Detail,
 };
 use troupe_session_svc::{
+    cursor::Cursor,
     shard::Shard,
     store::{Lease, PgStore, prelude::*},
 };
@@ -195,7 +196,7 @@ async fn bench() {
             (left == 0).then_some(())
         })
         .await;
-        let newest = store.newest_event().await.unwrap();
+        let newest = store.event_heads().await.unwrap().newest(shard);
         // Polled every 10 ms, beside the watcher.
         let next_term = tokio::spawn({
             let store = store.clone();
@@ -351,19 +352,18 @@ fn millis(d: Duration) -> f64 {
 /// output event arrived.
 #[derive(Default)]
 struct Seen {
-    cursor: u64,
+    cursor: String,
     bytes: HashMap<String, Vec<u8>>,
-    /// (cursor, arrival) of every output event, in cursor order.
-    outputs: Vec<(u64, Instant)>,
+    /// (position in the shard, arrival) of every output event, in order.
+    outputs: Vec<(i64, Instant)>,
     completed: Vec<String>,
 }
 
 impl Seen {
-    fn first_output_after(&self, cursor: i64) -> Option<Instant> {
-        let cursor = u64::try_from(cursor).unwrap_or(0);
+    fn first_output_after(&self, position: i64) -> Option<Instant> {
         self.outputs
             .iter()
-            .find(|(c, _)| *c > cursor)
+            .find(|(p, _)| *p > position)
             .map(|(_, at)| *at)
     }
 
@@ -415,10 +415,10 @@ async fn watch(seen: Arc<Mutex<Seen>>, workspace: String, endpoint: String) {
             troupe_proto::endpoint::Bearer::new(Some(OPERATOR_TOKEN)).unwrap(),
         );
     loop {
-        let after_cursor = seen.lock().unwrap().cursor;
+        let after = seen.lock().unwrap().cursor.clone();
         let request = WatchSessionsRequest {
             workspace_id: workspace.clone(),
-            after_cursor,
+            after,
             ..Default::default()
         };
         if let Ok(stream) = client.watch_sessions(request).await {
@@ -426,10 +426,12 @@ async fn watch(seen: Arc<Mutex<Seen>>, workspace: String, endpoint: String) {
             while let Some(Ok(event)) = stream.next().await {
                 let at = Instant::now();
                 let mut seen = seen.lock().unwrap();
-                seen.cursor = event.cursor;
+                let cursor: Cursor = event.cursor.parse().expect("a cursor");
+                let position = cursor.after(Shard::of(&workspace));
+                seen.cursor = event.cursor.clone();
                 match (event.kind(), &event.detail) {
                     (EventKind::Output, Some(Detail::Output(out))) => {
-                        seen.outputs.push((event.cursor, at));
+                        seen.outputs.push((position, at));
                         seen.bytes
                             .entry(event.session_id.clone())
                             .or_default()

@@ -29,5 +29,5 @@ pub mod owner;
 pub mod rules;
 pub mod service;
 
-use troupe_domain::{error, model, placement, policy, shard};
+use troupe_domain::{cursor, error, model, placement, policy, shard};
 use troupe_store as store;

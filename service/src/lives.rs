@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use troupe_telemetry::Life;
 
 use crate::{
+    cursor::Cursor,
     error::SessionError,
     model::{EndReason, EventFilter, SessionId, SessionRow},
     store::{EventPage, Store},
@@ -35,7 +36,7 @@ const PAGE: u32 = 256;
 
 /// Exports the life span of every traced session that ends after the
 /// event `cursor`, until `cancel`; then what had ended by then.
-pub async fn export<S: Store>(store: S, mut cursor: i64, cancel: CancellationToken) {
+pub async fn export<S: Store>(store: S, mut cursor: Cursor, cancel: CancellationToken) {
     let mut changes = store.subscribe_ends();
     loop {
         // Marked seen before the read, so a commit during it wakes the next.
@@ -55,18 +56,22 @@ pub async fn export<S: Store>(store: S, mut cursor: i64, cancel: CancellationTok
 
 /// Exports the lives of the sessions that ended after `cursor`, and moves
 /// it past them.
-async fn export_ended<S: Store>(store: &S, cursor: &mut i64) -> Result<(), SessionError> {
+async fn export_ended<S: Store>(store: &S, cursor: &mut Cursor) -> Result<(), SessionError> {
     let ends = EventFilter {
         ends_only: true,
         ..EventFilter::default()
     };
     loop {
-        match store.events_after(&ends, *cursor, PAGE).await? {
-            EventPage::Expired { pruned_through } => *cursor = pruned_through,
+        match store.events_after(&ends, cursor, PAGE).await? {
+            // Ends pruned before they were read are not exported.
+            EventPage::Expired {
+                shard,
+                pruned_through,
+            } => cursor.advance(shard, pruned_through),
             EventPage::Events(events) if events.is_empty() => return Ok(()),
             EventPage::Events(events) => {
                 for event in events {
-                    *cursor = event.id;
+                    cursor.advance(event.shard, event.position);
                     if let Err(e) = export_one(store, &event.session_id).await {
                         tracing::warn!(session = %event.session_id, error = %e, "life span not exported");
                     }

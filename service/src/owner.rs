@@ -34,7 +34,7 @@ use crate::{
     error::Reason,
     lives,
     model::{AuditRecord, Principal, now_ms},
-    shard::Shard,
+    shard::{Shard, ShardSet},
     store::{Fence, Holder, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Store, share_of},
 };
 
@@ -56,7 +56,7 @@ pub struct Work<S: Store> {
     /// Whether life spans are exported, and from which event the first
     /// term of the fleet's shard exports ends (where the feed was when the
     /// service started).
-    pub lives_from: Option<i64>,
+    pub lives_from: Option<crate::cursor::Cursor>,
 }
 
 /// The shards a first try took, and when it asked.
@@ -117,7 +117,7 @@ struct Held<S: Store> {
     held: BTreeMap<Shard, Term>,
     cancel: CancellationToken,
     /// From which event the next fleet term exports life spans.
-    lives_from: Option<i64>,
+    lives_from: Option<crate::cursor::Cursor>,
     /// Every task started here (the driver's loop, the deadlines, the
     /// fleet's upkeep): awaited at the end, so none outlives the service.
     tasks: tokio::task::JoinSet<()>,
@@ -140,7 +140,7 @@ pub async fn run<S: Store>(
         work.driver.clone(),
         cancel.clone(),
     ));
-    let lives_from = work.lives_from;
+    let lives_from = work.lives_from.clone();
     let mut me = Held {
         work,
         holder,
@@ -206,7 +206,11 @@ impl<S: Store> Held<S> {
             self.tasks.spawn(async move {
                 let from = match from {
                     Some(from) => Some(from),
-                    None => store.newest_event().await.ok(),
+                    None => store
+                        .event_heads()
+                        .await
+                        .ok()
+                        .map(|heads| heads.live(ShardSet::ALL)),
                 };
                 if let Some(from) = from {
                     lives::export(store, from, term.token()).await;

@@ -63,7 +63,7 @@ pub async fn follow<S: Store>(
             _ = tick.tick() => {}
             () = cancel.cancelled() => return,
         }
-        let probe = tokio::time::timeout(PROBE_DEADLINE, store.newest_event()).await;
+        let probe = tokio::time::timeout(PROBE_DEADLINE, store.event_heads()).await;
         let ok = matches!(probe, Ok(Ok(_)));
         if !reachable.set(ok) || drain.stopping() {
             continue;

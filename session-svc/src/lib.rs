@@ -27,7 +27,7 @@ pub mod config;
 pub mod health;
 
 pub use troupe_console as console;
-pub use troupe_domain::{error, model, placement, policy, shard};
+pub use troupe_domain::{cursor, error, model, placement, policy, shard};
 pub use troupe_gateway as gateway;
 pub use troupe_service::{agents, auth, driver, lives, metrics, operator, owner, rules, service};
 pub use troupe_store as store;
@@ -131,7 +131,10 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         );
     }
     // Sessions that end from here on (reconciliation included) are traced.
-    let lives_from = store.newest_event().await?;
+    let lives_from = store
+        .event_heads()
+        .await?
+        .live(shard::ShardSet::ALL);
     let tokens = std::sync::Arc::new(tokens);
     let embedded = config.embedded_runner()?;
     let driver = Driver::new(

@@ -3,22 +3,59 @@
 //! read pool; an audit entry is appended alone or inside a caller's
 //! transaction (`insert_audit`).
 //!
-//! A page of events carries the pruning mark from the same statement (one
-//! snapshot on either backend): a cursor the pruning has passed since is
-//! expired, never a silent gap.
+//! Events are paged by shard (`troupe_domain::cursor`): a watch of one
+//! workspace reads one index range, a watch of all of them one per shard.
+//! The pruning marks are read after the page: a cursor the pruning has
+//! passed is expired, never a silent gap.
 
 use std::future::Future;
 
 use troupe_proto::session::SessionStatus;
 
-use super::{EventPage, backends::each_backend};
+use super::{EventPage, backends::each_backend, changes::ChangeWatch};
 use crate::{
+    cursor::{Cursor, Heads},
     error::SessionError,
     model::{
         AuditRecord, AuditRow, Created, EventDetail, EventFilter, EventKind, MessageQueued,
         SessionId,
     },
 };
+
+/// The page of one shard's events after a position: `$1` session, `$2`
+/// tree, `$3` workspace, `$4` sandboxed only, `$5` ends only, `$6` the
+/// limit; the shard and the position are bound as `$n` and `$n+1`.
+fn shard_page(n: usize) -> String {
+    format!(
+        "SELECT * FROM (SELECT e.id, e.shard, e.shard_seq, e.seq, e.kind, e.status, e.at_ms, \
+           e.detail, e.session_id, s.workspace_id, s.parent_session_id, s.parent_trust_level, \
+           s.tree_id, s.depth, s.trust_level \
+         FROM events e JOIN sessions s ON s.session_id = e.session_id \
+         WHERE e.shard = ${n} AND e.shard_seq > ${} \
+           AND (CAST($1 AS TEXT) IS NULL OR e.session_id = $1) \
+           AND (CAST($2 AS TEXT) IS NULL OR s.tree_id = $2) \
+           AND (CAST($3 AS TEXT) IS NULL OR s.workspace_id = $3) \
+           AND (NOT $4 OR s.trust_level = 'sandboxed') \
+           AND (NOT $5 OR e.kind IN ('completed', 'failed', 'terminated')) \
+         ORDER BY e.shard_seq LIMIT $6) AS m{n}",
+        n + 1
+    )
+}
+
+/// A page of `shards` shards' events: each shard's page (an index range
+/// each), then the first `$6` of them by id (in commit order within a
+/// shard, so each shard's part of the page is the start of its own).
+fn page_sql(shards: usize) -> String {
+    let members: Vec<String> = (0..shards).map(|i| shard_page(7 + 2 * i)).collect();
+    format!(
+        "SELECT * FROM ({}) AS p ORDER BY p.id LIMIT $6",
+        members.join(" UNION ALL ")
+    )
+}
+
+static ONE_SHARD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| page_sql(1));
+static EVERY_SHARD: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| page_sql(usize::from(crate::shard::SHARDS)));
 
 /// An event to append, last in its transaction (`This::append_events`).
 pub(crate) struct NewEvent {
@@ -114,16 +151,19 @@ pub(crate) fn message_detail(message_id: &str, seq: i64, bytes: usize) -> EventD
 
 /// The events and the audit trail; every [`super::Store`] is one.
 pub trait LogStore: Send + Sync {
-    /// Returns up to `limit` events after `after` that match `filter`.
+    /// Returns up to `limit` events after `after` that match `filter`: in
+    /// each shard in their order there, across shards roughly in commit
+    /// order. Expired if a shard the filter covers was pruned past the
+    /// cursor's position in it.
     fn events_after(
         &self,
         filter: &EventFilter,
-        after: i64,
+        after: &Cursor,
         limit: u32,
     ) -> impl Future<Output = Result<EventPage, SessionError>> + Send;
 
-    /// Returns the id of the newest event stored (0 if none).
-    fn newest_event(&self) -> impl Future<Output = Result<i64, SessionError>> + Send;
+    /// Each shard's newest position and pruning mark.
+    fn event_heads(&self) -> impl Future<Output = Result<Heads, SessionError>> + Send;
 
     fn append_audit(
         &self,
@@ -138,8 +178,9 @@ pub trait LogStore: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<AuditRow>, SessionError>> + Send;
 
-    /// Returns a receiver that changes after every commit that wrote events.
-    fn subscribe(&self) -> tokio::sync::watch::Receiver<u64>;
+    /// Returns a watch that wakes after commits that wrote events in
+    /// `shards`.
+    fn subscribe(&self, shards: crate::shard::ShardSet) -> ChangeWatch;
 
     /// Returns a receiver that changes after every commit that ended
     /// sessions (a subset of [`LogStore::subscribe`]'s).
@@ -158,14 +199,44 @@ each_backend! {
     use sqlx::Row;
     use troupe_proto::status::parse_status;
 
-    use super::LogStore;
+    use super::{ChangeWatch, EVERY_SHARD, LogStore, ONE_SHARD};
     use crate::{
+        cursor::{Cursor, Heads},
         error::SessionError,
         model::{SessionId, AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, Trust},
+        shard::{Shard, ShardSet},
         {AuditColumns, EventPage, audit_row, parse_stored},
     };
 
+    /// The shard of a tree's sessions (every shard if it has none).
+    async fn tree_shard(pool: &sqlx::Pool<Db>, tree_id: &str) -> Result<ShardSet, SessionError> {
+        let shard: Option<i32> =
+            sqlx::query_scalar("SELECT shard FROM sessions WHERE tree_id = $1 AND shard >= 0 LIMIT 1")
+                .bind(tree_id)
+                .fetch_optional(pool)
+                .await?;
+        Ok(shard
+            .and_then(|s| u16::try_from(s).ok())
+            .and_then(Shard::new)
+            .map_or(ShardSet::ALL, ShardSet::of))
+    }
+
     impl This {
+        /// Each shard's newest position and pruning mark.
+        pub(crate) async fn heads(pool: &sqlx::Pool<Db>) -> Result<Heads, SessionError> {
+            let rows: Vec<(i32, i64, i64)> =
+                sqlx::query_as("SELECT shard, seq, pruned_through FROM event_shards")
+                    .fetch_all(pool)
+                    .await?;
+            let mut heads = Heads::default();
+            for (shard, newest, pruned) in rows {
+                if let Some(shard) = u16::try_from(shard).ok().and_then(Shard::new) {
+                    heads.set(shard, newest, pruned);
+                }
+            }
+            Ok(heads)
+        }
+
         /// Appends an audit entry on `conn`, inside or outside a transaction.
         pub(crate) async fn insert_audit(
             conn: &mut Conn,
@@ -182,8 +253,8 @@ each_backend! {
     }
 
     impl LogStore for This {
-        fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-            self.events_written.subscribe()
+        fn subscribe(&self, shards: ShardSet) -> ChangeWatch {
+            self.events_written.watch(shards)
         }
 
         fn subscribe_ends(&self) -> tokio::sync::watch::Receiver<u64> {
@@ -201,47 +272,40 @@ each_backend! {
         async fn events_after(
             &self,
             filter: &EventFilter,
-            after: i64,
+            after: &Cursor,
             limit: u32,
         ) -> Result<EventPage, SessionError> {
-            // The pruning mark comes with the page, from the same snapshot; an
-            // empty page asks for it apart (a mark moved past `after` since
-            // means the cursor has expired since, which is what it says).
-            let rows = sqlx::query(
-                "SELECT (SELECT value FROM meta WHERE key = 'events_pruned_through') AS pruned, \
-                   e.id, e.seq, e.kind, e.status, e.at_ms, e.detail, e.session_id, s.workspace_id, \
-                   s.parent_session_id, s.parent_trust_level, s.tree_id, s.depth, s.trust_level \
-                 FROM events e JOIN sessions s ON s.session_id = e.session_id \
-                 WHERE e.id > $1 \
-                   AND (CAST($2 AS TEXT) IS NULL OR e.session_id = $2) \
-                   AND (CAST($3 AS TEXT) IS NULL OR s.tree_id = $3) \
-                   AND (CAST($4 AS TEXT) IS NULL OR s.workspace_id = $4) \
-                   AND (NOT $5 OR s.trust_level = 'sandboxed') \
-                   AND (NOT $6 OR e.kind IN ('completed', 'failed', 'terminated')) \
-                 ORDER BY e.id LIMIT $7",
-            )
-            .bind(after)
-            .bind(filter.session_id.as_deref())
-            .bind(filter.tree_id.as_deref())
-            .bind(filter.workspace_id.as_deref())
-            .bind(filter.sandboxed_only)
-            .bind(filter.ends_only)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-            let pruned: i64 = match rows.first() {
-                Some(row) => row.try_get("pruned")?,
-                None => {
-                    sqlx::query_scalar(
-                        "SELECT value FROM meta WHERE key = 'events_pruned_through'",
-                    )
-                    .fetch_one(&self.pool)
-                    .await?
-                }
+            let shards = match filter.shard() {
+                Some(shard) => ShardSet::of(shard),
+                None => match &filter.tree_id {
+                    Some(tree) => tree_shard(&self.pool, tree).await?,
+                    None => ShardSet::ALL,
+                },
             };
-            if after > 0 && after < pruned {
+            let sql = if shards.len() == 1 { &*ONE_SHARD } else { &*EVERY_SHARD };
+            let mut query = sqlx::query(sql.as_str())
+                .bind(filter.session_id.as_deref())
+                .bind(filter.tree_id.as_deref())
+                .bind(filter.workspace_id.as_deref())
+                .bind(filter.sandboxed_only)
+                .bind(filter.ends_only)
+                .bind(i64::from(limit));
+            let scope = if shards.len() == 1 { shards } else { ShardSet::ALL };
+            for shard in scope.iter() {
+                query = query.bind(i32::from(shard.index())).bind(after.after(shard));
+            }
+            let rows = query.fetch_all(&self.pool).await?;
+            // The pruning marks are read after the page: a mark past the
+            // cursor now means events the page may have missed, which is
+            // what an expired cursor says.
+            let heads = This::heads(&self.pool).await?;
+            if let Some(shard) = shards
+                .iter()
+                .find(|&shard| after.after(shard) < heads.pruned(shard))
+            {
                 return Ok(EventPage::Expired {
-                    pruned_through: pruned,
+                    shard,
+                    pruned_through: heads.pruned(shard),
                 });
             }
             let mut events = Vec::with_capacity(rows.len());
@@ -249,8 +313,13 @@ each_backend! {
                 let trust: String = row.try_get("trust_level")?;
                 let parent_trust: Option<String> = row.try_get("parent_trust_level")?;
                 let depth: i32 = row.try_get("depth")?;
+                let shard: i32 = row.try_get("shard")?;
                 events.push(EventRow {
-                    id: row.try_get("id")?,
+                    shard: u16::try_from(shard)
+                        .ok()
+                        .and_then(Shard::new)
+                        .ok_or_else(|| SessionError::Internal(format!("stored shard {shard}")))?,
+                    position: row.try_get("shard_seq")?,
                     seq: row.try_get("seq")?,
                     kind: parse_stored("event kind", row.try_get("kind")?, EventKind::parse)?,
                     status: parse_stored("status", row.try_get("status")?, parse_status)?,
@@ -271,10 +340,8 @@ each_backend! {
             Ok(EventPage::Events(events))
         }
 
-        async fn newest_event(&self) -> Result<i64, SessionError> {
-            Ok(sqlx::query_scalar("SELECT CAST(COALESCE(MAX(id), 0) AS BIGINT) FROM events")
-                .fetch_one(&self.pool)
-                .await?)
+        async fn event_heads(&self) -> Result<Heads, SessionError> {
+            This::heads(&self.pool).await
         }
 
         async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {

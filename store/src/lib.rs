@@ -33,6 +33,7 @@ mod agent_rows;
 mod backends;
 mod budgets;
 mod catalog;
+mod changes;
 mod console;
 mod console_rows;
 mod creates;
@@ -56,7 +57,7 @@ mod work;
 mod writes;
 
 /// The domain the store keeps, under the names the service gives it.
-pub(crate) use troupe_domain::{agent, error, model, placement, policy, shard};
+pub(crate) use troupe_domain::{agent, cursor, error, model, placement, policy, shard};
 
 use troupe_proto::scope::WriteScope;
 
@@ -69,6 +70,7 @@ pub use creates::SpawnStore;
 pub use ends::EndStore;
 pub use groups::GroupStore;
 pub use inbox::InboxStore;
+pub use changes::ChangeWatch;
 pub use journal::LogStore;
 pub use lease::{
     Fence, Holder, Lease, LeaseStore, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Replica, share_of,
@@ -76,7 +78,7 @@ pub use lease::{
 pub use messages::MessageStore;
 pub use output::{OUTPUT_EVENT_BYTES, OutputBudget};
 pub use postgres::{
-    EVENTS_LOCK as PG_EVENTS_LOCK, LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
+    LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
     PgStore, is_postgres_url, redacted_url,
 };
 pub use process::{DriverWork, ProcessStore};

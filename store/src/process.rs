@@ -220,9 +220,13 @@ each_backend! {
                 if let (true, Some(own)) = (ended, &changed) {
                     events.extend(tx.reach_children(own, &Principal::Troupe).await?.events);
                 }
-                if step.event != Some(EventKind::Output) {
-                    // Written even when empty: watchers look (an exit code that
-                    // landed after the session ended).
+                if step.event == Some(EventKind::Output) {
+                    // Written by `record_output`.
+                } else if events.is_empty() {
+                    // An exit code that landed after the session ended may
+                    // leave a callback due: its shard's driver looks.
+                    This::touch(tx.conn(), session_id).await?;
+                } else {
                     This::append_events(tx.conn(), &events, ended).await?;
                 }
                 tx.commit().await?;

@@ -47,23 +47,38 @@ each_backend! {
     impl This {
         /// `UpkeepStore::shard_sessions`.
         pub(crate) async fn fill_shards(&self) -> Result<u64, SessionError> {
-            let workspaces: Vec<String> = sqlx::query_scalar(
-                "SELECT DISTINCT workspace_id FROM sessions WHERE shard < 0 LIMIT 100",
-            )
-            .fetch_all(&self.pool)
-            .await?;
-            let mut filled = 0;
-            for workspace in workspaces {
-                let done = sqlx::query(
-                    "UPDATE sessions SET shard = $1 WHERE workspace_id = $2 AND shard < 0",
-                )
-                .bind(i32::from(Shard::of(&workspace).index()))
-                .bind(&workspace)
-                .execute(&mut *self.write_conn().await?)
-                .await?;
-                filled += done.rows_affected();
-            }
-            Ok(filled)
+            fill_shards(&mut *self.write_conn().await?).await
         }
+    }
+
+    /// Records the shard of up to 100 workspaces' sessions written without
+    /// one, and of their events; returns how many sessions it changed.
+    pub(crate) async fn fill_shards(conn: &mut Conn) -> Result<u64, SessionError> {
+        let workspaces: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT workspace_id FROM sessions WHERE shard < 0 LIMIT 100",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut filled = 0;
+        for workspace in workspaces {
+            let shard = i32::from(Shard::of(&workspace).index());
+            sqlx::query(
+                "UPDATE events SET shard = $1 WHERE shard < 0 AND session_id IN \
+                   (SELECT session_id FROM sessions WHERE workspace_id = $2 AND shard < 0)",
+            )
+            .bind(shard)
+            .bind(&workspace)
+            .execute(&mut *conn)
+            .await?;
+            let done = sqlx::query(
+                "UPDATE sessions SET shard = $1 WHERE workspace_id = $2 AND shard < 0",
+            )
+            .bind(shard)
+            .bind(&workspace)
+            .execute(&mut *conn)
+            .await?;
+            filled += done.rows_affected();
+        }
+        Ok(filled)
     }
 }

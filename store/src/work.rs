@@ -2,10 +2,11 @@
 //! a set of shards marked by commits and taken by the driver's loop, and a
 //! `watch` bumped with each mark. On PostgreSQL a commit that may make
 //! work (any event but output, progress and usage: a session created,
-//! started, messaged or ended) notifies `troupe_work` with its sessions'
-//! shards, and every replica's listener marks them, so a replica reads its
-//! work only after commits in its own shards; output, the bulk of commits,
-//! wakes no one's driver. On SQLite every commit marks every shard.
+//! started, messaged or ended) moves its shards' work counters, and every
+//! replica's reader marks the shards whose counters moved
+//! (`postgres::wake`), so a replica reads its work only after commits in
+//! its own shards; output, the bulk of commits, wakes no one's driver. On
+//! SQLite every commit marks every shard.
 
 use std::sync::{
     Arc,
@@ -57,42 +58,22 @@ pub(crate) fn makes_work(kind: EventKind) -> bool {
     )
 }
 
-/// The shards a `troupe_work` notification names (`3,17`); every shard if
-/// it names none it can read.
-pub(crate) fn parse_shards(payload: &str) -> ShardSet {
-    let shards: Option<ShardSet> = payload
-        .split(',')
-        .map(|s| {
-            s.trim()
-                .parse::<u16>()
-                .ok()
-                .and_then(crate::shard::Shard::new)
-        })
-        .collect();
-    match shards {
-        Some(set) if !set.is_empty() => set,
-        _ => ShardSet::ALL,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn marks_are_taken_once_and_a_payload_read_whole_or_as_every_shard() {
+    fn marks_are_taken_once() {
         let signal = WorkSignal::default();
         let woken = signal.subscribe();
-        signal.mark(parse_shards("3,17"));
-        signal.mark(parse_shards("5"));
+        let shard = |n| crate::shard::Shard::new(n).unwrap();
+        signal.mark([shard(3), shard(17)].into_iter().collect());
+        signal.mark(ShardSet::of(shard(5)));
         assert!(woken.has_changed().unwrap());
         let taken = signal.take();
         let got: Vec<u16> = taken.iter().map(|s| s.index()).collect();
         assert_eq!(got, [3, 5, 17]);
         assert!(signal.take().is_empty(), "taken once");
-        assert_eq!(parse_shards(""), ShardSet::ALL);
-        assert_eq!(parse_shards("3,x"), ShardSet::ALL);
-        assert_eq!(parse_shards("64"), ShardSet::ALL);
         assert!(makes_work(EventKind::Message) && !makes_work(EventKind::Output));
     }
 }

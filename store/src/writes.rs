@@ -98,8 +98,10 @@ pub struct Maintenance {
 #[derive(Clone, Debug)]
 pub enum EventPage {
     Events(Vec<EventRow>),
-    /// Events after the cursor were pruned; the oldest kept follows this id.
+    /// Events of `shard` after the cursor's position there were pruned; its
+    /// oldest kept follows `pruned_through`.
     Expired {
+        shard: crate::shard::Shard,
         pruned_through: i64,
     },
 }

@@ -31,19 +31,20 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
         session_id: args.session.clone().unwrap_or_default(),
         tree_id: args.tree.clone().unwrap_or_default(),
         workspace_id: args.workspace.clone().unwrap_or_default(),
-        after_cursor: args.after,
+        after: args.after.clone(),
         live_only: args.live,
+        ..Default::default()
     };
     // An error of the call itself (a bad filter, an expired cursor) has no resume point.
     let mut events = open(&ctx.endpoints, &request).await?;
-    let mut last = (!args.live).then_some(args.after);
+    let mut last = (!args.live && !args.after.is_empty()).then(|| args.after.clone());
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     let failure = loop {
         let event = tokio::select! {
             _ = &mut interrupted => {
-                if let Some(cursor) = last {
-                    eprintln!("stopped; resume with --after {cursor}");
+                if let Some(cursor) = &last {
+                    eprintln!("stopped; resume with --after '{cursor}'");
                 }
                 return Ok(());
             }
@@ -69,13 +70,13 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
         if !went_away(&broken) {
             break broken.into();
         }
-        match last {
+        match &last {
             Some(cursor) => {
                 eprintln!(
                     "the watch broke ({}); resuming after cursor {cursor}",
                     safe::line(broken.message())
                 );
-                request.after_cursor = cursor;
+                request.after = cursor.clone();
                 request.live_only = false;
             }
             None => eprintln!(
@@ -98,7 +99,7 @@ pub async fn run(ctx: &mut Ctx, args: &WatchArgs) -> anyhow::Result<()> {
     }
     error::report(&failure, ctx.json, &ctx.setting);
     match last {
-        Some(cursor) => eprintln!("last cursor: {cursor}; resume with --after {cursor}"),
+        Some(cursor) => eprintln!("last cursor: {cursor}; resume with --after '{cursor}'"),
         None => eprintln!("no event was received; watch again with --live"),
     }
     Err(Reported.into())
@@ -141,11 +142,13 @@ pub async fn reopen(
     }
 }
 
-/// Returns an event as `cursor kind session_id status depth detail`.
+/// Returns an event as `sequence kind session_id status depth detail` (its
+/// sequence among its session's events; the cursor, up to a pair per
+/// shard, is in `--json` and on stderr when the watch stops).
 pub fn line(event: &SessionEvent) -> String {
     format!(
         "{} {:<10} {} {:<10} {} {}",
-        event.cursor,
+        event.sequence,
         kind_str(event.kind()),
         event.session_id,
         status_str(event.status()),
@@ -163,9 +166,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_line_has_cursor_kind_session_status_depth_detail() {
+    fn event_line_has_sequence_kind_session_status_depth_detail() {
         let event = SessionEvent {
-            cursor: 42,
+            cursor: "22:420".into(),
+            sequence: 42,
             kind: EventKind::Terminated as i32,
             session_id: "sess_1".into(),
             status: SessionStatus::Terminated as i32,

@@ -2,7 +2,9 @@
 // reconnects by itself after a dropped connection, sending the last event
 // id it received (Last-Event-ID), so the server resumes after it; and any
 // event whose cursor this page has applied already is dropped here, so none
-// is shown twice.
+// is shown twice. A cursor is `shard:position` pairs (the event log is
+// ordered per shard); an event is new when its cursor is past the last one
+// applied in some shard.
 
 import { enc } from './api.js';
 
@@ -23,7 +25,7 @@ function tell(state) {
  * `onEnd(reason)` hears of a refusal or a sign-out.
  */
 export function follow(filter, after, apply, onEnd) {
-  let last = after || 0;
+  let last = after || '';
   const params = new URLSearchParams();
   for (const key of ['workspace', 'tree', 'session']) {
     if (filter[key]) params.set(key, filter[key]);
@@ -34,8 +36,8 @@ export function follow(filter, after, apply, onEnd) {
   source.addEventListener('open', () => tell('live'));
   source.addEventListener('error', () => tell(source.readyState === EventSource.CLOSED ? 'closed' : 'reconnecting'));
   source.addEventListener('session', (message) => {
-    const cursor = Number(message.lastEventId);
-    if (!(cursor > last)) return; // applied already
+    const cursor = message.lastEventId;
+    if (!advances(cursor, last)) return; // applied already
     last = cursor;
     apply(JSON.parse(message.data));
   });
@@ -54,6 +56,22 @@ export function follow(filter, after, apply, onEnd) {
       return last;
     },
   };
+}
+
+/** A cursor's positions by shard: `3:7,22:1234` as {3: 7, 22: 1234}. */
+function positions(cursor) {
+  const at = {};
+  for (const pair of String(cursor || '').split(',')) {
+    const [shard, position] = pair.split(':');
+    if (position !== undefined) at[shard] = Number(position);
+  }
+  return at;
+}
+
+/** Whether `cursor` stands past `last` in some shard: an event not applied yet. */
+export function advances(cursor, last) {
+  const before = positions(last);
+  return Object.entries(positions(cursor)).some(([shard, position]) => position > (before[shard] || 0));
 }
 
 export { enc };

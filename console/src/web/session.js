@@ -158,7 +158,7 @@ export function sessionView(main, id, onSignedOut) {
   };
   refresh();
   const ended = (kind) => (kind === 'signed_out' ? onSignedOut() : say('The event stream was refused; reload.', true));
-  const stream = follow({ session: id }, 0, (event) => {
+  const stream = follow({ session: id }, '', (event) => {
     if (event.kind === 'output') {
       pane.output(event.detail.stream, event.detail.text);
       soon();

@@ -13,6 +13,7 @@ use base64::Engine as _;
 use sqlx::{Connection, PgConnection};
 use troupe_proto::session::SessionStatus;
 use troupe_session_svc::{
+    cursor::Cursor,
     model::{EventFilter, EventKind},
     shard::{SHARDS, Shard},
     store::{EventPage, Lease, PgStore, prelude::*},
@@ -310,10 +311,10 @@ pub async fn output(store: &PgStore, id: &str) -> String {
         session_id: Some(id.into()),
         ..EventFilter::default()
     };
-    let mut cursor = 0;
+    let mut cursor = Cursor::default();
     let mut out = Vec::new();
     loop {
-        let EventPage::Events(events) = store.events_after(&filter, cursor, 500).await.unwrap()
+        let EventPage::Events(events) = store.events_after(&filter, &cursor, 500).await.unwrap()
         else {
             panic!("pruned");
         };
@@ -321,7 +322,7 @@ pub async fn output(store: &PgStore, id: &str) -> String {
             return String::from_utf8_lossy(&out).into_owned();
         }
         for e in events {
-            cursor = e.id;
+            cursor.advance(e.shard, e.position);
             if e.kind == EventKind::Output {
                 let detail: serde_json::Value = serde_json::from_str(&e.detail).unwrap();
                 out.extend(

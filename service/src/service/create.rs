@@ -385,7 +385,7 @@ async fn wait_for_end<S: Store>(
     lapse: &Lapse,
     session_id: &SessionId,
 ) -> Result<crate::model::SessionRow, SessionError> {
-    let mut changes = inner.store.subscribe();
+    let mut changes = inner.store.subscribe(crate::shard::ShardSet::ALL);
     let lapsed = lapse.lapsed(inner);
     tokio::pin!(lapsed);
     loop {

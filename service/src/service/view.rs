@@ -206,10 +206,11 @@ fn detail(viewer: &Caller, detail: EventDetail) -> Option<Detail> {
     })
 }
 
-pub fn event(viewer: &Caller, row: &EventRow) -> pb::SessionEvent {
+/// An event as `viewer` sees it, with the watch's cursor after it.
+pub fn event(viewer: &Caller, row: &EventRow, cursor: &crate::cursor::Cursor) -> pb::SessionEvent {
     let detail = EventDetail::read(row.kind, &row.detail).and_then(|d| detail(viewer, d));
     pb::SessionEvent {
-        cursor: row.id as u64,
+        cursor: cursor.to_string(),
         sequence: row.seq as u64,
         kind: row.kind.to_proto() as i32,
         at: Some(timestamp(row.at_ms)),

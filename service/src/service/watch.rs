@@ -1,7 +1,8 @@
 //! `WatchSessions`: replays stored events after the cursor, then follows new
-//! ones. Every event is read back from the store in cursor order (the live
-//! signal only says "there is more"), so a watcher neither misses nor repeats
-//! an event, and a reconnect with the last cursor resumes exactly. A watch
+//! ones. Every event is read back from the store in each shard's order (the
+//! live signal only says "there is more", and only for the shards the watch
+//! covers), so a watcher neither misses nor repeats an event, and a
+//! reconnect with the last cursor resumes exactly (`troupe_domain::cursor`). A watch
 //! opened with a session's token ends, UNAUTHENTICATED, once that token
 //! would be refused (the session ended, the token expired).
 
@@ -16,7 +17,9 @@ use troupe_proto::session as pb;
 use super::{EventStream, Inner, identity::Lapse, view};
 use crate::{
     error::{Reason, SessionError},
-    model::{Caller, EventFilter},
+    cursor::{Cursor, CursorError},
+    model::{Caller, EventFilter, EventRow},
+    shard::{Shard, ShardSet},
     policy::{self, can_see},
     store::{EventPage, Store},
 };
@@ -29,20 +32,40 @@ pub async fn start<S: Store>(
     lapse: Lapse,
     req: &pb::WatchSessionsRequest,
 ) -> Result<EventStream, SessionError> {
+    #[allow(deprecated)] // read only to refuse it
+    let numeric = req.after_cursor;
+    if numeric != 0 {
+        return Err(SessionError::invalid(
+            "after_cursor",
+            "numeric cursors are no longer accepted: the event log is ordered per shard, and \
+             a cursor is the `cursor` text of the last event received, passed as `after`; \
+             start again from the oldest event kept (no cursor) or the live end (`live_only`)",
+        ));
+    }
+    let resumed: Cursor = req
+        .after
+        .parse()
+        .map_err(|e: CursorError| SessionError::invalid("after", e.to_string()))?;
     let filter = filter(&inner, caller, req).await?;
+    let shards = filter.shard().map_or(ShardSet::ALL, ShardSet::of);
     // Subscribed before anything is read, so no commit falls between the two.
-    let mut changes = inner.store.subscribe();
-    let mut after = if req.live_only {
-        inner.store.newest_event().await?
-    } else {
-        i64::try_from(req.after_cursor)
-            .map_err(|_| SessionError::invalid("after_cursor", "out of range"))?
-    };
-    // The first page is read before answering, so an expired cursor is the call's error.
+    let mut changes = inner.store.subscribe(shards);
     changes.borrow_and_update();
-    let first = match inner.store.events_after(&filter, after, PAGE).await? {
-        EventPage::Events(events) => events,
-        EventPage::Expired { pruned_through } => return Err(expired(pruned_through)),
+    // The first page is read before answering, so an expired cursor is the call's error.
+    let (mut after, first) = if req.live_only {
+        let after = inner.store.event_heads().await?.live(shards);
+        (after, Vec::new())
+    } else if req.after.trim().is_empty() {
+        from_oldest(&inner.store, &filter, shards).await?
+    } else {
+        let after = resumed.within(shards);
+        match inner.store.events_after(&filter, &after, PAGE).await? {
+            EventPage::Events(events) => (after, events),
+            EventPage::Expired {
+                shard,
+                pruned_through,
+            } => return Err(expired(shard, pruned_through)),
+        }
     };
     let (tx, rx) = mpsc::channel(64);
     let caller = caller.clone();
@@ -58,8 +81,8 @@ pub async fn start<S: Store>(
             }
             let full = page.len() == PAGE as usize;
             for event in &page {
-                after = event.id;
-                if tx.send(Ok(view::event(&caller, event))).await.is_err() {
+                after.advance(event.shard, event.position);
+                if tx.send(Ok(view::event(&caller, event, &after))).await.is_err() {
                     return; // the watcher went away
                 }
             }
@@ -78,10 +101,10 @@ pub async fn start<S: Store>(
                 }
             }
             changes.borrow_and_update();
-            page = match inner.store.events_after(&filter, after, PAGE).await {
+            page = match inner.store.events_after(&filter, &after, PAGE).await {
                 Ok(EventPage::Events(events)) => events,
-                Ok(EventPage::Expired { pruned_through }) => {
-                    let _ = tx.send(Err(expired(pruned_through).into())).await;
+                Ok(EventPage::Expired { shard, pruned_through }) => {
+                    let _ = tx.send(Err(expired(shard, pruned_through).into())).await;
                     return;
                 }
                 Err(e) => {
@@ -94,11 +117,34 @@ pub async fn start<S: Store>(
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
 
-fn expired(pruned_through: i64) -> SessionError {
+/// The cursor before the oldest events kept, and the first page after it.
+/// A pruning that passes the marks between the two reads moves them on:
+/// a watch from the oldest starts at what is kept, whenever that is.
+async fn from_oldest<S: Store>(
+    store: &S,
+    filter: &EventFilter,
+    shards: ShardSet,
+) -> Result<(Cursor, Vec<EventRow>), SessionError> {
+    let mut tries = 0;
+    loop {
+        let after = store.event_heads().await?.oldest_kept(shards);
+        match store.events_after(filter, &after, PAGE).await? {
+            EventPage::Events(events) => return Ok((after, events)),
+            EventPage::Expired {
+                shard,
+                pruned_through,
+            } if tries == 3 => return Err(expired(shard, pruned_through)),
+            EventPage::Expired { .. } => tries += 1,
+        }
+    }
+}
+
+fn expired(shard: Shard, pruned_through: i64) -> SessionError {
     SessionError::refused(
         Reason::CursorExpired,
         format!(
-            "cursor expired: events up to {pruned_through} were pruned; resume from 0 for the oldest kept"
+            "cursor expired: events of shard {shard} up to position {pruned_through} were pruned; \
+             watch again without a cursor for the oldest kept"
         ),
     )
 }
@@ -121,12 +167,14 @@ async fn filter<S: Store>(
         filter.sandboxed_only = policy::sees_only_sandboxed(caller);
     }
     if let Some(id) = &filter.session_id {
-        inner
+        let row = inner
             .store
             .get_session(id)
             .await?
             .filter(|row| can_see(caller, row))
             .ok_or_else(|| SessionError::not_found(id))?;
+        // Its workspace names the one shard to read.
+        filter.workspace_id.get_or_insert(row.workspace_id);
     }
     Ok(filter)
 }

@@ -66,28 +66,24 @@ impl UpkeepStore for PgStore {
     }
 }
 
-/// The advisory lock key that orders event ids by commit ("troupeev").
-pub const EVENTS_LOCK: i64 = 0x7472_6f75_7065_6576;
-
 pub(super) use crate::journal::NewEvent;
 
 /// Writes `events` as the transaction's last statements: each session's
-/// sequences (locking its row), then the events lock, then the ids and the
-/// rows, and the notifications (`troupe_events`, and `troupe_ends` if
-/// `ended`) sent at commit. Returns each event's `(id, seq)`, in order.
+/// sequences (locking its row), then each shard's row of `event_shards`
+/// (in shard order), then the ids and the rows. Returns each event's
+/// `(id, seq)`, in order. Nothing is notified from here: the counters the
+/// shards' rows carry tell the replicas what changed (see `wake`).
 pub(super) async fn write(
     conn: &mut PgConnection,
     events: &[NewEvent],
     ended: bool,
 ) -> Result<Vec<(i64, i64)>, SessionError> {
     if events.is_empty() {
-        // Nothing to write, but watchers are told to look (an exit code
-        // that landed after the session ended), and every driver.
-        notify(conn, ended, Some(&[])).await?;
         return Ok(Vec::new());
     }
-    // Each session's sequences, in the order of its events.
+    // Each session's sequences, in the order of its events, and its shard.
     let mut seqs = vec![0i64; events.len()];
+    let mut shards = vec![0i32; events.len()];
     let mut done = vec![false; events.len()];
     for i in 0..events.len() {
         if done[i] {
@@ -96,39 +92,64 @@ pub(super) async fn write(
         let mine: Vec<usize> = (i..events.len())
             .filter(|&j| events[j].session_id == events[i].session_id)
             .collect();
+        let (last, shard) = next_seqs(conn, &events[i].session_id, mine.len()).await?;
+        let first = last - mine.len() as i64 + 1;
+        for (k, &j) in mine.iter().enumerate() {
+            seqs[j] = first + k as i64;
+            shards[j] = shard;
+            done[j] = true;
+        }
+    }
+    // Each shard's positions, its row locked until the commit: the last
+    // lock of the transaction, taken in shard order.
+    let mut positions = vec![0i64; events.len()];
+    let mut by_shard: Vec<i32> = shards.clone();
+    by_shard.sort_unstable();
+    by_shard.dedup();
+    for shard in by_shard {
+        let mine: Vec<usize> = (0..events.len()).filter(|&j| shards[j] == shard).collect();
+        let work = mine
+            .iter()
+            .any(|&j| crate::work::makes_work(events[j].kind));
         let last: i64 = sqlx::query_scalar(
-            "UPDATE sessions SET event_seq = event_seq + $2 WHERE session_id = $1 \
-             RETURNING event_seq",
+            "UPDATE event_shards SET seq = seq + $2, \
+               work_seq = work_seq + CASE WHEN $3 THEN 1 ELSE 0 END, \
+               ends_seq = ends_seq + CASE WHEN $4 THEN 1 ELSE 0 END \
+             WHERE shard = $1 RETURNING seq",
         )
-        .bind(&events[i].session_id)
+        .bind(shard)
         .bind(mine.len() as i64)
+        .bind(work)
+        .bind(ended)
         .fetch_one(&mut *conn)
         .await?;
         let first = last - mine.len() as i64 + 1;
         for (k, &j) in mine.iter().enumerate() {
-            seqs[j] = first + k as i64;
-            done[j] = true;
+            positions[j] = first + k as i64;
         }
     }
-    let work: Vec<&str> = events
-        .iter()
-        .filter(|e| crate::work::makes_work(e.kind))
-        .map(|e| e.session_id.as_str())
-        .collect();
-    notify(conn, ended, (!work.is_empty()).then_some(&work[..])).await?;
+    // Ids are drawn after the shards' locks, so within a shard they grow
+    // in commit order too; the drawing itself takes no lock.
+    let mut ids: Vec<i64> =
+        sqlx::query_scalar("SELECT nextval('events_id_seq') FROM generate_series(1, $1)")
+            .bind(events.len() as i64)
+            .fetch_all(&mut *conn)
+            .await?;
+    ids.sort_unstable();
     let at = now_ms();
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "WITH last AS (SELECT setval('events_id_seq', nextval('events_id_seq') + $1 - 1) AS id) \
-         INSERT INTO events (id, session_id, seq, kind, status, at_ms, detail, bytes) \
-         SELECT last.id - $1 + e.n, e.session_id, e.seq, e.kind, e.status, $2, e.detail, e.bytes \
-         FROM last, UNNEST($3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[]) \
-           WITH ORDINALITY AS e(session_id, seq, kind, status, detail, bytes, n) \
-         ORDER BY e.n RETURNING id",
+    sqlx::query(
+        "INSERT INTO events (id, session_id, seq, shard, shard_seq, kind, status, at_ms, detail, bytes) \
+         SELECT e.id, e.session_id, e.seq, e.shard, e.shard_seq, e.kind, e.status, $1, e.detail, e.bytes \
+         FROM UNNEST($2::bigint[], $3::text[], $4::bigint[], $5::int[], $6::bigint[], $7::text[], \
+           $8::text[], $9::text[], $10::bigint[]) \
+           AS e(id, session_id, seq, shard, shard_seq, kind, status, detail, bytes)",
     )
-    .bind(events.len() as i64)
     .bind(at)
+    .bind(&ids)
     .bind(events.iter().map(|e| e.session_id.as_str()).collect::<Vec<_>>())
     .bind(&seqs)
+    .bind(&shards)
+    .bind(&positions)
     .bind(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
     .bind(
         events
@@ -138,36 +159,51 @@ pub(super) async fn write(
     )
     .bind(events.iter().map(|e| e.detail.as_str()).collect::<Vec<_>>())
     .bind(events.iter().map(|e| e.bytes).collect::<Vec<_>>())
-    .fetch_all(&mut *conn)
+    .execute(&mut *conn)
     .await?;
-    let mut ids = ids;
-    ids.sort_unstable();
     Ok(ids.into_iter().zip(seqs).collect())
 }
 
-/// Takes the events lock (held until the transaction ends) and queues the
-/// notifications its commit sends: `troupe_work` too if the transaction may
-/// have made the driver work for the sessions `work` names (their shards;
-/// every shard for an empty list).
-async fn notify(
-    conn: &mut PgConnection,
-    ended: bool,
-    work: Option<&[&str]>,
-) -> Result<(), SessionError> {
+/// Tells the replicas that a commit writing no event may still have made
+/// the driver work in `session_id`'s shard (an exit code that landed after
+/// its session ended, with a callback due): its shard's work counter moves.
+pub(super) async fn touch(conn: &mut PgConnection, session_id: &str) -> Result<(), SessionError> {
     sqlx::query(
-        "SELECT pg_advisory_xact_lock($1), pg_notify('troupe_events', ''), \
-           CASE WHEN $2 THEN pg_notify('troupe_ends', '') END, \
-           CASE WHEN $3 THEN pg_notify('troupe_work', \
-             (SELECT COALESCE(string_agg(DISTINCT shard::text, ','), '') FROM sessions \
-              WHERE session_id = ANY($4))) END",
+        "UPDATE event_shards SET work_seq = work_seq + 1 \
+         WHERE shard = (SELECT shard FROM sessions WHERE session_id = $1)",
     )
-    .bind(EVENTS_LOCK)
-    .bind(ended)
-    .bind(work.is_some())
-    .bind(work.unwrap_or_default())
+    .bind(session_id)
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Moves a session's event sequence on by `n` (locking its row); returns
+/// the last one and the session's shard, recorded first if the row was
+/// written without one (by a release before shards).
+async fn next_seqs(
+    conn: &mut PgConnection,
+    session_id: &str,
+    n: usize,
+) -> Result<(i64, i32), SessionError> {
+    let (last, shard, workspace): (i64, i32, String) = sqlx::query_as(
+        "UPDATE sessions SET event_seq = event_seq + $2 WHERE session_id = $1 \
+         RETURNING event_seq, shard, workspace_id",
+    )
+    .bind(session_id)
+    .bind(n as i64)
+    .fetch_one(&mut *conn)
+    .await?;
+    if shard >= 0 {
+        return Ok((last, shard));
+    }
+    let shard = i32::from(crate::shard::Shard::of(&workspace).index());
+    sqlx::query("UPDATE sessions SET shard = $2 WHERE session_id = $1")
+        .bind(session_id)
+        .bind(shard)
+        .execute(&mut *conn)
+        .await?;
+    Ok((last, shard))
 }
 
 /// Deletes all but the newest `keep` events in the open transaction; returns

@@ -12,10 +12,12 @@
 //! (sqlx's is not cancel-safe), so a write dropped midway leaves no pooled
 //! connection inside a transaction.
 //!
-//! Events are written last in their transaction, under one advisory lock
-//! held until commit, so their ids (the watchers' cursors) are handed out in
-//! commit order (see `events`). Watchers are woken by local commits, by
-//! `LISTEN`, and by polling (see `wake`).
+//! Events are written last in their transaction, under their shard's row
+//! of `event_shards`, held until commit, so each shard's positions (the
+//! watchers' cursors) are handed out in commit order, and commits of
+//! different shards share no lock (see `events`). Watchers and drivers are
+//! woken by counters read after local commits, on `LISTEN` and by polling
+//! (see `wake`).
 //!
 //! Its parts: `open` (connecting, migrations, rows), `locks` (the lock
 //! order and the counters), `batched` (what creates and messages need of
@@ -35,7 +37,6 @@ mod output;
 mod reads;
 mod wake;
 
-pub use self::events::EVENTS_LOCK;
 pub use self::open::{is_postgres_url, redacted as redacted_url};
 pub use self::wake::{LISTENER_NAME, POLL_EVERY};
 
@@ -59,8 +60,8 @@ pub struct PgStore {
     pub(crate) pool: PgPool,
     /// How much agents' output is kept.
     pub(crate) output_budget: OutputBudget,
-    /// Bumped after every commit that wrote events, here or elsewhere.
-    pub(crate) events_written: watch::Sender<u64>,
+    /// Each shard's changes, after commits here or elsewhere (`wake`).
+    pub(crate) events_written: crate::changes::Changes,
     /// Bumped after every commit that ended sessions, here or elsewhere.
     pub(crate) sessions_ended: watch::Sender<u64>,
     /// The shards commits here or elsewhere may have made work in.
@@ -114,18 +115,17 @@ impl PgStore {
         Ok(written.into_iter().map(|(_, seq)| seq).collect())
     }
 
-    /// Wakes the local watchers after a commit (and those of ends, if it
-    /// `ended` sessions).
-    pub(crate) fn committed(&self, ended: bool) {
-        self.published(ended);
+    /// Marks `session_id`'s shard as changed by a commit that writes no
+    /// event (see `events::touch`).
+    pub(crate) async fn touch(conn: &mut PgConnection, session_id: &str) -> Result<(), SessionError> {
+        events::touch(conn, session_id).await
     }
 
-    /// Wakes the local watchers after a commit.
-    fn published(&self, ended: bool) {
-        self.events_written.send_modify(|n| *n = n.wrapping_add(1));
-        if ended {
-            self.sessions_ended.send_modify(|n| *n = n.wrapping_add(1));
-        }
+    /// Has the changes a commit made read, which wakes the watchers and
+    /// drivers of the shards it moved, here and on the other replicas
+    /// (`wake`); `_ended` is for SQLite, which has no counters to read.
+    pub(crate) fn committed(&self, _ended: bool) {
+        self._tasks.committed();
     }
 }
 

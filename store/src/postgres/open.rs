@@ -96,15 +96,17 @@ impl PgStore {
             .run(&pool)
             .await
             .map_err(|e| SessionError::Internal(format!("migration of {shown} failed: {e}")))?;
-        let (events_written, _) = watch::channel(0);
+        let events_written = crate::changes::Changes::default();
         let (sessions_ended, _) = watch::channel(0);
         let work = crate::work::WorkSignal::default();
         let tasks = wake::start(
             &pool,
             options,
-            events_written.clone(),
-            sessions_ended.clone(),
-            work.clone(),
+            wake::Wakes {
+                changes: events_written.clone(),
+                ends: sessions_ended.clone(),
+                work: work.clone(),
+            },
         )
         .await?;
         Ok(PgStore {

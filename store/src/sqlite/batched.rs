@@ -147,8 +147,9 @@ impl Batched<'_> {
         Ok(())
     }
 
-    /// Appends `events`, each at its session's next sequence (the
-    /// `events_advance_session_seq` trigger moves it on).
+    /// Appends `events`, each at its session's next sequence and its
+    /// shard's next position (the `events_advance_seqs` trigger moves them
+    /// on).
     pub(crate) async fn events(&mut self, events: &[NewEvent]) -> Result<(), SessionError> {
         let at = now_ms();
         for event in events {

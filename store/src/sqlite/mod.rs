@@ -79,7 +79,7 @@ pub struct SqliteStore {
     /// How much agents' output is kept.
     pub(crate) output_budget: OutputBudget,
     /// Bumped after every commit that wrote events.
-    pub(crate) events_written: watch::Sender<u64>,
+    pub(crate) events_written: crate::changes::Changes,
     /// The ledger's count of ended sessions, as last published.
     pub(crate) sessions_ended: watch::Sender<u64>,
     /// Marked at every commit, every shard: one service drives them all.
@@ -125,7 +125,7 @@ impl SqliteStore {
     /// Wakes the watchers after a commit that wrote events, and those of
     /// ends if it ended sessions.
     pub(super) fn published(&self) {
-        self.events_written.send_modify(|n| *n = n.wrapping_add(1));
+        self.events_written.mark(crate::shard::ShardSet::ALL);
         self.work.mark(crate::shard::ShardSet::ALL);
         let ended = self.ledger().ended();
         self.sessions_ended.send_if_modified(|n| {

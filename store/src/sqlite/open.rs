@@ -48,6 +48,13 @@ impl SqliteStore {
             .run(&migrating)
             .await
             .map_err(|e| SessionError::Internal(format!("migration failed: {e}")))?;
+        // Sessions of releases before shards, and their events, take
+        // their shards before anything reads them (one process owns the
+        // file, so no older release writes more meanwhile).
+        {
+            let mut conn = migrating.acquire().await?;
+            while crate::upkeep::sqlite::fill_shards(&mut conn).await? > 0 {}
+        }
         migrating.close().await;
         // The writer never checkpoints: the upkeep task does, every second,
         // on a connection of its own (`checkpointer`), so no call pays for a
@@ -81,7 +88,7 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options.read_only(true))
             .await?;
-        let (events_written, _) = watch::channel(0);
+        let events_written = crate::changes::Changes::default();
         let (sessions_ended, _) = watch::channel(0);
         Ok(SqliteStore {
             pool,

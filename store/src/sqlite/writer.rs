@@ -167,9 +167,9 @@ impl SqliteStore {
         self.ledger_row(id)
     }
 
-    /// Appends `events`, each with its session's next sequence (the
-    /// `events_advance_session_seq` trigger moves it on); returns those
-    /// sequences.
+    /// Appends `events`, each with its session's next sequence and its
+    /// shard's next position (the `events_advance_seqs` trigger moves them
+    /// on); returns the sequences.
     pub(crate) async fn append_events(
         conn: &mut SqliteConnection,
         events: &[NewEvent],
@@ -189,6 +189,15 @@ impl SqliteStore {
             seqs.push(seq);
         }
         Ok(seqs)
+    }
+
+    /// Marks a session's shard as changed by a commit that writes no event:
+    /// nothing to do, as every commit here wakes every shard.
+    pub(crate) async fn touch(
+        _conn: &mut SqliteConnection,
+        _session_id: &str,
+    ) -> Result<(), SessionError> {
+        Ok(())
     }
 
     /// Wakes the watchers after a commit (those of ends if the ledger's
@@ -233,13 +242,15 @@ impl SqliteStore {
 }
 
 /// Expands to the statement that appends an event at its session's next
-/// sequence: session, kind, status, time, detail, bytes (the
-/// `events_advance_session_seq` trigger moves the sequence on); a literal,
-/// so `concat!` can add a `RETURNING` at compile time.
+/// sequence and its shard's next position: session, kind, status, time,
+/// detail, bytes (the `events_advance_seqs` trigger moves both on); a
+/// literal, so `concat!` can add a `RETURNING` at compile time.
 macro_rules! insert_event {
     () => {
-        "INSERT INTO events (session_id, seq, kind, status, at_ms, detail, bytes) \
-         SELECT session_id, event_seq + 1, $2, $3, $4, $5, $6 FROM sessions WHERE session_id = $1"
+        "INSERT INTO events (session_id, seq, shard, shard_seq, kind, status, at_ms, detail, bytes) \
+         SELECT s.session_id, s.event_seq + 1, s.shard, \
+           COALESCE((SELECT seq + 1 FROM event_shards WHERE shard = s.shard), 0), \
+           $2, $3, $4, $5, $6 FROM sessions s WHERE s.session_id = $1"
     };
 }
 pub(super) use insert_event;
