@@ -334,7 +334,12 @@ pub struct WatchArgs {
     pub workspace: Option<String>,
     /// Resume after this cursor, as the last event's `cursor` gave it
     /// (`shard:position` pairs; none: from the oldest event kept).
-    #[arg(long, value_name = "CURSOR", default_value = "", conflicts_with = "live")]
+    #[arg(
+        long,
+        value_name = "CURSOR",
+        default_value = "",
+        conflicts_with = "live"
+    )]
     pub after: String,
     /// Only events that happen from now on.
     #[arg(long)]

@@ -192,7 +192,10 @@ mod tests {
 
     #[test]
     fn bad_text_is_refused_with_what_was_wrong() {
-        assert!(matches!("1234".parse::<Cursor>(), Err(CursorError::Numeric(_))));
+        assert!(matches!(
+            "1234".parse::<Cursor>(),
+            Err(CursorError::Numeric(_))
+        ));
         for bad in ["22:", ":5", "a:b", "22:-1", "22:5,", "22:5;3:1"] {
             assert!(
                 matches!(bad.parse::<Cursor>(), Err(CursorError::Malformed(_))),

@@ -3,9 +3,10 @@
 //! their callbacks sent, their runners reconciled) and its wall-clock
 //! budgets kept by one service at a time, the holder of the shard's lease
 //! (`LeaseStore::acquire_shards`), for a [`Term`] whose fence every write
-//! carries. The holder of [`Shard::FLEET`] also runs the fleet's upkeep:
-//! event and request-id pruning, life-span export, the embedded runner's
-//! record, the shards of old sessions.
+//! carries, and prunes the shard's old events. The holder of
+//! [`Shard::FLEET`] also runs the fleet's upkeep: request-id pruning,
+//! life-span export, the embedded runner's record, the shards of old
+//! sessions.
 //!
 //! Every service runs [`run`]: every renewal period it renews the terms it
 //! holds (one statement), says it is alive (`LeaseStore::heartbeat`, which
@@ -19,8 +20,8 @@
 //! its shard is then released at once, so another takes it without waiting
 //! out its time. A SQLite service is alone: its share is every shard.
 //!
-//! The first try is made before the service serves ([`first_try`]): if it
-//! wins the fleet's shard, old events are pruned at once. The wall-clock
+//! The first try is made before the service serves ([`first_try`]): the
+//! shards it wins have their old events pruned at once. The wall-clock
 //! budgets are read every [`DEADLINES_EVERY`], for the shards held: each
 //! subtree whose deadline passed ends (end reason `budget`, fenced and
 //! audited).
@@ -40,6 +41,8 @@ use crate::{
 
 /// How often old events are pruned.
 const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the start waits for its first pruning.
+const FIRST_PRUNE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often the wall-clock budgets are checked: a subtree ends at most this
 /// long after its deadline.
 pub const DEADLINES_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -65,10 +68,12 @@ pub struct FirstTry {
     asked_at: Instant,
 }
 
-/// The first try for shards, made before the service serves: if it wins
-/// the fleet's shard, old events are pruned at once, so a restarted
-/// service serves with its retention applied (a cursor older than what is
-/// kept is refused from the first call).
+/// The first try for shards, made before the service serves: the shards it
+/// wins have their old events pruned at once, so a restarted service
+/// serves with its retention applied (a cursor older than what is kept is
+/// refused from the first call), unless that takes longer than
+/// [`FIRST_PRUNE_WITHIN`] (a shard's events held by a long transaction):
+/// the start never waits on it longer.
 pub async fn first_try<S: Store>(work: &Work<S>, holder: &Holder) -> FirstTry {
     let asked_at = Instant::now();
     if let Err(e) = work.store.shard_sessions().await {
@@ -88,10 +93,20 @@ pub async fn first_try<S: Store>(work: &Work<S>, holder: &Holder) -> FirstTry {
         },
         None => Vec::new(),
     };
-    if let Some(fleet) = fences.iter().find(|f| f.shard == Shard::FLEET)
-        && let Err(e) = work.store.prune_events(fleet, work.keep).await
+    let pruning = async {
+        for fence in &fences {
+            if let Err(e) = work.store.prune_events(fence, work.keep).await {
+                tracing::warn!(error = %e, shard = %fence.shard, "event pruning failed");
+            }
+        }
+    };
+    // A pruning that waits on a long transaction must not hold the start:
+    // the pruning loop goes on with it at once.
+    if tokio::time::timeout(FIRST_PRUNE_WITHIN, pruning)
+        .await
+        .is_err()
     {
-        tracing::warn!(error = %e, "event pruning failed");
+        tracing::warn!("the first pruning did not end in time; it goes on in the background");
     }
     FirstTry { fences, asked_at }
 }
@@ -138,6 +153,12 @@ pub async fn run<S: Store>(
     tasks.spawn(deadlines(
         work.store.clone(),
         work.driver.clone(),
+        cancel.clone(),
+    ));
+    tasks.spawn(prune_events(
+        work.store.clone(),
+        terms.clone(),
+        work.keep,
         cancel.clone(),
     ));
     let lives_from = work.lives_from.clone();
@@ -193,12 +214,8 @@ impl<S: Store> Held<S> {
     /// Starts the fleet's upkeep in the fleet shard's `term`.
     fn fleet_upkeep(&mut self, term: &Term) {
         let store = &self.work.store;
-        self.tasks.spawn(prune(
-            store.clone(),
-            term.clone(),
-            self.work.keep,
-            self.work.request_ids,
-        ));
+        self.tasks
+            .spawn(upkeep(store.clone(), term.clone(), self.work.request_ids));
         if self.work.lives_from.is_some() && troupe_telemetry::exporting() {
             let store = store.clone();
             let from = self.lives_from.take();
@@ -318,18 +335,39 @@ impl<S: Store> Held<S> {
     }
 }
 
-/// Prunes old events and expired request ids, and records the shards of
-/// sessions written without one, at the start of the fleet's term, then
-/// every [`PRUNE_EVERY`].
-async fn prune<S: Store>(store: S, term: Term, keep: u64, request_ids: std::time::Duration) {
+/// Prunes the old events of each shard held, one shard after another (one
+/// transaction at a time, so pruning never takes more than one of the
+/// pool's connections), every [`PRUNE_EVERY`] until `cancel`.
+async fn prune_events<S: Store>(store: S, terms: Arc<Terms>, keep: u64, cancel: CancellationToken) {
+    let mut every = tokio::time::interval(PRUNE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = cancel.cancelled() => return,
+        }
+        let (_, held) = terms.live();
+        for term in held {
+            let pruned = tokio::select! {
+                pruned = store.prune_events(term.fence(), keep) => pruned,
+                () = term.cancelled() => continue,
+            };
+            if let Err(e) = term.check(pruned) {
+                tracing::warn!(error = %e, shard = %term.fence().shard, "event pruning failed");
+            }
+        }
+    }
+}
+
+/// Prunes expired request ids and records the shards of sessions written
+/// without one, at the start of the fleet's term, then every
+/// [`PRUNE_EVERY`].
+async fn upkeep<S: Store>(store: S, term: Term, request_ids: std::time::Duration) {
     let mut every = tokio::time::interval(PRUNE_EVERY);
     loop {
         tokio::select! {
             _ = every.tick() => {}
             () = term.cancelled() => return,
-        }
-        if let Err(e) = term.check(store.prune_events(term.fence(), keep).await) {
-            tracing::warn!(error = %e, "event pruning failed");
         }
         prune_request_ids(&store, &term, request_ids).await;
         if let Err(e) = store.shard_sessions().await {

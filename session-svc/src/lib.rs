@@ -131,10 +131,7 @@ async fn serve_with_store<S: Store + Clone + 'static>(
         );
     }
     // Sessions that end from here on (reconciliation included) are traced.
-    let lives_from = store
-        .event_heads()
-        .await?
-        .live(shard::ShardSet::ALL);
+    let lives_from = store.event_heads().await?.live(shard::ShardSet::ALL);
     let tokens = std::sync::Arc::new(tokens);
     let embedded = config.embedded_runner()?;
     let driver = Driver::new(

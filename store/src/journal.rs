@@ -18,7 +18,7 @@ use crate::{
     error::SessionError,
     model::{
         AuditRecord, AuditRow, Created, EventDetail, EventFilter, EventKind, MessageQueued,
-        SessionId,
+        SessionId, TreeId, WorkspaceId,
     },
 };
 
@@ -165,6 +165,13 @@ pub trait LogStore: Send + Sync {
     /// Each shard's newest position and pruning mark.
     fn event_heads(&self) -> impl Future<Output = Result<Heads, SessionError>> + Send;
 
+    /// The workspace of a tree's sessions (`None`: no such tree): the one
+    /// shard a watch of the tree reads.
+    fn tree_workspace(
+        &self,
+        tree_id: &TreeId,
+    ) -> impl Future<Output = Result<Option<WorkspaceId>, SessionError>> + Send;
+
     fn append_audit(
         &self,
         record: AuditRecord,
@@ -203,23 +210,14 @@ each_backend! {
     use crate::{
         cursor::{Cursor, Heads},
         error::SessionError,
-        model::{SessionId, AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, Trust},
+        model::{
+            AuditRecord, AuditRow, EventFilter, EventKind, EventRow, Principal, SessionId, TreeId,
+            Trust, WorkspaceId,
+        },
         shard::{Shard, ShardSet},
         {AuditColumns, EventPage, audit_row, parse_stored},
     };
 
-    /// The shard of a tree's sessions (every shard if it has none).
-    async fn tree_shard(pool: &sqlx::Pool<Db>, tree_id: &str) -> Result<ShardSet, SessionError> {
-        let shard: Option<i32> =
-            sqlx::query_scalar("SELECT shard FROM sessions WHERE tree_id = $1 AND shard >= 0 LIMIT 1")
-                .bind(tree_id)
-                .fetch_optional(pool)
-                .await?;
-        Ok(shard
-            .and_then(|s| u16::try_from(s).ok())
-            .and_then(Shard::new)
-            .map_or(ShardSet::ALL, ShardSet::of))
-    }
 
     impl This {
         /// Each shard's newest position and pruning mark.
@@ -275,13 +273,7 @@ each_backend! {
             after: &Cursor,
             limit: u32,
         ) -> Result<EventPage, SessionError> {
-            let shards = match filter.shard() {
-                Some(shard) => ShardSet::of(shard),
-                None => match &filter.tree_id {
-                    Some(tree) => tree_shard(&self.pool, tree).await?,
-                    None => ShardSet::ALL,
-                },
-            };
+            let shards = filter.shard().map_or(ShardSet::ALL, ShardSet::of);
             let sql = if shards.len() == 1 { &*ONE_SHARD } else { &*EVERY_SHARD };
             let mut query = sqlx::query(sql.as_str())
                 .bind(filter.session_id.as_deref())
@@ -342,6 +334,15 @@ each_backend! {
 
         async fn event_heads(&self) -> Result<Heads, SessionError> {
             This::heads(&self.pool).await
+        }
+
+        async fn tree_workspace(&self, tree_id: &TreeId) -> Result<Option<WorkspaceId>, SessionError> {
+            let workspace: Option<String> =
+                sqlx::query_scalar("SELECT workspace_id FROM sessions WHERE tree_id = $1 LIMIT 1")
+                    .bind(tree_id.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+            Ok(workspace.map(WorkspaceId::from))
         }
 
         async fn append_audit(&self, record: AuditRecord) -> Result<(), SessionError> {

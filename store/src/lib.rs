@@ -64,13 +64,13 @@ use troupe_proto::scope::WriteScope;
 pub use accounts::{RESERVATION_RELEASE_BATCH, RESERVATION_STALE_AFTER};
 pub use budgets::BudgetStore;
 pub use catalog::CatalogStore;
+pub use changes::ChangeWatch;
 pub use console::ConsoleStore;
 pub(crate) use console_rows::{ActivityColumns, AuditColumns, MessageColumns, audit_row};
 pub use creates::SpawnStore;
 pub use ends::EndStore;
 pub use groups::GroupStore;
 pub use inbox::InboxStore;
-pub use changes::ChangeWatch;
 pub use journal::LogStore;
 pub use lease::{
     Fence, Holder, Lease, LeaseStore, LeaseTiming, REQUEST_ID_PRUNE_BATCH, Replica, share_of,
@@ -78,8 +78,8 @@ pub use lease::{
 pub use messages::MessageStore;
 pub use output::{OUTPUT_EVENT_BYTES, OutputBudget};
 pub use postgres::{
-    LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY,
-    PgStore, is_postgres_url, redacted_url,
+    LISTENER_NAME as PG_LISTENER_NAME, POLL_EVERY as PG_POLL_EVERY, PgStore, is_postgres_url,
+    redacted_url,
 };
 pub use process::{DriverWork, ProcessStore};
 pub use reads::ReadStore;

@@ -10,7 +10,12 @@
 //! Past a session's budget, the session's oldest output events go until it
 //! keeps three quarters of it; past the total budget, the sessions keeping
 //! the most lose their oldest output likewise, so a noisy agent cannot push
-//! out the output of quiet ones. The output tail (`output_tail`) is kept
+//! out the output of quiet ones. The total is kept in stripes, one per
+//! shard (`output_stripes`), each write adding to its own shard's: output
+//! of different shards takes no common lock. A write reads the other
+//! stripes as committed, so writes of other shards in flight at the same
+//! moment may pass the total by what they add, until the next write drops
+//! it back. The output tail (`output_tail`) is kept
 //! apart and is never dropped.
 //!
 //! A drop is never a silent gap: the newest event it drops becomes the
@@ -42,6 +47,13 @@ impl Default for OutputBudget {
         }
     }
 }
+
+/// The stripe of the output total a session's writes count in: its shard's
+/// (shard 0's for a session of a release before shards). The stripes are
+/// only ever summed, so a drop may take its bytes off any stripe: it takes
+/// them off the writer's, the one it holds.
+pub(crate) const STRIPE_OF: &str =
+    "SELECT CASE WHEN shard < 0 THEN 0 ELSE shard END FROM sessions WHERE session_id = $1";
 
 /// The most bytes of output one event holds when chunks are joined: the
 /// runner's largest chunk, so no event is larger than one chunk could be.
@@ -87,16 +99,16 @@ each_backend! {
     use crate::{
         error::SessionError,
         model::{EventDetail, EventKind, Output, OutputChunk, OutputTruncated},
-        {OutputBudget, journal::NewEvent, output::{joined, tail_of}, shared::low_water},
+        {OutputBudget, journal::NewEvent, output::{STRIPE_OF, joined, tail_of}, shared::low_water},
     };
 
     impl This {
         /// Records chunks of a session's output in the open transaction
-        /// (on PostgreSQL it holds the total's lock, taken first): the
+        /// (on PostgreSQL it holds its stripe's lock, taken first): the
         /// tail, the total, the events (`joined`), and the drops the budgets
         /// call for. Drops past the total come after the events, under
-        /// PostgreSQL's events lock: the one write that leaves the lock
-        /// order.
+        /// PostgreSQL's lock of the shard's events: the one write that
+        /// leaves the lock order.
         pub(crate) async fn record_output(
             conn: &mut Conn,
             session_id: &str,
@@ -109,12 +121,22 @@ each_backend! {
             let bytes = printed as i64;
             let tail = tail_of(chunks, tail_max);
             let kept = This::append_tail(conn, session_id, &tail, printed, tail_max).await?;
-            let mut total: i64 = sqlx::query_scalar(
-                "UPDATE meta SET value = value + $1 WHERE key = 'output_bytes' RETURNING value",
-            )
-            .bind(bytes)
-            .fetch_one(&mut *conn)
-            .await?;
+            let stripe: i32 = sqlx::query_scalar(STRIPE_OF)
+                .bind(session_id)
+                .fetch_one(&mut *conn)
+                .await?;
+            sqlx::query("UPDATE output_stripes SET bytes = bytes + $1 WHERE shard = $2")
+                .bind(bytes)
+                .bind(stripe)
+                .execute(&mut *conn)
+                .await?;
+            // The other stripes as last committed: writes of other shards in
+            // flight meanwhile count at their commit, and the next write
+            // over the budget drops what they add.
+            let mut total: i64 =
+                sqlx::query_scalar("SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM output_stripes")
+                    .fetch_one(&mut *conn)
+                    .await?;
             let events: Vec<NewEvent> = joined(chunks)
                 .iter()
                 .map(|(stream, data)| {
@@ -127,7 +149,7 @@ each_backend! {
                 .collect();
             This::append_events(&mut *conn, &events, false).await?;
             if kept as u64 > budget.session_bytes {
-                total -= drop_oldest(conn, session_id, kept - low_water(budget.session_bytes)).await?;
+                total -= drop_oldest(conn, session_id, kept - low_water(budget.session_bytes), stripe).await?;
             }
             while total > 0 && total as u64 > budget.total_bytes {
                 let largest: Option<(String, i64)> = sqlx::query_as(
@@ -140,7 +162,7 @@ each_backend! {
                     break;
                 };
                 let need = (total - low_water(budget.total_bytes)).min(kept);
-                let freed = drop_oldest(conn, &largest, need).await?;
+                let freed = drop_oldest(conn, &largest, need, stripe).await?;
                 if freed == 0 {
                     break;
                 }
@@ -152,11 +174,13 @@ each_backend! {
 
     /// Drops a session's oldest output events, at least `need` bytes of them
     /// (all it keeps, if fewer), and moves its `output_truncated` event to the
-    /// newest one dropped. Returns the bytes dropped.
+    /// newest one dropped; takes the bytes off the writer's `stripe` (the
+    /// total is the stripes' sum). Returns the bytes dropped.
     async fn drop_oldest(
         conn: &mut Conn,
         session_id: &str,
         need: i64,
+        stripe: i32,
     ) -> Result<i64, SessionError> {
         // The oldest events whose running sum first reaches `need`.
         let (freed, count, last): (Option<i64>, i64, Option<i64>) = sqlx::query_as(
@@ -214,8 +238,9 @@ each_backend! {
         .bind(last)
         .execute(&mut *conn)
         .await?;
-        sqlx::query("UPDATE meta SET value = value - $1 WHERE key = 'output_bytes'")
+        sqlx::query("UPDATE output_stripes SET bytes = bytes - $1 WHERE shard = $2")
             .bind(freed)
+            .bind(stripe)
             .execute(&mut *conn)
             .await?;
         Ok(freed)

@@ -9,8 +9,10 @@ use crate::{Fence, Maintenance, backends::each_backend, error::SessionError};
 
 /// The background upkeep; every [`super::Store`] is one.
 pub trait UpkeepStore: Send + Sync {
-    /// Deletes all but the newest `keep` events; returns the highest id
-    /// pruned. Background work: refused unless `fence` is the lease's term.
+    /// Deletes the events of `fence`'s shard older than the fleet's newest
+    /// `keep`; returns the shard's last position pruned (its pruning mark).
+    /// Background work: refused unless `fence` is its shard's term. Each
+    /// shard's owner prunes its own, so no pruning holds a fleet-wide lock.
     fn prune_events(
         &self,
         fence: &Fence,
@@ -49,6 +51,71 @@ each_backend! {
         pub(crate) async fn fill_shards(&self) -> Result<u64, SessionError> {
             fill_shards(&mut *self.write_conn().await?).await
         }
+    }
+
+    /// Deletes `shard`'s events older than the fleet's newest `keep` (by
+    /// id: ids grow with positions within a shard, so those that go are the
+    /// shard's oldest), in the open transaction, with what they counted of
+    /// output; returns the shard's pruning mark. Takes the shard's output
+    /// stripe first, as output writes do, and its `event_shards` row last,
+    /// as every event write does.
+    pub(crate) async fn prune_shard(
+        conn: &mut Conn,
+        shard: Shard,
+        keep: u64,
+    ) -> Result<i64, SessionError> {
+        let shard = i32::from(shard.index());
+        sqlx::query(concat!("SELECT bytes FROM output_stripes WHERE shard = $1", for_update!("NO KEY UPDATE")))
+            .bind(shard)
+            .execute(&mut *conn)
+            .await?;
+        let below: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) - $1 FROM events")
+            .bind(keep.min(i64::MAX as u64) as i64)
+            .fetch_one(&mut *conn)
+            .await?;
+        let through: Option<i64> = sqlx::query_scalar(
+            "SELECT MAX(shard_seq) FROM events WHERE shard = $1 AND id <= $2",
+        )
+        .bind(shard)
+        .bind(below)
+        .fetch_one(&mut *conn)
+        .await?;
+        if let Some(through) = through {
+            sqlx::query(
+                "WITH gone AS (SELECT session_id, SUM(bytes) AS bytes FROM events \
+                   WHERE shard = $1 AND shard_seq <= $2 AND kind = 'output' \
+                   GROUP BY session_id ORDER BY session_id) \
+                 UPDATE processes SET output_bytes = CASE WHEN output_bytes > gone.bytes \
+                   THEN output_bytes - gone.bytes ELSE 0 END FROM gone \
+                 WHERE processes.session_id = gone.session_id",
+            )
+            .bind(shard)
+            .bind(through)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query(
+                "UPDATE output_stripes SET bytes = bytes - (SELECT COALESCE(SUM(bytes), 0) \
+                   FROM events WHERE shard = $1 AND shard_seq <= $2 AND kind = 'output') \
+                 WHERE shard = $1",
+            )
+            .bind(shard)
+            .bind(through)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query("DELETE FROM events WHERE shard = $1 AND shard_seq <= $2")
+                .bind(shard)
+                .bind(through)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(sqlx::query_scalar(
+            "UPDATE event_shards SET pruned_through = CASE WHEN pruned_through > $2 \
+               THEN pruned_through ELSE $2 END WHERE shard = $1 RETURNING pruned_through",
+        )
+        .bind(shard)
+        .bind(through.unwrap_or(0))
+        .fetch_one(&mut *conn)
+        .await?)
     }
 
     /// Records the shard of up to 100 workspaces' sessions written without

@@ -70,6 +70,13 @@ pub fn child(title: &str) -> pb::CreateSessionRequest {
     }
 }
 
+/// The position in `workspace`'s shard a watch's cursor (an event's
+/// `cursor`) stands at.
+pub fn position(cursor: &str, workspace: &str) -> i64 {
+    let cursor: troupe_session_svc::cursor::Cursor = cursor.parse().expect("a cursor");
+    cursor.after(troupe_session_svc::shard::Shard::of(workspace))
+}
+
 /// Returns the `google.rpc.ErrorInfo` reason of a status, or "" without one.
 pub fn reason(status: &Status) -> String {
     status

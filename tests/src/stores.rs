@@ -7,6 +7,7 @@ use troupe_session_svc::{
     error::{QuotaLeft, SessionError},
     model::{Action, AuditRecord, NewSession, Principal, ProcessChange, SessionId, Trust},
     policy::{Admission, SpawnContext},
+    shard::Shard,
     store::{Bounds, Fence, Holder, PgStore, SqliteStore, prelude::*},
 };
 
@@ -98,6 +99,27 @@ pub async fn fence<S: Store>(store: &S) -> Fence {
     let fence = lease_fence(store).await;
     crate::embedded_runner(store, &fence).await;
     fence
+}
+
+/// Prunes every shard's events to the fleet's newest `keep`, each shard
+/// under a term of its own (`held`'s shard under `held`, the others taken
+/// for the pruning: they must be free); returns the shards' pruning marks.
+pub async fn prune_all<S: Store>(store: &S, held: &Fence, keep: u64) -> Vec<i64> {
+    let holder = Holder::generate();
+    let mut marks = Vec::new();
+    for shard in Shard::all() {
+        let fence = if shard == held.shard {
+            held.clone()
+        } else {
+            store
+                .acquire_shard(&holder, shard, Duration::from_secs(3600))
+                .await
+                .expect("shard")
+                .expect("a free shard")
+        };
+        marks.push(store.prune_events(&fence, keep).await.expect("prune"));
+    }
+    marks
 }
 
 /// Starts `id`'s process and records its start (the runner's event 1).

@@ -7,11 +7,13 @@
 //! first, bounded.
 
 use troupe_session_svc::{
+    cursor::Cursor,
     error::QuotaLeft,
     model::{
         Action, AuditRecord, EventFilter, EventKind, NewMessage, Principal, ProcessChange,
         ProgressReport, SessionActivity, SessionId, Trust,
     },
+    shard::ShardSet,
     store::{EventPage, Fence, Holder, prelude::*},
 };
 use troupe_tests::stores::{new_session, operator_audit};
@@ -53,7 +55,7 @@ async fn activity<S: Store>(store: &S, id: &str) -> SessionActivity {
 }
 
 /// The events of `id` after `after`, as (kind, detail).
-async fn events_of<S: Store>(store: &S, id: &str, after: i64) -> Vec<(EventKind, String)> {
+async fn events_of<S: Store>(store: &S, id: &str, after: &Cursor) -> Vec<(EventKind, String)> {
     let filter = EventFilter {
         session_id: Some(id.into()),
         ..Default::default()
@@ -132,12 +134,12 @@ async fn inbox_contract<S: Store>(store: S) {
         .record_process(&fence, &"sess_a".into(), 1, ProcessChange::Started, 64)
         .await
         .unwrap();
-    let before = store.newest_event().await.unwrap();
+    let before = store.event_heads().await.unwrap().live(ShardSet::ALL);
     store
         .mark_delivered(&fence, &"sess_a".into(), 2)
         .await
         .unwrap();
-    let delivered = events_of(&store, "sess_a", before).await;
+    let delivered = events_of(&store, "sess_a", &before).await;
     assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert_eq!(delivered[0].0, EventKind::Delivered);
     let detail: serde_json::Value = serde_json::from_str(&delivered[0].1).unwrap();
@@ -149,17 +151,17 @@ async fn inbox_contract<S: Store>(store: S) {
     assert_eq!(a.progress, expected, "the progress stays");
 
     // The same delivery again advances nothing and says nothing.
-    let before = store.newest_event().await.unwrap();
+    let before = store.event_heads().await.unwrap().live(ShardSet::ALL);
     store
         .mark_delivered(&fence, &"sess_a".into(), 2)
         .await
         .unwrap();
-    assert_eq!(events_of(&store, "sess_a", before).await, []);
+    assert_eq!(events_of(&store, "sess_a", &before).await, []);
     store
         .mark_delivered(&fence, &"sess_a".into(), 3)
         .await
         .unwrap();
-    let last = events_of(&store, "sess_a", before).await;
+    let last = events_of(&store, "sess_a", &before).await;
     assert_eq!(
         last.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
         [EventKind::Delivered]

@@ -131,7 +131,7 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
     );
 
     let before = store.process(&"c".into()).await.unwrap().expect("process");
-    let events = store.newest_event().await.unwrap();
+    let events = store.event_heads().await.unwrap();
     let output = ProcessChange::Output {
         stream: "stdout",
         data: b"late".to_vec(),
@@ -191,7 +191,7 @@ async fn one_holder_and_stale_writes_refused<S: Store>(store: &S) {
         "no process made"
     );
     assert_eq!(
-        store.newest_event().await.unwrap(),
+        store.event_heads().await.unwrap(),
         events,
         "no event written"
     );

@@ -41,7 +41,11 @@ async fn events<S: Store>(store: &S, id: &str) -> Vec<EventRow> {
         session_id: Some(id.into()),
         ..Default::default()
     };
-    let EventPage::Events(page) = store.events_after(&filter, 0, 10_000).await.unwrap() else {
+    let EventPage::Events(page) = store
+        .events_after(&filter, &Default::default(), 10_000)
+        .await
+        .unwrap()
+    else {
         panic!("cursor expired");
     };
     page

@@ -7,12 +7,14 @@
 //! PostgreSQL only: `TROUPE_TEST_POSTGRES_URL` (`source scripts/pg-env`).
 
 use troupe_session_svc::{
+    cursor::Cursor,
     error::{QuotaLeft, SessionError},
     model::{
         Action, EventFilter, ExitReason, Failure, NewMessage, NewSession, Principal, ProcessChange,
         ProcessExit, ProgressReport, SessionId, SessionRow, Trust,
     },
     policy::{Admission, SpawnContext},
+    shard::{Shard, ShardSet},
     store::{Created, EventPage, OutputBudget, prelude::*},
 };
 use troupe_tests::stores::{self, operator_audit as audit};
@@ -291,15 +293,21 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
         .collect();
     seen.push(format!("{audit:?}"));
     // Pruning: the oldest go, and a cursor before them has expired.
-    let newest = store.newest_event().await.expect("newest");
-    let pruned = store.prune_events(&fence, 5).await.expect("prune");
+    // (Every session is in alpha: its shard's positions are 1, 2, ...)
+    let shard = Shard::of("alpha");
+    let newest = store.event_heads().await.expect("heads").newest(shard);
+    let marks = stores::prune_all(store, &fence, 5).await;
+    let pruned = marks[usize::from(shard.index())];
     assert_eq!(pruned, newest - 5);
     match store
-        .events_after(&EventFilter::default(), 1, 100)
+        .events_after(&EventFilter::default(), &Cursor::at([(shard, 1)]), 100)
         .await
         .expect("page")
     {
-        EventPage::Expired { pruned_through } => assert_eq!(pruned_through, pruned),
+        EventPage::Expired {
+            shard: expired,
+            pruned_through,
+        } => assert_eq!((expired, pruned_through), (shard, pruned)),
         EventPage::Events(events) => panic!("expected CURSOR_EXPIRED, got {events:?}"),
     }
     seen.extend(events(store, &EventFilter::default()).await);
@@ -309,9 +317,13 @@ async fn script<S: Store>(store: &S) -> Vec<String> {
 /// Every event the filter passes, as lines (id relative to the first).
 async fn events<S: Store>(store: &S, filter: &EventFilter) -> Vec<String> {
     let mut out = Vec::new();
-    let mut after = 0;
+    let mut after = store
+        .event_heads()
+        .await
+        .expect("heads")
+        .oldest_kept(ShardSet::ALL);
     loop {
-        let EventPage::Events(page) = store.events_after(filter, after, 4).await.expect("page")
+        let EventPage::Events(page) = store.events_after(filter, &after, 4).await.expect("page")
         else {
             panic!("expired");
         };
@@ -328,7 +340,7 @@ async fn events<S: Store>(store: &S, filter: &EventFilter) -> Vec<String> {
                 troupe_proto::status::status_str(e.status),
                 e.depth
             ));
-            after = e.id;
+            after.advance(e.shard, e.position);
         }
     }
 }

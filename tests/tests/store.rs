@@ -310,7 +310,7 @@ async fn unknown_stored_text_is_a_storage_error() {
         ..EventFilter::default()
     };
     assert!(matches!(
-        store.events_after(&filter, 0, 10).await.expect("events"),
+        store.events_after(&filter, &Default::default(), 10).await.expect("events"),
         EventPage::Events(events) if events.len() == 2
     ));
 
@@ -339,6 +339,9 @@ async fn unknown_stored_text_is_a_storage_error() {
         .await
         .expect_err("unknown exit reason");
     assert_eq!(storage(process), StorageKind::Other);
-    let events = store.events_after(&filter, 0, 10).await.expect_err("kind");
+    let events = store
+        .events_after(&filter, &Default::default(), 10)
+        .await
+        .expect_err("kind");
     assert_eq!(storage(events), StorageKind::Other);
 }

@@ -6,7 +6,13 @@ use std::time::Duration;
 use tokio_stream::StreamExt;
 use tonic::{Code, Streaming};
 use troupe_proto::session::{self as pb, EventKind, TrustLevel};
+use troupe_session_svc::{cursor::Cursor, shard::Shard};
 use troupe_tests::{TestServer, child, create_child, message, reason, terminate};
+
+/// The position in `workspace`'s shard an event's cursor stands at.
+fn position(event: &pb::SessionEvent, workspace: &str) -> i64 {
+    troupe_tests::position(&event.cursor, workspace)
+}
 
 async fn next(stream: &mut Streaming<pb::SessionEvent>) -> pb::SessionEvent {
     tokio::time::timeout(Duration::from_secs(10), stream.next())
@@ -63,18 +69,26 @@ async fn watchers_see_hierarchy_fields_and_resume_without_gap_or_repeat() {
     let mut resumed = op
         .watch_sessions(pb::WatchSessionsRequest {
             tree_id: root.tree_id.clone(),
-            after_cursor: last_seen,
+            after: last_seen.clone(),
             ..Default::default()
         })
         .await
         .expect("resume")
         .into_inner();
     let mut kinds = Vec::new();
-    let mut cursor = last_seen;
+    let mut at = last_seen
+        .parse::<Cursor>()
+        .unwrap()
+        .after(Shard::of("alpha"));
+    assert_eq!(
+        last_seen,
+        format!("{}:{at}", Shard::of("alpha")),
+        "a tree's cursor names its one shard"
+    );
     for _ in 0..3 {
         let event = next(&mut resumed).await;
-        assert!(event.cursor > cursor, "cursors only grow");
-        cursor = event.cursor;
+        assert!(position(&event, "alpha") > at, "positions only grow");
+        at = position(&event, "alpha");
         kinds.push((
             EventKind::try_from(event.kind).expect("kind"),
             event.session_id.clone(),
@@ -180,28 +194,73 @@ async fn a_cursor_older_than_what_is_kept_is_refused() {
     // events, 3 kept, so events 1 to 4 are gone.
     server.restart().await;
     let mut op = server.operator().await;
-    let status = op
-        .watch_sessions(pb::WatchSessionsRequest {
-            after_cursor: 1,
-            ..Default::default()
-        })
-        .await
-        .expect_err("expired");
-    assert_eq!(
-        (status.code(), reason(&status).as_str()),
-        (Code::OutOfRange, "CURSOR_EXPIRED")
-    );
+    let shard = Shard::of("alpha");
+    // Of every workspace, or of alpha alone: a cursor before the mark of
+    // alpha's shard has expired; one that names no shard stands at 0 in
+    // each, and has too.
+    for (workspace, after) in [
+        ("", format!("{shard}:1")),
+        ("alpha", format!("{shard}:1")),
+        ("", "0:0".to_owned()),
+    ] {
+        let status = op
+            .watch_sessions(pb::WatchSessionsRequest {
+                workspace_id: workspace.into(),
+                after: after.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("expired");
+        assert_eq!(
+            (status.code(), reason(&status).as_str()),
+            (Code::OutOfRange, "CURSOR_EXPIRED"),
+            "{workspace:?} after {after:?}"
+        );
+    }
     // From the oldest kept, or from the pruning mark exactly, works.
-    for after in [0, 4] {
+    for after in [String::new(), format!("{shard}:4")] {
         let mut stream = op
             .watch_sessions(pb::WatchSessionsRequest {
-                after_cursor: after,
+                workspace_id: "alpha".into(),
+                after,
                 ..Default::default()
             })
             .await
             .expect("watch")
             .into_inner();
-        assert_eq!(next(&mut stream).await.cursor, 5);
+        assert_eq!(position(&next(&mut stream).await, "alpha"), 5);
+    }
+    server.stop().await;
+}
+
+/// A numeric cursor of a release before shards is refused, with what to do
+/// instead, in either field; so is text that is no cursor.
+#[tokio::test]
+async fn an_old_numeric_cursor_is_refused_clearly() {
+    let server = TestServer::start().await;
+    server.root("alpha", TrustLevel::Direct).await;
+    let mut op = server.operator().await;
+    #[allow(deprecated)]
+    let numeric = pb::WatchSessionsRequest {
+        after_cursor: 2,
+        ..Default::default()
+    };
+    let as_text = pb::WatchSessionsRequest {
+        after: "2".into(),
+        ..Default::default()
+    };
+    let garbage = pb::WatchSessionsRequest {
+        after: "22:x".into(),
+        ..Default::default()
+    };
+    for (request, says) in [
+        (numeric, "numeric cursors are no longer accepted"),
+        (as_text, "numeric cursor of a release before"),
+        (garbage, "is not a cursor"),
+    ] {
+        let status = op.watch_sessions(request).await.expect_err("refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(says), "{}", status.message());
     }
     server.stop().await;
 }

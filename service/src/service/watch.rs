@@ -16,11 +16,11 @@ use troupe_proto::session as pb;
 
 use super::{EventStream, Inner, identity::Lapse, view};
 use crate::{
-    error::{Reason, SessionError},
     cursor::{Cursor, CursorError},
+    error::{Reason, SessionError},
     model::{Caller, EventFilter, EventRow},
-    shard::{Shard, ShardSet},
     policy::{self, can_see},
+    shard::{Shard, ShardSet},
     store::{EventPage, Store},
 };
 
@@ -82,7 +82,11 @@ pub async fn start<S: Store>(
             let full = page.len() == PAGE as usize;
             for event in &page {
                 after.advance(event.shard, event.position);
-                if tx.send(Ok(view::event(&caller, event, &after))).await.is_err() {
+                if tx
+                    .send(Ok(view::event(&caller, event, &after)))
+                    .await
+                    .is_err()
+                {
                     return; // the watcher went away
                 }
             }
@@ -103,7 +107,10 @@ pub async fn start<S: Store>(
             changes.borrow_and_update();
             page = match inner.store.events_after(&filter, &after, PAGE).await {
                 Ok(EventPage::Events(events)) => events,
-                Ok(EventPage::Expired { shard, pruned_through }) => {
+                Ok(EventPage::Expired {
+                    shard,
+                    pruned_through,
+                }) => {
                     let _ = tx.send(Err(expired(shard, pruned_through).into())).await;
                     return;
                 }
@@ -175,6 +182,10 @@ async fn filter<S: Store>(
             .ok_or_else(|| SessionError::not_found(id))?;
         // Its workspace names the one shard to read.
         filter.workspace_id.get_or_insert(row.workspace_id);
+    }
+    if let (Some(tree), None) = (&filter.tree_id, &filter.workspace_id) {
+        // Likewise a tree's (none: no event can match, any shard will do).
+        filter.workspace_id = inner.store.tree_workspace(tree).await?;
     }
     Ok(filter)
 }

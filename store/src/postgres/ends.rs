@@ -82,12 +82,12 @@ impl Tx<'_> {
     }
 
     /// Locks what a write of `session_id`'s output changes, in the lock
-    /// order: output's total, then its row; returns the row.
+    /// order: its stripe of output's total, then its row; returns the row.
     pub(crate) async fn lock_output(
         &mut self,
         session_id: &str,
     ) -> Result<SessionRow, SessionError> {
-        output::lock_total(self.conn()).await?;
+        output::lock_stripe(self.conn(), session_id).await?;
         Ok(locks::session(self.conn(), session_id).await?.0)
     }
 

@@ -1,19 +1,20 @@
-//! Writing events in commit order, pruning them, and the statements every
-//! write path shares (audit, request ids).
+//! Writing events in each shard's commit order, pruning them, and the
+//! statements every write path shares (audit, request ids).
 //!
-//! A watcher's cursor is an event id, and it pages `id > cursor`. With
-//! writers on several connections, ids drawn from a sequence at insert time
-//! would follow the order of the inserts, not of the commits: a transaction
-//! that drew id 10 and committed after another that drew 11 would be
-//! skipped by a watcher that read 11 in between. So every transaction
-//! writes its events as its last statements, after taking
-//! `pg_advisory_xact_lock(EVENTS_LOCK)`, and draws their ids after the lock;
-//! the lock is held until its commit is visible, so the next writer's ids
-//! are drawn, and committed, after it. The cost: commits that write events
-//! are serialised (across replicas), for the time of their last two
-//! statements and their commit. Row locks a write needs (the session's
-//! `event_seq`) are taken before the events lock, which is the last lock of
-//! every transaction: no cycle can go through it.
+//! A watcher's cursor holds a position per shard, and it pages
+//! `shard_seq > position` in each (`troupe_domain::cursor`). With writers
+//! on several connections, positions drawn at insert time would follow the
+//! order of the inserts, not of the commits: a transaction that drew 10 and
+//! committed after another that drew 11 would be skipped by a watcher that
+//! read 11 in between. So every transaction writes its events as its last
+//! statements, after moving its shard's counter in `event_shards` (which
+//! locks that row until the commit is visible): the next writer of the
+//! shard draws its positions, and commits, after it. Commits of one shard
+//! are serialised for the time of their last statements and their commit;
+//! commits of different shards share no lock, and notify no one from inside
+//! (`wake`). Row locks a write needs (the session's `event_seq`) are taken
+//! before its shards' rows, the last locks of every transaction, taken in
+//! shard order: no cycle can go through them.
 
 use sqlx::PgConnection;
 
@@ -32,7 +33,7 @@ impl UpkeepStore for PgStore {
         retrying!(async {
             let mut tx = self.begin().await?;
             lease::check(&mut tx, fence).await?;
-            let pruned = prune(&mut tx, keep).await?;
+            let pruned = crate::upkeep::postgres::prune_shard(&mut tx, fence.shard, keep).await?;
             tx.commit().await?;
             Ok(pruned)
         })
@@ -204,46 +205,6 @@ async fn next_seqs(
         .execute(&mut *conn)
         .await?;
     Ok((last, shard))
-}
-
-/// Deletes all but the newest `keep` events in the open transaction; returns
-/// the highest id pruned so far. Takes output's `meta` row first, as the
-/// output writes do, and the budget's counters off what goes.
-pub(super) async fn prune(conn: &mut PgConnection, keep: u64) -> Result<i64, SessionError> {
-    sqlx::query("SELECT value FROM meta WHERE key = 'output_bytes' FOR NO KEY UPDATE")
-        .execute(&mut *conn)
-        .await?;
-    let through: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) - $1 FROM events")
-        .bind(keep.min(i64::MAX as u64) as i64)
-        .fetch_one(&mut *conn)
-        .await?;
-    sqlx::query(
-        "WITH gone AS (SELECT session_id, SUM(bytes) AS bytes FROM events \
-           WHERE id <= $1 AND kind = 'output' GROUP BY session_id ORDER BY session_id) \
-         UPDATE processes SET output_bytes = GREATEST(0, output_bytes - gone.bytes) FROM gone \
-         WHERE processes.session_id = gone.session_id",
-    )
-    .bind(through)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "UPDATE meta SET value = GREATEST(0, value - (SELECT COALESCE(SUM(bytes), 0) FROM events \
-           WHERE id <= $1 AND kind = 'output')) WHERE key = 'output_bytes'",
-    )
-    .bind(through)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query("DELETE FROM events WHERE id <= $1")
-        .bind(through)
-        .execute(&mut *conn)
-        .await?;
-    Ok(sqlx::query_scalar(
-        "UPDATE meta SET value = GREATEST(value, $1) WHERE key = 'events_pruned_through' \
-         RETURNING value",
-    )
-    .bind(through)
-    .fetch_one(&mut *conn)
-    .await?)
 }
 
 /// Deletes at most `limit` request-id records of callers' calls made

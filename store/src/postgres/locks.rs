@@ -5,15 +5,16 @@
 //! `workspaces` (active sessions by trust), the tree's row of `trees`
 //! (sessions ever), then session rows (a parent's `children` and
 //! `spawn_tat_ms`, the sessions it ends), then `processes` rows. Output's
-//! `meta` row, when taken, comes first of all; the events lock (`events`)
-//! last of all. With one order no two transactions wait on each other in a
-//! cycle, and a check reads counts that stay true until its commit: N
-//! spawns at limit-1 on any number of replicas give one success. Session
-//! rows are locked `FOR NO KEY UPDATE`, which the foreign keys' checks of
-//! inserts do not wait for. One write leaves the order: output past the
-//! total budget drops other sessions' output under the events lock, and may
-//! meet another session's process event in a deadlock, which PostgreSQL
-//! breaks and `retrying!` runs again.
+//! stripe of its shard (`output_stripes`), when taken, comes first of all;
+//! the shards' rows of `event_shards` (`events`), in shard order, last of
+//! all. With one order no two transactions wait on each other in a cycle,
+//! and a check reads counts that stay true until its commit: N spawns at
+//! limit-1 on any number of replicas give one success. Session rows are
+//! locked `FOR NO KEY UPDATE`, which the foreign keys' checks of inserts
+//! do not wait for. One write leaves the order: output past the total
+//! budget drops other sessions' output under its shard's events row, and
+//! may meet another session's process event in a deadlock, which
+//! PostgreSQL breaks and `retrying!` runs again.
 //!
 //! A message's sender's `message_rates` row (its rate state) is locked
 //! before any session row, and only by messages: a send or a fan-out

@@ -117,7 +117,10 @@ impl PgStore {
 
     /// Marks `session_id`'s shard as changed by a commit that writes no
     /// event (see `events::touch`).
-    pub(crate) async fn touch(conn: &mut PgConnection, session_id: &str) -> Result<(), SessionError> {
+    pub(crate) async fn touch(
+        conn: &mut PgConnection,
+        session_id: &str,
+    ) -> Result<(), SessionError> {
         events::touch(conn, session_id).await
     }
 

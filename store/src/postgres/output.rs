@@ -1,18 +1,28 @@
-//! Output's total lock and its tail on PostgreSQL (the rest of output's
-//! budgets is written once, in `output`). The total is the `meta`
-//! row `output_bytes`, which every output write locks first, so output
-//! writes (and pruning) take their turns at it.
+//! Output's stripe lock and its tail on PostgreSQL (the rest of output's
+//! budgets is written once, in `output`). The total is summed from one
+//! stripe per shard (`output_stripes`); every output write locks its
+//! session's stripe first, so output writes (and pruning) of one shard take
+//! their turns at it, and those of different shards do not meet.
 
 use sqlx::PgConnection;
 
 use super::PgStore;
 use crate::error::SessionError;
 
-/// Locks the total's row: the first lock of an output write or a pruning.
-pub(super) async fn lock_total(conn: &mut PgConnection) -> Result<(), SessionError> {
-    sqlx::query("SELECT value FROM meta WHERE key = 'output_bytes' FOR NO KEY UPDATE")
-        .execute(conn)
-        .await?;
+/// Locks `session_id`'s stripe of the output total: the first lock of an
+/// output write.
+pub(super) async fn lock_stripe(
+    conn: &mut PgConnection,
+    session_id: &str,
+) -> Result<(), SessionError> {
+    sqlx::query(
+        "SELECT bytes FROM output_stripes WHERE shard = \
+           (SELECT CASE WHEN shard < 0 THEN 0 ELSE shard END FROM sessions WHERE session_id = $1) \
+         FOR NO KEY UPDATE",
+    )
+    .bind(session_id)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

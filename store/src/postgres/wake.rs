@@ -101,7 +101,13 @@ pub(super) async fn start(
         .connect_lazy_with(options.application_name(LISTENER_NAME));
     tokio::spawn(listen(listen_pool, prompt.clone(), stop.clone()));
     let seen = Counters::read(pool).await?;
-    tokio::spawn(read(pool.clone(), seen, wakes, prompt.clone(), stop.clone()));
+    tokio::spawn(read(
+        pool.clone(),
+        seen,
+        wakes,
+        prompt.clone(),
+        stop.clone(),
+    ));
     Ok(Tasks {
         prompt,
         _stop: stop.drop_guard(),

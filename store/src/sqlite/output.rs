@@ -1,5 +1,5 @@
 //! The output tail on SQLite (the rest of output's budgets is written once,
-//! in `output`), and what pruning takes off output's counters.
+//! in `output`).
 
 use sqlx::SqliteConnection;
 
@@ -30,29 +30,4 @@ impl SqliteStore {
         .fetch_one(conn)
         .await?)
     }
-}
-
-/// Takes the output events about to be pruned (ids up to `through`) off the
-/// counters, in the pruning's transaction.
-pub(super) async fn forget_pruned(
-    conn: &mut SqliteConnection,
-    through: i64,
-) -> Result<(), SessionError> {
-    sqlx::query(
-        "WITH gone AS (SELECT session_id, SUM(bytes) AS bytes FROM events \
-           WHERE id <= ?1 AND kind = 'output' GROUP BY session_id) \
-         UPDATE processes SET output_bytes = MAX(0, output_bytes - gone.bytes) FROM gone \
-         WHERE processes.session_id = gone.session_id",
-    )
-    .bind(through)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "UPDATE meta SET value = MAX(0, value - (SELECT COALESCE(SUM(bytes), 0) FROM events \
-           WHERE id <= ?1 AND kind = 'output')) WHERE key = 'output_bytes'",
-    )
-    .bind(through)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
 }

@@ -52,7 +52,7 @@ impl UpkeepStore for SqliteStore {
         let mut w = self.writer().await?;
         let mut tx = Write::begin(&mut w.conn).await?;
         super::lease::check(tx.conn(), fence).await?;
-        let pruned = tx.prune_events(keep).await?;
+        let pruned = crate::upkeep::sqlite::prune_shard(tx.conn(), fence.shard, keep).await?;
         tx.commit().await?;
         Ok(pruned)
     }

@@ -79,25 +79,6 @@ impl<'c> Write<'c> {
         .await?;
         Ok(done.rows_affected())
     }
-
-    /// Deletes all but the newest `keep` events; returns the highest id pruned so far.
-    pub async fn prune_events(&mut self, keep: u64) -> Result<i64, SessionError> {
-        let through: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) - ? FROM events")
-            .bind(keep.min(i64::MAX as u64) as i64)
-            .fetch_one(&mut *self.tx)
-            .await?;
-        super::output::forget_pruned(&mut self.tx, through).await?;
-        sqlx::query("DELETE FROM events WHERE id <= ?")
-            .bind(through)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(sqlx::query_scalar(
-            "UPDATE meta SET value = MAX(value, ?) WHERE key = 'events_pruned_through' RETURNING value",
-        )
-        .bind(through)
-        .fetch_one(&mut *self.tx)
-        .await?)
-    }
 }
 
 /// Appends an inbox entry: message id, sender, body id, bytes, time,

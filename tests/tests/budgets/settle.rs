@@ -80,7 +80,10 @@ async fn settle_lands_on_every_ancestor<S: Store>(stores: &[S]) {
         session_id: Some("s_b".into()),
         ..EventFilter::default()
     };
-    let EventPage::Events(events) = store.events_after(&filter, 0, 100).await.expect("events")
+    let EventPage::Events(events) = store
+        .events_after(&filter, &Default::default(), 100)
+        .await
+        .expect("events")
     else {
         panic!("pruned");
     };

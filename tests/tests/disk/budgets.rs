@@ -5,7 +5,7 @@
 use super::*;
 
 /// Every event of `session` after `after`, as a watcher pages through them.
-async fn watch(store: &SqliteStore, session: &str, mut after: i64) -> Vec<EventRow> {
+async fn watch(store: &SqliteStore, session: &str, after: &mut Cursor) -> Vec<EventRow> {
     let filter = EventFilter {
         session_id: Some(session.into()),
         ..Default::default()
@@ -15,10 +15,12 @@ async fn watch(store: &SqliteStore, session: &str, mut after: i64) -> Vec<EventR
         let EventPage::Events(page) = store.events_after(&filter, after, 100).await.unwrap() else {
             panic!("cursor {after} expired");
         };
-        let Some(last) = page.last() else {
+        if page.is_empty() {
             return all;
-        };
-        after = last.id;
+        }
+        for event in &page {
+            after.advance(event.shard, event.position);
+        }
         all.extend(page);
     }
 }
@@ -70,15 +72,14 @@ async fn output_past_a_sessions_budget_is_dropped_oldest_first_and_the_gap_marke
     // A watcher that keeps up as it goes; one that read the first ten
     // chunks and went away.
     let mut live = Vec::new();
-    let mut after = 0;
-    let mut went_away = 0;
+    let mut after = Cursor::default();
+    let mut went_away = Cursor::default();
     for i in 0..300u64 {
         print(&store, "sess_loud", i + 2, output(chunk(i))).await;
-        let new = watch(&store, "sess_loud", after).await;
-        after = new.last().map_or(after, |e| e.id);
+        let new = watch(&store, "sess_loud", &mut after).await;
         live.extend(new);
         if i == 9 {
-            went_away = after;
+            went_away = after.clone();
         }
     }
 
@@ -89,7 +90,7 @@ async fn output_past_a_sessions_budget_is_dropped_oldest_first_and_the_gap_marke
         "a watcher that keeps up is sent every chunk once, in order"
     );
 
-    let all = watch(&store, "sess_loud", 0).await;
+    let all = watch(&store, "sess_loud", &mut Cursor::default()).await;
     let (kept, marker) = read(&all);
     let kinds: Vec<&str> = all.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
@@ -117,7 +118,7 @@ async fn output_past_a_sessions_budget_is_dropped_oldest_first_and_the_gap_marke
     assert_eq!(bytes, events * 1024);
 
     // The watcher that went away is told of the gap before any output.
-    let resumed = watch(&store, "sess_loud", went_away).await;
+    let resumed = watch(&store, "sess_loud", &mut went_away).await;
     assert_eq!(
         resumed.first().map(|e| e.kind.as_str()),
         Some("output_truncated")
@@ -126,7 +127,7 @@ async fn output_past_a_sessions_budget_is_dropped_oldest_first_and_the_gap_marke
     assert_eq!(after_gap, kept);
     assert!(marker.unwrap().1 >= 10, "its totals cover what it missed");
     // One that read everything is sent nothing again.
-    assert!(watch(&store, "sess_loud", after).await.is_empty());
+    assert!(watch(&store, "sess_loud", &mut after).await.is_empty());
 }
 
 #[tokio::test]
@@ -145,14 +146,14 @@ async fn the_total_budget_takes_from_the_sessions_keeping_the_most() {
     for i in 0..200 {
         print(&store, "sess_loud", i + 2, output(chunk(i))).await;
     }
-    let (quiet, marker) = read(&watch(&store, "sess_quiet", 0).await);
+    let (quiet, marker) = read(&watch(&store, "sess_quiet", &mut Cursor::default()).await);
     assert_eq!(
         quiet,
         (0..8).collect::<Vec<_>>(),
         "the quiet session keeps its output"
     );
     assert_eq!(marker, None);
-    let (loud, marker) = read(&watch(&store, "sess_loud", 0).await);
+    let (loud, marker) = read(&watch(&store, "sess_loud", &mut Cursor::default()).await);
     let (bytes, events) = marker.expect("the loud session's gap is marked");
     assert_eq!(loud, (events..200).collect::<Vec<_>>());
     assert_eq!(bytes, events * 1024);
@@ -178,17 +179,14 @@ async fn pruned_output_leaves_the_budgets_counts() {
     for i in 0..100 {
         print(&store, "sess_a", i + 2, output(chunk(i))).await;
     }
-    store
-        .prune_events(&fence(&store).await, 10)
-        .await
-        .expect("prune");
+    troupe_tests::stores::prune_all(&store, &fence(&store).await, 10).await;
     let mut db = sqlx::SqliteConnection::connect(&db_url(dir.path()))
         .await
         .unwrap();
     let (stored, counted, total): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM events WHERE kind = 'output'), \
          (SELECT output_bytes FROM processes WHERE session_id = 'sess_a'), \
-         (SELECT value FROM meta WHERE key = 'output_bytes')",
+         (SELECT SUM(bytes) FROM output_stripes)",
     )
     .fetch_one(&mut db)
     .await

@@ -17,6 +17,7 @@ use base64::Engine as _;
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 use troupe_session_svc::{
+    cursor::Cursor,
     error::QuotaLeft,
     model::{Action, EventFilter, EventRow, ProcessChange, Trust},
     store::{Created, EventPage, Fence, Holder, OutputBudget, SqliteStore, prelude::*},

@@ -127,7 +127,11 @@ async fn events_of<S: Store>(store: &S, id: &str) -> Vec<(EventKind, serde_json:
         session_id: Some(id.into()),
         ..Default::default()
     };
-    match store.events_after(&filter, 0, 1000).await.expect("events") {
+    match store
+        .events_after(&filter, &Default::default(), 1000)
+        .await
+        .expect("events")
+    {
         EventPage::Events(events) => events
             .into_iter()
             .map(|e| (e.kind, serde_json::from_str(&e.detail).unwrap()))

@@ -1,5 +1,6 @@
-//! Events across replicas: every one once, in cursor order, and watchers
-//! woken by another replica's commits.
+//! Events across replicas: every one once, in each shard's order, commits
+//! of different shards never waiting on one another, and watchers woken by
+//! another replica's commits.
 
 use std::{
     sync::{
@@ -10,10 +11,12 @@ use std::{
 };
 
 use futures::{StreamExt, future::join_all};
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 use troupe_proto::session::{self as pb, TrustLevel};
 use troupe_session_svc::{
+    cursor::Cursor,
     model::EventFilter,
+    shard::Shard,
     store::{EventPage, LogStore, PG_LISTENER_NAME, PgStore},
 };
 use troupe_tests::message;
@@ -51,6 +54,12 @@ async fn hold_next_event_id(conn: &mut PgConnection, session_id: &str) -> i64 {
     .fetch_one(conn)
     .await
     .expect("hold the next event id")
+}
+
+/// The position in `workspace`'s shard a gRPC event's cursor stands at.
+fn position(event: &pb::SessionEvent, workspace: &str) -> i64 {
+    let cursor: Cursor = event.cursor.parse().expect("a cursor");
+    cursor.after(Shard::of(workspace))
 }
 
 /// Waits until a backend waits on a lock that backend `pid` holds.
@@ -129,16 +138,18 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
             }
         }));
     }
-    // A writer either commits past the held event (what the events lock
-    // forbids) or waits for the events lock behind it.
+    // A writer either commits past the held event (what the shard's row of
+    // `event_shards` forbids) or waits for that row behind it (the held
+    // message waits on the test, and at least one writer on the message).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)",
+            "SELECT count(*) >= 2 FROM pg_stat_activity \
+             WHERE cardinality(pg_blocking_pids(pid)) > 0",
         )
         .fetch_one(&mut admin)
         .await
-        .expect("advisory waiters");
+        .expect("waiters");
         if waiting || sent.load(Ordering::SeqCst) > 0 {
             break;
         }
@@ -154,47 +165,58 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         workspace_id: Some("alpha".into()),
         ..EventFilter::default()
     };
+    let shard = Shard::of("alpha");
     let mut paged: Vec<i64> = Vec::new();
+    let at = |paged: &Vec<i64>| Cursor::at([(shard, paged.last().copied().unwrap_or(0))]);
     // Everything visible while the held message cannot commit.
     loop {
-        let after = paged.last().copied().unwrap_or(0);
-        match store.events_after(&filter, after, 3).await.expect("page") {
+        match store
+            .events_after(&filter, &at(&paged), 3)
+            .await
+            .expect("page")
+        {
             EventPage::Events(events) if events.is_empty() => break,
-            EventPage::Events(events) => paged.extend(events.iter().map(|e| e.id)),
+            EventPage::Events(events) => paged.extend(events.iter().map(|e| e.position)),
             EventPage::Expired { .. } => panic!("nothing is pruned here"),
         }
     }
-    assert!(
-        paged.iter().all(|&id| id < held_id),
-        "events past the held one ({held_id}) were visible before it: {paged:?}"
-    );
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut hold)
         .await
         .expect("release the held id");
     held_send.await.expect("held send");
+    let held: i64 = sqlx::query_scalar("SELECT shard_seq FROM events WHERE id = $1")
+        .bind(held_id)
+        .fetch_one(&mut admin)
+        .await
+        .expect("the held message's event is stored");
+    assert!(
+        paged.iter().all(|&p| p < held),
+        "events past the held one ({held}) were visible before it: {paged:?}"
+    );
     let mut done = false;
     loop {
         if !done {
             done = futures::poll!(&mut writing).is_ready();
         }
-        let after = paged.last().copied().unwrap_or(0);
-        match store.events_after(&filter, after, 3).await.expect("page") {
+        match store
+            .events_after(&filter, &at(&paged), 3)
+            .await
+            .expect("page")
+        {
             EventPage::Events(events) if events.is_empty() && done => break,
-            EventPage::Events(events) => paged.extend(events.iter().map(|e| e.id)),
+            EventPage::Events(events) => paged.extend(events.iter().map(|e| e.position)),
             EventPage::Expired { .. } => panic!("nothing is pruned here"),
         }
     }
     let mut conn = connect(&servers[0]).await;
-    let stored: Vec<i64> = sqlx::query_scalar("SELECT id FROM events ORDER BY id")
-        .fetch_all(&mut conn)
-        .await
-        .expect("ids");
+    let stored: Vec<i64> =
+        sqlx::query_scalar("SELECT shard_seq FROM events WHERE shard = $1 ORDER BY shard_seq")
+            .bind(i32::from(shard.index()))
+            .fetch_all(&mut conn)
+            .await
+            .expect("positions");
     assert_eq!(stored.len(), 2 + 2 + 1 + 12 * 25);
-    assert!(
-        stored.contains(&held_id),
-        "the held message's event is stored"
-    );
     assert_eq!(
         paged, stored,
         "the paging watcher saw every event once, in order"
@@ -204,7 +226,7 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         let event = next_within(&mut stream, Duration::from_secs(10))
             .await
             .expect("every event reaches the gRPC watcher");
-        streamed.push(event.cursor as i64);
+        streamed.push(position(&event, "alpha"));
     }
     assert_eq!(
         streamed, stored,
@@ -217,7 +239,7 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         .await
         .watch_sessions(pb::WatchSessionsRequest {
             workspace_id: "alpha".to_owned(),
-            after_cursor: mid as u64,
+            after: format!("{shard}:{mid}"),
             ..Default::default()
         })
         .await
@@ -225,35 +247,52 @@ async fn watchers_see_every_event_once_in_cursor_order_while_replicas_write() {
         .into_inner();
     let mut rest = Vec::new();
     while let Some(event) = next_within(&mut resumed, Duration::from_millis(500)).await {
-        rest.push(event.cursor as i64);
+        rest.push(position(&event, "alpha"));
     }
     assert_eq!(rest, stored[stored.len() / 2 + 1..]);
     drop(store);
     stop_all(servers).await;
 }
 
+/// Opens a transaction on `conn` that takes `workspace`'s shard's row of
+/// `event_shards` and writes an event of `session_id` at the position it
+/// draws, as every event write does, and holds it uncommitted; returns the
+/// position.
+async fn hold_shard(conn: &mut PgConnection, workspace: &str, session_id: &str) -> i64 {
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+    let shard = i32::from(Shard::of(workspace).index());
+    let position: i64 =
+        sqlx::query_scalar("UPDATE event_shards SET seq = seq + 1 WHERE shard = $1 RETURNING seq")
+            .bind(shard)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("the shard's row");
+    sqlx::query(
+        "INSERT INTO events (id, session_id, seq, shard, shard_seq, kind, status, at_ms, detail) \
+         VALUES (nextval('events_id_seq'), $1, 1000, $2, $3, 'progress', 'pending', 0, '{}')",
+    )
+    .bind(session_id)
+    .bind(shard)
+    .bind(position)
+    .execute(&mut *conn)
+    .await
+    .expect("the slow event");
+    position
+}
+
 #[tokio::test]
 async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
-    // A writer that holds its transaction open after taking the events
-    // lock (as every writer does before drawing ids): the replicas' writes
-    // wait behind it, so none gets an id past its event and commits first.
+    // A writer that holds its transaction open after drawing its position
+    // (as every writer does, under its shard's row): the replicas' writes
+    // of that shard wait behind it, so none gets a position past its event
+    // and commits first.
     let servers = replicas(2, unlimited()).await;
     let (root, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
     let mut held = connect(&servers[0]).await;
-    let mut tx = held.begin().await.expect("begin");
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(troupe_session_svc::store::PG_EVENTS_LOCK)
-        .execute(&mut *tx)
-        .await
-        .expect("events lock");
-    let slow: i64 = sqlx::query_scalar(
-        "INSERT INTO events (id, session_id, seq, kind, status, at_ms, detail) \
-         VALUES (nextval('events_id_seq'), $1, 1000, 'progress', 'pending', 0, '{}') RETURNING id",
-    )
-    .bind(&root.session_id)
-    .fetch_one(&mut *tx)
-    .await
-    .expect("slow event");
+    let slow = hold_shard(&mut held, "alpha", &root.session_id).await;
     let mut op = servers[1].operator().await;
     let target = root.session_id.clone();
     let writer = tokio::spawn(async move {
@@ -266,7 +305,7 @@ async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
     let mut op_a = servers[0].operator().await;
     let mut stream = op_a
         .watch_sessions(pb::WatchSessionsRequest {
-            after_cursor: slow as u64 - 1,
+            after: format!("{}:{}", Shard::of("alpha"), slow - 1),
             ..Default::default()
         })
         .await
@@ -279,20 +318,84 @@ async fn an_event_whose_commit_waits_is_not_skipped_by_watchers() {
             .is_none(),
         "an event past the uncommitted one was visible"
     );
-    tx.commit().await.expect("commit");
+    sqlx::raw_sql("COMMIT")
+        .execute(&mut held)
+        .await
+        .expect("commit");
     writer.await.expect("writer");
     let first = next_within(&mut stream, Duration::from_secs(5))
         .await
         .expect("the held event");
-    assert_eq!(first.cursor as i64, slow);
-    let mut cursors = vec![first.cursor];
-    while cursors.len() < 6 {
+    assert_eq!(position(&first, "alpha"), slow);
+    let mut positions = vec![slow];
+    while positions.len() < 6 {
         let event = next_within(&mut stream, Duration::from_secs(5))
             .await
             .expect("the writer's events");
-        cursors.push(event.cursor);
+        positions.push(position(&event, "alpha"));
     }
-    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "{cursors:?}");
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    stop_all(servers).await;
+}
+
+/// The point of ordering the log per shard: a commit of one shard held
+/// open does not hold the commits of another shard's workspace, on any
+/// replica, nor their watchers.
+#[tokio::test]
+async fn an_event_commit_of_one_shard_never_waits_for_another_shards() {
+    let servers = replicas(2, unlimited()).await;
+    let (a, _, _) = servers[0].root("alpha", TrustLevel::Direct).await;
+    let other = (0..)
+        .map(|n| format!("beta{n}"))
+        .find(|w| Shard::of(w) != Shard::of("alpha"))
+        .unwrap();
+    let (b, _, _) = servers[0].root(&other, TrustLevel::Direct).await;
+    // Both replicas serve (each has made its first try for shards).
+    for server in &servers {
+        let mut client = server.operator().await;
+        client
+            .send_message(message(&b.session_id, "ready"))
+            .await
+            .expect("send");
+    }
+    let mut held = connect(&servers[0]).await;
+    hold_shard(&mut held, "alpha", &a.session_id).await;
+    let mut watch = servers[0]
+        .operator()
+        .await
+        .watch_sessions(pb::WatchSessionsRequest {
+            workspace_id: other.clone(),
+            live_only: true,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    for (n, server) in servers.iter().enumerate() {
+        let mut client = server.operator().await;
+        let send = client.send_message(message(&b.session_id, format!("n{n}")));
+        tokio::time::timeout(Duration::from_secs(2), send)
+            .await
+            .unwrap_or_else(|_| panic!("a send to {other} waited for alpha's shard"))
+            .expect("send");
+        let event = next_within(&mut watch, Duration::from_secs(2))
+            .await
+            .expect("the message's event");
+        assert_eq!(event.session_id, b.session_id);
+    }
+    // Alpha's own writes wait, as they must.
+    let mut client = servers[1].operator().await;
+    let send = client.send_message(message(&a.session_id, "waits"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), send)
+            .await
+            .is_err(),
+        "a send to alpha did not wait for its shard's held commit"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut held)
+        .await
+        .expect("rollback");
     stop_all(servers).await;
 }
 
