@@ -126,18 +126,27 @@ pub enum CursorError {
          start again from the oldest event kept (an empty cursor), or from the live end"
     )]
     Numeric(String),
-    #[error("`{0}` is not a cursor: expected `shard:position` pairs joined by commas")]
-    Malformed(String),
+    #[error("not a cursor: expected `shard:position` pairs joined by commas")]
+    Malformed,
     #[error("cursor names shard {0}, which does not exist")]
     NoSuchShard(String),
     #[error("cursor names shard {0} twice")]
     Repeated(Shard),
+    #[error("a cursor is at most {MAX_TEXT} bytes (a pair per shard)")]
+    TooLong,
 }
+
+/// The longest text a cursor can have: a pair per shard, each at most
+/// `63:9223372036854775807,` (23 bytes).
+pub const MAX_TEXT: usize = SHARDS as usize * 23;
 
 impl FromStr for Cursor {
     type Err = CursorError;
 
     fn from_str(text: &str) -> Result<Cursor, CursorError> {
+        if text.len() > MAX_TEXT {
+            return Err(CursorError::TooLong);
+        }
         let text = text.trim();
         if text.is_empty() {
             return Ok(Cursor::default());
@@ -147,13 +156,12 @@ impl FromStr for Cursor {
         }
         let mut positions = BTreeMap::new();
         for pair in text.split(',') {
-            let malformed = || CursorError::Malformed(text.to_owned());
-            let (shard, at) = pair.trim().split_once(':').ok_or_else(malformed)?;
-            let n: u16 = shard.parse().map_err(|_| malformed())?;
+            let (shard, at) = pair.trim().split_once(':').ok_or(CursorError::Malformed)?;
+            let n: u16 = shard.parse().map_err(|_| CursorError::Malformed)?;
             let shard = Shard::new(n).ok_or_else(|| CursorError::NoSuchShard(n.to_string()))?;
-            let at: i64 = at.parse().map_err(|_| malformed())?;
+            let at: i64 = at.parse().map_err(|_| CursorError::Malformed)?;
             if at < 0 {
-                return Err(malformed());
+                return Err(CursorError::Malformed);
             }
             if positions.insert(shard, at).is_some() {
                 return Err(CursorError::Repeated(shard));
@@ -198,7 +206,7 @@ mod tests {
         ));
         for bad in ["22:", ":5", "a:b", "22:-1", "22:5,", "22:5;3:1"] {
             assert!(
-                matches!(bad.parse::<Cursor>(), Err(CursorError::Malformed(_))),
+                matches!(bad.parse::<Cursor>(), Err(CursorError::Malformed)),
                 "{bad}"
             );
         }
@@ -209,6 +217,16 @@ mod tests {
         assert_eq!(
             "3:1,3:2".parse::<Cursor>(),
             Err(CursorError::Repeated(shard(3)))
+        );
+        assert_eq!(
+            "1:1,".repeat(1000).parse::<Cursor>(),
+            Err(CursorError::TooLong)
+        );
+        let every = Cursor::at(Shard::all().map(|s| (s, i64::MAX)));
+        assert_eq!(
+            every.to_string().parse::<Cursor>(),
+            Ok(every),
+            "the longest reads back"
         );
         let numeric = "1234".parse::<Cursor>().unwrap_err().to_string();
         assert!(numeric.contains("release before"), "{numeric}");

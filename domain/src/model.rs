@@ -241,9 +241,7 @@ pub struct EventFilter {
 impl EventFilter {
     /// The one shard its events lie in, if it names their workspace.
     pub fn shard(&self) -> Option<crate::shard::Shard> {
-        self.workspace_id
-            .as_deref()
-            .map(|w| crate::shard::Shard::of(w))
+        self.workspace_id.as_deref().map(crate::shard::Shard::of)
     }
 }
 

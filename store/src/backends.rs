@@ -30,9 +30,11 @@
 //!   (SQLite: its ledger; PostgreSQL: a query on the transaction's
 //!   connection);
 //! - `This::append_events(conn, events, ended)`: events, last in their
-//!   transaction (SQLite: inserts; PostgreSQL: in commit order under its
-//!   events lock), and `This::committed(ended)` after the commit, which wakes
-//!   the watchers.
+//!   transaction (SQLite: inserts; PostgreSQL: in each shard's commit
+//!   order under the shard's row of `event_shards`), `This::touch(conn,
+//!   session)` for a commit that writes none but may leave the driver work,
+//!   and `This::committed(ended)` after the commit, which wakes the
+//!   watchers.
 //! - on `Tx`, what ending sessions needs (`ends`): `lock_row`,
 //!   `lock_session` and `lock_process` (PostgreSQL's lock order; the ledger's row on
 //!   SQLite), `ancestors`, `active_subtree`, `members_below`,
@@ -49,7 +51,7 @@
 //!
 //! What really differs stays in `sqlite` and `postgres`: SQLite's writer
 //! lock, batches and in-memory ledger; PostgreSQL's lock order, retries and
-//! `NOTIFY`.
+//! wake-ups (`postgres::wake`).
 
 /// Expands its items once per backend, in modules `sqlite` and `postgres`,
 /// each of which sees its parent module's items and imports too.

@@ -84,10 +84,14 @@ impl ChangeWatch {
     }
 
     /// Waits for a change in the watched shards since the last
-    /// [`ChangeWatch::borrow_and_update`]; fails once the store is gone.
+    /// [`ChangeWatch::borrow_and_update`] or the last return of this (which
+    /// marks what it saw as seen, as `watch::Receiver::changed` does); fails
+    /// once the store is gone.
     pub async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
         loop {
-            if self.sum() != self.seen {
+            let now = self.sum();
+            if now != self.seen {
+                self.seen = now;
                 return Ok(());
             }
             self.bumped.changed().await?;
@@ -112,6 +116,9 @@ mod tests {
         assert!(quiet.is_err(), "woken by another shard");
         changes.mark(ShardSet::of(three));
         watch.changed().await.unwrap();
+        let quiet = tokio::time::timeout(Duration::from_millis(50), watch.changed()).await;
+        assert!(quiet.is_err(), "woken again for a change it returned for");
+        changes.mark(ShardSet::of(three));
         watch.borrow_and_update();
         let quiet = tokio::time::timeout(Duration::from_millis(50), watch.changed()).await;
         assert!(quiet.is_err(), "woken again for a change seen");

@@ -234,7 +234,8 @@ async fn a_cursor_older_than_what_is_kept_is_refused() {
 }
 
 /// A numeric cursor of a release before shards is refused, with what to do
-/// instead, in either field; so is text that is no cursor.
+/// instead, in either field; so is text that is no cursor, and a cursor
+/// longer than a pair per shard (read no further than its length).
 #[tokio::test]
 async fn an_old_numeric_cursor_is_refused_clearly() {
     let server = TestServer::start().await;
@@ -253,10 +254,15 @@ async fn an_old_numeric_cursor_is_refused_clearly() {
         after: "22:x".into(),
         ..Default::default()
     };
+    let too_long = pb::WatchSessionsRequest {
+        after: "1:1,".repeat(100_000),
+        ..Default::default()
+    };
     for (request, says) in [
         (numeric, "numeric cursors are no longer accepted"),
         (as_text, "numeric cursor of a release before"),
-        (garbage, "is not a cursor"),
+        (garbage, "not a cursor"),
+        (too_long, "at most"),
     ] {
         let status = op.watch_sessions(request).await.expect_err("refused");
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");

@@ -66,8 +66,9 @@ pub struct PgStore {
     pub(crate) sessions_ended: watch::Sender<u64>,
     /// The shards commits here or elsewhere may have made work in.
     pub(crate) work: crate::work::WorkSignal,
-    /// Stops the listener and the poller when the last clone goes.
-    _tasks: Arc<wake::Tasks>,
+    /// The listener and the reader of the shards' counters (prompted after
+    /// each commit here); they stop when the last clone goes.
+    tasks: Arc<wake::Tasks>,
 }
 
 impl PgStore {
@@ -128,7 +129,7 @@ impl PgStore {
     /// drivers of the shards it moved, here and on the other replicas
     /// (`wake`); `_ended` is for SQLite, which has no counters to read.
     pub(crate) fn committed(&self, _ended: bool) {
-        self._tasks.committed();
+        self.tasks.committed();
     }
 }
 

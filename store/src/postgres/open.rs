@@ -115,7 +115,7 @@ impl PgStore {
             events_written,
             sessions_ended,
             work,
-            _tasks: Arc::new(tasks),
+            tasks: Arc::new(tasks),
         })
     }
 
