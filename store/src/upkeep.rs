@@ -56,64 +56,74 @@ each_backend! {
     /// Deletes `shard`'s events older than the fleet's newest `keep` (by
     /// id: ids grow with positions within a shard, so those that go are the
     /// shard's oldest), in the open transaction, with what they counted of
-    /// output; returns the shard's pruning mark. Takes the shard's output
-    /// stripe first, as output writes do, and its `event_shards` row last,
-    /// as every event write does.
+    /// output; returns the shard's pruning mark. With something to prune it
+    /// takes the shard's output stripe first, as output writes do, and its
+    /// `event_shards` row last, as every event write does; with nothing, it
+    /// locks and writes nothing.
     pub(crate) async fn prune_shard(
         conn: &mut Conn,
         shard: Shard,
         keep: u64,
     ) -> Result<i64, SessionError> {
         let shard = i32::from(shard.index());
-        sqlx::query(concat!("SELECT bytes FROM output_stripes WHERE shard = $1", for_update!("NO KEY UPDATE")))
-            .bind(shard)
-            .execute(&mut *conn)
-            .await?;
         let below: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) - $1 FROM events")
             .bind(keep.min(i64::MAX as u64) as i64)
             .fetch_one(&mut *conn)
             .await?;
-        let through: Option<i64> = sqlx::query_scalar(
-            "SELECT MAX(shard_seq) FROM events WHERE shard = $1 AND id <= $2",
+        let through: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(shard_seq) FROM events WHERE shard = $1 AND id <= $2")
+                .bind(shard)
+                .bind(below)
+                .fetch_one(&mut *conn)
+                .await?;
+        let Some(through) = through else {
+            // Nothing to prune: nothing locked, nothing written.
+            return Ok(
+                sqlx::query_scalar("SELECT pruned_through FROM event_shards WHERE shard = $1")
+                    .bind(shard)
+                    .fetch_one(&mut *conn)
+                    .await?,
+            );
+        };
+        sqlx::query(concat!(
+            "SELECT bytes FROM output_stripes WHERE shard = $1",
+            for_update!("NO KEY UPDATE")
+        ))
+        .bind(shard)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "WITH gone AS (SELECT session_id, SUM(bytes) AS bytes FROM events \
+               WHERE shard = $1 AND shard_seq <= $2 AND kind = 'output' \
+               GROUP BY session_id ORDER BY session_id) \
+             UPDATE processes SET output_bytes = CASE WHEN output_bytes > gone.bytes \
+               THEN output_bytes - gone.bytes ELSE 0 END FROM gone \
+             WHERE processes.session_id = gone.session_id",
         )
         .bind(shard)
-        .bind(below)
-        .fetch_one(&mut *conn)
+        .bind(through)
+        .execute(&mut *conn)
         .await?;
-        if let Some(through) = through {
-            sqlx::query(
-                "WITH gone AS (SELECT session_id, SUM(bytes) AS bytes FROM events \
-                   WHERE shard = $1 AND shard_seq <= $2 AND kind = 'output' \
-                   GROUP BY session_id ORDER BY session_id) \
-                 UPDATE processes SET output_bytes = CASE WHEN output_bytes > gone.bytes \
-                   THEN output_bytes - gone.bytes ELSE 0 END FROM gone \
-                 WHERE processes.session_id = gone.session_id",
-            )
+        sqlx::query(
+            "UPDATE output_stripes SET bytes = bytes - (SELECT COALESCE(SUM(bytes), 0) \
+               FROM events WHERE shard = $1 AND shard_seq <= $2 AND kind = 'output') \
+             WHERE shard = $1",
+        )
+        .bind(shard)
+        .bind(through)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("DELETE FROM events WHERE shard = $1 AND shard_seq <= $2")
             .bind(shard)
             .bind(through)
             .execute(&mut *conn)
             .await?;
-            sqlx::query(
-                "UPDATE output_stripes SET bytes = bytes - (SELECT COALESCE(SUM(bytes), 0) \
-                   FROM events WHERE shard = $1 AND shard_seq <= $2 AND kind = 'output') \
-                 WHERE shard = $1",
-            )
-            .bind(shard)
-            .bind(through)
-            .execute(&mut *conn)
-            .await?;
-            sqlx::query("DELETE FROM events WHERE shard = $1 AND shard_seq <= $2")
-                .bind(shard)
-                .bind(through)
-                .execute(&mut *conn)
-                .await?;
-        }
         Ok(sqlx::query_scalar(
             "UPDATE event_shards SET pruned_through = CASE WHEN pruned_through > $2 \
                THEN pruned_through ELSE $2 END WHERE shard = $1 RETURNING pruned_through",
         )
         .bind(shard)
-        .bind(through.unwrap_or(0))
+        .bind(through)
         .fetch_one(&mut *conn)
         .await?)
     }

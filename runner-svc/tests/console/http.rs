@@ -22,8 +22,8 @@ pub async fn send(
 }
 
 /// Opens an event stream and returns the ids of its first `n` events (`id:`
-/// lines), reading no further.
-pub async fn first_event_ids(url: &str, headers: &[(&str, &str)], n: usize) -> Vec<u64> {
+/// lines: cursors), reading no further.
+pub async fn first_event_ids(url: &str, headers: &[(&str, &str)], n: usize) -> Vec<String> {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build(HttpConnector::new());
     let mut request = Request::builder().method(Method::GET).uri(url);
@@ -47,7 +47,7 @@ pub async fn first_event_ids(url: &str, headers: &[(&str, &str)], n: usize) -> V
             ids = text
                 .lines()
                 .filter_map(|l| l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")))
-                .filter_map(|id| id.trim().parse().ok())
+                .map(|id| id.trim().to_owned())
                 .collect();
         }
         ids.truncate(n);
