@@ -226,6 +226,66 @@ async fn postgres_sessions_written_without_a_shard_are_given_theirs() {
     assert_eq!(all().await, 1);
 }
 
+/// Rows a replica of an older release writes during a rolling update, on
+/// PostgreSQL: the database's `troupe_shard` agrees with `Shard::of` (so a
+/// session inserted without a shard is given its own), and events inserted
+/// without a position (as older releases insert them) take their session's
+/// shard and its next positions, in commit order: watchers of this release
+/// see them, after what was there.
+#[tokio::test]
+async fn postgres_rows_of_an_older_release_take_their_shard_and_position() {
+    use troupe_session_svc::{cursor::Cursor, model::EventFilter, store::EventPage};
+    let url = troupe_tests::postgres::fresh_database().await;
+    let store = troupe_session_svc::store::PgStore::open(&url)
+        .await
+        .unwrap();
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    for n in 0..300usize {
+        let workspace = format!("w{n}-{}", "é".repeat(n % 3));
+        let sql: i32 = sqlx::query_scalar("SELECT troupe_shard($1)")
+            .bind(&workspace)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(sql, i32::from(Shard::of(&workspace).index()), "{workspace}");
+    }
+    let workspace = workspace_in(9);
+    root(&store, "new", &workspace).await;
+    let filter = EventFilter {
+        workspace_id: Some(workspace.as_str().into()),
+        ..EventFilter::default()
+    };
+    let page = |after: Cursor| {
+        let (store, filter) = (&store, &filter);
+        async move {
+            match store.events_after(filter, &after, 100).await.unwrap() {
+                EventPage::Events(events) => events,
+                EventPage::Expired { .. } => panic!("nothing is pruned"),
+            }
+        }
+    };
+    let before = page(Cursor::default()).await;
+    let last = before.last().expect("the root's events").position;
+    for seq in [100, 101] {
+        sqlx::query(
+            "INSERT INTO events (id, session_id, seq, kind, status, at_ms, detail) \
+             VALUES (nextval('events_id_seq'), 'new', $1, 'progress', 'pending', 0, '{}')",
+        )
+        .bind(seq)
+        .execute(&mut admin)
+        .await
+        .expect("an older release's insert");
+    }
+    let after = page(Cursor::at([(Shard::of(&workspace), last)])).await;
+    let got: Vec<(u16, i64, i64)> = after
+        .iter()
+        .map(|e| (e.shard.index(), e.position, e.seq))
+        .collect();
+    assert_eq!(got, [(9, last + 1, 100), (9, last + 2, 101)]);
+}
+
 /// A replica's driver is woken for work in the shards a commit on another
 /// replica moved, and not by output: a spawn in a workspace of shard 9
 /// marks shard 9 alone at the other store, a run of its agent's output

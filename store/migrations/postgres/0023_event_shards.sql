@@ -4,6 +4,30 @@
 -- the last lock of its transaction). Events written before this release
 -- keep their id as their position (ids were handed out in commit order),
 -- and every shard's counter starts past them.
+-- A workspace's shard in SQL, equal to `troupe_domain::shard::Shard::of`
+-- (FNV-1a 64 modulo 64, whose low six bits depend only on the low six bits
+-- of each step): for rows written by replicas of older releases during a
+-- rolling update, which know nothing of shards.
+CREATE FUNCTION troupe_shard(workspace TEXT) RETURNS INTEGER
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+DECLARE
+    h INTEGER := 37;
+    b BYTEA := convert_to(workspace, 'UTF8');
+BEGIN
+    FOR i IN 0 .. length(b) - 1 LOOP
+        h := ((h # (get_byte(b, i) & 63)) * 51) & 63;
+    END LOOP;
+    RETURN h;
+END $$;
+UPDATE sessions SET shard = troupe_shard(workspace_id) WHERE shard < 0;
+CREATE FUNCTION troupe_session_shard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.shard := troupe_shard(NEW.workspace_id);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER sessions_shard BEFORE INSERT ON sessions
+FOR EACH ROW WHEN (NEW.shard < 0) EXECUTE FUNCTION troupe_session_shard();
+
 ALTER TABLE events ADD COLUMN shard INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE events ADD COLUMN shard_seq BIGINT NOT NULL DEFAULT 0;
 UPDATE events SET shard_seq = id,
@@ -28,6 +52,19 @@ INSERT INTO event_shards (shard, seq, pruned_through)
 SELECT n, (SELECT COALESCE(MAX(id), 0) FROM events),
     (SELECT value FROM meta WHERE key = 'events_pruned_through')
 FROM generate_series(0, 63) AS n;
+
+-- An event written by a replica of an older release (no position): its
+-- session's shard and the shard's next position, under the shard's row
+-- (held to its commit, as this release's writes hold it).
+CREATE FUNCTION troupe_event_position() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT shard INTO NEW.shard FROM sessions WHERE session_id = NEW.session_id;
+    UPDATE event_shards SET seq = seq + 1, work_seq = work_seq + 1
+    WHERE shard = NEW.shard RETURNING seq INTO NEW.shard_seq;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER events_position BEFORE INSERT ON events
+FOR EACH ROW WHEN (NEW.shard_seq = 0) EXECUTE FUNCTION troupe_event_position();
 
 CREATE TABLE output_stripes (
     shard  INTEGER PRIMARY KEY,
