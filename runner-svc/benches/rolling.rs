@@ -35,7 +35,7 @@ use std::{
 };
 
 use common::{MINUTE, TestRunner, replicas::until};
-use printers::{Replica, Watcher, printer, stop_and_count};
+use printers::{Replica, Starter, Watcher, printer, stop_and_count};
 use troupe_session_svc::{
     shard::SHARDS,
     store::{PgStore, prelude::*},
@@ -59,22 +59,8 @@ async fn bench() {
     let url = troupe_tests::postgres::fresh_database().await;
     let store = PgStore::open(&url).await.expect("open the database");
     let runner = TestRunner::driven().await;
-    let runner_endpoint = format!("http://{}", runner.addr);
-    let logs = tempfile::tempdir().unwrap();
-    let mut started = 0;
-    let mut start_replica = || {
-        started += 1;
-        Replica::start(
-            &url,
-            &runner_endpoint,
-            &format!("rolling-r{started}"),
-            logs.path(),
-        )
-    };
-    let mut replicas: Vec<Replica> = (0..REPLICAS).map(|_| start_replica()).collect();
-    for r in &replicas {
-        r.process.channel().await;
-    }
+    let mut starter = Starter::new(&url, &format!("http://{}", runner.addr), "rolling");
+    let mut replicas = starter.start_all(REPLICAS).await;
     holds_share(&store, &replicas[0], REPLICAS).await;
     let mut sessions = Vec::new();
     for i in 0..SESSIONS {
@@ -87,7 +73,7 @@ async fn bench() {
 
     // A replica joins under load.
     let joined_at = Instant::now();
-    let joining = start_replica();
+    let joining = starter.start();
     holds_share(&store, &joining, REPLICAS + 1).await;
     let join = millis(joined_at.elapsed());
     replicas.push(joining);
@@ -127,7 +113,7 @@ async fn bench() {
             .await
             .expect("a replica stops at SIGTERM");
         let started_at = Instant::now();
-        let replacement = start_replica();
+        let replacement = starter.start();
         holds_share(&store, &replacement, replicas.len() + 1).await;
         shares.push(millis(started_at.elapsed()));
         replicas.push(replacement);

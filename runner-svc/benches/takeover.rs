@@ -44,7 +44,7 @@ use std::{
 
 use clap::Parser;
 use common::{MINUTE, TestRunner, replicas::until};
-use printers::{Replica, Seen, Watcher, printer, shard_lease, stop_and_count};
+use printers::{Seen, Starter, Watcher, printer, shard_lease, stop_and_count};
 use troupe_session_svc::{
     shard::Shard,
     store::{PgStore, prelude::*},
@@ -82,22 +82,8 @@ async fn bench() {
     let store = PgStore::open(&url).await.expect("open the database");
     let admin = sqlx::PgPool::connect(&url).await.expect("connect");
     let runner = TestRunner::driven().await;
-    let runner_endpoint = format!("http://{}", runner.addr);
-    let logs = tempfile::tempdir().unwrap();
-    let mut started = 0;
-    let mut start_replica = || {
-        started += 1;
-        Replica::start(
-            &url,
-            &runner_endpoint,
-            &format!("takeover-r{started}"),
-            logs.path(),
-        )
-    };
-    let mut replicas: Vec<Replica> = (0..REPLICAS).map(|_| start_replica()).collect();
-    for r in &replicas {
-        r.process.channel().await;
-    }
+    let mut starter = Starter::new(&url, &format!("http://{}", runner.addr), "takeover");
+    let mut replicas = starter.start_all(REPLICAS).await;
     let workspace = runner.workspace("takeover");
     let shard = Shard::of(&workspace);
     let mut sessions = Vec::new();
@@ -191,7 +177,7 @@ async fn bench() {
         leases.push(leased);
         resumes.push(resumed);
         drop(killed);
-        replicas.push(start_replica());
+        replicas.push(starter.start());
     }
 
     takeovers.sort_by(f64::total_cmp);

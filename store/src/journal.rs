@@ -5,8 +5,9 @@
 //!
 //! Events are paged by shard (`troupe_domain::cursor`): a watch of one
 //! workspace reads one index range, a watch of all of them one per shard.
-//! The pruning marks are read after the page: a cursor the pruning has
-//! passed is expired, never a silent gap.
+//! A shard's pruning mark comes with its rows (one snapshot), or is read
+//! after the page for a shard without any: a cursor the pruning has passed
+//! is expired, never a silent gap.
 
 use std::future::Future;
 
@@ -29,7 +30,8 @@ fn shard_page(n: usize) -> String {
     format!(
         "SELECT * FROM (SELECT e.id, e.shard, e.shard_seq, e.seq, e.kind, e.status, e.at_ms, \
            e.detail, e.session_id, s.workspace_id, s.parent_session_id, s.parent_trust_level, \
-           s.tree_id, s.depth, s.trust_level \
+           s.tree_id, s.depth, s.trust_level, \
+           (SELECT pruned_through FROM event_shards WHERE shard = ${n}) AS pruned \
          FROM events e JOIN sessions s ON s.session_id = e.session_id \
          WHERE e.shard = ${n} AND e.shard_seq > ${} \
            AND (CAST($1 AS TEXT) IS NULL OR e.session_id = $1) \
@@ -250,6 +252,14 @@ each_backend! {
         }
     }
 
+    /// The shard an event row names.
+    fn stored_shard(shard: i32) -> Result<Shard, SessionError> {
+        u16::try_from(shard)
+            .ok()
+            .and_then(Shard::new)
+            .ok_or_else(|| SessionError::Internal(format!("stored shard {shard}")))
+    }
+
     impl LogStore for This {
         fn subscribe(&self, shards: ShardSet) -> ChangeWatch {
             self.events_written.watch(shards)
@@ -287,17 +297,31 @@ each_backend! {
                 query = query.bind(i32::from(shard.index())).bind(after.after(shard));
             }
             let rows = query.fetch_all(&self.pool).await?;
-            // The pruning marks are read after the page: a mark past the
-            // cursor now means events the page may have missed, which is
-            // what an expired cursor says.
-            let heads = This::heads(&self.pool).await?;
-            if let Some(shard) = shards
-                .iter()
-                .find(|&shard| after.after(shard) < heads.pruned(shard))
+            // A shard's pruning mark comes with its rows, from the page's
+            // snapshot; a shard with none in the page has it read after
+            // the page (a mark past the cursor then means events the page
+            // may have missed, which is what an expired cursor says).
+            let mut with_rows = ShardSet::default();
+            let mut marks: Vec<(Shard, i64)> = Vec::with_capacity(shards.len());
+            for row in &rows {
+                let shard = stored_shard(row.try_get("shard")?)?;
+                if !with_rows.contains(shard) {
+                    with_rows.insert(shard);
+                    marks.push((shard, row.try_get("pruned")?));
+                }
+            }
+            if with_rows != shards {
+                let heads = This::heads(&self.pool).await?;
+                for shard in shards.iter().filter(|&s| !with_rows.contains(s)) {
+                    marks.push((shard, heads.pruned(shard)));
+                }
+            }
+            if let Some(&(shard, pruned_through)) =
+                marks.iter().find(|(shard, pruned)| after.after(*shard) < *pruned)
             {
                 return Ok(EventPage::Expired {
                     shard,
-                    pruned_through: heads.pruned(shard),
+                    pruned_through,
                 });
             }
             let mut events = Vec::with_capacity(rows.len());
@@ -305,12 +329,8 @@ each_backend! {
                 let trust: String = row.try_get("trust_level")?;
                 let parent_trust: Option<String> = row.try_get("parent_trust_level")?;
                 let depth: i32 = row.try_get("depth")?;
-                let shard: i32 = row.try_get("shard")?;
                 events.push(EventRow {
-                    shard: u16::try_from(shard)
-                        .ok()
-                        .and_then(Shard::new)
-                        .ok_or_else(|| SessionError::Internal(format!("stored shard {shard}")))?,
+                    shard: stored_shard(row.try_get("shard")?)?,
                     position: row.try_get("shard_seq")?,
                     seq: row.try_get("seq")?,
                     kind: parse_stored("event kind", row.try_get("kind")?, EventKind::parse)?,

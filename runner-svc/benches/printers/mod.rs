@@ -92,6 +92,44 @@ impl Replica {
     }
 }
 
+/// Starts replicas on one database and runner, each named `<prefix>-r<n>`
+/// (its connections' `application_name`), their logs in one directory.
+pub struct Starter {
+    url: String,
+    runner: String,
+    prefix: &'static str,
+    logs: tempfile::TempDir,
+    started: usize,
+}
+
+impl Starter {
+    pub fn new(url: &str, runner: &str, prefix: &'static str) -> Starter {
+        Starter {
+            url: url.to_owned(),
+            runner: runner.to_owned(),
+            prefix,
+            logs: tempfile::tempdir().unwrap(),
+            started: 0,
+        }
+    }
+
+    /// The next replica.
+    pub fn start(&mut self) -> Replica {
+        self.started += 1;
+        let name = format!("{}-r{}", self.prefix, self.started);
+        Replica::start(&self.url, &self.runner, &name, self.logs.path())
+    }
+
+    /// `n` replicas, each answering.
+    pub async fn start_all(&mut self, n: usize) -> Vec<Replica> {
+        let replicas: Vec<Replica> = (0..n).map(|_| self.start()).collect();
+        for r in &replicas {
+            r.process.channel().await;
+        }
+        replicas
+    }
+}
+
 /// The lease of `shard` as it stands.
 pub async fn shard_lease(store: &PgStore, shard: Shard) -> Option<Lease> {
     let leases = store.shard_leases().await.unwrap();
